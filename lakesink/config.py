@@ -1,0 +1,460 @@
+"""lakesink's configuration: one registry of keys (name, type, default, doc), one frozen object.
+
+Values come, later overriding earlier, from defaults, a TOML or YAML file, environment
+variables (`LAKESINK_` + the key upper-cased with `.` → `_`, e.g. LAKESINK_KAFKA_BOOTSTRAP_SERVERS)
+and `--set key=value` overrides. Every key is documented in docs/configuration.md, generated
+from this registry by `lakesink config docs`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from lakesink.errors import ConfigError
+
+
+@dataclass(frozen=True, slots=True)
+class Key:
+    """One configuration key: its name, how to parse it, its default and one line of doc."""
+
+    name: str
+    parse: Callable[[Any], Any]
+    default: Any
+    doc: str
+    choices: tuple[str, ...] = ()
+    required: bool = False
+
+
+def _choice(*valid: str) -> Callable[[Any], str]:
+    def parse(v: Any) -> str:
+        text = str(v).strip().lower()
+        if text not in valid:
+            raise ValueError(f"expected one of {', '.join(valid)}")
+        return text
+
+    return parse
+
+
+def _bool(v: Any) -> bool:
+    if isinstance(v, bool):
+        return v
+    text = str(v).strip().lower()
+    if text in ("true", "1", "yes", "on"):
+        return True
+    if text in ("false", "0", "no", "off"):
+        return False
+    raise ValueError("expected true or false")
+
+
+def _positive_int(v: Any) -> int:
+    n = int(v)
+    if n <= 0:
+        raise ValueError("expected a positive whole number")
+    return n
+
+
+def _optional_positive_int(v: Any) -> int | None:
+    if v is None or str(v).strip() == "":
+        return None
+    return _positive_int(v)
+
+
+def _positive_float(v: Any) -> float:
+    x = float(v)
+    if x <= 0:
+        raise ValueError("expected a positive number")
+    return x
+
+
+def _str_list(v: Any) -> tuple[str, ...]:
+    if isinstance(v, list | tuple):
+        return tuple(str(x).strip() for x in v if str(x).strip())
+    return tuple(p.strip() for p in str(v).split(",") if p.strip())
+
+
+def _optional_str(v: Any) -> str | None:
+    return None if v is None or str(v).strip() == "" else str(v)
+
+
+def _starting_offsets(v: Any) -> str:
+    text = str(v).strip().lower()
+    if text in ("earliest", "latest") or text.isdigit():
+        return text
+    raise ValueError("expected earliest, latest or a timestamp in epoch milliseconds")
+
+
+def _table_version(v: Any) -> int:
+    n = int(v)
+    if n not in (6, 8):
+        raise ValueError("expected 6 or 8")
+    return n
+
+
+_WRITER_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+
+
+def _writer_id(v: Any) -> str | None:
+    text = _optional_str(v)
+    if text is not None and not _WRITER_ID_RE.match(text):
+        raise ValueError("expected letters, digits, '.', '_' or '-' (at most 128)")
+    return text
+
+
+KEYS: tuple[Key, ...] = (
+    # Kafka
+    Key(
+        "kafka.bootstrap.servers", str, None, "Kafka brokers, host:port[,host:port].", required=True
+    ),
+    Key(
+        "kafka.topics", _str_list, (), "Topics to ingest, comma-separated (or kafka.topic.pattern)."
+    ),
+    Key("kafka.topic.pattern", _optional_str, None, "Regular expression of topics to ingest."),
+    Key(
+        "kafka.starting.offsets",
+        _starting_offsets,
+        "earliest",
+        "Where a writer with no committed offsets starts: earliest, latest or epoch ms.",
+    ),
+    Key(
+        "kafka.isolation.level",
+        _choice("read_committed", "read_uncommitted"),
+        "read_committed",
+        "Read only committed transactional records (read_committed) or all.",
+    ),
+    Key(
+        "kafka.fail.on.data.loss",
+        _bool,
+        True,
+        "Fail when committed offsets lie below the log start (records deleted before ingestion).",
+    ),
+    Key(
+        "kafka.max.records.per.batch",
+        _optional_positive_int,
+        500_000,
+        "Most offsets one micro-batch reads across all partitions (empty: no cap).",
+    ),
+    Key(
+        "kafka.max.records.per.task",
+        _positive_int,
+        250_000,
+        "A partition's range is split into Spark tasks of at most this many offsets.",
+    ),
+    Key(
+        "kafka.consumer.config",
+        _optional_str,
+        None,
+        "Extra librdkafka consumer settings, 'k=v,k=v' (e.g. security.protocol=SSL).",
+    ),
+    # Records
+    Key("value.format", _choice("json", "avro", "raw"), "json", "How record values are decoded."),
+    Key(
+        "value.schema",
+        _optional_str,
+        None,
+        "Schema of the value as a Spark DDL string, e.g. 'id BIGINT, name STRING'.",
+    ),
+    Key(
+        "value.schema.file",
+        _optional_str,
+        None,
+        "File with the value schema (Avro .avsc for avro; a DDL text file for json).",
+    ),
+    Key(
+        "errors.tolerance",
+        _choice("none", "all"),
+        "none",
+        "none: a bad record fails the batch; all: it goes to the dead-letter topic.",
+    ),
+    Key(
+        "errors.deadletter.topic",
+        _optional_str,
+        None,
+        "Kafka topic for records that fail to decode (needed with errors.tolerance=all).",
+    ),
+    # Table
+    Key(
+        "table.path", str, None, "Directory of the Hudi table (created if missing).", required=True
+    ),
+    Key("table.name", _optional_str, None, "Table name (default: the last folder of table.path)."),
+    Key("table.version", _table_version, 8, "Hudi table version to create: 6 or 8."),
+    Key("table.partition.by", _str_list, (), "Columns to partition by, comma-separated."),
+    Key(
+        "table.partition.date.from",
+        _optional_str,
+        None,
+        "A timestamp column; rows are partitioned by its UTC date in column 'dt'.",
+    ),
+    Key(
+        "table.record.key.fields",
+        _str_list,
+        ("kafka_topic", "kafka_partition", "kafka_offset"),
+        "Columns forming the Hudi record key.",
+    ),
+    Key(
+        "table.target.file.size.bytes",
+        _positive_int,
+        128 * 1024 * 1024,
+        "Base files roll over at about this size.",
+    ),
+    # Transformation
+    Key(
+        "transform.sql",
+        _optional_str,
+        None,
+        "Spark SQL over the view 'source', e.g. 'SELECT *, amount * 100 AS cents FROM source'.",
+    ),
+    Key(
+        "transform.python",
+        _optional_str,
+        None,
+        "A function 'module:function' taking and returning a DataFrame.",
+    ),
+    # Writer and commit
+    Key(
+        "writer.id",
+        _writer_id,
+        None,
+        "This writer's id in commit metadata (default: derived from table name and topics).",
+    ),
+    Key(
+        "commit.mode",
+        _choice("sync", "async"),
+        "sync",
+        "sync: publish before Spark records the batch; async: pre-commit to the pending store.",
+    ),
+    Key(
+        "commit.pending.store",
+        _choice("sqlite", "postgres"),
+        "sqlite",
+        "Pending-commit store for commit.mode=async.",
+    ),
+    Key(
+        "commit.pending.store.path",
+        _optional_str,
+        None,
+        "SQLite file of the pending store (default under the table's .hoodie/.lakesink/).",
+    ),
+    Key("commit.max.pending", _positive_int, 4, "Most unpublished epochs before the writer waits."),
+    Key(
+        "lock.provider",
+        _choice("filesystem", "postgres", "none"),
+        "filesystem",
+        "Lock taken around each commit: filesystem lease, PostgreSQL, or none (single writer).",
+    ),
+    Key("lock.timeout.s", _positive_float, 60.0, "Seconds to wait for the table lock."),
+    Key("lock.lease.s", _positive_float, 30.0, "Seconds a filesystem lock lease lasts unrenewed."),
+    Key("postgres.dsn", _optional_str, None, "PostgreSQL connection string for lock and store."),
+    Key("heartbeat.interval.s", _positive_float, 5.0, "Seconds between heartbeats of an instant."),
+    Key(
+        "heartbeat.tolerance.s",
+        _positive_float,
+        60.0,
+        "An inflight instant whose heartbeat is older than this is a failed write.",
+    ),
+    # Spark
+    Key("spark.master", str, "local[2]", "Spark master URL."),
+    Key("spark.conf", _optional_str, None, "Extra Spark settings, 'k=v,k=v'."),
+    Key("trigger.interval.s", _positive_float, 5.0, "Seconds between micro-batches."),
+    Key(
+        "checkpoint.location",
+        _optional_str,
+        None,
+        "Spark checkpoint (default: <table.path>/.hoodie/.lakesink/checkpoints/<writer.id>).",
+    ),
+    Key(
+        "table.services.clean.retain.commits",
+        _positive_int,
+        30,
+        "The cleaner keeps file versions needed by this many latest commits.",
+    ),
+)
+
+KEYS_BY_NAME: Mapping[str, Key] = {k.name: k for k in KEYS}
+
+
+def _parse_kv(text: str | None) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in (text or "").split(","):
+        if item.strip():
+            k, sep, v = item.partition("=")
+            if not sep:
+                raise ConfigError(f"{item!r} is not of the form key=value")
+            out[k.strip()] = v.strip()
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class LakesinkConfig:
+    """Validated configuration. Read values with `cfg["kafka.topics"]`; all keys exist."""
+
+    values: Mapping[str, Any] = field(default_factory=dict)
+
+    def __getitem__(self, key: str) -> Any:
+        if key not in KEYS_BY_NAME:
+            raise ConfigError(f"unknown configuration key {key!r}")
+        return self.values[key]
+
+    @property
+    def table_name(self) -> str:
+        return str(self["table.name"] or Path(self["table.path"]).resolve().name)
+
+    @property
+    def writer_id(self) -> str:
+        if self["writer.id"]:
+            return str(self["writer.id"])
+        topics = "-".join(self["kafka.topics"]) or "pattern"
+        return re.sub(r"[^A-Za-z0-9._-]", "_", f"{self.table_name}.{topics}")[:128]
+
+    @property
+    def checkpoint_location(self) -> Path:
+        if self["checkpoint.location"]:
+            return Path(self["checkpoint.location"])
+        return Path(self["table.path"]) / ".hoodie" / ".lakesink" / "checkpoints" / self.writer_id
+
+    @property
+    def consumer_config(self) -> dict[str, str]:
+        return _parse_kv(self["kafka.consumer.config"])
+
+    @property
+    def spark_conf(self) -> dict[str, str]:
+        return _parse_kv(self["spark.conf"])
+
+    def with_overrides(self, overrides: Mapping[str, Any]) -> LakesinkConfig:
+        return build_config({**self.values, **overrides})
+
+
+def build_config(raw: Mapping[str, Any]) -> LakesinkConfig:
+    """Validate raw values (any source) into a config; errors name the key and what is valid."""
+    unknown = sorted(set(raw) - set(KEYS_BY_NAME))
+    if unknown:
+        close = {
+            u: [k for k in KEYS_BY_NAME if k.split(".")[-1] == u.split(".")[-1]] for u in unknown
+        }
+        hints = "; ".join(
+            f"{u!r}" + (f" (did you mean {close[u][0]!r}?)" if close[u] else "") for u in unknown
+        )
+        raise ConfigError(f"unknown configuration key(s): {hints}. See docs/configuration.md")
+    values: dict[str, Any] = {}
+    for key in KEYS:
+        if key.name in raw and raw[key.name] is not None:
+            try:
+                values[key.name] = key.parse(raw[key.name])
+            except (ValueError, TypeError) as e:
+                raise ConfigError(f"{key.name}={raw[key.name]!r} is not valid: {e}") from None
+        elif key.required:
+            raise ConfigError(f"{key.name} is required: {key.doc}")
+        else:
+            values[key.name] = key.default
+    cfg = LakesinkConfig(values)
+    _check_combinations(cfg)
+    return cfg
+
+
+def _check_combinations(cfg: LakesinkConfig) -> None:
+    if not cfg["kafka.topics"] and not cfg["kafka.topic.pattern"]:
+        raise ConfigError("set kafka.topics (comma-separated) or kafka.topic.pattern")
+    if cfg["kafka.topics"] and cfg["kafka.topic.pattern"]:
+        raise ConfigError("set only one of kafka.topics and kafka.topic.pattern")
+    if cfg["value.format"] == "json" and not (cfg["value.schema"] or cfg["value.schema.file"]):
+        raise ConfigError(
+            "value.format=json needs value.schema (a DDL string) or value.schema.file"
+        )
+    if cfg["value.format"] == "avro" and not cfg["value.schema.file"]:
+        raise ConfigError("value.format=avro needs value.schema.file (an .avsc file)")
+    if cfg["errors.tolerance"] == "all" and not cfg["errors.deadletter.topic"]:
+        raise ConfigError("errors.tolerance=all needs errors.deadletter.topic")
+    if cfg["transform.sql"] and cfg["transform.python"]:
+        raise ConfigError("set only one of transform.sql and transform.python")
+    needs_pg = cfg["lock.provider"] == "postgres" or (
+        cfg["commit.mode"] == "async" and cfg["commit.pending.store"] == "postgres"
+    )
+    if needs_pg and not cfg["postgres.dsn"]:
+        raise ConfigError(
+            "lock.provider=postgres or commit.pending.store=postgres needs postgres.dsn"
+        )
+
+
+def _flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in data.items():
+        name = f"{prefix}{k}"
+        if isinstance(v, Mapping) and name not in KEYS_BY_NAME:
+            out.update(_flatten(v, name + "."))
+        else:
+            out[name] = v
+    return out
+
+
+def read_config_file(path: str | Path) -> dict[str, Any]:
+    """Read a TOML (.toml) or YAML (.yaml/.yml) file; nested tables become dotted keys."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as e:
+        raise ConfigError(f"cannot read configuration file {p}: {e.strerror}") from e
+    try:
+        if p.suffix in (".yaml", ".yml"):
+            import yaml
+
+            data = yaml.safe_load(text) or {}
+        elif p.suffix == ".toml":
+            data = tomllib.loads(text)
+        else:
+            raise ConfigError(f"{p}: configuration files must end in .toml, .yaml or .yml")
+    except (tomllib.TOMLDecodeError, ValueError) as e:
+        raise ConfigError(f"{p} is not valid {p.suffix[1:].upper()}: {e}") from e
+    except Exception as e:  # yaml.YAMLError without importing yaml types at module level
+        if type(e).__module__.startswith("yaml"):
+            raise ConfigError(f"{p} is not valid YAML: {e}") from e
+        raise
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{p} must hold a table of keys, not {type(data).__name__}")
+    return _flatten(data)
+
+
+def env_overrides(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    env = os.environ if environ is None else environ
+    out = {}
+    for key in KEYS:
+        var = "LAKESINK_" + key.name.upper().replace(".", "_")
+        if var in env:
+            out[key.name] = env[var]
+    return out
+
+
+def load_config(
+    path: str | Path | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> LakesinkConfig:
+    raw: dict[str, Any] = read_config_file(path) if path else {}
+    raw.update(env_overrides(environ))
+    raw.update(overrides or {})
+    return build_config(raw)
+
+
+def render_reference() -> str:
+    """The Markdown reference of every key (docs/configuration.md)."""
+    lines = [
+        "# lakesink configuration reference",
+        "",
+        "Generated by `lakesink config docs` from `lakesink/config.py`; do not edit by hand.",
+        "Keys can be set in a TOML or YAML file (nested tables become dotted keys), as",
+        "environment variables (`LAKESINK_` + key upper-cased, dots as underscores), or with",
+        "`--set key=value` on the command line, later sources overriding earlier ones.",
+        "",
+        "| key | default | description |",
+        "| --- | --- | --- |",
+    ]
+    for k in KEYS:
+        default = "(required)" if k.required else repr(k.default) if k.default is not None else ""
+        if isinstance(k.default, tuple):
+            default = ",".join(k.default)
+        lines.append(f"| `{k.name}` | `{default}` | {k.doc} |")
+    return "\n".join(lines) + "\n"
