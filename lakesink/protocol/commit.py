@@ -69,17 +69,22 @@ def decide(
     if verdict is not Verdict.PUBLISH:
         return CommitDecision(verdict, (), committed)
     wanted = {r: None for r in planned if not r.is_empty}
-    accepted: dict[OffsetRange, WriteStatus] = {}
+    by_range: dict[OffsetRange, WriteStatus] = {}
+    unranged: list[WriteStatus] = []
     for s in statuses:
+        if s.offset_range is None:
+            unranged.append(s)  # a sink task: Spark returns one successful attempt per task
+            continue
         if s.offset_range not in wanted:
             raise CommitError(
                 f"task attempt {s.task_attempt} reports range {s.offset_range.partition} "
                 f"[{s.offset_range.start}, {s.offset_range.end}) that this batch did not plan"
             )
-        accepted.setdefault(s.offset_range, s)  # a duplicate attempt's files become orphans
-    missing = [r for r in wanted if r not in accepted]
-    if missing:
-        names = ", ".join(f"{r.partition}[{r.start},{r.end})" for r in missing)
-        raise CommitError(f"no write status for planned ranges {names}; the batch is not committed")
-    ordered = tuple(accepted[r] for r in sorted(accepted))
-    return CommitDecision(verdict, ordered, committed.advanced_by(accepted))
+        by_range.setdefault(s.offset_range, s)  # a duplicate attempt's files become orphans
+    if by_range and not unranged:
+        missing = [r for r in wanted if r not in by_range]
+        if missing:
+            names = ", ".join(f"{r.partition}[{r.start},{r.end})" for r in missing)
+            raise CommitError(f"no write status for planned ranges {names}; batch not committed")
+    ordered = tuple(by_range[r] for r in sorted(by_range)) + tuple(unranged)
+    return CommitDecision(verdict, ordered, committed.advanced_by(wanted))

@@ -50,11 +50,13 @@ class DeadLetter:
 
 @dataclass(frozen=True, slots=True)
 class WriteStatus:
-    """One task attempt's result: the files it wrote and the offset range it read in full."""
+    """One task attempt's result: the files it wrote and, when the task also read Kafka, the
+    offset range it read in full. Sink tasks that run after a user transformation cannot know
+    their range; Spark's job success vouches that every planned range was read."""
 
     instant_time: str
     task_attempt: str  # unique per attempt; files of other attempts are orphans
-    offset_range: OffsetRange
+    offset_range: OffsetRange | None = None
     files: tuple[FileWrite, ...] = ()
     records_read: int = 0
     records_written: int = 0
@@ -66,10 +68,9 @@ class WriteStatus:
         return {
             "instant_time": self.instant_time,
             "task_attempt": self.task_attempt,
-            "topic": r.partition.topic,
-            "partition": r.partition.partition,
-            "start": r.start,
-            "end": r.end,
+            "range": None
+            if r is None
+            else [r.partition.topic, r.partition.partition, r.start, r.end],
             "files": [f.to_json() for f in self.files],
             "records_read": self.records_read,
             "records_written": self.records_written,

@@ -1,0 +1,30 @@
+"""Crash injection for the exactly-once tests: `LAKESINK_CRASH_AT=<point>` kills this process
+with SIGKILL when execution reaches that point (no cleanup, no `finally`, like a power cut).
+
+Points, in commit order: before-begin, after-begin, after-write, after-reconcile, after-publish,
+during-rollback. `LAKESINK_CRASH_AFTER_BATCHES=N` lets N batches pass first.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+CRASH_POINTS = (
+    "before-begin",
+    "after-begin",
+    "after-write",
+    "after-reconcile",
+    "after-publish",
+    "during-rollback",
+)
+_seen: dict[str, int] = {}
+
+
+def crash_point(point: str) -> None:
+    """Die here if the environment asks for it (a test-only hook; no effect otherwise)."""
+    if os.environ.get("LAKESINK_CRASH_AT") != point:
+        return
+    _seen[point] = _seen.get(point, 0) + 1
+    if _seen[point] > int(os.environ.get("LAKESINK_CRASH_AFTER_BATCHES", "0")):
+        os.kill(os.getpid(), signal.SIGKILL)

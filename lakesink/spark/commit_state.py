@@ -1,0 +1,44 @@
+"""What the table knows about a writer: its committed offsets, read from completed instants."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from lakesink.errors import TableNotFoundError
+from lakesink.protocol.instant import Action, Instant
+from lakesink.protocol.offsets import WriterOffsets
+from lakesink.table.hudi_table import HudiTable
+from lakesink.table.timeline import Timeline
+
+WRITER_ID_KEY = "lakesink.writer_id"
+OFFSETS_KEY = "lakesink.offsets"  # the writer's next offsets after this commit, all partitions
+RANGES_KEY = "lakesink.ranges"  # the ranges this commit ingested
+QUERY_ID_KEY = "lakesink.query_id"
+BATCH_ID_KEY = "lakesink.batch_id"
+COMMIT_ID_KEY = "lakesink.commit_id"
+
+
+def last_commit_of(timeline: Timeline, writer_id: str) -> tuple[Instant, WriterOffsets] | None:
+    """The newest completed commit of `writer_id` and the offsets it recorded."""
+    for instant in reversed(timeline.completed()):
+        if instant.action is not Action.COMMIT:
+            continue
+        extra = timeline.commit_metadata(instant).extra
+        if extra.get(WRITER_ID_KEY) == writer_id and OFFSETS_KEY in extra:
+            return instant, WriterOffsets.from_json(json.loads(extra[OFFSETS_KEY]))
+    return None
+
+
+def committed_offsets(table: HudiTable, writer_id: str) -> WriterOffsets:
+    found = last_commit_of(table.timeline(), writer_id)
+    return found[1] if found else WriterOffsets.empty()
+
+
+def committed_offsets_at(table_path: str | Path, writer_id: str) -> WriterOffsets:
+    """Committed offsets of a writer, or none when the table does not exist yet."""
+    try:
+        table = HudiTable.open(table_path)
+    except TableNotFoundError:
+        return WriterOffsets.empty()
+    return committed_offsets(table, writer_id)

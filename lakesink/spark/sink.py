@@ -1,0 +1,142 @@
+"""Driver side of the sink: the `foreachBatch` function that runs one batch's commit protocol."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from lakesink.config import LakesinkConfig
+from lakesink.errors import ConfigError, LakesinkError
+from lakesink.protocol.offsets import OffsetRange
+from lakesink.spark.coordinator import BatchOutcome, Coordinator
+from lakesink.spark.source import offset_to_ranges
+from lakesink.spark.task_writer import STATUS_SCHEMA, TaskWriter, parse_statuses
+
+log = logging.getLogger(__name__)
+
+DATE_PARTITION_COLUMN = "dt"
+
+
+def planned_ranges(checkpoint: Path, batch_id: int) -> list[OffsetRange]:
+    """The ranges Spark planned for batch `batch_id`, from its offset log (`offsets/N`):
+    a version line, a metadata line, then one offset line per source."""
+    path = checkpoint / "offsets" / str(batch_id)
+    try:
+        lines = path.read_text().splitlines()
+    except OSError as e:
+        raise LakesinkError(f"cannot read Spark's offset log {path}: {e.strerror}") from e
+    sources = [ln for ln in lines[2:] if ln.strip()]
+    if len(sources) != 1:
+        raise LakesinkError(
+            f"{path} lists {len(sources)} sources; a lakesink query reads exactly one lakesink-kafka source"
+        )
+    return offset_to_ranges(json.loads(sources[0]))
+
+
+def load_transform(cfg: LakesinkConfig) -> Callable[[DataFrame], DataFrame] | None:
+    if cfg["transform.sql"]:
+        sql = cfg["transform.sql"]
+
+        def run_sql(df: DataFrame) -> DataFrame:
+            df.createOrReplaceTempView("source")
+            return df.sparkSession.sql(sql)
+
+        return run_sql
+    if cfg["transform.python"]:
+        module, _, func = str(cfg["transform.python"]).partition(":")
+        try:
+            fn = getattr(importlib.import_module(module), func)
+        except (ImportError, AttributeError) as e:
+            raise ConfigError(
+                f"transform.python={cfg['transform.python']!r} cannot be loaded: {e}; "
+                "expected 'module:function' importable on the driver and executors"
+            ) from e
+        return fn  # type: ignore[no-any-return]
+    return None
+
+
+@dataclass
+class BatchStats:
+    batches: int = 0
+    records: int = 0
+    last_outcome: BatchOutcome | None = None
+    last_batch_s: float = 0.0
+
+
+class CommittingSink:
+    """`writeStream.foreachBatch(sink)`: begin instant → tasks write → reconcile → publish."""
+
+    def __init__(self, cfg: LakesinkConfig, coordinator: Coordinator) -> None:
+        self.cfg = cfg
+        self.coordinator = coordinator
+        self.transform = load_transform(cfg)
+        self.stats = BatchStats()
+        self.on_batch: Callable[[BatchOutcome], None] | None = None
+
+    def prepare(self, df: DataFrame) -> DataFrame:
+        if self.transform is not None:
+            df = self.transform(df)
+        date_from = self.cfg["table.partition.date.from"]
+        if date_from:
+            if date_from not in df.columns:
+                raise ConfigError(
+                    f"table.partition.date.from={date_from!r} is not a column; columns are "
+                    f"{', '.join(df.columns)}"
+                )
+            df = df.withColumn(DATE_PARTITION_COLUMN, F.date_format(F.col(date_from), "yyyy-MM-dd"))
+        missing = [c for c in self.coordinator.table.config.partition_fields if c not in df.columns]
+        if missing:
+            raise ConfigError(f"partition column(s) {missing} are not in the rows: {df.columns}")
+        return df
+
+    def __call__(self, batch_df: DataFrame, batch_id: int) -> None:
+        started = time.perf_counter()
+        ranges = planned_ranges(self.cfg.checkpoint_location, batch_id)
+        instant = self.coordinator.begin(batch_id, ranges)
+        if instant is None:
+            return
+        try:
+            out = self.prepare(batch_df)
+            writer = TaskWriter(
+                str(self.coordinator.table.base_path),
+                self.coordinator.table.config,
+                instant.value,
+                self.cfg["table.target.file.size.bytes"],
+            )
+            rows = out.mapInArrow(writer, STATUS_SCHEMA).collect()
+            statuses = parse_statuses(rows)
+            outcome = self.coordinator.complete(
+                instant, batch_id, ranges, statuses, schema=avro_schema_of(out)
+            )
+        except BaseException:
+            log.exception("batch %s failed; rolling back instant %s", batch_id, instant)
+            try:
+                self.coordinator.abort(instant)
+            except Exception:  # recovery at the next start rolls it back
+                log.exception("rollback of %s failed; the next start will retry it", instant)
+            raise
+        self.stats.batches += 1
+        self.stats.records += outcome.records
+        self.stats.last_outcome = outcome
+        self.stats.last_batch_s = time.perf_counter() - started
+        if self.on_batch:
+            self.on_batch(outcome)
+
+
+def avro_schema_of(df: DataFrame) -> str:
+    """The Avro schema of the rows as written (meta columns included), for commit metadata."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    from lakesink.table.writer import table_avro_schema
+
+    arrow: Any = to_arrow_schema(df.schema)
+    return table_avro_schema(arrow, "record")

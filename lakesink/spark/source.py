@@ -1,0 +1,216 @@
+"""The `lakesink-kafka` streaming source: a PySpark Python Data Source reading Kafka offset ranges.
+
+Offsets are planned on the driver with explicit partition assignment (never a consumer group).
+The offset Spark stores for a batch is `{"v": 1, "ranges": {"topic:partition": [start, end]}}`:
+it carries the batch's start AND end, so the batch's exact ranges can be read back from Spark's
+offset log (`offsets/N`) by the committing sink — including empty tails and gaps from transaction
+markers, which no record in the data reveals.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
+from pyspark.sql.types import StructType
+
+from lakesink.config import LakesinkConfig, build_config
+from lakesink.protocol.offsets import OffsetRange, TopicPartition, WriterOffsets
+
+log = logging.getLogger(__name__)
+
+SOURCE_NAME = "lakesink-kafka"
+CONFIG_OPTION = (
+    "lakesink.config"  # the whole validated config, as JSON (option keys are lower-cased)
+)
+OFFSET_FORMAT_VERSION = 1
+
+
+def encode_config(cfg: LakesinkConfig) -> str:
+    return json.dumps({k: list(v) if isinstance(v, tuple) else v for k, v in cfg.values.items()})
+
+
+def decode_config(options: Mapping[str, str]) -> LakesinkConfig:
+    return build_config(json.loads(options[CONFIG_OPTION]))
+
+
+def ranges_to_offset(ranges: Mapping[TopicPartition, tuple[int, int]]) -> dict[str, Any]:
+    return {
+        "v": OFFSET_FORMAT_VERSION,
+        "ranges": {tp.key(): [s, e] for tp, (s, e) in sorted(ranges.items())},
+    }
+
+
+def offset_to_ranges(offset: Mapping[str, Any]) -> list[OffsetRange]:
+    """The planned ranges of one batch from its stored offset (see the module docstring)."""
+    if offset.get("v") != OFFSET_FORMAT_VERSION:
+        raise ValueError(f"offset {offset!r} is not a lakesink-kafka offset of version 1")
+    return [
+        OffsetRange(TopicPartition.parse(k), int(se[0]), int(se[1]))
+        for k, se in sorted(offset["ranges"].items())
+    ]
+
+
+def offset_positions(offset: Mapping[str, Any]) -> dict[TopicPartition, int]:
+    """Where the next batch starts: the end of every range."""
+    return {r.partition: r.end for r in offset_to_ranges(offset)}
+
+
+class KafkaRangePartition(InputPartition):
+    """One Spark task: the offsets [start, end) of one Kafka partition."""
+
+    def __init__(self, topic: str, partition: int, start: int, end: int) -> None:
+        self.topic, self.partition, self.start, self.end = topic, partition, start, end
+
+    def offset_range(self) -> OffsetRange:
+        return OffsetRange(TopicPartition(self.topic, self.partition), self.start, self.end)
+
+    def __repr__(self) -> str:
+        return f"KafkaRangePartition({self.topic}:{self.partition} [{self.start}, {self.end}))"
+
+
+def source_arrow_schema(cfg: LakesinkConfig) -> pa.Schema:
+    """Kafka metadata columns followed by the decoded value columns."""
+    from lakesink.kafka.deserializers import make_deserializer
+    from lakesink.kafka.reader import output_schema
+
+    return output_schema(_deserializer(cfg, make_deserializer))
+
+
+def _deserializer(cfg: LakesinkConfig, factory: Any) -> Any:
+    return factory(
+        cfg["value.format"],
+        schema=cfg["value.schema"],
+        schema_file=cfg["value.schema.file"],
+    )
+
+
+class KafkaStreamReader(DataSourceStreamReader):
+    """Plans offset ranges on the driver; reads them in tasks."""
+
+    def __init__(self, cfg: LakesinkConfig) -> None:
+        self.cfg = cfg
+
+    # --- driver side -------------------------------------------------------------------------
+    def _partitions(self) -> list[TopicPartition]:
+        from lakesink.kafka.client import list_partitions
+
+        return list_partitions(
+            self.cfg["kafka.bootstrap.servers"],
+            topics=list(self.cfg["kafka.topics"]) or None,
+            pattern=self.cfg["kafka.topic.pattern"],
+        )
+
+    def _table_offsets(self) -> WriterOffsets:
+        from lakesink.spark.commit_state import committed_offsets_at
+
+        return committed_offsets_at(self.cfg["table.path"], self.cfg.writer_id)
+
+    def _starts(
+        self, known: Mapping[TopicPartition, int], partitions: Sequence[TopicPartition]
+    ) -> dict[TopicPartition, int]:
+        """Start positions of partitions not in `known`: the table's committed offsets for this
+        writer, else kafka.starting.offsets (new partitions found later start at earliest)."""
+        from lakesink.kafka.client import OffsetClient
+        from lakesink.kafka.planning import resolve_start
+
+        new = [tp for tp in partitions if tp not in known]
+        if not new:
+            return {}
+        committed = self._table_offsets()
+        with OffsetClient(
+            self.cfg["kafka.bootstrap.servers"],
+            isolation_level=self.cfg["kafka.isolation.level"],
+            extra=self.cfg.consumer_config,
+        ) as client:
+            return resolve_start(
+                committed,
+                new,
+                self.cfg["kafka.starting.offsets"] if not known else "earliest",
+                client,
+                fail_on_data_loss=self.cfg["kafka.fail.on.data.loss"],
+            )
+
+    def initialOffset(self) -> dict[str, Any]:
+        starts = self._starts({}, self._partitions())
+        log.info("lakesink-kafka: writer %s starts at %s", self.cfg.writer_id, starts)
+        return ranges_to_offset({tp: (s, s) for tp, s in starts.items()})
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        cap = self.cfg["kafka.max.records.per.batch"]
+        return ReadMaxRows(cap) if cap else ReadAllAvailable()
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        from lakesink.kafka.client import OffsetClient
+        from lakesink.kafka.planning import check_data_loss, plan_ends
+
+        positions = offset_positions(start)
+        partitions = self._partitions()
+        positions.update(self._starts(positions, partitions))
+        with OffsetClient(
+            self.cfg["kafka.bootstrap.servers"],
+            isolation_level=self.cfg["kafka.isolation.level"],
+            extra=self.cfg.consumer_config,
+        ) as client:
+            marks = client.watermarks(list(positions))
+        positions = check_data_loss(
+            positions, marks, fail_on_data_loss=self.cfg["kafka.fail.on.data.loss"]
+        )
+        cap = limit.max_rows if isinstance(limit, ReadMaxRows) else None
+        ends = plan_ends(positions, {tp: hi for tp, (_lo, hi) in marks.items()}, cap)
+        if all(ends[tp] == s for tp, s in positions.items()) and set(positions) == set(
+            offset_positions(start)
+        ):
+            return start  # nothing new: Spark runs no batch
+        return ranges_to_offset({tp: (positions[tp], ends[tp]) for tp in positions})
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        per_task = self.cfg["kafka.max.records.per.task"]
+        return [
+            KafkaRangePartition(
+                piece.partition.topic, piece.partition.partition, piece.start, piece.end
+            )
+            for r in offset_to_ranges(end)
+            if not r.is_empty
+            for piece in r.split(per_task)
+        ]
+
+    # --- task side ---------------------------------------------------------------------------
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        from lakesink.kafka.deserializers import make_deserializer
+        from lakesink.kafka.reader import read_range
+
+        assert isinstance(partition, KafkaRangePartition)
+        yield from read_range(
+            self.cfg["kafka.bootstrap.servers"],
+            partition.offset_range(),
+            isolation_level=self.cfg["kafka.isolation.level"],
+            deserializer=_deserializer(self.cfg, make_deserializer),
+            consumer_config=self.cfg.consumer_config,
+            errors_tolerance=self.cfg["errors.tolerance"],
+            dead_letter_topic=self.cfg["errors.deadletter.topic"],
+        )
+
+    def commit(self, end: dict[str, Any]) -> None:
+        """Nothing to do: the table, not Kafka, holds the committed offsets."""
+
+
+class KafkaDataSource(DataSource):
+    """`spark.readStream.format("lakesink-kafka").option("lakesink.config", json)`."""
+
+    @classmethod
+    def name(cls) -> str:
+        return SOURCE_NAME
+
+    def schema(self) -> StructType:
+        from pyspark.sql.pandas.types import from_arrow_schema
+
+        return from_arrow_schema(source_arrow_schema(decode_config(self.options)))
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return KafkaStreamReader(decode_config(self.options))

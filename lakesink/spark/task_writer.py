@@ -1,0 +1,69 @@
+"""Task side of the sink: write a Spark partition's Arrow batches as Hudi base files."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+
+import pyarrow as pa
+
+from lakesink.protocol.write_status import WriteStatus
+from lakesink.table.config import TableConfig
+
+STATUS_SCHEMA = "status string"
+_STATUS_ARROW = pa.schema([("status", pa.string())])
+
+
+class TaskWriter:
+    """A picklable function for `DataFrame.mapInArrow`: writes the rows it is given into the
+    table under one instant and yields one row holding this attempt's WriteStatus as JSON."""
+
+    def __init__(
+        self, table_path: str, config: TableConfig, instant_time: str, target_file_size: int
+    ) -> None:
+        self.table_path = table_path
+        self.config = config
+        self.instant_time = instant_time
+        self.target_file_size = target_file_size
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from pyspark import TaskContext
+
+        from lakesink.protocol.instant import InstantTime
+        from lakesink.table.files import write_token
+        from lakesink.table.writer import PartitionedWriter
+
+        ctx = TaskContext.get()
+        if ctx is not None:
+            token = write_token(ctx.partitionId(), ctx.stageId(), ctx.attemptNumber())
+            attempt = f"{ctx.stageId()}.{ctx.partitionId()}.{ctx.attemptNumber()}"
+        else:  # outside Spark (unit tests)
+            token, attempt = write_token(0, 0, 0), uuid.uuid4().hex
+        writer = PartitionedWriter(
+            self.table_path,
+            self.config,
+            InstantTime(self.instant_time),
+            token,
+            target_file_size_bytes=self.target_file_size,
+        )
+        rows = 0
+        schema: pa.Schema | None = None
+        for batch in batches:
+            if batch.num_rows:
+                writer.write(batch)
+                rows += batch.num_rows
+                schema = schema or batch.schema
+        files = writer.close()
+        status = WriteStatus(
+            instant_time=self.instant_time,
+            task_attempt=attempt,
+            files=tuple(files),
+            records_read=rows,
+            records_written=sum(f.num_writes for f in files),
+        )
+        yield pa.RecordBatch.from_pylist([{"status": json.dumps(status.to_json())}], _STATUS_ARROW)
+
+
+def parse_statuses(rows: list[object]) -> list[WriteStatus]:
+    return [WriteStatus.from_json(json.loads(row["status"])) for row in rows]  # type: ignore[index]
