@@ -1,0 +1,270 @@
+"""Thin typed helpers over confluent_kafka: topics, partitions, watermarks, offsets for times.
+
+Everything uses explicit partitions (`assign()`-style requests), never a consumer group:
+confluent-kafka wants a `group.id` string even then, so a fixed dummy is set and auto commit is off.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from types import TracebackType
+from typing import Any, Literal
+
+from lakesink.errors import ConfigError, KafkaError
+from lakesink.protocol.offsets import TopicPartition
+
+log = logging.getLogger(__name__)
+
+IsolationLevel = Literal["read_committed", "read_uncommitted"]
+ISOLATION_LEVELS: tuple[IsolationLevel, ...] = ("read_committed", "read_uncommitted")
+
+DUMMY_GROUP_ID = "lakesink-assign-only"
+"""confluent-kafka requires a group.id even with assign(); lakesink never joins or commits it."""
+
+RECEIVE_MESSAGE_MAX_BYTES = 1_000_000_000
+"""Some brokers (noida-db) ignore fetch size limits; allow large fetch responses."""
+
+
+def check_isolation_level(isolation_level: str) -> IsolationLevel:
+    if isolation_level not in ISOLATION_LEVELS:
+        raise ConfigError(
+            f"isolation level {isolation_level!r} is not valid; use one of {', '.join(ISOLATION_LEVELS)}"
+        )
+    return isolation_level  # type: ignore[return-value]
+
+
+def consumer_config(
+    bootstrap: str,
+    isolation_level: IsolationLevel = "read_committed",
+    extra: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The consumer configuration lakesink uses: assign-only, no commits, errors on lost offsets."""
+    config: dict[str, Any] = {
+        "bootstrap.servers": bootstrap,
+        "group.id": DUMMY_GROUP_ID,
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "auto.offset.reset": "error",
+        "isolation.level": check_isolation_level(isolation_level),
+        "receive.message.max.bytes": RECEIVE_MESSAGE_MAX_BYTES,
+        "enable.partition.eof": True,
+    }
+    if extra:
+        config.update(extra)
+    if config.get("bootstrap.servers") != bootstrap:
+        config["bootstrap.servers"] = bootstrap
+    return config
+
+
+def _ck_tp(tp: TopicPartition, offset: int | None = None) -> Any:
+    from confluent_kafka import TopicPartition as CkTopicPartition
+
+    if offset is None:
+        return CkTopicPartition(tp.topic, tp.partition)
+    return CkTopicPartition(tp.topic, tp.partition, offset)
+
+
+def create_topic(
+    bootstrap: str,
+    topic: str,
+    partitions: int,
+    replication: int = 1,
+    *,
+    config: Mapping[str, str] | None = None,
+    timeout_s: float = 30.0,
+) -> bool:
+    """Create `topic` if it does not exist. Returns True if this call created it.
+
+    An existing topic with another partition count is left as it is (a warning is logged)."""
+    from confluent_kafka import KafkaError as CkKafkaError
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    if partitions <= 0:
+        raise ConfigError(f"a topic needs at least one partition, got {partitions} for {topic!r}")
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    new = NewTopic(topic, partitions, replication, config=dict(config or {}))
+    futures = admin.create_topics([new], operation_timeout=timeout_s, request_timeout=timeout_s)
+    created = True
+    try:
+        futures[topic].result(timeout=timeout_s)
+    except KafkaException as e:
+        err = e.args[0] if e.args else None
+        if not (isinstance(err, CkKafkaError) and err.code() == CkKafkaError.TOPIC_ALREADY_EXISTS):
+            raise KafkaError(f"cannot create topic {topic!r} on {bootstrap}: {e}") from e
+        created = False
+    except Exception as e:
+        raise KafkaError(f"cannot create topic {topic!r} on {bootstrap}: {e}") from e
+    # wait until the metadata shows it, so that producers and planners see every partition
+    existing = _await_partition_count(admin, topic, timeout_s)
+    if not created and existing != partitions:
+        log.warning(
+            "topic %r already exists with %d partitions (asked for %d)", topic, existing, partitions
+        )
+    return created
+
+
+def _await_partition_count(admin: Any, topic: str, timeout_s: float) -> int:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        md = admin.list_topics(timeout=timeout_s)
+        t = md.topics.get(topic)
+        if t is not None and t.error is None and t.partitions:
+            return len(t.partitions)
+        if time.monotonic() > deadline:
+            raise KafkaError(f"topic {topic!r} is not visible in the metadata after {timeout_s:.0f} s")
+        time.sleep(0.05)
+
+
+def list_partitions(
+    bootstrap: str,
+    topics: Sequence[str] | None = None,
+    *,
+    pattern: str | None = None,
+    wait_timeout_s: float | None = None,
+    timeout_s: float = 10.0,
+) -> list[TopicPartition]:
+    """All partitions of `topics`, or of every topic whose full name matches the regex `pattern`
+    (internal topics starting with `__` excluded), sorted.
+
+    A listed topic that does not exist raises KafkaError naming it, unless `wait_timeout_s` is
+    given: then this waits that long for it to appear. Never creates topics (the metadata request
+    asks for all topics, so brokers with auto-create do not create the asked-for ones)."""
+    from confluent_kafka.admin import AdminClient
+
+    if (topics is None) == (pattern is None):
+        raise ConfigError("give exactly one of topics (a list of names) or pattern (a regex)")
+    regex = None
+    if pattern is not None:
+        try:
+            regex = re.compile(pattern)
+        except re.error as e:
+            raise ConfigError(f"topic pattern {pattern!r} is not a valid regex: {e}") from e
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    deadline = time.monotonic() + (wait_timeout_s or 0.0)
+    while True:
+        try:
+            md = admin.list_topics(timeout=timeout_s)
+        except Exception as e:
+            raise KafkaError(f"cannot list topics on {bootstrap}: {e}") from e
+        found: dict[str, int] = {
+            name: len(t.partitions)
+            for name, t in md.topics.items()
+            if t.error is None and t.partitions
+        }
+        if regex is not None:
+            names = sorted(n for n in found if not n.startswith("__") and regex.fullmatch(n))
+            missing: list[str] = []
+        else:
+            assert topics is not None
+            names = sorted(set(topics))
+            missing = [n for n in names if n not in found]
+        if not missing:
+            return [TopicPartition(n, p) for n in names for p in range(found[n])]
+        if wait_timeout_s is None or time.monotonic() > deadline:
+            raise KafkaError(
+                f"topic(s) {', '.join(repr(m) for m in missing)} do not exist on {bootstrap}"
+                + (f" (waited {wait_timeout_s:.0f} s)" if wait_timeout_s else "")
+                + "; create them or fix the topic names"
+            )
+        time.sleep(0.2)
+
+
+class OffsetClient:
+    """A consumer that never joins a group, used on the driver to query offsets.
+
+    Reuse one across batches (it keeps its connections); close it when done."""
+
+    def __init__(
+        self,
+        bootstrap: str,
+        isolation_level: IsolationLevel = "read_committed",
+        *,
+        config: Mapping[str, Any] | None = None,
+        timeout_s: float = 10.0,
+    ) -> None:
+        from confluent_kafka import Consumer
+
+        self.bootstrap = bootstrap
+        self.isolation_level = check_isolation_level(isolation_level)
+        self.timeout_s = timeout_s
+        self._consumer = Consumer(consumer_config(bootstrap, self.isolation_level, config))
+
+    def watermarks(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, tuple[int, int]]:
+        """(low, high) per partition: log start and, under read_committed, the last stable offset."""
+        out: dict[TopicPartition, tuple[int, int]] = {}
+        for tp in partitions:
+            try:
+                low, high = self._consumer.get_watermark_offsets(
+                    _ck_tp(tp), timeout=self.timeout_s, cached=False
+                )
+            except Exception as e:
+                raise KafkaError(
+                    f"cannot read the watermarks of {tp} on {self.bootstrap}: {e} "
+                    "(does the topic and partition exist?)"
+                ) from e
+            out[tp] = (int(low), int(high))
+        return out
+
+    def offsets_for_times(
+        self, timestamps_ms: Mapping[TopicPartition, int]
+    ) -> dict[TopicPartition, int | None]:
+        """The first offset whose timestamp is >= the given one, per partition; None when no
+        record is that recent (start at the high watermark then)."""
+        if not timestamps_ms:
+            return {}
+        query = [_ck_tp(tp, int(ts)) for tp, ts in timestamps_ms.items()]
+        try:
+            result = self._consumer.offsets_for_times(query, timeout=self.timeout_s)
+        except Exception as e:
+            raise KafkaError(f"offsets_for_times failed on {self.bootstrap}: {e}") from e
+        out: dict[TopicPartition, int | None] = {}
+        for r in result:
+            tp = TopicPartition(r.topic, r.partition)
+            if r.error is not None:
+                raise KafkaError(f"offsets_for_times failed for {tp} on {self.bootstrap}: {r.error}")
+            out[tp] = int(r.offset) if r.offset >= 0 else None
+        return out
+
+    def close(self) -> None:
+        self._consumer.close()
+
+    def __enter__(self) -> OffsetClient:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+def watermarks(
+    bootstrap: str,
+    partitions: Iterable[TopicPartition],
+    isolation_level: IsolationLevel = "read_committed",
+    *,
+    config: Mapping[str, Any] | None = None,
+    timeout_s: float = 10.0,
+) -> dict[TopicPartition, tuple[int, int]]:
+    """(low, high) per partition; high is the last stable offset under read_committed."""
+    with OffsetClient(bootstrap, isolation_level, config=config, timeout_s=timeout_s) as c:
+        return c.watermarks(partitions)
+
+
+def offsets_for_times(
+    bootstrap: str,
+    timestamps_ms: Mapping[TopicPartition, int],
+    isolation_level: IsolationLevel = "read_committed",
+    *,
+    config: Mapping[str, Any] | None = None,
+    timeout_s: float = 10.0,
+) -> dict[TopicPartition, int | None]:
+    """First offset at or after each timestamp (ms since epoch); None when there is none."""
+    with OffsetClient(bootstrap, isolation_level, config=config, timeout_s=timeout_s) as c:
+        return c.offsets_for_times(timestamps_ms)

@@ -1,0 +1,352 @@
+"""Read one planned offset range `[start, end)` of one partition into Arrow record batches.
+
+The reader assigns the partition at `start` (no consumer group), consumes in bulk and stops when
+the consumer position reaches `end` — never by counting records, since offsets have gaps
+(transaction markers, aborted records under read_committed, compaction). Every row carries the
+Kafka metadata columns, then the deserialized value columns.
+
+Records that fail to deserialize: with errors_tolerance="none" a RecordError names topic,
+partition, offset and reason; with "all" they leave the data batches and go to `on_dead_letter`
+as FailedRecords (counted in `RangeReadStats.dead_letters`, never silently dropped).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from lakesink.errors import ConfigError, DataLossError, KafkaError, RecordError
+from lakesink.kafka.client import IsolationLevel, consumer_config
+from lakesink.kafka.deserializers import Deserializer
+from lakesink.protocol.offsets import OffsetRange, TopicPartition
+from lakesink.protocol.write_status import DeadLetter
+
+log = logging.getLogger(__name__)
+
+ErrorsTolerance = Literal["none", "all"]
+ERRORS_TOLERANCES: tuple[ErrorsTolerance, ...] = ("none", "all")
+
+HEADER_TYPE = pa.list_(
+    pa.struct([pa.field("key", pa.string(), nullable=False), pa.field("value", pa.binary())])
+)
+
+METADATA_FIELDS: tuple[pa.Field, ...] = (
+    pa.field("kafka_topic", pa.string(), nullable=False),
+    pa.field("kafka_partition", pa.int32(), nullable=False),
+    pa.field("kafka_offset", pa.int64(), nullable=False),
+    pa.field("kafka_timestamp", pa.timestamp("us", tz="UTC")),
+    pa.field("kafka_key", pa.binary()),
+    pa.field("kafka_headers", HEADER_TYPE),
+)
+"""The Kafka metadata columns every row starts with."""
+
+METADATA_COLUMNS: tuple[str, ...] = tuple(f.name for f in METADATA_FIELDS)
+
+
+def record_schema(deserializer: Deserializer) -> pa.Schema:
+    """The schema of the batches `read_range` yields: metadata columns, then value columns."""
+    clash = set(METADATA_COLUMNS) & set(deserializer.value_schema.names)
+    if clash:
+        raise ConfigError(
+            f"value column(s) {', '.join(sorted(clash))} clash with Kafka metadata columns"
+        )
+    return pa.schema([*METADATA_FIELDS, *deserializer.value_schema])
+
+
+@dataclass(frozen=True, slots=True)
+class FailedRecord:
+    """A record that could not be deserialized, with everything needed to replay it."""
+
+    partition: TopicPartition
+    offset: int
+    timestamp_ms: int | None
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes | None], ...]
+    error: str
+
+    def to_dead_letter(self) -> DeadLetter:
+        return DeadLetter(self.partition, self.offset, self.error)
+
+
+DEAD_LETTER_SCHEMA = pa.schema(
+    [
+        pa.field("kafka_topic", pa.string(), nullable=False),
+        pa.field("kafka_partition", pa.int32(), nullable=False),
+        pa.field("kafka_offset", pa.int64(), nullable=False),
+        pa.field("kafka_timestamp", pa.timestamp("us", tz="UTC")),
+        pa.field("kafka_key", pa.binary()),
+        pa.field("kafka_value", pa.binary()),
+        pa.field("kafka_headers", HEADER_TYPE),
+        pa.field("error", pa.string(), nullable=False),
+    ]
+)
+"""The columns of a dead-letter table."""
+
+
+def dead_letter_batch(records: list[FailedRecord]) -> pa.RecordBatch:
+    """Failed records as one Arrow batch of DEAD_LETTER_SCHEMA (for a dead-letter table)."""
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.array([r.partition.topic for r in records], pa.string()),
+            pa.array([r.partition.partition for r in records], pa.int32()),
+            pa.array([r.offset for r in records], pa.int64()),
+            _timestamps([r.timestamp_ms for r in records]),
+            pa.array([r.key for r in records], pa.binary()),
+            pa.array([r.value for r in records], pa.binary()),
+            _headers([list(r.headers) or None for r in records]),
+            pa.array([r.error for r in records], pa.string()),
+        ],
+        schema=DEAD_LETTER_SCHEMA,
+    )
+
+
+@dataclass
+class RangeReadStats:
+    """What a read_range call saw: filled in while it runs, final once the iterator is done."""
+
+    records_read: int = 0
+    records_emitted: int = 0
+    dead_letters: int = 0
+    batches: int = 0
+    position: int = -1
+    elapsed_s: float = 0.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _timestamps(ms: list[int | None]) -> pa.Array:
+    arr = pa.array(ms, pa.int64())
+    return pc.multiply(arr, 1000).cast(pa.timestamp("us", tz="UTC"))
+
+
+def _headers(headers: list[Any]) -> pa.Array:
+    if not any(headers):
+        return pa.nulls(len(headers), HEADER_TYPE)
+    return pa.array(
+        [None if h is None else [{"key": k, "value": v} for k, v in h] for h in headers],
+        HEADER_TYPE,
+    )
+
+
+def read_range(
+    bootstrap: str,
+    r: OffsetRange,
+    *,
+    deserializer: Deserializer,
+    isolation_level: IsolationLevel = "read_committed",
+    consumer_config_overrides: Mapping[str, Any] | None = None,
+    batch_size: int = 10_000,
+    errors_tolerance: ErrorsTolerance = "none",
+    on_dead_letter: Callable[[FailedRecord], None] | None = None,
+    stats: RangeReadStats | None = None,
+    poll_timeout_s: float = 0.5,
+    stall_timeout_s: float = 60.0,
+    consumer_config: Mapping[str, Any] | None = None,
+) -> Iterator[pa.RecordBatch]:
+    """Yield the records of `r` as record batches of at most `batch_size` rows, schema
+    `record_schema(deserializer)`. Exactly the records with start <= offset < end that the
+    isolation level shows are yielded (or dead-lettered), each once.
+
+    Raises KafkaError when no progress is made for `stall_timeout_s` (the message names the
+    partition, the range and the offset reached), DataLossError when `start` is below the log
+    start, RecordError for a bad record under errors_tolerance="none".
+    `consumer_config` (alias of `consumer_config_overrides`) adds librdkafka settings."""
+    if errors_tolerance not in ERRORS_TOLERANCES:
+        raise ConfigError(
+            f"errors tolerance {errors_tolerance!r} is not valid; use one of "
+            f"{', '.join(ERRORS_TOLERANCES)}"
+        )
+    if errors_tolerance == "all" and on_dead_letter is None:
+        raise ConfigError("errors_tolerance='all' needs on_dead_letter: bad records are never dropped")
+    if batch_size <= 0:
+        raise ConfigError(f"batch_size must be positive, got {batch_size}")
+    schema = record_schema(deserializer)
+    st = stats if stats is not None else RangeReadStats()
+    st.position = r.start
+    if r.is_empty:
+        return
+    overrides = dict(consumer_config_overrides or {})
+    overrides.update(consumer_config or {})
+    reader = _RangeReader(
+        bootstrap, r, deserializer, schema, isolation_level, overrides, batch_size,
+        errors_tolerance, on_dead_letter, st, poll_timeout_s, stall_timeout_s,
+    )
+    yield from reader.run()
+
+
+class _RangeReader:
+    def __init__(
+        self,
+        bootstrap: str,
+        r: OffsetRange,
+        deserializer: Deserializer,
+        schema: pa.Schema,
+        isolation_level: IsolationLevel,
+        overrides: Mapping[str, Any],
+        batch_size: int,
+        errors_tolerance: ErrorsTolerance,
+        on_dead_letter: Callable[[FailedRecord], None] | None,
+        stats: RangeReadStats,
+        poll_timeout_s: float,
+        stall_timeout_s: float,
+    ) -> None:
+        self.bootstrap = bootstrap
+        self.r = r
+        self.deserializer = deserializer
+        self.schema = schema
+        self.config = consumer_config(bootstrap, isolation_level, overrides)
+        self.batch_size = batch_size
+        self.errors_tolerance = errors_tolerance
+        self.on_dead_letter = on_dead_letter
+        self.stats = stats
+        self.poll_timeout_s = poll_timeout_s
+        self.stall_timeout_s = stall_timeout_s
+
+    def describe(self) -> str:
+        return f"{self.r.partition} range [{self.r.start}, {self.r.end})"
+
+    def run(self) -> Iterator[pa.RecordBatch]:
+        from confluent_kafka import Consumer
+        from confluent_kafka import KafkaError as CkError
+        from confluent_kafka import TopicPartition as CkTopicPartition
+
+        r = self.r
+        tp = r.partition
+        started = time.monotonic()
+        consumer = Consumer(self.config)
+        try:
+            consumer.assign([CkTopicPartition(tp.topic, tp.partition, r.start)])
+            position = r.start
+            last_progress = time.monotonic()
+            last_error: str | None = None
+            msgs_buf: list[Any] = []
+            done = False
+            while not done:
+                want = self.batch_size - len(msgs_buf)
+                msgs = consumer.consume(want, self.poll_timeout_s)
+                for m in msgs:
+                    err = m.error()
+                    if err is not None:
+                        code = err.code()
+                        if code == CkError._PARTITION_EOF:
+                            if m.offset() >= r.end:
+                                done = True
+                            continue
+                        if code in (CkError._AUTO_OFFSET_RESET, CkError.OFFSET_OUT_OF_RANGE):
+                            raise DataLossError(
+                                f"offset {position} of {tp} is out of range on the broker "
+                                f"(reading {self.describe()}): records were deleted before "
+                                f"they were read ({err.str()})"
+                            )
+                        if err.fatal() or code in (
+                            CkError.UNKNOWN_TOPIC_OR_PART,
+                            CkError._UNKNOWN_PARTITION,
+                            CkError._UNKNOWN_TOPIC,
+                            CkError.TOPIC_AUTHORIZATION_FAILED,
+                        ):
+                            raise KafkaError(
+                                f"reading {self.describe()} failed at offset {position}: {err.str()}"
+                            )
+                        last_error = err.str()
+                        log.debug("transient error reading %s: %s", self.describe(), last_error)
+                        continue
+                    off = m.offset()
+                    if off >= r.end:
+                        done = True
+                        break
+                    if off < position:
+                        continue  # a duplicate delivery after a broker reconnect
+                    msgs_buf.append(m)
+                    position = off + 1
+                    last_progress = time.monotonic()
+                    if position >= r.end:
+                        done = True
+                        break
+                if not done and not msgs:
+                    # the tail of the range may hold only markers/aborted records: ask the position
+                    pos = consumer.position([CkTopicPartition(tp.topic, tp.partition)])[0].offset
+                    if pos >= r.end:
+                        done = True
+                    elif pos > position:
+                        position = pos
+                        last_progress = time.monotonic()
+                if len(msgs_buf) >= self.batch_size or (done and msgs_buf):
+                    yield from self._emit(msgs_buf)
+                    msgs_buf = []
+                self.stats.position = position
+                if not done and time.monotonic() - last_progress > self.stall_timeout_s:
+                    raise KafkaError(
+                        f"no progress reading {self.describe()} for {self.stall_timeout_s:.0f} s: "
+                        f"reached offset {position}, {r.end - position} offsets short of the end"
+                        + (f"; last error: {last_error}" if last_error else "")
+                        + " (broker down, or the range ends beyond the last stable offset?)"
+                    )
+            self.stats.position = r.end
+        finally:
+            consumer.close()
+            self.stats.elapsed_s += time.monotonic() - started
+
+    def _emit(self, msgs: list[Any]) -> Iterator[pa.RecordBatch]:
+        tp = self.r.partition
+        n = len(msgs)
+        offsets = [m.offset() for m in msgs]
+        values = [m.value() for m in msgs]
+        decoded = self.deserializer.decode(values)
+        failures = decoded.failures
+        self.stats.records_read += n
+        if failures:
+            self._handle_failures(msgs, failures)
+            keep = [i for i in range(n) if i not in failures]
+            msgs = [msgs[i] for i in keep]
+            offsets = [offsets[i] for i in keep]
+            n = len(msgs)
+        if n == 0:
+            return
+        ts = [m.timestamp() for m in msgs]
+        timestamps = [t[1] if t[0] else None for t in ts]
+        keys = [m.key() for m in msgs]
+        headers = [m.headers() for m in msgs]
+        meta = [
+            pa.array([tp.topic] * n, pa.string()) if n < 64 else pa.repeat(tp.topic, n),
+            pa.repeat(pa.scalar(tp.partition, pa.int32()), n),
+            pa.array(offsets, pa.int64()),
+            _timestamps(timestamps),
+            pa.array(keys, pa.binary()),
+            _headers(headers),
+        ]
+        table = decoded.table
+        columns = [*meta, *(c.combine_chunks() if isinstance(c, pa.ChunkedArray) else c for c in table.columns)]
+        batch = pa.RecordBatch.from_arrays(columns, schema=self.schema)
+        self.stats.records_emitted += n
+        self.stats.batches += 1
+        yield batch
+
+    def _handle_failures(self, msgs: list[Any], failures: Mapping[int, str]) -> None:
+        tp = self.r.partition
+        for i in sorted(failures):
+            m = msgs[i]
+            if self.errors_tolerance == "none":
+                raise RecordError(
+                    f"record {tp.topic}:{tp.partition} offset {m.offset()} could not be "
+                    f"deserialized: {failures[i]} (set errors.tolerance=all to route bad records "
+                    "to a dead-letter queue)"
+                )
+            t = m.timestamp()
+            failed = FailedRecord(
+                partition=tp,
+                offset=m.offset(),
+                timestamp_ms=t[1] if t[0] else None,
+                key=m.key(),
+                value=m.value(),
+                headers=tuple(m.headers() or ()),
+                error=failures[i],
+            )
+            assert self.on_dead_letter is not None
+            self.on_dead_letter(failed)
+            self.stats.dead_letters += 1
