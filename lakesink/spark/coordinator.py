@@ -116,8 +116,9 @@ class Coordinator:
         with self.services.locked(self.table):
             t = self.services.next_instant_time(self.table)
             self._write_intent(t, batch_id, ranges)
+            # Beat first: an instant without a heartbeat counts as failed to other writers.
+            self.services.start_heartbeat(self.table, t)
             self.table.timeline().begin(Action.COMMIT, t)
-        self.services.start_heartbeat(self.table, t)
         crash_point("after-begin")
         log.info(
             "table %s writer %s: batch %s began instant %s",

@@ -1,0 +1,165 @@
+"""One ingestion: a streaming query from the lakesink-kafka source into a Hudi table."""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from pyspark.sql import SparkSession
+
+from lakesink.config import LakesinkConfig
+from lakesink.errors import LakesinkError
+from lakesink.protocol.offsets import TopicPartition
+from lakesink.spark import commit_state
+from lakesink.spark.coordinator import BatchOutcome, CommitServices, Coordinator
+from lakesink.spark.sink import DATE_PARTITION_COLUMN, CommittingSink
+from lakesink.spark.source import CONFIG_OPTION, SOURCE_NAME, encode_config
+from lakesink.table.config import TableConfig
+from lakesink.table.hudi_table import HudiTable
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """One line of progress after a batch."""
+
+    outcome: BatchOutcome
+    total_records: int
+    elapsed_s: float
+    lag: int | None  # records behind the high watermarks, when known
+
+    @property
+    def records_per_s(self) -> float:
+        return self.total_records / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
+
+@dataclass
+class IngestionResult:
+    batches: int = 0
+    records: int = 0
+    elapsed_s: float = 0.0
+    first_commit_s: float | None = None
+    committed: dict[str, int] = field(default_factory=dict)
+
+
+def table_config_for(cfg: LakesinkConfig) -> TableConfig:
+    partition_fields = tuple(cfg["table.partition.by"])
+    if cfg["table.partition.date.from"]:
+        partition_fields += (DATE_PARTITION_COLUMN,)
+    return TableConfig(
+        name=cfg.table_name,
+        version=cfg["table.version"],
+        record_key_fields=tuple(cfg["table.record.key.fields"]),
+        partition_fields=partition_fields,
+    )
+
+
+def high_watermarks(cfg: LakesinkConfig) -> dict[TopicPartition, int]:
+    from lakesink.kafka.client import OffsetClient, list_partitions
+
+    parts = list_partitions(
+        cfg["kafka.bootstrap.servers"],
+        topics=list(cfg["kafka.topics"]) or None,
+        pattern=cfg["kafka.topic.pattern"],
+    )
+    with OffsetClient(
+        cfg["kafka.bootstrap.servers"],
+        isolation_level=cfg["kafka.isolation.level"],
+        extra=cfg.consumer_config,
+    ) as client:
+        return {tp: hi for tp, (_lo, hi) in client.watermarks(parts).items()}
+
+
+class Ingestion:
+    """Runs the streaming query; `run(once=True)` stops when the writer has caught up with the
+    high watermarks seen at start."""
+
+    def __init__(
+        self,
+        cfg: LakesinkConfig,
+        spark: SparkSession,
+        *,
+        services: CommitServices | None = None,
+        on_progress: Callable[[Progress], None] | None = None,
+    ) -> None:
+        self.cfg = cfg
+        self.spark = spark
+        self.services = services or make_services(cfg)
+        self.on_progress = on_progress
+        self.table = HudiTable.create(cfg["table.path"], table_config_for(cfg))
+        self.coordinator = Coordinator(
+            self.table, cfg.writer_id, query_id=str(uuid.uuid4()), services=self.services
+        )
+
+    def run(self, *, once: bool = False, timeout_s: float | None = None) -> IngestionResult:
+        started = time.monotonic()
+        self.coordinator.start()
+        target = high_watermarks(self.cfg) if once else None
+        sink = CommittingSink(self.cfg, self.coordinator)
+        result = IngestionResult()
+
+        def on_batch(outcome: BatchOutcome) -> None:
+            elapsed = time.monotonic() - started
+            if result.first_commit_s is None:
+                result.first_commit_s = elapsed
+            if self.on_progress:
+                self.on_progress(Progress(outcome, sink.stats.records, elapsed, self._lag(target)))
+
+        sink.on_batch = on_batch
+        stream = (
+            self.spark.readStream.format(SOURCE_NAME)
+            .option(CONFIG_OPTION, encode_config(self.cfg))
+            .load()
+        )
+        interval = "0 seconds" if once else f"{self.cfg['trigger.interval.s']} seconds"
+        query = (
+            stream.writeStream.foreachBatch(sink)
+            .option("checkpointLocation", str(self.cfg.checkpoint_location))
+            .trigger(processingTime=interval)
+            .start()
+        )
+        try:
+            while query.isActive:
+                if query.exception() is not None:
+                    break
+                if once and target is not None and self._caught_up(target):
+                    break
+                if timeout_s is not None and time.monotonic() - started > timeout_s:
+                    raise LakesinkError(f"ingestion did not catch up within {timeout_s:.0f}s")
+                query.awaitTermination(0.2)
+        finally:
+            if query.isActive:
+                query.stop()
+        error = query.exception()
+        if error is not None:
+            raise LakesinkError(f"the streaming query failed: {error}") from None
+        result.batches = sink.stats.batches
+        result.records = sink.stats.records
+        result.elapsed_s = time.monotonic() - started
+        result.committed = self.coordinator.committed.to_json()
+        return result
+
+    def _caught_up(self, target: dict[TopicPartition, int]) -> bool:
+        committed = self.coordinator.committed
+        return all((committed.get(tp) or 0) >= hi for tp, hi in target.items() if hi > 0)
+
+    def _lag(self, target: dict[TopicPartition, int] | None) -> int | None:
+        if target is None:
+            return None
+        committed = self.coordinator.committed
+        return sum(max(0, hi - (committed.get(tp) or 0)) for tp, hi in target.items())
+
+
+def make_services(cfg: LakesinkConfig) -> CommitServices:
+    """Locks, heartbeats and fencing as configured."""
+    from lakesink.spark.services import ConfiguredCommitServices
+
+    return ConfiguredCommitServices(cfg)
+
+
+def committed_offsets(cfg: LakesinkConfig) -> dict[str, int]:
+    return commit_state.committed_offsets_at(cfg["table.path"], cfg.writer_id).to_json()

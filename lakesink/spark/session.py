@@ -1,0 +1,45 @@
+"""SparkSession set-up for lakesink: sane local defaults and the lakesink data sources."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+
+from pyspark.sql import SparkSession
+
+_DEFAULTS = {
+    "spark.ui.enabled": "false",
+    "spark.sql.session.timeZone": "UTC",
+    "spark.sql.shuffle.partitions": "4",
+    "spark.sql.execution.arrow.pyspark.enabled": "true",
+    "spark.python.worker.reuse": "true",
+    "spark.sql.streaming.stopGracefullyOnShutdown": "true",
+    "spark.sql.adaptive.enabled": "false",
+    "spark.driver.memory": "2g",
+    "spark.ui.showConsoleProgress": "false",
+}
+
+
+def get_spark(
+    master: str = "local[2]", conf: Mapping[str, str] | None = None, app_name: str = "lakesink"
+) -> SparkSession:
+    """Create (or reuse) the session and register the lakesink data sources on it."""
+    # Executors must run the same interpreter as the driver (the project's virtualenv).
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    builder = SparkSession.builder.master(master).appName(app_name)
+    for k, v in {**_DEFAULTS, **(conf or {})}.items():
+        builder = builder.config(k, v)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    register_sources(spark)
+    return spark
+
+
+def register_sources(spark: SparkSession) -> None:
+    from lakesink.spark.source import KafkaDataSource
+    from lakesink.spark.table_source import LakesinkTableSource
+
+    spark.dataSource.register(KafkaDataSource)
+    spark.dataSource.register(LakesinkTableSource)
