@@ -1,0 +1,34 @@
+"""Concurrency control between writers of one table (seed 003): the table lock, unique instant
+times, heartbeats of inflight instants, and fencing of zombie writer incarnations."""
+
+from lakesink.concurrency.heartbeat import (
+    Heartbeat,
+    WriterIncarnation,
+    claim_writer,
+    delete_heartbeat,
+    heartbeat_expired,
+    last_heartbeat,
+)
+from lakesink.concurrency.instant_time import InstantTimeGenerator
+from lakesink.concurrency.lock import (
+    FileLockProvider,
+    LockLease,
+    LockProvider,
+    NoLockProvider,
+    make_lock_provider,
+)
+
+__all__ = [
+    "FileLockProvider",
+    "Heartbeat",
+    "InstantTimeGenerator",
+    "LockLease",
+    "LockProvider",
+    "NoLockProvider",
+    "WriterIncarnation",
+    "claim_writer",
+    "delete_heartbeat",
+    "heartbeat_expired",
+    "last_heartbeat",
+    "make_lock_provider",
+]

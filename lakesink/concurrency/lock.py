@@ -1,0 +1,563 @@
+"""The table lock, held only around a commit (seed 003, optimistic concurrency).
+
+A `LockProvider` hands out a `LockLease`. A lease is a promise that nobody else holds the lock
+until `expires_at`; `check()` must pass right before anything is published, because a holder
+that stalled (GC pause, SIGSTOP, slow disk) past its expiry may already have been taken over.
+
+Providers:
+- `FileLockProvider`: lease files on the table's own file system (seed 003, option 2).
+- `PostgresLockProvider` (`lakesink.concurrency.pg_lock`): a PostgreSQL advisory lock.
+- `NoLockProvider`: one writer only; serialises the threads of this process and nothing more.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import logging
+import math
+import os
+import re
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
+
+from lakesink.errors import ConfigError, LockError
+
+if TYPE_CHECKING:
+    from lakesink.concurrency.pg_lock import PostgresLockProvider
+
+log = logging.getLogger(__name__)
+
+Clock = Callable[[], float]
+"""Seconds since the epoch (wall clock: it is compared across processes)."""
+Sleep = Callable[[float], None]
+
+LockKind = Literal["filesystem", "postgres", "none"]
+LOCK_KINDS: tuple[LockKind, ...] = ("filesystem", "postgres", "none")
+
+LOCK_DIR = ".hoodie/.lakesink/lock"
+"""Where `FileLockProvider` keeps its lease files, relative to the table base path."""
+
+
+@runtime_checkable
+class LockLease(Protocol):
+    """One holding of the table lock, valid until `expires_at` (seconds since the epoch)."""
+
+    @property
+    def owner(self) -> str: ...
+
+    @property
+    def expires_at(self) -> float: ...
+
+    def is_valid(self) -> bool:
+        """True while this holder may still publish; never raises."""
+        ...
+
+    def check(self) -> None:
+        """Raise LockError unless this holder may still publish. Call right before publishing."""
+        ...
+
+    def renew(self) -> None:
+        """Extend the lease; LockError if it was already lost."""
+        ...
+
+
+class LockProvider(Protocol):
+    """Hands out the table lock. `acquire` waits at most `timeout_s` (LockError after)."""
+
+    def acquire(self, timeout_s: float) -> LockLease: ...
+
+    def release(self, lease: LockLease) -> None: ...
+
+    def locked(self, timeout_s: float) -> contextlib.AbstractContextManager[LockLease]: ...
+
+
+@contextlib.contextmanager
+def hold(provider: LockProvider, timeout_s: float) -> Iterator[LockLease]:
+    """Acquire, yield the lease, and release it whatever happens inside."""
+    lease = provider.acquire(timeout_s)
+    try:
+        yield lease
+    finally:
+        provider.release(lease)
+
+
+# --------------------------------------------------------------------------------------------
+# no lock: a single writer
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _ProcessLease:
+    owner: str
+    _provider: NoLockProvider
+    _released: bool = False
+
+    @property
+    def expires_at(self) -> float:
+        return math.inf
+
+    def is_valid(self) -> bool:
+        return not self._released
+
+    def check(self) -> None:
+        if self._released:
+            raise LockError(f"lease of {self.owner!r} was released; take the lock again")
+
+    def renew(self) -> None:
+        self.check()
+
+
+class NoLockProvider:
+    """`lock.provider=none`: the user promises a single writer per table. Only the threads of
+    this process are serialised; other processes are not excluded."""
+
+    def __init__(self, owner: str = "single-writer") -> None:
+        self.owner = owner
+        self._mutex = threading.Lock()
+
+    def acquire(self, timeout_s: float) -> LockLease:
+        if not self._mutex.acquire(timeout=max(timeout_s, 0.0)):
+            raise LockError(f"in-process lock of {self.owner!r} not free within {timeout_s}s")
+        return _ProcessLease(self.owner, self)
+
+    def release(self, lease: LockLease) -> None:
+        if isinstance(lease, _ProcessLease) and not lease._released:
+            lease._released = True
+            self._mutex.release()
+
+    def locked(self, timeout_s: float) -> contextlib.AbstractContextManager[LockLease]:
+        return hold(self, timeout_s)
+
+
+# --------------------------------------------------------------------------------------------
+# file system lease lock
+# --------------------------------------------------------------------------------------------
+
+_LEASE_RE = re.compile(r"^(\d{12})\.lease$")
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseRecord:
+    """What a lease file says: who took lease number `seq` and until when (seconds)."""
+
+    seq: int
+    owner: str
+    token: str
+    acquired_at: float
+    expires_at: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "seq": self.seq,
+            "owner": self.owner,
+            "token": self.token,
+            "acquired_at": self.acquired_at,
+            "expires_at": self.expires_at,
+        }
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> LeaseRecord:
+        return cls(
+            int(d["seq"]),
+            str(d["owner"]),
+            str(d["token"]),
+            float(d["acquired_at"]),
+            float(d["expires_at"]),
+        )
+
+
+class FileLease:
+    """Lease number `seq` of a `FileLockProvider`. Valid while not released, not expired
+    (with a safety margin for the publish itself) and not succeeded by a newer lease."""
+
+    def __init__(self, provider: FileLockProvider, record: LeaseRecord) -> None:
+        self._provider = provider
+        self.record = record
+        self._expires_at = record.expires_at
+        self._released = False
+        self._lost: str | None = None
+        self._renewer: threading.Thread | None = None
+        self._stop = threading.Event()
+
+    @property
+    def owner(self) -> str:
+        return self.record.owner
+
+    @property
+    def seq(self) -> int:
+        return self.record.seq
+
+    @property
+    def expires_at(self) -> float:
+        return self._expires_at
+
+    def _why_invalid(self, margin_s: float | None = None) -> str | None:
+        p = self._provider
+        margin = p.safety_margin_s if margin_s is None else margin_s
+        if self._released:
+            return "it was released"
+        if self._lost is not None:
+            return self._lost
+        now = p.clock()
+        if now >= self._expires_at - margin:
+            return (
+                f"it expires at {self._expires_at:.3f} and only {self._expires_at - now:.3f}s "
+                f"are left (safety margin {margin}s)"
+            )
+        successor = p._newer_than(self.seq)
+        if successor is not None:
+            return f"lease {successor} was taken after it"
+        if not p._lease_path(self.seq).exists():
+            return "its lease file is gone"
+        return None
+
+    def is_valid(self) -> bool:
+        try:
+            return self._why_invalid() is None
+        except OSError:
+            return False
+
+    def check(self) -> None:
+        self._raise_if_invalid(None)
+
+    def _raise_if_invalid(self, margin_s: float | None) -> None:
+        try:
+            why = self._why_invalid(margin_s)
+        except OSError as e:
+            raise LockError(f"cannot verify lease {self.seq} of {self.owner!r}: {e}") from e
+        if why is not None:
+            raise LockError(
+                f"lease {self.seq} of {self.owner!r} on {self._provider.lock_dir} is lost: {why}; "
+                "do not publish, retry the commit with a new lease"
+            )
+
+    def renew(self) -> None:
+        """Extend to now + lease_s. Refuses once the current lease ran out: a renewal that
+        lands after the expiry another contender may already have acted on proves nothing."""
+        p = self._provider
+        self._raise_if_invalid(0.0)
+        start = p.clock()
+        new_expiry = start + p.lease_s
+        p._write_renewal(self.seq, self.record.token, new_expiry)
+        if p.clock() >= self._expires_at:
+            self._lost = "its renewal landed after the lease had expired"
+            raise LockError(
+                f"lease {self.seq} of {self.owner!r} expired while being renewed; "
+                "do not publish, retry the commit with a new lease"
+            )
+        self._expires_at = new_expiry
+
+    # the heartbeat that keeps a held lease alive
+
+    def _start_renewer(self, every_s: float) -> None:
+        def run() -> None:
+            while not self._stop.wait(every_s):
+                try:
+                    self.renew()
+                except (LockError, OSError) as e:
+                    log.warning("lock lease %s of %s not renewed: %s", self.seq, self.owner, e)
+                    if not self.is_valid():
+                        return
+
+        t = threading.Thread(target=run, name=f"lakesink-lock-renew-{self.seq}", daemon=True)
+        self._renewer = t
+        t.start()
+
+    def _stop_renewer(self) -> None:
+        self._stop.set()
+        t = self._renewer
+        if t is not None and t is not threading.current_thread():
+            t.join(timeout=5)
+
+    def __repr__(self) -> str:
+        return f"FileLease(seq={self.seq}, owner={self.owner!r}, expires_at={self._expires_at})"
+
+
+class FileLockProvider:
+    """A lease lock made of files under `<table>/.hoodie/.lakesink/lock/` (seed 003, option 2).
+
+    Lease number n is the file `<n:012d>.lease`, created at once with its content (write a temp
+    file, then `link()` it, which fails if the name exists, like O_EXCL) and never rewritten:
+    `{seq, owner, token, acquired_at, expires_at}`. The holder extends it by writing
+    `<n>.renewed` (only the holder writes it) and ends it with `<n>.released`.
+
+    To take the lock, a contender reads the newest lease n. If it is released, or expired (its
+    expiry and any renewal lie in the past), the contender creates lease n+1; the name can be
+    created once, so of two contenders exactly one wins. Nothing is ever deleted or renamed to
+    take over, so a stale view can never remove somebody else's fresh lease. A holder whose
+    lease was taken over sees the newer lease (and its own expiry) in `check()`.
+    """
+
+    def __init__(
+        self,
+        table_base_path: str | os.PathLike[str],
+        owner: str,
+        *,
+        lease_s: float = 30.0,
+        safety_margin_s: float | None = None,
+        poll_s: float = 0.05,
+        auto_renew: bool = True,
+        keep_leases: int = 16,
+        clock: Clock = time.time,
+        sleep: Sleep = time.sleep,
+    ) -> None:
+        if lease_s <= 0:
+            raise ConfigError(f"lock lease must be positive seconds, got {lease_s}")
+        margin = lease_s / 6 if safety_margin_s is None else safety_margin_s
+        if not 0 <= margin < lease_s:
+            raise ConfigError(f"lock safety margin {margin}s must be in [0, lease {lease_s}s)")
+        self.table_base_path = os.fspath(table_base_path)
+        self.lock_dir = Path(self.table_base_path) / LOCK_DIR
+        self.owner = owner
+        self.lease_s = lease_s
+        self.safety_margin_s = margin
+        self.poll_s = poll_s
+        self.auto_renew = auto_renew
+        self.keep_leases = max(keep_leases, 2)
+        self.clock = clock
+        self.sleep = sleep
+
+    # paths and records
+
+    def _lease_path(self, seq: int) -> Path:
+        return self.lock_dir / f"{seq:012d}.lease"
+
+    def _seqs(self) -> list[int]:
+        try:
+            names = os.listdir(self.lock_dir)
+        except FileNotFoundError:
+            return []
+        return sorted(int(m.group(1)) for n in names if (m := _LEASE_RE.match(n)))
+
+    def _newer_than(self, seq: int) -> int | None:
+        if self._lease_path(seq + 1).exists():
+            return seq + 1
+        newer = [s for s in self._seqs() if s > seq]
+        return newer[-1] if newer else None
+
+    def read_lease(self, seq: int) -> LeaseRecord | None:
+        """The lease file `seq` (None if absent); CorruptTableError-free: an unreadable file
+        counts as a lease that expired at its file's modification time."""
+        path = self._lease_path(seq)
+        try:
+            data = path.read_text()
+        except FileNotFoundError:
+            return None
+        try:
+            return LeaseRecord.from_json(json.loads(data))
+        except (ValueError, KeyError, TypeError):
+            mtime = path.stat().st_mtime
+            return LeaseRecord(seq, "<unreadable>", "", mtime, mtime)
+
+    def _renewed_until(self, seq: int) -> float | None:
+        try:
+            return float(json.loads((self.lock_dir / f"{seq:012d}.renewed").read_text())["until"])
+        except (FileNotFoundError, ValueError, KeyError, TypeError):
+            return None
+
+    def _is_released(self, seq: int) -> bool:
+        return (self.lock_dir / f"{seq:012d}.released").exists()
+
+    def lease_expiry(self, seq: int) -> float | None:
+        """When lease `seq` runs out, taking renewals into account (None if no such lease)."""
+        rec = self.read_lease(seq)
+        if rec is None:
+            return None
+        renewed = self._renewed_until(seq)
+        return rec.expires_at if renewed is None else max(rec.expires_at, renewed)
+
+    def current(self) -> LeaseRecord | None:
+        """The newest lease, whether or not it is still held."""
+        seqs = self._seqs()
+        return self.read_lease(seqs[-1]) if seqs else None
+
+    def _write_atomic(self, name: str, payload: dict[str, Any], *, exclusive: bool) -> bool:
+        """Write `payload` as JSON to `name` in the lock dir, all at once. With `exclusive`,
+        fail (return False) if `name` exists; else replace it."""
+        os.makedirs(self.lock_dir, exist_ok=True)
+        tmp = self.lock_dir / f".{uuid.uuid4().hex}.tmp"
+        with open(tmp, "x") as f:
+            json.dump(payload, f)
+            f.flush()
+            os.fsync(f.fileno())
+        try:
+            if exclusive:
+                try:
+                    os.link(tmp, self.lock_dir / name)
+                except FileExistsError:
+                    return False
+            else:
+                os.replace(tmp, self.lock_dir / name)
+            _fsync_dir(self.lock_dir)
+            return True
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+
+    def _write_renewal(self, seq: int, token: str, until: float) -> None:
+        self._write_atomic(f"{seq:012d}.renewed", {"token": token, "until": until}, exclusive=False)
+
+    # acquiring
+
+    def try_acquire(self) -> FileLease | None:
+        """One attempt: the lease if the lock was free, else None. Never waits."""
+        seqs = self._seqs()
+        if seqs:
+            newest = seqs[-1]
+            if not self._is_released(newest):
+                expiry = self.lease_expiry(newest)
+                if expiry is not None and self.clock() < expiry:
+                    return None
+        next_seq = seqs[-1] + 1 if seqs else 1
+        now = self.clock()
+        rec = LeaseRecord(next_seq, self.owner, uuid.uuid4().hex, now, now + self.lease_s)
+        if not self._write_atomic(f"{next_seq:012d}.lease", rec.to_json(), exclusive=True):
+            return None  # another contender created it first
+        if self._newer_than(next_seq) is not None:
+            # our view was stale (an old, pruned number): ours is not the newest lease
+            self._write_atomic(f"{next_seq:012d}.released", {"stale": True}, exclusive=False)
+            return None
+        lease = FileLease(self, rec)
+        self._prune(next_seq)
+        log.info("lock %s taken by %s (lease %d)", self.lock_dir, self.owner, next_seq)
+        if self.auto_renew:
+            lease._start_renewer(max(self.lease_s / 3, 0.01))
+        return lease
+
+    def acquire(self, timeout_s: float) -> FileLease:
+        deadline = self.clock() + timeout_s
+        while True:
+            try:
+                lease = self.try_acquire()
+            except OSError as e:
+                raise LockError(f"cannot take the lock under {self.lock_dir}: {e}") from e
+            if lease is not None:
+                return lease
+            if self.clock() >= deadline:
+                cur = self.current()
+                held = (
+                    f"held by {cur.owner!r} (lease {cur.seq}) until {self.lease_expiry(cur.seq)}"
+                    if cur is not None
+                    else "contended"
+                )
+                raise LockError(
+                    f"lock {self.lock_dir} not acquired within {timeout_s}s: it is {held}; "
+                    "retry later or raise the lock timeout"
+                )
+            self.sleep(self.poll_s)
+
+    def release(self, lease: LockLease) -> None:
+        if not isinstance(lease, FileLease) or lease._released:
+            return
+        lease._stop_renewer()
+        lease._released = True
+        try:
+            if self._newer_than(lease.seq) is None:
+                self._write_atomic(
+                    f"{lease.seq:012d}.released",
+                    {"token": lease.record.token, "at": self.clock()},
+                    exclusive=False,
+                )
+        except OSError as e:
+            log.warning(
+                "lock lease %d of %s not released (it will expire): %s", lease.seq, self.owner, e
+            )
+
+    def locked(self, timeout_s: float) -> contextlib.AbstractContextManager[FileLease]:
+        return hold(self, timeout_s)  # type: ignore[return-value]
+
+    def _prune(self, newest: int) -> None:
+        """Delete the files of leases far older than `newest`; nobody can hold them."""
+        floor = newest - self.keep_leases
+        if floor <= 0:
+            return
+        try:
+            names = os.listdir(self.lock_dir)
+        except OSError:
+            return
+        for name in names:
+            head = name.split(".", 1)[0]
+            if head.isdigit() and int(head) < floor:
+                with contextlib.suppress(OSError):
+                    os.unlink(self.lock_dir / name)
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError as e:
+        if e.errno not in (errno.EINVAL, errno.EBADF):
+            raise
+    finally:
+        os.close(fd)
+
+
+# --------------------------------------------------------------------------------------------
+# factory
+# --------------------------------------------------------------------------------------------
+
+
+def make_lock_provider(
+    kind: str,
+    *,
+    owner: str,
+    table_base_path: str | os.PathLike[str] | None = None,
+    dsn: str | None = None,
+    lock_key: str | None = None,
+    lease_s: float = 30.0,
+    clock: Clock = time.time,
+) -> LockProvider:
+    """The provider for `lock.provider` = `filesystem` | `postgres` | `none`."""
+    if kind == "filesystem":
+        if table_base_path is None:
+            raise ConfigError("lock.provider=filesystem needs the table base path")
+        return FileLockProvider(table_base_path, owner, lease_s=lease_s, clock=clock)
+    if kind == "postgres":
+        if not dsn:
+            raise ConfigError("lock.provider=postgres needs a PostgreSQL DSN (lock.postgres.dsn)")
+        from lakesink.concurrency.pg_lock import PostgresLockProvider
+
+        key = lock_key or (os.fspath(table_base_path) if table_base_path is not None else None)
+        if not key:
+            raise ConfigError("lock.provider=postgres needs a lock key or the table base path")
+        return PostgresLockProvider(dsn, key, owner, clock=clock)
+    if kind == "none":
+        return NoLockProvider(owner)
+    valid = ", ".join(repr(k) for k in LOCK_KINDS)
+    raise ConfigError(f"lock provider {kind!r} is not known; valid values are {valid}")
+
+
+def __getattr__(name: str) -> Any:
+    if name == "PostgresLockProvider":
+        from lakesink.concurrency import pg_lock
+
+        return pg_lock.PostgresLockProvider
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = [
+    "LOCK_DIR",
+    "LOCK_KINDS",
+    "Clock",
+    "FileLease",
+    "FileLockProvider",
+    "LeaseRecord",
+    "LockKind",
+    "LockLease",
+    "LockProvider",
+    "NoLockProvider",
+    "PostgresLockProvider",
+    "hold",
+    "make_lock_provider",
+]
