@@ -1,0 +1,299 @@
+"""The table's identity and layout, stored in `.hoodie/hoodie.properties`.
+
+One enumeration of property keys (`TableProperty`) is the single source of truth for the
+keys lakesink writes and reads; `TableConfig` is the typed value behind them.
+"""
+
+from __future__ import annotations
+
+import enum
+import zlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Literal, cast
+
+from lakesink.errors import CorruptTableError, UnsupportedTableError
+from lakesink.protocol.instant import TimelineLayout
+
+TableVersion = Literal[6, 8]
+SUPPORTED_VERSIONS: tuple[int, ...] = (6, 8)
+SUPPORTED_TABLE_TYPES: tuple[str, ...] = ("COPY_ON_WRITE",)
+
+
+class TableProperty(enum.StrEnum):
+    """Keys of `hoodie.properties` that lakesink writes (and, for most, reads back)."""
+
+    NAME = "hoodie.table.name"
+    TYPE = "hoodie.table.type"
+    VERSION = "hoodie.table.version"
+    INITIAL_VERSION = "hoodie.table.initial.version"
+    TIMELINE_LAYOUT_VERSION = "hoodie.timeline.layout.version"
+    TIMELINE_PATH = "hoodie.timeline.path"
+    TIMELINE_HISTORY_PATH = "hoodie.timeline.history.path"
+    ARCHIVE_LOG_FOLDER = "hoodie.archivelog.folder"
+    TIMELINE_TIMEZONE = "hoodie.table.timeline.timezone"
+    PARTITION_FIELDS = "hoodie.table.partition.fields"
+    HIVE_STYLE_PARTITIONING = "hoodie.datasource.write.hive_style_partitioning"
+    PARTITION_PATH_URLENCODE = "hoodie.datasource.write.partitionpath.urlencode"
+    DROP_PARTITION_COLUMNS = "hoodie.datasource.write.drop.partition.columns"
+    RECORD_KEY_FIELDS = "hoodie.table.recordkey.fields"
+    KEY_GENERATOR_CLASS = "hoodie.table.keygenerator.class"
+    KEY_GENERATOR_TYPE = "hoodie.table.keygenerator.type"
+    POPULATE_META_FIELDS = "hoodie.populate.meta.fields"
+    BASE_FILE_FORMAT = "hoodie.table.base.file.format"
+    DATABASE_NAME = "hoodie.database.name"
+    CHECKSUM = "hoodie.table.checksum"
+    METADATA_PARTITIONS = "hoodie.table.metadata.partitions"
+
+
+TIMELINE_FOLDER = "timeline"  # layout 2: active timeline under .hoodie/timeline
+HISTORY_FOLDER = "history"  # layout 2: archived (LSM) timeline under .hoodie/timeline/history
+ARCHIVED_FOLDER = "archived"  # layout 1: archived timeline under .hoodie/archived
+
+
+def table_checksum(database: str, name: str) -> int:
+    """Hudi's `hoodie.table.checksum`: CRC32 of `<database>.<table>` (of the name alone when
+    the database is empty)."""
+    text = f"{database}.{name}" if database else name
+    return zlib.crc32(text.encode("utf-8"))
+
+
+@dataclass(frozen=True, slots=True)
+class TableConfig:
+    """What a lakesink Hudi table is: its name, format version and keys."""
+
+    name: str
+    """Table name (`hoodie.table.name`); letters, digits and `_`."""
+    record_key_fields: tuple[str, ...]
+    """Columns whose values form `_hoodie_record_key` (Hudi complex key when several)."""
+    partition_fields: tuple[str, ...] = ()
+    """Columns that partition the table, in folder order; empty for an unpartitioned table."""
+    version: TableVersion = 8
+    """Hudi table version: 8 (timeline layout 2, completion times) or 6 (layout 1)."""
+    table_type: str = "COPY_ON_WRITE"
+    """Only copy-on-write is supported."""
+    hive_style_partitioning: bool = True
+    """Partition folders named `col=value` (True) or `value` (False)."""
+    database: str = "default"
+    """Database name, part of the table checksum."""
+
+    def __post_init__(self) -> None:
+        if not self.name or not all(c.isalnum() or c == "_" for c in self.name):
+            raise UnsupportedTableError(
+                f"table name {self.name!r} is not valid; use letters, digits and '_'"
+            )
+        if self.version not in SUPPORTED_VERSIONS:
+            raise UnsupportedTableError(
+                f"table version {self.version!r} is not supported; valid versions are "
+                + ", ".join(str(v) for v in SUPPORTED_VERSIONS)
+            )
+        if self.table_type not in SUPPORTED_TABLE_TYPES:
+            raise UnsupportedTableError(
+                f"table type {self.table_type!r} is not supported; valid types are "
+                + ", ".join(SUPPORTED_TABLE_TYPES)
+            )
+        if not self.record_key_fields:
+            raise UnsupportedTableError(f"table {self.name!r} needs at least one record key field")
+        for f in (*self.record_key_fields, *self.partition_fields):
+            if not f or "," in f:
+                raise UnsupportedTableError(f"field name {f!r} is not valid in table {self.name!r}")
+
+    @property
+    def layout(self) -> TimelineLayout:
+        return TimelineLayout.V2 if self.version >= 8 else TimelineLayout.V1
+
+    @property
+    def is_partitioned(self) -> bool:
+        return bool(self.partition_fields)
+
+    def timeline_folder(self) -> str:
+        """The active timeline's folder relative to the base path."""
+        return f".hoodie/{TIMELINE_FOLDER}" if self.layout is TimelineLayout.V2 else ".hoodie"
+
+    def _key_generator(self) -> tuple[str, str]:
+        if not self.partition_fields:
+            return "org.apache.hudi.keygen.NonpartitionedKeyGenerator", "NON_PARTITION"
+        if len(self.record_key_fields) == 1 and len(self.partition_fields) == 1:
+            return "org.apache.hudi.keygen.SimpleKeyGenerator", "SIMPLE"
+        return "org.apache.hudi.keygen.ComplexKeyGenerator", "COMPLEX"
+
+    def to_properties(self) -> dict[str, str]:
+        """The `hoodie.properties` entries for this table, as Hudi and hudi-rs expect them."""
+        keygen_class, keygen_type = self._key_generator()
+        p = TableProperty
+        props: dict[str, str] = {
+            p.NAME: self.name,
+            p.TYPE: self.table_type,
+            p.VERSION: str(self.version),
+            p.TIMELINE_LAYOUT_VERSION: str(int(self.layout)),
+            p.TIMELINE_TIMEZONE: "UTC",
+            p.RECORD_KEY_FIELDS: ",".join(self.record_key_fields),
+            p.HIVE_STYLE_PARTITIONING: "true" if self.hive_style_partitioning else "false",
+            p.PARTITION_PATH_URLENCODE: "false",
+            p.DROP_PARTITION_COLUMNS: "false",
+            p.KEY_GENERATOR_CLASS: keygen_class,
+            p.POPULATE_META_FIELDS: "true",
+            p.BASE_FILE_FORMAT: "PARQUET",
+            p.DATABASE_NAME: self.database,
+            p.CHECKSUM: str(table_checksum(self.database, self.name)),
+        }
+        if self.partition_fields:
+            props[p.PARTITION_FIELDS] = ",".join(self.partition_fields)
+        if self.layout is TimelineLayout.V2:
+            props[p.INITIAL_VERSION] = str(self.version)
+            props[p.TIMELINE_PATH] = TIMELINE_FOLDER
+            props[p.TIMELINE_HISTORY_PATH] = HISTORY_FOLDER
+            props[p.KEY_GENERATOR_TYPE] = keygen_type
+        else:
+            props[p.ARCHIVE_LOG_FOLDER] = ARCHIVED_FOLDER
+        return {str(k): v for k, v in sorted(props.items())}
+
+    @classmethod
+    def from_properties(
+        cls, props: Mapping[str, str], source: str = "hoodie.properties"
+    ) -> TableConfig:
+        """Read a config back; UnsupportedTableError for what lakesink does not handle,
+        CorruptTableError for missing or malformed entries. `source` names the file."""
+        p = TableProperty
+
+        def need(key: str) -> str:
+            if key not in props:
+                raise CorruptTableError(f"{source} has no {key!r}")
+            return props[key]
+
+        name = need(p.NAME)
+        raw_version = need(p.VERSION)
+        try:
+            version = int(raw_version)
+        except ValueError:
+            raise CorruptTableError(
+                f"{source}: {p.VERSION.value}={raw_version!r} is not a number"
+            ) from None
+        if version not in SUPPORTED_VERSIONS:
+            raise UnsupportedTableError(
+                f"{source}: table version {version} is not supported; lakesink reads and writes "
+                + " and ".join(str(v) for v in SUPPORTED_VERSIONS)
+            )
+        table_type = props.get(p.TYPE, "COPY_ON_WRITE")
+        if table_type not in SUPPORTED_TABLE_TYPES:
+            raise UnsupportedTableError(
+                f"{source}: table type {table_type!r} is not supported; valid types are "
+                + ", ".join(SUPPORTED_TABLE_TYPES)
+            )
+        expected_layout = 2 if version >= 8 else 1
+        layout = props.get(p.TIMELINE_LAYOUT_VERSION, str(expected_layout))
+        if layout != str(expected_layout):
+            raise UnsupportedTableError(
+                f"{source}: table version {version} needs timeline layout {expected_layout}, "
+                f"found {layout!r}"
+            )
+        if version >= 8 and props.get(p.TIMELINE_PATH, TIMELINE_FOLDER) != TIMELINE_FOLDER:
+            raise UnsupportedTableError(
+                f"{source}: {p.TIMELINE_PATH.value}={props[p.TIMELINE_PATH]!r}; lakesink supports "
+                f"only {TIMELINE_FOLDER!r}"
+            )
+        if props.get(p.DROP_PARTITION_COLUMNS, "false").lower() == "true":
+            raise UnsupportedTableError(
+                f"{source}: {p.DROP_PARTITION_COLUMNS.value}=true is not supported"
+            )
+        if props.get(p.METADATA_PARTITIONS, ""):
+            raise UnsupportedTableError(
+                f"{source}: the table has a metadata table ({p.METADATA_PARTITIONS.value}="
+                f"{props[p.METADATA_PARTITIONS]!r}); lakesink does not maintain it"
+            )
+        record_keys = tuple(f for f in props.get(p.RECORD_KEY_FIELDS, "").split(",") if f)
+        partitions = tuple(f for f in props.get(p.PARTITION_FIELDS, "").split(",") if f)
+        hive = props.get(p.HIVE_STYLE_PARTITIONING, "false").lower() == "true"
+        return cls(
+            name=name,
+            record_key_fields=record_keys,
+            partition_fields=partitions,
+            version=cast(TableVersion, version),
+            table_type=table_type,
+            hive_style_partitioning=hive,
+            database=props.get(p.DATABASE_NAME, ""),
+        )
+
+
+# --- Java properties text (what Hudi reads and writes) --------------------------------------
+
+
+def _escape(text: str, is_key: bool) -> str:
+    out: list[str] = []
+    for i, ch in enumerate(text):
+        if ch == "\\":
+            out.append("\\\\")
+        elif ch in "=:#!" or (ch == " " and (is_key or i == 0)):
+            out.append("\\" + ch)
+        elif ch == "\n":
+            out.append("\\n")
+        elif ch == "\r":
+            out.append("\\r")
+        elif ch == "\t":
+            out.append("\\t")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def render_properties(
+    props: Mapping[str, str], header: str = "Properties saved by lakesink"
+) -> str:
+    """Render `key=value` lines in the Java properties format, keys sorted."""
+    lines = [f"#{header}"]
+    lines += [f"{_escape(k, True)}={_escape(v, False)}" for k, v in sorted(props.items())]
+    return "\n".join(lines) + "\n"
+
+
+def _split_unescaped(line: str) -> tuple[str, str]:
+    i = 0
+    while i < len(line):
+        ch = line[i]
+        if ch == "\\":
+            i += 2
+            continue
+        if ch in "=:":
+            return line[:i], line[i + 1 :].lstrip()
+        if ch in " \t":
+            rest = line[i:].lstrip()
+            if rest[:1] in ("=", ":"):
+                rest = rest[1:].lstrip()
+            return line[:i], rest
+        i += 1
+    return line, ""
+
+
+def _unescape(text: str) -> str:
+    out: list[str] = []
+    it = iter(text)
+    for ch in it:
+        if ch != "\\":
+            out.append(ch)
+            continue
+        nxt = next(it, "")
+        out.append({"n": "\n", "r": "\r", "t": "\t", "f": "\f"}.get(nxt, nxt))
+    return "".join(out)
+
+
+def parse_properties(text: str) -> dict[str, str]:
+    """Parse the Java properties format (comments, `=`/`:` separators, escapes, continuations)."""
+    props: dict[str, str] = {}
+    logical: list[str] = []
+    pending = ""
+    for raw in text.splitlines():
+        line = raw.lstrip()
+        if not pending and (not line or line[0] in "#!"):
+            continue
+        # a line ending in an odd number of backslashes continues on the next line
+        trailing = len(line) - len(line.rstrip("\\"))
+        if trailing % 2 == 1:
+            pending += line[:-1]
+            continue
+        logical.append(pending + line)
+        pending = ""
+    if pending:
+        logical.append(pending)
+    for line in logical:
+        key, value = _split_unescaped(line)
+        props[_unescape(key)] = _unescape(value)
+    return props

@@ -1,0 +1,200 @@
+"""A Hudi copy-on-write table on the local filesystem: its config, timeline and partitions."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from lakesink.errors import SchemaMismatchError, TableError, TableNotFoundError
+from lakesink.protocol.instant import InstantTime, TimelineLayout
+from lakesink.table.atomic import create_exclusive
+from lakesink.table.config import (
+    ARCHIVED_FOLDER,
+    HISTORY_FOLDER,
+    TableConfig,
+    parse_properties,
+    render_properties,
+)
+from lakesink.table.timeline import Timeline, timeline_folder
+
+log = logging.getLogger(__name__)
+
+PROPERTIES_FILE = ".hoodie/hoodie.properties"
+PARTITION_METADATA_FILE = ".hoodie_partition_metadata"
+DEFAULT_PARTITION_VALUE = "__HIVE_DEFAULT_PARTITION__"
+
+
+def _format_partition_value(value: Any) -> str:
+    if value is None:
+        return DEFAULT_PARTITION_VALUE
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, datetime):
+        return value.isoformat()
+    return str(value)
+
+
+class HudiTable:
+    """One table: `base_path` holds `.hoodie/` and the partition folders. Picklable (a path
+    and a config), so it can travel to Spark executors."""
+
+    __slots__ = ("_base_path", "_config")
+
+    def __init__(self, base_path: str | Path, config: TableConfig) -> None:
+        self._base_path = Path(base_path).absolute()
+        self._config = config
+
+    def __getstate__(self) -> tuple[str, TableConfig]:
+        return str(self._base_path), self._config
+
+    def __setstate__(self, state: tuple[str, TableConfig]) -> None:
+        self._base_path = Path(state[0])
+        self._config = state[1]
+
+    def __repr__(self) -> str:
+        return (
+            f"HudiTable({str(self._base_path)!r}, {self._config.name!r}, v{self._config.version})"
+        )
+
+    @property
+    def base_path(self) -> Path:
+        return self._base_path
+
+    @property
+    def config(self) -> TableConfig:
+        return self._config
+
+    @property
+    def layout(self) -> TimelineLayout:
+        return self._config.layout
+
+    @property
+    def timeline_path(self) -> Path:
+        return timeline_folder(self._base_path, self.layout)
+
+    # -- create / open -----------------------------------------------------------------------
+
+    @classmethod
+    def create(cls, base_path: str | Path, config: TableConfig) -> HudiTable:
+        """Create the table; if one exists with the identical config, return it (restarts are
+        safe); TableError if one exists with another config."""
+        base = Path(base_path).absolute()
+        props_path = base / PROPERTIES_FILE
+        if props_path.exists():
+            return cls._open_expecting(base, config)
+        if base.exists() and not base.is_dir():
+            raise TableError(f"cannot create table at {base}: it is a file")
+        hoodie = base / ".hoodie"
+        for d in (hoodie, hoodie / ".temp", hoodie / ".aux", timeline_folder(base, config.layout)):
+            d.mkdir(parents=True, exist_ok=True)
+        if config.layout is TimelineLayout.V2:
+            (timeline_folder(base, config.layout) / HISTORY_FOLDER).mkdir(exist_ok=True)
+        else:
+            (hoodie / ARCHIVED_FOLDER).mkdir(exist_ok=True)
+        text = render_properties(config.to_properties(), "Properties saved by lakesink")
+        try:
+            create_exclusive(base, props_path, text.encode("utf-8"))
+        except FileExistsError:  # created concurrently
+            return cls._open_expecting(base, config)
+        log.info("table %s: created %s (version %d)", base, config.name, config.version)
+        return cls(base, config)
+
+    @classmethod
+    def _open_expecting(cls, base: Path, config: TableConfig) -> HudiTable:
+        table = cls.open(base)
+        if table.config != config:
+            mine, theirs = config.to_properties(), table.config.to_properties()
+            diffs = [
+                f"{k}: table has {theirs.get(k)!r}, requested {mine.get(k)!r}"
+                for k in sorted(set(mine) | set(theirs))
+                if mine.get(k) != theirs.get(k)
+            ]
+            raise TableError(
+                f"a different table exists at {base}; refusing to overwrite it ({'; '.join(diffs)})"
+            )
+        return table
+
+    @classmethod
+    def open(cls, base_path: str | Path) -> HudiTable:
+        """Open an existing table; TableNotFoundError naming the path if there is none,
+        UnsupportedTableError for versions or types lakesink does not handle."""
+        base = Path(base_path).absolute()
+        props_path = base / PROPERTIES_FILE
+        try:
+            raw = props_path.read_bytes()
+        except (FileNotFoundError, NotADirectoryError):
+            raise TableNotFoundError(
+                f"no Hudi table at {base}: {props_path} does not exist"
+            ) from None
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            text = raw.decode("latin-1")
+        props = parse_properties(text)
+        return cls(base, TableConfig.from_properties(props, str(props_path)))
+
+    def properties(self) -> dict[str, str]:
+        """The raw `hoodie.properties` entries."""
+        return parse_properties((self._base_path / PROPERTIES_FILE).read_text("utf-8"))
+
+    # -- timeline ----------------------------------------------------------------------------
+
+    def timeline(self) -> Timeline:
+        """A fresh read of the active timeline."""
+        return Timeline.load(self._base_path, self.layout)
+
+    # -- partitions --------------------------------------------------------------------------
+
+    def partition_path_for(self, values: Mapping[str, Any]) -> str:
+        """The relative partition folder for one row's partition values (`col=value/...` in
+        hive style); "" for an unpartitioned table."""
+        parts: list[str] = []
+        for f in self._config.partition_fields:
+            if f not in values:
+                raise SchemaMismatchError(
+                    f"partition column {f!r} is missing; table {self._config.name!r} is "
+                    f"partitioned by {', '.join(self._config.partition_fields)}"
+                )
+            v = _format_partition_value(values[f])
+            if "/" in v or v in ("", ".", "..") or v.startswith("."):
+                raise SchemaMismatchError(
+                    f"partition value {v!r} of column {f!r} cannot name a folder; values must be "
+                    "non-empty, contain no '/' and not start with '.'"
+                )
+            parts.append(f"{f}={v}" if self._config.hive_style_partitioning else v)
+        return "/".join(parts)
+
+    def ensure_partition(
+        self, partition_path: str, instant_time: InstantTime | None = None
+    ) -> None:
+        """Write the partition's `.hoodie_partition_metadata` once, atomically."""
+        folder = self._base_path / partition_path if partition_path else self._base_path
+        target = folder / PARTITION_METADATA_FILE
+        if target.exists():
+            return
+        folder.mkdir(parents=True, exist_ok=True)
+        depth = len([p for p in partition_path.split("/") if p]) if partition_path else 0
+        commit_time = (
+            str(instant_time)
+            if instant_time
+            else InstantTime.from_epoch_ms(int(datetime.now(UTC).timestamp() * 1000)).value
+        )
+        stamp = datetime.now(UTC).strftime("%a %b %d %H:%M:%S UTC %Y")
+        text = f"#partition metadata\n#{stamp}\ncommitTime={commit_time}\npartitionDepth={depth}\n"
+        with contextlib.suppress(FileExistsError):
+            create_exclusive(self._base_path, target, text.encode("utf-8"))
+
+    def list_partitions_on_storage(self) -> list[str]:
+        """Partition folders found on storage (those with partition metadata), for tools."""
+        if not self._config.is_partitioned:
+            return [""]
+        out: list[str] = []
+        for meta in self._base_path.rglob(PARTITION_METADATA_FILE):
+            rel = meta.parent.relative_to(self._base_path).as_posix()
+            if not rel.startswith(".hoodie"):
+                out.append(rel)
+        return sorted(out)

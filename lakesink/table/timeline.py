@@ -1,0 +1,302 @@
+"""The timeline: every instant of a table, read from the active timeline folder only
+(`.hoodie/` in layout 1, `.hoodie/timeline/` in layout 2), and the writes that move an
+instant along requested → inflight → completed."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Literal
+
+from lakesink.errors import (
+    CommitConflictError,
+    CommitError,
+    CorruptTableError,
+    UnsupportedTableError,
+)
+from lakesink.protocol.instant import Action, Instant, InstantTime, State, TimelineLayout
+from lakesink.table.atomic import create_exclusive
+from lakesink.table.markers import delete_markers
+from lakesink.table.metadata import CommitMetadata, RollbackMetadata, RollbackPlan
+
+log = logging.getLogger(__name__)
+
+_IGNORED_SUFFIXES = (".crc", ".tmp")
+
+
+def timeline_folder(base_path: Path, layout: TimelineLayout) -> Path:
+    return (
+        base_path / ".hoodie" / "timeline" if layout is TimelineLayout.V2 else base_path / ".hoodie"
+    )
+
+
+def _looks_like_instant(name: str) -> bool:
+    return len(name) > 17 and name[:17].isdigit() and not name.endswith(_IGNORED_SUFFIXES)
+
+
+def list_instant_files(folder: Path) -> list[tuple[str, Instant]]:
+    """Parse every instant file directly inside `folder` (no recursion)."""
+    out: list[tuple[str, Instant]] = []
+    try:
+        entries = list(os.scandir(folder))
+    except FileNotFoundError:
+        return out
+    for e in entries:
+        if not _looks_like_instant(e.name) or not e.is_file():
+            continue
+        try:
+            out.append((e.name, Instant.parse(e.name)))
+        except CorruptTableError as err:
+            raise UnsupportedTableError(
+                f"timeline file {folder / e.name} is not one lakesink handles: {err}"
+            ) from err
+    return out
+
+
+def _latest_states(parsed: Iterable[tuple[str, Instant]], folder: Path) -> list[Instant]:
+    by_time: dict[InstantTime, Instant] = {}
+    for name, inst in parsed:
+        prev = by_time.get(inst.time)
+        if prev is not None and prev.action is not inst.action:
+            raise CorruptTableError(
+                f"timeline {folder} has two actions at instant {inst.time}: "
+                f"{prev.action.value} and {inst.action.value} ({name})"
+            )
+        if prev is not None and prev.state is State.COMPLETED and inst.state is State.COMPLETED:
+            raise CorruptTableError(
+                f"timeline {folder} has two completed files for instant {inst.time}: "
+                f"{prev} and {name}"
+            )
+        if prev is None or inst.state > prev.state:
+            by_time[inst.time] = inst
+    return sorted(by_time.values(), key=lambda i: i.time)
+
+
+class Timeline:
+    """A snapshot of a table's active timeline: one entry per instant, at its latest state,
+    sorted by instant (requested) time. Archived instants are not loaded (archival keeps
+    them under `history/` in layout 2 and `archived/` in layout 1; `archived` stays empty)."""
+
+    def __init__(
+        self, base_path: Path, layout: TimelineLayout, instants: Sequence[Instant]
+    ) -> None:
+        self.base_path = base_path
+        self.layout = layout
+        self.folder = timeline_folder(base_path, layout)
+        self.instants: tuple[Instant, ...] = tuple(sorted(instants, key=lambda i: i.time))
+        self.archived: tuple[Instant, ...] = ()
+        self._by_time = {i.time: i for i in self.instants}
+        self._commit_cache: dict[Instant, CommitMetadata] = {}
+
+    @classmethod
+    def load(cls, base_path: str | Path, layout: TimelineLayout) -> Timeline:
+        """Read the active timeline (lists the timeline folder only, never data folders)."""
+        base = Path(base_path)
+        folder = timeline_folder(base, layout)
+        return cls(base, layout, _latest_states(list_instant_files(folder), folder))
+
+    # -- reading -----------------------------------------------------------------------------
+
+    def completed(self, action: Action | None = None) -> tuple[Instant, ...]:
+        """Completed instants in instant-time order, optionally of one action."""
+        return tuple(
+            i for i in self.instants if i.is_completed and (action is None or i.action is action)
+        )
+
+    def completed_data_instants(self) -> tuple[Instant, ...]:
+        """Completed commits and replacecommits (what readers see), in instant-time order."""
+        return tuple(i for i in self.instants if i.is_completed and i.action.writes_data)
+
+    def in_completion_order(self, instants: Iterable[Instant] | None = None) -> list[Instant]:
+        """Completed instants ordered as they became visible: by completion time in layout 2,
+        by instant time in layout 1."""
+        chosen = [i for i in (self.instants if instants is None else instants) if i.is_completed]
+        return sorted(chosen, key=lambda i: (i.completion_time or i.time, i.time))
+
+    def inflight_or_requested(self, action: Action | None = None) -> tuple[Instant, ...]:
+        return tuple(
+            i
+            for i in self.instants
+            if not i.is_completed and (action is None or i.action is action)
+        )
+
+    def last_completed(self, action: Action | None = None) -> Instant | None:
+        """The most recently completed instant (by completion time in layout 2)."""
+        done = self.in_completion_order(self.completed(action))
+        return done[-1] if done else None
+
+    def get(self, time_: InstantTime | str) -> Instant | None:
+        return self._by_time.get(InstantTime(str(time_)))
+
+    def __contains__(self, time_: object) -> bool:
+        return isinstance(time_, InstantTime | str) and self.get(time_) is not None
+
+    def __len__(self) -> int:
+        return len(self.instants)
+
+    def path_of(self, instant: Instant) -> Path:
+        return self.folder / instant.file_name(self.layout)
+
+    def _read(self, instant: Instant) -> bytes:
+        path = self.path_of(instant)
+        try:
+            return path.read_bytes()
+        except FileNotFoundError:
+            raise CorruptTableError(f"timeline file {path} is missing") from None
+
+    def commit_metadata(self, instant: Instant) -> CommitMetadata:
+        """The metadata of a completed commit or replacecommit; CorruptTableError naming the
+        file if it is missing, empty or garbled."""
+        if not instant.is_completed or not instant.action.writes_data:
+            raise CorruptTableError(
+                f"instant {instant} has no commit metadata; only completed commits and "
+                "replacecommits do"
+            )
+        cached = self._commit_cache.get(instant)
+        if cached is None:
+            path = self.path_of(instant)
+            cached = CommitMetadata.from_bytes(
+                self._read(instant), self.layout, instant.action, source=str(path)
+            )
+            self._commit_cache[instant] = cached
+        return cached
+
+    def rollback_metadata(self, instant: Instant) -> RollbackMetadata:
+        if instant.action is not Action.ROLLBACK or not instant.is_completed:
+            raise CorruptTableError(f"instant {instant} is not a completed rollback")
+        return RollbackMetadata.from_bytes(self._read(instant), source=str(self.path_of(instant)))
+
+    def rollback_plan(self, instant: Instant) -> RollbackPlan:
+        if instant.action is not Action.ROLLBACK:
+            raise CorruptTableError(f"instant {instant} is not a rollback")
+        req = instant.with_state(State.REQUESTED)
+        return RollbackPlan.from_bytes(self._read(req), source=str(self.path_of(req)))
+
+    def latest_schema(self) -> str | None:
+        """The Avro schema of the last completed data instant that recorded one."""
+        for inst in reversed(self.in_completion_order(self.completed_data_instants())):
+            schema = self.commit_metadata(inst).schema
+            if schema:
+                return schema
+        return None
+
+    # -- writing -----------------------------------------------------------------------------
+
+    def begin(
+        self, action: Action, time_: InstantTime, *, requested_content: bytes = b""
+    ) -> Instant:
+        """Write the instant's requested then inflight file. CommitError if an instant with
+        this time exists already (pick a new time and retry)."""
+        fresh = Timeline.load(self.base_path, self.layout)
+        existing = fresh.get(time_)
+        if existing is not None:
+            raise CommitError(
+                f"instant time {time_} is taken by {existing} in {self.folder}; "
+                "generate a new instant time"
+            )
+        self.folder.mkdir(parents=True, exist_ok=True)
+        requested = Instant(time_, action, State.REQUESTED)
+        try:
+            create_exclusive(self.base_path, self.path_of(requested), requested_content)
+        except FileExistsError:
+            raise CommitError(
+                f"instant time {time_} was begun concurrently in {self.folder}; "
+                "generate a new instant time"
+            ) from None
+        inflight = requested.with_state(State.INFLIGHT)
+        create_exclusive(self.base_path, self.path_of(inflight), b"")
+        log.info("table %s: began %s", self.base_path, inflight)
+        return inflight
+
+    def publish(
+        self,
+        instant: Instant,
+        metadata: CommitMetadata,
+        completion_time: InstantTime | None = None,
+    ) -> Instant:
+        """Write the completed file of a commit or replacecommit atomically (never partial,
+        never empty, never twice). Returns the completed instant."""
+        if not instant.action.writes_data:
+            raise CommitError(f"publish() completes commits and replacecommits, not {instant}")
+        if instant.action is Action.COMMIT and metadata.replaced_file_ids:
+            raise CommitError(f"{instant}: only a replacecommit may replace file groups")
+        return self._complete(
+            instant, metadata.to_bytes(self.layout, instant.action), completion_time
+        )
+
+    def complete_rollback(
+        self,
+        instant: Instant,
+        metadata: RollbackMetadata,
+        completion_time: InstantTime | None = None,
+    ) -> Instant:
+        if instant.action is not Action.ROLLBACK:
+            raise CommitError(f"{instant} is not a rollback")
+        return self._complete(instant, metadata.to_bytes(), completion_time)
+
+    def _complete(
+        self, instant: Instant, content: bytes, completion_time: InstantTime | None
+    ) -> Instant:
+        fresh = Timeline.load(self.base_path, self.layout)
+        current = fresh.get(instant.time)
+        if current is None or current.action is not instant.action:
+            raise CommitError(
+                f"cannot publish {instant.time}.{instant.action.value}: it was never begun or "
+                f"was rolled back (not in {self.folder})"
+            )
+        if current.is_completed:
+            raise CommitError(f"instant {current} is already completed in {self.folder}")
+        done = instant.with_state(State.COMPLETED)
+        if self.layout is TimelineLayout.V2:
+            if completion_time is None:
+                completion_time = fresh._next_completion_time(instant.time)
+            elif completion_time < instant.time:
+                raise CommitError(
+                    f"completion time {completion_time} of {instant.time} is before its "
+                    "instant time"
+                )
+            done = instant.with_state(State.COMPLETED, completion_time)
+        target = self.path_of(done)
+        try:
+            create_exclusive(self.base_path, target, content)
+        except FileExistsError:
+            raise CommitError(
+                f"{target} exists: instant {instant.time} is already completed"
+            ) from None
+        # Two publishers racing with different completion times: keep exactly one.
+        others = [
+            n
+            for n, i in list_instant_files(self.folder)
+            if i.time == instant.time and i.is_completed and n != target.name
+        ]
+        if others:
+            target.unlink(missing_ok=True)
+            raise CommitConflictError(
+                f"instant {instant.time} was completed concurrently as {others[0]} in {self.folder}"
+            )
+        log.info("table %s: completed %s", self.base_path, done)
+        if done.action.writes_data:
+            delete_markers(self.base_path, done.time)
+        return done
+
+    def _next_completion_time(self, instant_time: InstantTime) -> InstantTime:
+        taken = {i.time.to_epoch_ms() for i in self.instants}
+        taken |= {i.completion_time.to_epoch_ms() for i in self.instants if i.completion_time}
+        last_done = max(
+            (i.completion_time.to_epoch_ms() for i in self.instants if i.completion_time), default=0
+        )
+        candidate = max(int(time.time() * 1000), instant_time.to_epoch_ms(), last_done + 1)
+        while candidate in taken and candidate != instant_time.to_epoch_ms():
+            candidate += 1
+        return InstantTime.from_epoch_ms(candidate)
+
+    def remove_pending(self, instant: Instant) -> None:
+        """Delete an instant's inflight then requested files (after its rollback completed)."""
+        for state in (State.INFLIGHT, State.REQUESTED):
+            self.path_of(instant.with_state(state)).unlink(missing_ok=True)
+
+
+CompletionOrder = Literal["requested", "completion"]

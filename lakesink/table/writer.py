@@ -1,0 +1,415 @@
+"""Base-file writers: Arrow rows in, Parquet base files with Hudi's meta columns out.
+
+`BaseFileWriter` writes one partition, rolling to a new file group at the target size;
+`PartitionedWriter` splits rows by partition and keeps one `BaseFileWriter` per partition.
+Both are cheap to construct and picklable (paths and configs only): files are opened on the
+first write, so they can be built on a Spark driver and used in an executor.
+A marker is created before every data file, so rollback can always find it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import IO, Literal
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from lakesink.errors import SchemaMismatchError
+from lakesink.protocol.instant import InstantTime
+from lakesink.protocol.write_status import FileWrite
+from lakesink.table.avro_schema import (
+    META_COLUMNS,
+    avro_schema_for,
+    check_matches,
+    with_meta_columns,
+)
+from lakesink.table.config import TableConfig
+from lakesink.table.files import base_file_name, new_file_id
+from lakesink.table.hudi_table import HudiTable
+from lakesink.table.markers import create_marker
+
+__all__ = ["BaseFileWriter", "PartitionedWriter", "avro_schema_for", "record_keys"]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TARGET_FILE_SIZE = 128 * 1024 * 1024
+MAX_ROW_GROUP_ROWS = 1024 * 1024
+NULL_KEY = "__null__"
+EMPTY_KEY = "__empty__"
+Compression = Literal["zstd", "snappy", "none"]
+
+
+def _as_table(rows: pa.RecordBatch | pa.Table) -> pa.Table:
+    return pa.Table.from_batches([rows]) if isinstance(rows, pa.RecordBatch) else rows
+
+
+def _key_strings(col: pa.ChunkedArray, name: str) -> pa.ChunkedArray:
+    try:
+        s = pc.cast(col, pa.string())
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+        raise SchemaMismatchError(
+            f"record key column {name!r} has type {col.type}, which cannot form a record key; "
+            "use a string, number, date or timestamp column"
+        ) from e
+    s = pc.if_else(pc.equal(s, ""), EMPTY_KEY, s)
+    return pc.fill_null(s, NULL_KEY)
+
+
+def record_keys(table: pa.Table, key_fields: tuple[str, ...]) -> pa.ChunkedArray:
+    """`_hoodie_record_key`: the value for one key field, Hudi's complex key
+    `f1:v1,f2:v2` for several (null → `__null__`, empty → `__empty__`)."""
+    for f in key_fields:
+        if f not in table.column_names:
+            raise SchemaMismatchError(
+                f"record key column {f!r} is missing; rows have {', '.join(table.column_names)}"
+            )
+    if len(key_fields) == 1:
+        return _key_strings(table.column(key_fields[0]), key_fields[0])
+    parts = [
+        pc.binary_join_element_wise(f"{f}:", _key_strings(table.column(f), f), "")
+        for f in key_fields
+    ]
+    return pc.binary_join_element_wise(*parts, ",")
+
+
+class BaseFileWriter:
+    """Writes rows of one partition of one instant into Parquet base files, each a new file
+    group. Input rows hold the data columns (any `_hoodie_*` columns are recomputed, except
+    that `preserve_commit_time=True` keeps incoming `_hoodie_commit_time`/`_hoodie_commit_seqno`,
+    as clustering must)."""
+
+    def __init__(
+        self,
+        table: HudiTable,
+        partition_path: str,
+        instant_time: InstantTime | str,
+        write_token: str,
+        *,
+        target_file_size_bytes: int = DEFAULT_TARGET_FILE_SIZE,
+        compression: Compression = "zstd",
+        row_group_bytes: int | None = None,
+        table_schema: str | None = None,
+        preserve_commit_time: bool = False,
+        file_id_factory: Callable[[], str] = new_file_id,
+    ) -> None:
+        if target_file_size_bytes <= 0:
+            raise ValueError(
+                f"target_file_size_bytes must be positive, got {target_file_size_bytes}"
+            )
+        self.table = table
+        self.partition_path = partition_path
+        self.instant_time = InstantTime(str(instant_time))
+        self.write_token = write_token
+        self.task_partition_id = int(write_token.split("-")[0])
+        self.target_file_size_bytes = target_file_size_bytes
+        self.compression = compression
+        self.row_group_bytes = row_group_bytes or max(
+            1, min(64 * 1024 * 1024, target_file_size_bytes // 4)
+        )
+        self.table_schema = table_schema
+        self.preserve_commit_time = preserve_commit_time
+        self.file_id_factory = file_id_factory
+        self.records_written = 0
+        self._schema: pa.Schema | None = None  # full schema (meta + data) of the files
+        self._done: list[FileWrite] = []
+        self._closed = False
+        # open-file state
+        self._file: IO[bytes] | None = None
+        self._writer: pq.ParquetWriter | None = None
+        self._file_id = ""
+        self._file_name = ""
+        self._file_rows = 0
+        self._buffer: list[pa.Table] = []
+        self._buffer_bytes = 0
+
+    # -- public ------------------------------------------------------------------------------
+
+    @property
+    def arrow_schema(self) -> pa.Schema | None:
+        """The schema of the files written (meta columns first), once rows arrived."""
+        return self._schema
+
+    @property
+    def avro_schema(self) -> str | None:
+        """The Avro schema JSON of the rows (meta columns included) for the commit metadata."""
+        if self._schema is None:
+            return None
+        return avro_schema_for(self._schema, f"{self.table.config.name}_record")
+
+    def write(self, rows: pa.RecordBatch | pa.Table) -> None:
+        """Append rows; they are buffered into row groups and rolled into files by size."""
+        if self._closed:
+            raise ValueError("writer is closed")
+        tbl = _as_table(rows)
+        if tbl.num_rows == 0:
+            return
+        data = tbl.drop_columns([c for c in tbl.column_names if c in META_COLUMNS])
+        self._check_schema(data.schema)
+        if self._schema is None:
+            self._schema = with_meta_columns(data.schema)
+        elif data.schema != pa.schema(list(self._schema)[len(META_COLUMNS) :]):
+            try:
+                data = data.cast(pa.schema(list(self._schema)[len(META_COLUMNS) :]))
+            except (pa.ArrowInvalid, ValueError) as e:
+                raise SchemaMismatchError(
+                    f"rows for {self.partition_path or '(unpartitioned)'} changed schema within "
+                    f"instant {self.instant_time}: {e}"
+                ) from e
+        kept = tbl if self.preserve_commit_time else None
+        self._buffer.append(self._with_meta_placeholder(data, kept))
+        self._buffer_bytes += data.nbytes
+        if (
+            self._buffer_bytes >= self.row_group_bytes
+            or sum(b.num_rows for b in self._buffer) >= MAX_ROW_GROUP_ROWS
+        ):
+            self._flush()
+
+    def close(self) -> list[FileWrite]:
+        """Flush and close; the write stats of every file written (in order)."""
+        if not self._closed:
+            self._flush()
+            self._close_file()
+            self._closed = True
+        return list(self._done)
+
+    def abort(self) -> list[str]:
+        """Close and delete every file written; returns their relative paths. Markers stay
+        (rollback reads them)."""
+        paths = [w.path for w in self.close()]
+        if self._file_name:
+            paths.append(self._rel_path(self._file_name))
+        for rel in paths:
+            (self.table.base_path / rel).unlink(missing_ok=True)
+        self._done.clear()
+        return sorted(set(paths))
+
+    # -- internals ---------------------------------------------------------------------------
+
+    def _check_schema(self, data_schema: pa.Schema) -> None:
+        if self.table_schema is None:
+            return
+        where = f"rows for instant {self.instant_time} in {self.table.base_path}"
+        check_matches(self.table_schema, data_schema, f"{self.table.config.name}_record", where)
+
+    def _with_meta_placeholder(self, data: pa.Table, kept: pa.Table | None) -> pa.Table:
+        n = data.num_rows
+        keys = record_keys(data, self.table.config.record_key_fields)
+        if kept is not None and "_hoodie_commit_time" in kept.column_names:
+            commit_time = kept.column("_hoodie_commit_time").cast(pa.string())
+            seqno = (
+                kept.column("_hoodie_commit_seqno").cast(pa.string())
+                if "_hoodie_commit_seqno" in kept.column_names
+                else self._seqnos(n)
+            )
+        else:
+            commit_time = pa.chunked_array([pa.array([self.instant_time.value] * n, pa.string())])
+            seqno = self._seqnos(n)
+        cols = [commit_time, seqno, keys, pa.chunked_array([pa.nulls(n, pa.string())])]
+        cols.append(pa.chunked_array([pa.nulls(n, pa.string())]))  # file name: set on flush
+        meta = pa.table(dict(zip(META_COLUMNS, cols, strict=True)))
+        return pa.Table.from_arrays(
+            meta.columns + data.columns, names=list(META_COLUMNS) + data.column_names
+        )
+
+    def _seqnos(self, n: int) -> pa.ChunkedArray:
+        start = self.records_written
+        self.records_written += n
+        prefix = f"{self.instant_time.value}_{self.task_partition_id}_"
+        nums = pc.cast(pa.array(range(start, start + n), pa.int64()), pa.string())
+        return pa.chunked_array([pc.binary_join_element_wise(prefix, nums, "")])
+
+    def _rel_path(self, file_name: str) -> str:
+        return f"{self.partition_path}/{file_name}" if self.partition_path else file_name
+
+    def _open_file(self) -> None:
+        assert self._schema is not None
+        self.table.ensure_partition(self.partition_path, self.instant_time)
+        self._file_id = self.file_id_factory()
+        self._file_name = base_file_name(self._file_id, self.write_token, self.instant_time)
+        create_marker(self.table.base_path, self.instant_time, self.partition_path, self._file_name)
+        path = self.table.base_path / self._rel_path(self._file_name)
+        self._file = open(path, "xb")  # noqa: SIM115 - closed in _close_file
+        self._writer = pq.ParquetWriter(
+            self._file,
+            self._schema,
+            compression=self.compression,
+            write_statistics=True,
+            use_dictionary=True,
+        )
+        self._file_rows = 0
+
+    def _flush(self) -> None:
+        if not self._buffer:
+            return
+        assert self._schema is not None
+        chunk = pa.concat_tables(self._buffer)
+        self._buffer, self._buffer_bytes = [], 0
+        offset = 0
+        while offset < chunk.num_rows:
+            if self._writer is None:
+                self._open_file()
+            assert self._writer is not None and self._file is not None
+            piece = chunk.slice(offset, MAX_ROW_GROUP_ROWS)
+            offset += piece.num_rows
+            n = piece.num_rows
+            piece = piece.set_column(
+                META_COLUMNS.index("_hoodie_partition_path"),
+                pa.field("_hoodie_partition_path", pa.string()),
+                pa.array([self.partition_path] * n, pa.string()),
+            ).set_column(
+                META_COLUMNS.index("_hoodie_file_name"),
+                pa.field("_hoodie_file_name", pa.string()),
+                pa.array([self._file_name] * n, pa.string()),
+            )
+            self._writer.write_table(piece.cast(self._schema), row_group_size=MAX_ROW_GROUP_ROWS)
+            self._file_rows += n
+            if self._file.tell() >= self.target_file_size_bytes:
+                self._close_file()
+
+    def _close_file(self) -> None:
+        if self._writer is None or self._file is None:
+            return
+        self._writer.close()
+        self._file.flush()
+        os.fsync(self._file.fileno())
+        self._file.close()
+        rel = self._rel_path(self._file_name)
+        size = (self.table.base_path / rel).stat().st_size
+        self._done.append(
+            FileWrite(
+                partition_path=self.partition_path,
+                file_id=self._file_id,
+                path=rel,
+                num_writes=self._file_rows,
+                file_size_bytes=size,
+                prev_commit="null",
+                num_inserts=self._file_rows,
+                total_write_bytes=size,
+            )
+        )
+        log.debug(
+            "table %s instant %s: wrote %s (%d rows)",
+            self.table.base_path,
+            self.instant_time,
+            rel,
+            self._file_rows,
+        )
+        self._writer, self._file, self._file_name, self._file_rows = None, None, "", 0
+
+
+class PartitionedWriter:
+    """Splits rows by the table's partition columns and writes each partition through its own
+    `BaseFileWriter`. Construct with a table (or a base path and config) and the instant."""
+
+    def __init__(
+        self,
+        table: HudiTable | str | Path,
+        instant_time: InstantTime | str,
+        write_token: str,
+        *,
+        target_file_size_bytes: int = DEFAULT_TARGET_FILE_SIZE,
+        compression: Compression = "zstd",
+        table_schema: str | None = None,
+        check_schema: bool = True,
+        preserve_commit_time: bool = False,
+        config: TableConfig | None = None,
+    ) -> None:
+        if isinstance(table, HudiTable):
+            self.table = table
+        elif config is not None:
+            self.table = HudiTable(table, config)
+        else:
+            self.table = HudiTable.open(table)
+        self.instant_time = InstantTime(str(instant_time))
+        self.write_token = write_token
+        self.target_file_size_bytes = target_file_size_bytes
+        self.compression: Compression = compression
+        self.table_schema = table_schema
+        self.check_schema = check_schema
+        self.preserve_commit_time = preserve_commit_time
+        self._schema_resolved = table_schema is not None or not check_schema
+        self._writers: dict[str, BaseFileWriter] = {}
+
+    def __getstate__(self) -> dict[str, object]:
+        if self._writers:
+            raise TypeError("a PartitionedWriter with open files cannot be pickled")
+        return self.__dict__.copy()
+
+    def _resolve_schema(self) -> None:
+        if not self._schema_resolved:
+            self.table_schema = self.table.timeline().latest_schema()
+            self._schema_resolved = True
+
+    def writer_for(self, partition_path: str) -> BaseFileWriter:
+        w = self._writers.get(partition_path)
+        if w is None:
+            self._resolve_schema()
+            w = BaseFileWriter(
+                self.table,
+                partition_path,
+                self.instant_time,
+                self.write_token,
+                target_file_size_bytes=self.target_file_size_bytes,
+                compression=self.compression,
+                table_schema=self.table_schema if self.check_schema else None,
+                preserve_commit_time=self.preserve_commit_time,
+            )
+            self._writers[partition_path] = w
+        return w
+
+    def write(self, rows: pa.RecordBatch | pa.Table) -> None:
+        tbl = _as_table(rows)
+        if tbl.num_rows == 0:
+            return
+        fields = self.table.config.partition_fields
+        if not fields:
+            self.writer_for("").write(tbl)
+            return
+        for f in fields:
+            if f not in tbl.column_names:
+                raise SchemaMismatchError(
+                    f"partition column {f!r} is missing; rows have {', '.join(tbl.column_names)}"
+                )
+        for path, part in self._split(tbl, fields):
+            self.writer_for(path).write(part)
+
+    def _split(self, tbl: pa.Table, fields: tuple[str, ...]) -> Iterable[tuple[str, pa.Table]]:
+        idx_name = "__lakesink_row__"
+        keyed = tbl.select(list(fields)).append_column(
+            idx_name, pa.array(range(tbl.num_rows), pa.int64())
+        )
+        groups = keyed.group_by(list(fields), use_threads=False).aggregate([(idx_name, "list")])
+        lists = groups.column(f"{idx_name}_list")
+        for g in range(groups.num_rows):
+            values = {f: groups.column(f)[g].as_py() for f in fields}
+            path = self.table.partition_path_for(values)
+            indices = lists[g].values
+            yield path, tbl.take(indices)
+
+    @property
+    def avro_schema(self) -> str | None:
+        for w in self._writers.values():
+            if w.avro_schema is not None:
+                return w.avro_schema
+        return None
+
+    @property
+    def records_written(self) -> int:
+        return sum(w.records_written for w in self._writers.values())
+
+    def close(self) -> list[FileWrite]:
+        out: list[FileWrite] = []
+        for path in sorted(self._writers):
+            out.extend(self._writers[path].close())
+        return out
+
+    def abort(self) -> list[str]:
+        out: list[str] = []
+        for w in self._writers.values():
+            out.extend(w.abort())
+        return sorted(out)
