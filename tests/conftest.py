@@ -13,6 +13,8 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
+from lakesink.kafka.embedded_broker import EmbeddedBroker
+
 BOOTSTRAP_ENV = "LAKESINK_TEST_BOOTSTRAP_SERVERS"
 
 _session_tag = uuid.uuid4().hex[:8]
@@ -26,8 +28,6 @@ def kafka_bootstrap() -> Iterator[str]:
     if external:
         yield external
         return
-    from lakesink.kafka.embedded_broker import EmbeddedBroker
-
     broker = EmbeddedBroker()
     broker.start()
     try:
@@ -48,10 +48,8 @@ def topic_factory(request: pytest.FixtureRequest) -> Callable[[str], str]:
 
 
 @pytest.fixture
-def fresh_broker() -> Iterator[object]:
-    """A broker of this test's own (an EmbeddedBroker), for restart and crash tests."""
-    from lakesink.kafka.embedded_broker import EmbeddedBroker
-
+def fresh_broker() -> Iterator[EmbeddedBroker]:
+    """A broker of this test's own, for restart and crash tests."""
     broker = EmbeddedBroker()
     broker.start()
     try:

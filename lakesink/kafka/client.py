@@ -31,9 +31,10 @@ RECEIVE_MESSAGE_MAX_BYTES = 1_000_000_000
 def check_isolation_level(isolation_level: str) -> IsolationLevel:
     if isolation_level not in ISOLATION_LEVELS:
         raise ConfigError(
-            f"isolation level {isolation_level!r} is not valid; use one of {', '.join(ISOLATION_LEVELS)}"
+            f"isolation level {isolation_level!r} is not valid; "
+            f"use one of {', '.join(ISOLATION_LEVELS)}"
         )
-    return isolation_level  # type: ignore[return-value]
+    return isolation_level
 
 
 def consumer_config(
@@ -81,7 +82,7 @@ def create_topic(
     An existing topic with another partition count is left as it is (a warning is logged)."""
     from confluent_kafka import KafkaError as CkKafkaError
     from confluent_kafka import KafkaException
-    from confluent_kafka.admin import AdminClient, NewTopic
+    from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
     if partitions <= 0:
         raise ConfigError(f"a topic needs at least one partition, got {partitions} for {topic!r}")
@@ -115,7 +116,9 @@ def _await_partition_count(admin: Any, topic: str, timeout_s: float) -> int:
         if t is not None and t.error is None and t.partitions:
             return len(t.partitions)
         if time.monotonic() > deadline:
-            raise KafkaError(f"topic {topic!r} is not visible in the metadata after {timeout_s:.0f} s")
+            raise KafkaError(
+                f"topic {topic!r} is not visible in the metadata after {timeout_s:.0f} s"
+            )
         time.sleep(0.05)
 
 
@@ -135,6 +138,8 @@ def list_partitions(
     asks for all topics, so brokers with auto-create do not create the asked-for ones)."""
     from confluent_kafka.admin import AdminClient
 
+    topics = list(topics) if topics else None
+    pattern = pattern or None
     if (topics is None) == (pattern is None):
         raise ConfigError("give exactly one of topics (a list of names) or pattern (a regex)")
     regex = None
@@ -183,7 +188,7 @@ class OffsetClient:
         bootstrap: str,
         isolation_level: IsolationLevel = "read_committed",
         *,
-        config: Mapping[str, Any] | None = None,
+        extra: Mapping[str, Any] | None = None,
         timeout_s: float = 10.0,
     ) -> None:
         from confluent_kafka import Consumer
@@ -191,10 +196,13 @@ class OffsetClient:
         self.bootstrap = bootstrap
         self.isolation_level = check_isolation_level(isolation_level)
         self.timeout_s = timeout_s
-        self._consumer = Consumer(consumer_config(bootstrap, self.isolation_level, config))
+        self._consumer = Consumer(consumer_config(bootstrap, self.isolation_level, extra))
 
-    def watermarks(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, tuple[int, int]]:
-        """(low, high) per partition: log start and, under read_committed, the last stable offset."""
+    def watermarks(
+        self, partitions: Iterable[TopicPartition]
+    ) -> dict[TopicPartition, tuple[int, int]]:
+        """(low, high) per partition: the log start and, under read_committed, the last stable
+        offset (the high watermark otherwise)."""
         out: dict[TopicPartition, tuple[int, int]] = {}
         for tp in partitions:
             try:
@@ -225,7 +233,9 @@ class OffsetClient:
         for r in result:
             tp = TopicPartition(r.topic, r.partition)
             if r.error is not None:
-                raise KafkaError(f"offsets_for_times failed for {tp} on {self.bootstrap}: {r.error}")
+                raise KafkaError(
+                    f"offsets_for_times failed for {tp} on {self.bootstrap}: {r.error}"
+                )
             out[tp] = int(r.offset) if r.offset >= 0 else None
         return out
 
@@ -249,11 +259,11 @@ def watermarks(
     partitions: Iterable[TopicPartition],
     isolation_level: IsolationLevel = "read_committed",
     *,
-    config: Mapping[str, Any] | None = None,
+    extra: Mapping[str, Any] | None = None,
     timeout_s: float = 10.0,
 ) -> dict[TopicPartition, tuple[int, int]]:
     """(low, high) per partition; high is the last stable offset under read_committed."""
-    with OffsetClient(bootstrap, isolation_level, config=config, timeout_s=timeout_s) as c:
+    with OffsetClient(bootstrap, isolation_level, extra=extra, timeout_s=timeout_s) as c:
         return c.watermarks(partitions)
 
 
@@ -262,9 +272,9 @@ def offsets_for_times(
     timestamps_ms: Mapping[TopicPartition, int],
     isolation_level: IsolationLevel = "read_committed",
     *,
-    config: Mapping[str, Any] | None = None,
+    extra: Mapping[str, Any] | None = None,
     timeout_s: float = 10.0,
 ) -> dict[TopicPartition, int | None]:
     """First offset at or after each timestamp (ms since epoch); None when there is none."""
-    with OffsetClient(bootstrap, isolation_level, config=config, timeout_s=timeout_s) as c:
+    with OffsetClient(bootstrap, isolation_level, extra=extra, timeout_s=timeout_s) as c:
         return c.offsets_for_times(timestamps_ms)

@@ -14,7 +14,9 @@ import pyarrow as pa
 
 from lakesink.errors import ConfigError
 
-_TOKEN = re.compile(r"\s*(?:(`(?:[^`]|``)*`)|('(?:[^'\\]|\\.)*')|([A-Za-z_][A-Za-z0-9_]*)|(-?\d+)|(.))")
+_TOKEN = re.compile(
+    r"\s*(?:(`(?:[^`]|``)*`)|('(?:[^'\\]|\\.)*')|([A-Za-z_][A-Za-z0-9_]*)|(-?\d+)|(.))"
+)
 
 _SIMPLE: dict[str, pa.DataType] = {
     "BOOLEAN": pa.bool_(),
@@ -172,7 +174,8 @@ def ddl_to_arrow(ddl: str) -> pa.Schema:
     if not text:
         raise ConfigError("schema DDL is empty; give columns like 'id BIGINT, name STRING'")
     parser = _Parser(text)
-    if parser.peek() is not None and parser.peek().upper() == "STRUCT" and parser.tokens[1:2] == ["<"]:  # type: ignore[union-attr]
+    first = parser.peek()
+    if first is not None and first.upper() == "STRUCT" and parser.tokens[1:2] == ["<"]:
         typ = parser.type()
         if parser.peek() is not None:
             raise parser.error("unexpected text")

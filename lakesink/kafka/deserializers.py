@@ -115,9 +115,7 @@ class JsonDeserializer:
         self._schema = ddl_to_arrow(schema) if isinstance(schema, str) else schema
         if len(self._schema) == 0:
             raise ConfigError("a JSON value schema needs at least one column")
-        self._date_columns = [
-            i for i, f in enumerate(self._schema) if pa.types.is_date32(f.type)
-        ]
+        self._date_columns = [i for i, f in enumerate(self._schema) if pa.types.is_date32(f.type)]
         read_fields = [
             pa.field(f.name, pa.string(), f.nullable) if i in self._date_columns else f
             for i, f in enumerate(self._schema)
@@ -140,9 +138,7 @@ class JsonDeserializer:
             if v[:1] != b"{":
                 stripped = v.lstrip()
                 if stripped[:1] != b"{":
-                    failures[i] = (
-                        "value is empty" if not stripped else "value is not a JSON object"
-                    )
+                    failures[i] = "value is empty" if not stripped else "value is not a JSON object"
                     append(b"{}")
                     continue
             if b"\n" in v or b"\r" in v:
@@ -160,7 +156,9 @@ class JsonDeserializer:
         longest = max(len(x) for x in lines)
         table = pj.read_json(
             io.BytesIO(data),
-            read_options=pj.ReadOptions(use_threads=False, block_size=max(1 << 20, 2 * longest + 2)),
+            read_options=pj.ReadOptions(
+                use_threads=False, block_size=max(1 << 20, 2 * longest + 2)
+            ),
             parse_options=pj.ParseOptions(
                 explicit_schema=self._read_schema, unexpected_field_behavior="ignore"
             ),
@@ -171,7 +169,9 @@ class JsonDeserializer:
                 "(more than one object in a value?)"
             )
         for i in self._date_columns:
-            table = table.set_column(i, self._schema.field(i), pc.cast(table.column(i), pa.date32()))
+            table = table.set_column(
+                i, self._schema.field(i), pc.cast(table.column(i), pa.date32())
+            )
         return table.select(range(len(self._schema))).cast(self._schema)
 
     def _parse_python(self, lines: Sequence[bytes]) -> pa.Table:
@@ -261,7 +261,7 @@ def avro_to_arrow_type(schema: Any, named: dict[str, pa.DataType] | None = None)
         branches = [b for b in schema if b != "null"]
         if len(branches) != 1:
             raise ConfigError(
-                f"Avro union {schema!r} is not supported: only [\"null\", T] unions map to columns"
+                f'Avro union {schema!r} is not supported: only ["null", T] unions map to columns'
             )
         return avro_to_arrow_type(branches[0], named)
     if isinstance(schema, str):
@@ -296,7 +296,9 @@ def avro_to_arrow_type(schema: Any, named: dict[str, pa.DataType] | None = None)
         return pa.string()
     if kind == "record":
         fields = [
-            pa.field(f["name"], avro_to_arrow_type(f["type"], named), nullable=_avro_nullable(f["type"]))
+            pa.field(
+                f["name"], avro_to_arrow_type(f["type"], named), nullable=_avro_nullable(f["type"])
+            )
             for f in schema["fields"]
         ]
         t: pa.DataType = pa.struct(fields)
@@ -318,7 +320,7 @@ def avro_to_arrow_type(schema: Any, named: dict[str, pa.DataType] | None = None)
 
 
 def _avro_nullable(schema: Any) -> bool:
-    return isinstance(schema, list) and "null" in schema or schema == "null"
+    return (isinstance(schema, list) and "null" in schema) or schema == "null"
 
 
 class AvroDeserializer:
@@ -328,7 +330,10 @@ class AvroDeserializer:
     a 4-byte schema id before the Avro bytes); the value must decode to exactly its length."""
 
     def __init__(
-        self, schema_file: str | Path | None = None, *, schema: str | dict[str, Any] | None = None,
+        self,
+        schema_file: str | Path | None = None,
+        *,
+        schema: str | dict[str, Any] | None = None,
         wire_format: WireFormat = "auto",
     ) -> None:
         from fastavro import parse_schema
@@ -345,7 +350,9 @@ class AvroDeserializer:
         if not isinstance(raw, dict) or raw.get("type") != "record":
             raise ConfigError("the Avro value schema must be a record schema")
         if wire_format not in ("auto", "confluent", "plain"):
-            raise ConfigError(f"Avro wire format {wire_format!r} is not one of auto, confluent, plain")
+            raise ConfigError(
+                f"Avro wire format {wire_format!r} is not one of auto, confluent, plain"
+            )
         try:
             self._parsed = parse_schema(raw)
         except Exception as e:

@@ -30,7 +30,7 @@ LOG_FILE_NAME = "broker.log"
 
 
 def noida_db_binary() -> Path:
-    """The `noida-db` executable shipped in the `noida-db` wheel (or `$LAKESINK_NOIDA_DB_BINARY`)."""
+    """The `noida-db` executable of the `noida-db` wheel (or `$LAKESINK_NOIDA_DB_BINARY`)."""
     override = os.environ.get(BINARY_ENV)
     if override:
         path = Path(override)
@@ -122,7 +122,8 @@ class EmbeddedBroker:
             if _port_open(self.host, self.port):
                 if self._fixed_port:
                     raise KafkaError(
-                        f"cannot start the embedded broker: {self.bootstrap_servers} is already in use"
+                        "cannot start the embedded broker: "
+                        f"{self.bootstrap_servers} is already in use"
                     )
                 continue
             self._spawn()
@@ -134,7 +135,9 @@ class EmbeddedBroker:
                 self.stop()
                 if not exited or attempt == attempts - 1:
                     raise
-                log.warning("embedded broker exited at start on port %d; trying another port", self.port)
+                log.warning(
+                    "embedded broker exited at start on port %d; trying another port", self.port
+                )
         raise KafkaError(f"cannot start the embedded broker; see {self.log_path}")
 
     def _spawn(self) -> None:
@@ -162,7 +165,10 @@ class EmbeddedBroker:
                 start_new_session=True,  # Ctrl-C in a terminal must not reach it before we stop it
             )
         log.info(
-            "started noida-db pid %d on %s, data in %s", self._proc.pid, self.bootstrap_servers, self.data_dir
+            "started noida-db pid %d on %s, data in %s",
+            self._proc.pid,
+            self.bootstrap_servers,
+            self.data_dir,
         )
 
     def _wait_ready(self) -> None:
@@ -199,7 +205,11 @@ class EmbeddedBroker:
             try:
                 proc.wait(timeout=self.stop_timeout_s)
             except subprocess.TimeoutExpired:
-                log.warning("noida-db pid %d ignored SIGTERM for %.0f s; killing it", proc.pid, self.stop_timeout_s)
+                log.warning(
+                    "noida-db pid %d ignored SIGTERM for %.0f s; killing it",
+                    proc.pid,
+                    self.stop_timeout_s,
+                )
                 proc.kill()
                 proc.wait(timeout=self.stop_timeout_s)
         # the port must be free before a restart on the same port

@@ -19,7 +19,8 @@ from lakesink.kafka.client import create_topic
 from lakesink.protocol.offsets import TopicPartition
 
 SAMPLE_EVENT_DDL = (
-    "event_id BIGINT, user_id BIGINT, event_type STRING, amount DOUBLE, ts TIMESTAMP, payload STRING"
+    "event_id BIGINT, user_id BIGINT, event_type STRING, amount DOUBLE, ts TIMESTAMP, "
+    "payload STRING"
 )
 """The Spark DDL of the value of a sample event."""
 
@@ -113,7 +114,9 @@ def produce_sample_events(
             producer.poll(0)
     remaining = producer.flush(timeout_s)
     if remaining:
-        raise KafkaError(f"{remaining} sample events to {topic!r} not delivered in {timeout_s:.0f} s")
+        raise KafkaError(
+            f"{remaining} sample events to {topic!r} not delivered in {timeout_s:.0f} s"
+        )
     if delivery.errors:
         raise KafkaError(
             f"{len(delivery.errors)} sample events to {topic!r} failed, first: {delivery.errors[0]}"

@@ -19,22 +19,24 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from lakesink.errors import ConfigError, DataLossError, KafkaError, RecordError
-from lakesink.kafka.client import IsolationLevel, consumer_config
+from lakesink.kafka.client import IsolationLevel
+from lakesink.kafka.client import consumer_config as build_consumer_config
+from lakesink.kafka.dead_letters import (
+    HEADER_TYPE,
+    DeadLetterSink,
+    FailedRecord,
+    headers_array,
+    timestamps_array,
+)
 from lakesink.kafka.deserializers import Deserializer
-from lakesink.protocol.offsets import OffsetRange, TopicPartition
-from lakesink.protocol.write_status import DeadLetter
+from lakesink.protocol.offsets import OffsetRange
 
 log = logging.getLogger(__name__)
 
 ErrorsTolerance = Literal["none", "all"]
 ERRORS_TOLERANCES: tuple[ErrorsTolerance, ...] = ("none", "all")
-
-HEADER_TYPE = pa.list_(
-    pa.struct([pa.field("key", pa.string(), nullable=False), pa.field("value", pa.binary())])
-)
 
 METADATA_FIELDS: tuple[pa.Field, ...] = (
     pa.field("kafka_topic", pa.string(), nullable=False),
@@ -49,7 +51,7 @@ METADATA_FIELDS: tuple[pa.Field, ...] = (
 METADATA_COLUMNS: tuple[str, ...] = tuple(f.name for f in METADATA_FIELDS)
 
 
-def record_schema(deserializer: Deserializer) -> pa.Schema:
+def output_schema(deserializer: Deserializer) -> pa.Schema:
     """The schema of the batches `read_range` yields: metadata columns, then value columns."""
     clash = set(METADATA_COLUMNS) & set(deserializer.value_schema.names)
     if clash:
@@ -59,52 +61,7 @@ def record_schema(deserializer: Deserializer) -> pa.Schema:
     return pa.schema([*METADATA_FIELDS, *deserializer.value_schema])
 
 
-@dataclass(frozen=True, slots=True)
-class FailedRecord:
-    """A record that could not be deserialized, with everything needed to replay it."""
-
-    partition: TopicPartition
-    offset: int
-    timestamp_ms: int | None
-    key: bytes | None
-    value: bytes | None
-    headers: tuple[tuple[str, bytes | None], ...]
-    error: str
-
-    def to_dead_letter(self) -> DeadLetter:
-        return DeadLetter(self.partition, self.offset, self.error)
-
-
-DEAD_LETTER_SCHEMA = pa.schema(
-    [
-        pa.field("kafka_topic", pa.string(), nullable=False),
-        pa.field("kafka_partition", pa.int32(), nullable=False),
-        pa.field("kafka_offset", pa.int64(), nullable=False),
-        pa.field("kafka_timestamp", pa.timestamp("us", tz="UTC")),
-        pa.field("kafka_key", pa.binary()),
-        pa.field("kafka_value", pa.binary()),
-        pa.field("kafka_headers", HEADER_TYPE),
-        pa.field("error", pa.string(), nullable=False),
-    ]
-)
-"""The columns of a dead-letter table."""
-
-
-def dead_letter_batch(records: list[FailedRecord]) -> pa.RecordBatch:
-    """Failed records as one Arrow batch of DEAD_LETTER_SCHEMA (for a dead-letter table)."""
-    return pa.RecordBatch.from_arrays(
-        [
-            pa.array([r.partition.topic for r in records], pa.string()),
-            pa.array([r.partition.partition for r in records], pa.int32()),
-            pa.array([r.offset for r in records], pa.int64()),
-            _timestamps([r.timestamp_ms for r in records]),
-            pa.array([r.key for r in records], pa.binary()),
-            pa.array([r.value for r in records], pa.binary()),
-            _headers([list(r.headers) or None for r in records]),
-            pa.array([r.error for r in records], pa.string()),
-        ],
-        schema=DEAD_LETTER_SCHEMA,
-    )
+record_schema = output_schema
 
 
 @dataclass
@@ -120,64 +77,76 @@ class RangeReadStats:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def _timestamps(ms: list[int | None]) -> pa.Array:
-    arr = pa.array(ms, pa.int64())
-    return pc.multiply(arr, 1000).cast(pa.timestamp("us", tz="UTC"))
-
-
-def _headers(headers: list[Any]) -> pa.Array:
-    if not any(headers):
-        return pa.nulls(len(headers), HEADER_TYPE)
-    return pa.array(
-        [None if h is None else [{"key": k, "value": v} for k, v in h] for h in headers],
-        HEADER_TYPE,
-    )
-
-
 def read_range(
     bootstrap: str,
     r: OffsetRange,
     *,
     deserializer: Deserializer,
     isolation_level: IsolationLevel = "read_committed",
-    consumer_config_overrides: Mapping[str, Any] | None = None,
+    consumer_config: Mapping[str, Any] | None = None,
     batch_size: int = 10_000,
     errors_tolerance: ErrorsTolerance = "none",
+    dead_letter_topic: str | None = None,
     on_dead_letter: Callable[[FailedRecord], None] | None = None,
     stats: RangeReadStats | None = None,
     poll_timeout_s: float = 0.5,
     stall_timeout_s: float = 60.0,
-    consumer_config: Mapping[str, Any] | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """Yield the records of `r` as record batches of at most `batch_size` rows, schema
-    `record_schema(deserializer)`. Exactly the records with start <= offset < end that the
-    isolation level shows are yielded (or dead-lettered), each once.
+    `output_schema(deserializer)`. Exactly the records with start <= offset < end that the
+    isolation level shows are yielded (or dead-lettered), each once, in offset order.
+
+    Bad records: errors_tolerance="none" raises RecordError; "all" hands each to `on_dead_letter`
+    and/or produces it to `dead_letter_topic` (flushed before the iterator ends: a dead letter the
+    broker did not acknowledge raises KafkaError). `consumer_config` adds librdkafka settings.
 
     Raises KafkaError when no progress is made for `stall_timeout_s` (the message names the
-    partition, the range and the offset reached), DataLossError when `start` is below the log
-    start, RecordError for a bad record under errors_tolerance="none".
-    `consumer_config` (alias of `consumer_config_overrides`) adds librdkafka settings."""
+    partition, the range and the offset reached), DataLossError when offsets of the range were
+    deleted from the log before they were read."""
     if errors_tolerance not in ERRORS_TOLERANCES:
         raise ConfigError(
             f"errors tolerance {errors_tolerance!r} is not valid; use one of "
             f"{', '.join(ERRORS_TOLERANCES)}"
         )
-    if errors_tolerance == "all" and on_dead_letter is None:
-        raise ConfigError("errors_tolerance='all' needs on_dead_letter: bad records are never dropped")
+    if errors_tolerance == "all" and on_dead_letter is None and not dead_letter_topic:
+        raise ConfigError(
+            "errors.tolerance=all needs a dead-letter topic or callback: "
+            "bad records are never dropped"
+        )
     if batch_size <= 0:
         raise ConfigError(f"batch_size must be positive, got {batch_size}")
-    schema = record_schema(deserializer)
+    schema = output_schema(deserializer)
     st = stats if stats is not None else RangeReadStats()
     st.position = r.start
     if r.is_empty:
         return
-    overrides = dict(consumer_config_overrides or {})
-    overrides.update(consumer_config or {})
+    sink: DeadLetterSink | None = None
+
+    def dead_letter(record: FailedRecord) -> None:
+        nonlocal sink
+        if on_dead_letter is not None:
+            on_dead_letter(record)
+        if dead_letter_topic:
+            if sink is None:
+                sink = DeadLetterSink(bootstrap, dead_letter_topic)
+            sink.send(record)
+
     reader = _RangeReader(
-        bootstrap, r, deserializer, schema, isolation_level, overrides, batch_size,
-        errors_tolerance, on_dead_letter, st, poll_timeout_s, stall_timeout_s,
+        bootstrap,
+        r,
+        deserializer,
+        schema,
+        build_consumer_config(bootstrap, isolation_level, consumer_config),
+        batch_size,
+        errors_tolerance,
+        dead_letter,
+        st,
+        poll_timeout_s,
+        stall_timeout_s,
     )
     yield from reader.run()
+    if sink is not None:
+        sink.flush()
 
 
 class _RangeReader:
@@ -187,11 +156,10 @@ class _RangeReader:
         r: OffsetRange,
         deserializer: Deserializer,
         schema: pa.Schema,
-        isolation_level: IsolationLevel,
-        overrides: Mapping[str, Any],
+        config: dict[str, Any],
         batch_size: int,
         errors_tolerance: ErrorsTolerance,
-        on_dead_letter: Callable[[FailedRecord], None] | None,
+        on_dead_letter: Callable[[FailedRecord], None],
         stats: RangeReadStats,
         poll_timeout_s: float,
         stall_timeout_s: float,
@@ -200,7 +168,7 @@ class _RangeReader:
         self.r = r
         self.deserializer = deserializer
         self.schema = schema
-        self.config = consumer_config(bootstrap, isolation_level, overrides)
+        self.config = config
         self.batch_size = batch_size
         self.errors_tolerance = errors_tolerance
         self.on_dead_letter = on_dead_letter
@@ -229,7 +197,7 @@ class _RangeReader:
             done = False
             while not done:
                 want = self.batch_size - len(msgs_buf)
-                msgs = consumer.consume(want, self.poll_timeout_s)
+                msgs: list[Any] = consumer.consume(want, self.poll_timeout_s)
                 for m in msgs:
                     err = m.error()
                     if err is not None:
@@ -251,7 +219,8 @@ class _RangeReader:
                             CkError.TOPIC_AUTHORIZATION_FAILED,
                         ):
                             raise KafkaError(
-                                f"reading {self.describe()} failed at offset {position}: {err.str()}"
+                                f"reading {self.describe()} failed at offset {position}: "
+                                f"{err.str()}"
                             )
                         last_error = err.str()
                         log.debug("transient error reading %s: %s", self.describe(), last_error)
@@ -316,12 +285,15 @@ class _RangeReader:
             pa.array([tp.topic] * n, pa.string()) if n < 64 else pa.repeat(tp.topic, n),
             pa.repeat(pa.scalar(tp.partition, pa.int32()), n),
             pa.array(offsets, pa.int64()),
-            _timestamps(timestamps),
+            timestamps_array(timestamps),
             pa.array(keys, pa.binary()),
-            _headers(headers),
+            headers_array(headers),
         ]
         table = decoded.table
-        columns = [*meta, *(c.combine_chunks() if isinstance(c, pa.ChunkedArray) else c for c in table.columns)]
+        columns = [
+            *meta,
+            *(c.combine_chunks() if isinstance(c, pa.ChunkedArray) else c for c in table.columns),
+        ]
         batch = pa.RecordBatch.from_arrays(columns, schema=self.schema)
         self.stats.records_emitted += n
         self.stats.batches += 1
@@ -347,6 +319,5 @@ class _RangeReader:
                 headers=tuple(m.headers() or ()),
                 error=failures[i],
             )
-            assert self.on_dead_letter is not None
             self.on_dead_letter(failed)
             self.stats.dead_letters += 1
