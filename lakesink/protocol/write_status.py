@@ -80,12 +80,13 @@ class WriteStatus:
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> WriteStatus:
+        rng = d.get("range")
         return cls(
             instant_time=d["instant_time"],
             task_attempt=d["task_attempt"],
-            offset_range=OffsetRange(
-                TopicPartition(d["topic"], d["partition"]), d["start"], d["end"]
-            ),
+            offset_range=None
+            if rng is None
+            else OffsetRange(TopicPartition(rng[0], rng[1]), rng[2], rng[3]),
             files=tuple(FileWrite.from_json(f) for f in d["files"]),
             records_read=d["records_read"],
             records_written=d["records_written"],

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 import time
 import uuid
 from collections.abc import Callable
@@ -51,7 +52,7 @@ def table_config_for(cfg: LakesinkConfig) -> TableConfig:
     if cfg["table.partition.date.from"]:
         partition_fields += (DATE_PARTITION_COLUMN,)
     return TableConfig(
-        name=cfg.table_name,
+        name=re.sub(r"[^A-Za-z0-9_]", "_", cfg.table_name),
         version=cfg["table.version"],
         record_key_fields=tuple(cfg["table.record.key.fields"]),
         partition_fields=partition_fields,

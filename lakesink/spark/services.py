@@ -8,8 +8,12 @@ import os
 import socket
 from collections.abc import Iterator
 
-from lakesink.concurrency.heartbeat import Heartbeat, claim_writer, heartbeat_expired
-from lakesink.concurrency.heartbeat import WriterIncarnation
+from lakesink.concurrency.heartbeat import (
+    Heartbeat,
+    WriterIncarnation,
+    claim_writer,
+    heartbeat_expired,
+)
 from lakesink.concurrency.instant_time import InstantTimeGenerator
 from lakesink.concurrency.lock import LockLease, make_lock_provider
 from lakesink.config import LakesinkConfig

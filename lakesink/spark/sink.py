@@ -98,6 +98,21 @@ class CommittingSink:
             raise ConfigError(f"partition column(s) {missing} are not in the rows: {df.columns}")
         return df
 
+    def avro_schema_of(self, df: DataFrame) -> str:
+        """The Avro schema of rows as written, for a batch whose tasks wrote no rows: the
+        table's latest schema, else the DataFrame's."""
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        from lakesink.table.avro_schema import avro_schema_for, with_meta_columns
+
+        latest = self.coordinator.table.timeline().latest_schema()
+        if latest:
+            return latest
+        arrow: Any = to_arrow_schema(df.schema)
+        return avro_schema_for(
+            with_meta_columns(arrow), f"{self.coordinator.table.config.name}_record"
+        )
+
     def __call__(self, batch_df: DataFrame, batch_id: int) -> None:
         started = time.perf_counter()
         ranges = planned_ranges(self.cfg.checkpoint_location, batch_id)
@@ -114,8 +129,9 @@ class CommittingSink:
             )
             rows = out.mapInArrow(writer, STATUS_SCHEMA).collect()
             statuses = parse_statuses(rows)
+            schema = next((s.extra["schema"] for s in statuses if s.extra.get("schema")), None)
             outcome = self.coordinator.complete(
-                instant, batch_id, ranges, statuses, schema=avro_schema_of(out)
+                instant, batch_id, ranges, statuses, schema=schema or self.avro_schema_of(out)
             )
         except BaseException:
             log.exception("batch %s failed; rolling back instant %s", batch_id, instant)
@@ -130,13 +146,3 @@ class CommittingSink:
         self.stats.last_batch_s = time.perf_counter() - started
         if self.on_batch:
             self.on_batch(outcome)
-
-
-def avro_schema_of(df: DataFrame) -> str:
-    """The Avro schema of the rows as written (meta columns included), for commit metadata."""
-    from pyspark.sql.pandas.types import to_arrow_schema
-
-    from lakesink.table.writer import table_avro_schema
-
-    arrow: Any = to_arrow_schema(df.schema)
-    return table_avro_schema(arrow, "record")

@@ -42,18 +42,17 @@ class TaskWriter:
             token, attempt = write_token(0, 0, 0), uuid.uuid4().hex
         writer = PartitionedWriter(
             self.table_path,
-            self.config,
             InstantTime(self.instant_time),
             token,
             target_file_size_bytes=self.target_file_size,
+            config=self.config,
         )
         rows = 0
-        schema: pa.Schema | None = None
         for batch in batches:
             if batch.num_rows:
                 writer.write(batch)
                 rows += batch.num_rows
-                schema = schema or batch.schema
+        schema = writer.avro_schema
         files = writer.close()
         status = WriteStatus(
             instant_time=self.instant_time,
@@ -61,6 +60,7 @@ class TaskWriter:
             files=tuple(files),
             records_read=rows,
             records_written=sum(f.num_writes for f in files),
+            extra={"schema": schema} if schema else {},
         )
         yield pa.RecordBatch.from_pylist([{"status": json.dumps(status.to_json())}], _STATUS_ARROW)
 

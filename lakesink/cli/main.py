@@ -1,0 +1,135 @@
+"""`lakesink` — ingest Kafka topics into Hudi tables exactly once.
+
+Errors that are the user's (bad config, missing table, …) print one line and exit with the
+error class's code; no traceback. `--debug` shows tracebacks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+
+from lakesink.errors import LakesinkError
+
+
+def _add_config_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", "-c", help="configuration file (.toml, .yaml)")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a configuration key (repeatable)",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="lakesink", description=__doc__.splitlines()[0])
+    parser.add_argument("--debug", action="store_true", help="verbose logs and tracebacks")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    demo = sub.add_parser("demo", help="start a local broker, produce events, ingest them, audit")
+    demo.add_argument("--events", type=int, default=200_000, help="events to produce")
+    demo.add_argument("--partitions", type=int, default=4, help="topic partitions")
+    demo.add_argument("--dir", default="lakehouse", help="where the table goes")
+    demo.add_argument("--table-version", type=int, choices=(6, 8), default=8)
+    demo.add_argument("--keep-broker", action="store_true", help="leave the broker's data dir")
+
+    ingest = sub.add_parser("ingest", help="run the streaming ingestion")
+    _add_config_args(ingest)
+    ingest.add_argument("--once", action="store_true", help="stop when caught up")
+
+    status = sub.add_parser("status", help="committed offsets, lag, recent instants")
+    _add_config_args(status)
+    status.add_argument("--json", action="store_true")
+
+    verify = sub.add_parser("verify", help="the exactly-once audit (hudi-rs and lakesink reader)")
+    _add_config_args(verify)
+    verify.add_argument("--json", action="store_true")
+
+    cfg = sub.add_parser("config", help="configuration reference")
+    cfg_sub = cfg.add_subparsers(dest="config_command", required=True)
+    cfg_sub.add_parser("docs", help="print the Markdown reference of every key")
+    check = cfg_sub.add_parser("check", help="validate a configuration and print it")
+    _add_config_args(check)
+
+    from lakesink.cli import table_commands
+
+    table_commands.add_parser(sub)
+    return parser
+
+
+def _overrides(pairs: Sequence[str]) -> dict[str, str]:
+    from lakesink.errors import ConfigError
+
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            raise ConfigError(f"--set {pair!r} is not of the form key=value")
+        out[key.strip()] = value
+    return out
+
+
+def load(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    from lakesink.config import load_config
+
+    return load_config(args.config, _overrides(args.set))
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.command == "demo":
+        from lakesink.cli.demo import run_demo
+
+        return run_demo(args)
+    if args.command == "ingest":
+        from lakesink.cli.ingest import run_ingest
+
+        return run_ingest(load(args), once=args.once)
+    if args.command == "status":
+        from lakesink.cli.status import run_status
+
+        return run_status(load(args), as_json=args.json)
+    if args.command == "verify":
+        from lakesink.cli.verify import run_verify
+
+        return run_verify(load(args), as_json=args.json)
+    if args.command == "config":
+        from lakesink.config import render_reference
+
+        if args.config_command == "docs":
+            sys.stdout.write(render_reference())
+            return 0
+        cfg = load(args)
+        for k, v in sorted(cfg.values.items()):
+            print(f"{k} = {v!r}")
+        return 0
+    if args.command == "table":
+        from lakesink.cli import table_commands
+
+        return table_commands.run(args)
+    raise AssertionError(args.command)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.debug else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        return run(args)
+    except LakesinkError as e:
+        if args.debug:
+            raise
+        print(f"lakesink: error: {e}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        print("lakesink: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,66 @@
+"""`lakesink status`: committed offset, high watermark and lag per partition; recent instants."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lakesink.cli.output import emit_json, say, table
+from lakesink.config import LakesinkConfig
+from lakesink.errors import TableNotFoundError
+
+
+def collect_status(cfg: LakesinkConfig) -> dict[str, Any]:
+    from lakesink.spark.commit_state import committed_offsets_at
+    from lakesink.spark.pipeline import high_watermarks
+    from lakesink.table.hudi_table import HudiTable
+    from lakesink.table.view import FileSystemView
+
+    committed = committed_offsets_at(cfg["table.path"], cfg.writer_id)
+    marks = high_watermarks(cfg)
+    partitions = []
+    for tp in sorted(set(marks) | set(committed.next_offsets)):
+        pos = committed.get(tp)
+        hi = marks.get(tp)
+        lag = None if hi is None else hi - (pos or 0)
+        partitions.append(
+            {"partition": tp.key(), "committed": pos, "high_watermark": hi, "lag": lag}
+        )
+    out: dict[str, Any] = {"writer_id": cfg.writer_id, "partitions": partitions}
+    try:
+        tbl = HudiTable.open(cfg["table.path"])
+    except TableNotFoundError:
+        out["table"] = None
+        return out
+    timeline = tbl.timeline()
+    files = FileSystemView(tbl).latest_base_files()
+    out["table"] = {
+        "path": str(tbl.base_path),
+        "version": tbl.config.version,
+        "files": len(files),
+        "instants": [str(i) for i in timeline.instants[-10:]],
+        "inflight": [str(i) for i in timeline.inflight_or_requested()],
+    }
+    return out
+
+
+def run_status(cfg: LakesinkConfig, *, as_json: bool) -> int:
+    st = collect_status(cfg)
+    if as_json:
+        emit_json(st)
+        return 0
+    say(f"writer {st['writer_id']}")
+    rows = [
+        [p["partition"], p["committed"], p["high_watermark"], p["lag"]] for p in st["partitions"]
+    ]
+    say(table(["partition", "committed", "high watermark", "lag"], rows))
+    if st["table"] is None:
+        say("table: not created yet")
+        return 0
+    t = st["table"]
+    say(f"\ntable {t['path']} (version {t['version']}): {t['files']} files")
+    say("last instants:")
+    for i in t["instants"]:
+        say(f"  {i}")
+    if t["inflight"]:
+        say("inflight: " + ", ".join(t["inflight"]))
+    return 0

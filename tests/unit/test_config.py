@@ -1,0 +1,86 @@
+"""Configuration: defaults, file formats, overrides, and errors that name the key."""
+
+from pathlib import Path
+
+import pytest
+
+from lakesink.config import KEYS, build_config, load_config, render_reference
+from lakesink.errors import ConfigError
+
+BASE = {
+    "kafka.bootstrap.servers": "127.0.0.1:9092",
+    "kafka.topics": "events",
+    "value.schema": "id BIGINT",
+    "table.path": "/tmp/t",
+}
+
+
+def test_defaults_fill_every_key() -> None:
+    cfg = build_config(BASE)
+    assert cfg["kafka.topics"] == ("events",)
+    assert cfg["commit.mode"] == "sync"
+    assert cfg.writer_id == "t.events"
+
+
+def test_bad_choice_names_key_and_valid_values() -> None:
+    with pytest.raises(ConfigError, match=r"commit\.mode='maybe'.*sync, async"):
+        build_config({**BASE, "commit.mode": "maybe"})
+
+
+def test_unknown_key_suggests_close_match() -> None:
+    with pytest.raises(ConfigError, match="did you mean 'kafka.topics'"):
+        build_config({**BASE, "topics": "x"})
+
+
+def test_missing_required_key_is_named() -> None:
+    raw = dict(BASE)
+    del raw["table.path"]
+    with pytest.raises(ConfigError, match=r"table\.path is required"):
+        build_config(raw)
+
+
+def test_json_needs_a_schema() -> None:
+    raw = dict(BASE)
+    del raw["value.schema"]
+    with pytest.raises(ConfigError, match="value.schema"):
+        build_config(raw)
+
+
+def test_dead_letter_tolerance_needs_a_topic() -> None:
+    with pytest.raises(ConfigError, match="errors.deadletter.topic"):
+        build_config({**BASE, "errors.tolerance": "all"})
+
+
+def test_toml_nested_tables_env_and_overrides(tmp_path: Path) -> None:
+    f = tmp_path / "c.toml"
+    f.write_text(
+        '[kafka]\nbootstrap.servers = "h:1"\ntopics = ["a", "b"]\n'
+        '[value]\nschema = "id BIGINT"\n[table]\npath = "/x"\nversion = 6\n'
+    )
+    cfg = load_config(f, {"table.version": "8"}, environ={"LAKESINK_KAFKA_BOOTSTRAP_SERVERS": "e:2"})
+    assert cfg["kafka.topics"] == ("a", "b")
+    assert cfg["kafka.bootstrap.servers"] == "e:2"
+    assert cfg["table.version"] == 8
+
+
+def test_yaml_file(tmp_path: Path) -> None:
+    f = tmp_path / "c.yaml"
+    f.write_text("kafka:\n  bootstrap.servers: h:1\n  topics: a\nvalue.schema: id BIGINT\ntable.path: /x\n")
+    assert load_config(f)["kafka.topics"] == ("a",)
+
+
+def test_garbled_file_names_the_file(tmp_path: Path) -> None:
+    f = tmp_path / "bad.toml"
+    f.write_text("kafka = [")
+    with pytest.raises(ConfigError, match="bad.toml is not valid TOML"):
+        load_config(f)
+
+
+def test_reference_documents_every_key() -> None:
+    ref = render_reference()
+    assert all(f"`{k.name}`" in ref for k in KEYS)
+
+
+def test_checked_in_reference_is_current() -> None:
+    doc = Path(__file__).parents[2] / "docs" / "configuration.md"
+    assert doc.read_text() == render_reference(), "run: lakesink config docs > docs/configuration.md"
