@@ -114,8 +114,8 @@ class PostgresPendingCommitStore:
     def _connection(self) -> psycopg.Connection[Any]:
         if self._conn is not None and self._pid == os.getpid() and not self._conn.closed:
             return self._conn
-        psycopg = _psycopg()
-        conn: psycopg.Connection[Any] = psycopg.connect(
+        pg = _psycopg()
+        conn: psycopg.Connection[Any] = pg.connect(
             self.dsn,
             connect_timeout=self.connect_timeout_s,
             application_name="lakesink-pending-store",

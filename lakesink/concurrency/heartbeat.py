@@ -303,9 +303,8 @@ def claim_writer(
         finally:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
-        inc = WriterIncarnation(os.fspath(table_base_path), writer_id, n, now)
-        if inc.is_current():
-            break
+        break  # the number is ours: link() creates a name once (a newer start fences us)
+    inc = WriterIncarnation(os.fspath(table_base_path), writer_id, n, now)
     summary = base / WRITERS_DIR / f"{writer_id}.json"
     try:
         previous = json.loads(summary.read_text()).get("incarnation", 0)
