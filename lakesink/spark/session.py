@@ -18,6 +18,9 @@ _DEFAULTS = {
     "spark.sql.adaptive.enabled": "false",
     "spark.driver.memory": "2g",
     "spark.ui.showConsoleProgress": "false",
+    # Stay on loopback: lakesink never needs another interface.
+    "spark.driver.host": "127.0.0.1",
+    "spark.driver.bindAddress": "127.0.0.1",
 }
 
 
@@ -28,6 +31,7 @@ def get_spark(
     # Executors must run the same interpreter as the driver (the project's virtualenv).
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     builder = SparkSession.builder.master(master).appName(app_name)
     for k, v in {**_DEFAULTS, **(conf or {})}.items():
         builder = builder.config(k, v)

@@ -1,0 +1,81 @@
+"""`spark.read.format("lakesink").load(path)`: a batch Python Data Source over lakesink tables.
+
+One Spark task per latest base file of the snapshot (or of the state as of
+`.option("as.of.instant", "<instant time>")`); files of inflight, failed or rolled-back
+instants are never planned, exactly as lakesink's own reader and hudi-rs see the table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.types import StructType
+
+from lakesink.errors import ConfigError
+
+
+class BaseFilePartition(InputPartition):
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+
+def _table_and_view(options: dict[str, str]):  # type: ignore[no-untyped-def]
+    from lakesink.protocol.instant import InstantTime
+    from lakesink.table.hudi_table import HudiTable
+    from lakesink.table.view import FileSystemView
+
+    path = options.get("path")
+    if not path:
+        raise ConfigError('spark.read.format("lakesink") needs a table path: .load(path)')
+    table = HudiTable.open(path)
+    as_of = options.get("as.of.instant")
+    return table, FileSystemView(table, InstantTime(as_of) if as_of else None)
+
+
+def _arrow_schema(options: dict[str, str]) -> pa.Schema:
+    import pyarrow.parquet as pq
+
+    from lakesink.table.reader import TableReader
+
+    table, view = _table_and_view(options)
+    files = view.latest_base_files()
+    if files:
+        return pq.read_schema(table.base_path / files[0].path)
+    return TableReader(table).snapshot().schema
+
+
+class TableBatchReader(DataSourceReader):
+    def __init__(self, options: dict[str, str], schema: pa.Schema) -> None:
+        self.options = options
+        self.schema = schema
+
+    def partitions(self) -> Sequence[InputPartition]:
+        table, view = _table_and_view(self.options)
+        return [BaseFilePartition(str(table.base_path / f.path)) for f in view.latest_base_files()]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        import pyarrow.parquet as pq
+
+        assert isinstance(partition, BaseFilePartition)
+        table = pq.read_table(partition.path)
+        yield from table.cast(self.schema).to_batches(max_chunksize=65_536)
+
+
+class LakesinkTableSource(DataSource):
+    """Reads lakesink (Hudi copy-on-write) tables into Spark."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "lakesink"
+
+    def schema(self) -> StructType:
+        from pyspark.sql.pandas.types import from_arrow_schema
+
+        return from_arrow_schema(_arrow_schema(dict(self.options)))
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        return TableBatchReader(dict(self.options), to_arrow_schema(schema))
