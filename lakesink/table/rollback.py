@@ -1,0 +1,140 @@
+"""Rolling back an instant that never completed: delete the files its markers name (and any
+base file of that instant in the partitions they name), record a completed rollback, then
+remove the instant's requested/inflight files, as Hudi does. Idempotent: a crash at any step
+and a second call finish the job."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import time
+
+from lakesink.errors import CommitError, CorruptTableError
+from lakesink.protocol.instant import Action, Instant, InstantTime, State
+from lakesink.table.atomic import create_exclusive
+from lakesink.table.files import parse_base_file_name
+from lakesink.table.hudi_table import HudiTable
+from lakesink.table.markers import delete_markers, list_marked_files
+from lakesink.table.metadata import RollbackMetadata, RollbackPlan
+from lakesink.table.timeline import Timeline
+
+log = logging.getLogger(__name__)
+
+
+def _new_time(timeline: Timeline) -> InstantTime:
+    taken = [i.time.to_epoch_ms() for i in timeline.instants]
+    taken += [i.completion_time.to_epoch_ms() for i in timeline.instants if i.completion_time]
+    return InstantTime.from_epoch_ms(max([int(time.time() * 1000), *(t + 1 for t in taken)]))
+
+
+def _find_rollback_of(timeline: Timeline, target: InstantTime) -> Instant | None:
+    for inst in timeline.instants:
+        if inst.action is not Action.ROLLBACK:
+            continue
+        if inst.is_completed:
+            md = timeline.rollback_metadata(inst)
+            if any(t == target.value for t, _ in md.rolled_back):
+                return inst
+        else:
+            try:
+                plan = timeline.rollback_plan(inst)
+            except CorruptTableError:  # a garbled or empty pending plan is not ours
+                continue
+            if plan.instant_time == target.value:
+                return inst
+    return None
+
+
+def _files_of(table: HudiTable, instant_time: InstantTime) -> list[str]:
+    """Relative paths of the instant's files: what the markers name plus any base file of the
+    instant found in the partitions the markers name."""
+    marked = list_marked_files(table.base_path, instant_time)
+    found = set(marked)
+    partitions = {m.rsplit("/", 1)[0] if "/" in m else "" for m in marked}
+    for p in partitions:
+        folder = table.base_path / p if p else table.base_path
+        try:
+            names = os.listdir(folder)
+        except FileNotFoundError:
+            continue
+        for n in names:
+            try:
+                parsed = parse_base_file_name(n)
+            except CorruptTableError:  # not a base file
+                continue
+            if parsed.instant_time == instant_time:
+                found.add(f"{p}/{n}" if p else n)
+    return sorted(found)
+
+
+def rollback(table: HudiTable, instant: Instant) -> Instant:
+    """Roll back a requested or inflight commit/replacecommit; returns the completed rollback
+    instant. CommitError for a completed instant (a published commit is never undone here)."""
+    timeline = table.timeline()
+    current = timeline.get(instant.time)
+    existing = _find_rollback_of(timeline, instant.time)
+    if current is not None and current.is_completed:
+        raise CommitError(
+            f"cannot roll back {current} in {table.base_path}: it is completed and readers may "
+            "see it; only requested or inflight instants can be rolled back"
+        )
+    if current is not None and not current.action.writes_data:
+        raise CommitError(f"cannot roll back {current}: only commits and replacecommits")
+    if current is None and existing is None:
+        raise CommitError(f"instant {instant.time} is not on the timeline of {table.base_path}")
+    target = current or instant
+    if existing is not None and existing.is_completed:
+        _finish(table, timeline, target)
+        return existing
+    action = target.action
+    started = time.monotonic()
+    if existing is None:
+        rb_time = _new_time(timeline)
+        plan = RollbackPlan(instant.time.value, action.value)
+        rb = timeline.begin(Action.ROLLBACK, rb_time, requested_content=plan.to_bytes())
+    else:
+        rb = existing
+        if rb.state is State.REQUESTED:
+            with contextlib.suppress(FileExistsError):
+                inflight = timeline.path_of(rb.with_state(State.INFLIGHT))
+                create_exclusive(table.base_path, inflight, b"")
+    deleted: dict[str, list[str]] = {}
+    failed: dict[str, list[str]] = {}
+    for rel in _files_of(table, instant.time):
+        partition = rel.rsplit("/", 1)[0] if "/" in rel else ""
+        path = table.base_path / rel
+        try:
+            path.unlink()
+            deleted.setdefault(partition, []).append(rel)
+        except FileNotFoundError:
+            pass
+        except OSError as e:
+            log.warning(
+                "table %s: rollback of %s could not delete %s: %s",
+                table.base_path,
+                instant.time,
+                rel,
+                e,
+            )
+            failed.setdefault(partition, []).append(rel)
+    if failed:
+        raise CommitError(
+            f"rollback of {instant.time} in {table.base_path} could not delete "
+            f"{sum(len(v) for v in failed.values())} files; run it again"
+        )
+    metadata = RollbackMetadata(
+        start_rollback_time=rb.time.value,
+        rolled_back=((instant.time.value, action.value),),
+        deleted_files={p: tuple(v) for p, v in deleted.items()},
+        time_taken_ms=int((time.monotonic() - started) * 1000),
+    )
+    done = table.timeline().complete_rollback(rb, metadata)
+    _finish(table, table.timeline(), target)
+    log.info("table %s: rolled back %s with %s", table.base_path, instant.time, done)
+    return done
+
+
+def _finish(table: HudiTable, timeline: Timeline, instant: Instant) -> None:
+    delete_markers(table.base_path, instant.time)
+    timeline.remove_pending(instant)
