@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Create ./.venv with Python 3.11 and install lakesink with the pinned dependencies of
+# pyproject.toml (EXTRAS="test" adds what the test suite needs). Idempotent.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON="${PYTHON:-python3.11}"
+command -v "$PYTHON" >/dev/null 2>&1 || PYTHON=python3
+"$PYTHON" -c 'import sys; assert sys.version_info[:2] == (3, 11), "lakesink needs Python 3.11"'
+command -v java >/dev/null 2>&1 || { echo "lakesink needs Java 17 (Spark): apt-get install openjdk-17-jre-headless" >&2; exit 1; }
+if [ ! -x .venv/bin/python ]; then
+  "$PYTHON" -m venv .venv
+fi
+spec="."
+[ -n "${EXTRAS:-}" ] && spec=".[${EXTRAS}]"
+.venv/bin/python -m pip install --quiet --disable-pip-version-check --upgrade pip >/dev/null
+.venv/bin/python -m pip install --quiet --disable-pip-version-check -e "$spec"
