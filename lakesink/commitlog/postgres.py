@@ -95,14 +95,14 @@ class PostgresPendingCommitStore:
         return f"PostgresPendingCommitStore({self.server!r}, table={self.table!r})"
 
     def _unavailable(self, e: BaseException) -> PendingStoreUnavailableError:
-        text = str(e).strip()
+        text = " ".join(str(e).split())
         pw = _password(self.dsn)
         if pw:
             text = text.replace(pw, "***")
         return PendingStoreUnavailableError(
             f"pending-commit store at PostgreSQL {self.server} (table {self.table}) is "
-            f"unreachable: {text}; the call changed nothing and is retriable once the server "
-            "is back"
+            f"unreachable: {text}; retriable once the server is back (every store call is "
+            "idempotent, so repeating one that may have landed is safe)"
         )
 
     def _drop(self) -> None:

@@ -45,7 +45,7 @@ class PendingStatus(enum.Enum):
 
 
 class PendingStoreUnavailableError(PendingStoreError):
-    """The store could not be reached; nothing was changed by the failed call. Retry later."""
+    """The store could not be reached. Retry later: every store call is idempotent."""
 
     retriable = True
 

@@ -159,8 +159,10 @@ class PostgresLockProvider:
                 application_name=f"lakesink-lock:{self.owner}"[:63],
             )
         except psycopg.Error as e:
+            reason = " ".join(str(e).split())
             raise LockError(
-                f"PostgreSQL lock server {self.server} is unreachable: {e}; retry when it is back"
+                f"PostgreSQL lock server {self.server} is unreachable: {reason}; "
+                "retry when it is back"
             ) from e
 
     def acquire(self, timeout_s: float) -> PostgresLease:

@@ -82,6 +82,7 @@ class PostgresServer:
     port: int
     bin_dir: Path
     external_dsn: str | None = None
+    password: str = PASSWORD
     running: bool = field(default=False, init=False)
 
     @property
@@ -100,7 +101,10 @@ class PostgresServer:
     def dsn(self) -> str:
         if self.external_dsn:
             return self.external_dsn
-        return f"host=127.0.0.1 port={self.port} user=postgres password={PASSWORD} dbname=postgres"
+        return (
+            f"host=127.0.0.1 port={self.port} user=postgres password={self.password} "
+            "dbname=postgres"
+        )
 
     def _run(self, *args: str, timeout: float = 90) -> None:
         cmd = _as_server_user([str(self.bin_dir / args[0]), *args[1:]])
@@ -115,7 +119,7 @@ class PostgresServer:
     def init(self) -> None:
         self.socket_dir.mkdir(parents=True, exist_ok=True)
         pwfile = self.base_dir / "pwfile"
-        pwfile.write_text(PASSWORD + "\n")
+        pwfile.write_text(self.password + "\n")
         if os.geteuid() == 0:
             user = pwd.getpwnam(RUN_AS)
             for p in (self.base_dir, self.socket_dir, pwfile):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -33,10 +34,10 @@ class FakeClock:
         self.now += s
 
 
-def provider(tmp_path: Path, owner: str, clock: FakeClock, **kw: object) -> FileLockProvider:
+def provider(tmp_path: Path, owner: str, clock: FakeClock, **kw: Any) -> FileLockProvider:
     return FileLockProvider(
         tmp_path, owner, lease_s=30, auto_renew=False, clock=clock, sleep=clock.sleep, **kw
-    )  # type: ignore[arg-type]
+    )
 
 
 def test_acquire_free_lock_writes_lease_file_with_owner_and_expiry(tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pickle
 import sqlite3
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -26,9 +27,9 @@ W = "writer-1"
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> SqlitePendingCommitStore:
+def store(tmp_path: Path) -> Iterator[SqlitePendingCommitStore]:
     s = SqlitePendingCommitStore(tmp_path / "pending.db")
-    yield s  # type: ignore[misc]
+    yield s
     s.close()
 
 

@@ -1,0 +1,249 @@
+"""The table lock across real OS processes: FileLockProvider and PostgresLockProvider.
+
+Scenarios (one comment per case):
+- two processes take the lock in turns many times and never overlap;
+- a holder killed with SIGKILL: a file lease is taken over only after it expired, a PostgreSQL
+  advisory lock is freed as soon as the session dies;
+- a holder that stalled past its expiry (SIGSTOP) and was taken over fails `check()`;
+- a PostgreSQL session terminated under the holder fails `check()`;
+- an unreachable PostgreSQL is a clear, retriable LockError without the password.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from lakesink.concurrency.lock import FileLockProvider
+from lakesink.concurrency.pg_lock import PostgresLockProvider
+from lakesink.errors import LockError
+
+pytest_plugins = ["pg_fixture"]
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+
+WORKER = textwrap.dedent(
+    """
+    import os, sys, time
+    from lakesink.concurrency.lock import FileLockProvider
+    from lakesink.concurrency.pg_lock import PostgresLockProvider
+
+    kind, target, name, mode = sys.argv[1:5]
+    lease_s = float(sys.argv[5])
+
+    def make():
+        if kind == "file":
+            return FileLockProvider(target, name, lease_s=lease_s, poll_s=0.005)
+        return PostgresLockProvider(target, "table-x", name, poll_s=0.005)
+
+    p = make()
+    if mode == "rounds":
+        log_path, rounds = sys.argv[6], int(sys.argv[7])
+        for _ in range(rounds):
+            lease = p.acquire(timeout_s=60)
+            lease.check()
+            with open(log_path, "a") as f:
+                f.write(f"{name} enter {getattr(lease, 'seq', 0)}\\n")
+                f.flush()
+                time.sleep(0.002)
+                f.write(f"{name} exit\\n")
+                f.flush()
+            lease.check()
+            p.release(lease)
+        print("DONE", flush=True)
+    else:  # hold: take the lock, report, then check on every line read from stdin
+        lease = p.acquire(timeout_s=30)
+        print("HELD", getattr(lease, "seq", 0), lease.expires_at, flush=True)
+        for line in sys.stdin:
+            try:
+                lease.check()
+                print("VALID", flush=True)
+            except Exception as e:
+                print("LOST", type(e).__name__, e, flush=True)
+    """
+)
+
+
+def spawn(*args: object) -> subprocess.Popen[str]:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.Popen(
+        [sys.executable, "-c", WORKER, *map(str, args)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+
+
+@pytest.fixture
+def procs() -> Iterator[list[subprocess.Popen[str]]]:
+    started: list[subprocess.Popen[str]] = []
+    yield started
+    for p in started:
+        if p.poll() is None:
+            os.kill(p.pid, signal.SIGCONT)
+            p.kill()
+        p.wait(timeout=10)
+        for stream in (p.stdin, p.stdout):
+            if stream is not None:
+                stream.close()
+
+
+def assert_no_interleaving(log: Path, names: list[str], rounds: int) -> list[str]:
+    lines = log.read_text().splitlines()
+    assert len(lines) == 2 * rounds * len(names)
+    enters = []
+    for i in range(0, len(lines), 2):
+        who, what, *rest = lines[i].split()
+        assert what == "enter", f"line {i}: {lines[i]!r}"
+        assert lines[i + 1] == f"{who} exit", f"interleaved at line {i}: {lines[i : i + 2]}"
+        enters.append(rest[0] if rest else "")
+    return enters
+
+
+def read_line(p: subprocess.Popen[str]) -> str:
+    assert p.stdout is not None
+    line = p.stdout.readline()
+    assert line, f"worker {p.pid} exited with {p.wait()}"
+    return line.strip()
+
+
+def ask(p: subprocess.Popen[str]) -> str:
+    assert p.stdin is not None
+    p.stdin.write("check\n")
+    p.stdin.flush()
+    return read_line(p)
+
+
+# --- filesystem lease lock -------------------------------------------------------------------
+
+
+def test_file_lock_two_processes_never_overlap_over_many_rounds(
+    tmp_path: Path, procs: list[subprocess.Popen[str]]
+) -> None:
+    log, rounds = tmp_path / "log.txt", 40
+    for name in ("a", "b"):
+        procs.append(spawn("file", tmp_path / "table", name, "rounds", 10, log, rounds))
+    for p in procs:
+        assert read_line(p) == "DONE"
+    seqs = assert_no_interleaving(log, ["a", "b"], rounds)
+    assert sorted(map(int, seqs)) == list(range(1, 2 * rounds + 1))  # one lease per holding
+
+
+def test_file_lock_of_killed_holder_is_taken_over_only_after_expiry(
+    tmp_path: Path, procs: list[subprocess.Popen[str]]
+) -> None:
+    table = tmp_path / "table"
+    holder = spawn("file", table, "victim", "hold", 1.5)
+    procs.append(holder)
+    seq = int(read_line(holder).split()[1])
+    me = FileLockProvider(table, "survivor", lease_s=5)
+    assert me.try_acquire() is None
+    os.kill(holder.pid, signal.SIGKILL)
+    holder.wait(timeout=10)
+    expiry = me.lease_expiry(seq)
+    assert expiry is not None and time.time() < expiry
+    assert me.try_acquire() is None  # dead, but its lease has not run out yet
+    lease = me.acquire(timeout_s=10)
+    assert time.time() >= expiry
+    assert lease.seq == seq + 1
+    lease.check()
+    me.release(lease)
+
+
+def test_file_lock_holder_stalled_past_expiry_fails_check_after_takeover(
+    tmp_path: Path, procs: list[subprocess.Popen[str]]
+) -> None:
+    table = tmp_path / "table"
+    holder = spawn("file", table, "zombie", "hold", 1.0)
+    procs.append(holder)
+    read_line(holder)
+    assert ask(holder) == "VALID"
+    os.kill(holder.pid, signal.SIGSTOP)  # a long GC pause: no renewals
+    me = FileLockProvider(table, "successor", lease_s=5)
+    lease = me.acquire(timeout_s=10)
+    os.kill(holder.pid, signal.SIGCONT)
+    answer = ask(holder)
+    assert answer.startswith("LOST LockError"), answer
+    lease.check()
+    me.release(lease)
+
+
+def test_file_lock_expired_holder_in_process_check_raises(tmp_path: Path) -> None:
+    holder = FileLockProvider(tmp_path, "slow", lease_s=0.3, auto_renew=False)
+    lease = holder.acquire(timeout_s=1)
+    other = FileLockProvider(tmp_path, "fast", lease_s=5)
+    taken = other.acquire(timeout_s=5)
+    with pytest.raises(LockError, match="lost"):
+        lease.check()
+    other.release(taken)
+
+
+# --- PostgreSQL advisory lock ----------------------------------------------------------------
+
+
+def test_pg_lock_two_processes_never_overlap_over_many_rounds(
+    tmp_path: Path, postgres_dsn: str, procs: list[subprocess.Popen[str]]
+) -> None:
+    log, rounds = tmp_path / "log.txt", 30
+    for name in ("a", "b"):
+        procs.append(spawn("pg", postgres_dsn, name, "rounds", 0, log, rounds))
+    for p in procs:
+        assert read_line(p) == "DONE"
+    assert_no_interleaving(log, ["a", "b"], rounds)
+
+
+def test_pg_lock_of_killed_holder_is_freed_when_its_session_dies(
+    postgres_dsn: str, procs: list[subprocess.Popen[str]]
+) -> None:
+    holder = spawn("pg", postgres_dsn, "victim", "hold", 0)
+    procs.append(holder)
+    read_line(holder)
+    me = PostgresLockProvider(postgres_dsn, "table-x", "survivor")
+    with pytest.raises(LockError, match="lakesink-lock:victim"):
+        me.acquire(timeout_s=0.2)
+    os.kill(holder.pid, signal.SIGKILL)
+    holder.wait(timeout=10)
+    start = time.monotonic()
+    lease = me.acquire(timeout_s=10)
+    assert time.monotonic() - start < 5
+    lease.check()
+    me.release(lease)
+
+
+def test_pg_lock_terminated_session_fails_check(postgres_dsn: str) -> None:
+    import psycopg
+
+    p = PostgresLockProvider(postgres_dsn, "table-y", "holder")
+    lease = p.acquire(timeout_s=5)
+    assert lease._conn is not None
+    pid = lease._conn.info.backend_pid
+    with psycopg.connect(postgres_dsn, autocommit=True) as admin:
+        admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+    with pytest.raises(LockError, match="is lost"):
+        lease.check()
+    assert not lease.is_valid()
+    other = PostgresLockProvider(postgres_dsn, "table-y", "next").acquire(timeout_s=5)
+    other.check()
+    p.release(lease)
+
+
+def test_pg_lock_unreachable_server_is_retriable_lock_error_without_password() -> None:
+    from pg_fixture import free_port
+
+    port = free_port()
+    dsn = f"host=127.0.0.1 port={port} user=u password=hunter2 dbname=d"
+    p = PostgresLockProvider(dsn, "t", "w", connect_timeout_s=2)
+    with pytest.raises(LockError, match=f"port={port}") as e:
+        p.acquire(timeout_s=1)
+    assert e.value.retriable and "unreachable" in str(e.value)
+    assert "hunter2" not in str(e.value)
