@@ -59,7 +59,8 @@ def test_open_a_path_that_is_not_a_table(tmp_path: Path) -> None:
 def test_open_an_unsupported_version(table: HudiTable) -> None:
     props = table.base_path / ".hoodie/hoodie.properties"
     v = table.config.version
-    props.write_text(props.read_text().replace(f"hoodie.table.version={v}", "hoodie.table.version=5"))
+    text = props.read_text().replace(f"hoodie.table.version={v}", "hoodie.table.version=5")
+    props.write_text(text)
     with pytest.raises(UnsupportedTableError, match="version 5"):
         HudiTable.open(table.base_path)
 

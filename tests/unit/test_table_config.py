@@ -35,7 +35,7 @@ def test_version_8_names_the_timeline_folder() -> None:
 
 
 def test_merge_on_read_is_refused_naming_valid_types() -> None:
-    with pytest.raises(UnsupportedTableError, match="MERGE_ON_READ.*COPY_ON_WRITE"):
+    with pytest.raises(UnsupportedTableError, match=r"MERGE_ON_READ.*COPY_ON_WRITE"):
         TableConfig("t", ("id",), table_type="MERGE_ON_READ")
     props = TableConfig("t", ("id",)).to_properties()
     props["hoodie.table.type"] = "MERGE_ON_READ"
@@ -54,7 +54,7 @@ def test_other_versions_are_refused(version: str) -> None:
 def test_missing_table_name_is_corrupt() -> None:
     props = TableConfig("t", ("id",)).to_properties()
     del props["hoodie.table.name"]
-    with pytest.raises(CorruptTableError, match="hoodie.table.name"):
+    with pytest.raises(CorruptTableError, match=r"hoodie\.table\.name"):
         TableConfig.from_properties(props)
 
 

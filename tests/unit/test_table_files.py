@@ -44,7 +44,7 @@ def test_base_file_name_round_trips() -> None:
 )
 def test_parse_rejects_malformed_names(name: str) -> None:
     assert not is_base_file_name(name)
-    with pytest.raises(CorruptTableError, match="base file name|instant time"):
+    with pytest.raises(CorruptTableError, match=r"base file name|instant time"):
         parse_base_file_name(name)
 
 
