@@ -68,7 +68,9 @@ def _files_of(table: HudiTable, instant_time: InstantTime) -> list[str]:
     return sorted(found)
 
 
-def rollback(table: HudiTable, instant: Instant) -> Instant:
+def rollback(
+    table: HudiTable, instant: Instant, *, rollback_time: InstantTime | None = None
+) -> Instant:
     """Roll back a requested or inflight commit/replacecommit; returns the completed rollback
     instant. CommitError for a completed instant (a published commit is never undone here)."""
     timeline = table.timeline()
@@ -90,7 +92,7 @@ def rollback(table: HudiTable, instant: Instant) -> Instant:
     action = target.action
     started = time.monotonic()
     if existing is None:
-        rb_time = _new_time(timeline)
+        rb_time = rollback_time or _new_time(timeline)
         plan = RollbackPlan(instant.time.value, action.value)
         rb = timeline.begin(Action.ROLLBACK, rb_time, requested_content=plan.to_bytes())
     else:
