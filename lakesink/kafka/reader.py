@@ -197,7 +197,12 @@ class _RangeReader:
             done = False
             while not done:
                 want = self.batch_size - len(msgs_buf)
-                msgs: list[Any] = consumer.consume(want, self.poll_timeout_s)
+                # consume(n, timeout) waits for n messages or the whole timeout, even after the
+                # end of the partition: take what is queued, and block only for the next one
+                msgs: list[Any] = consumer.consume(want, 0)
+                if not msgs:
+                    first = consumer.poll(self.poll_timeout_s)
+                    msgs = [] if first is None else [first]
                 for m in msgs:
                     err = m.error()
                     if err is not None:
