@@ -124,7 +124,10 @@ class Heartbeat:
             raise ConfigError(
                 f"heartbeat tolerance {tolerance_s}s must exceed its interval {interval_s}s > 0"
             )
-        margin = interval_s if safety_margin_s is None else safety_margin_s
+        # by default the writer gives up one interval (at most half the slack) before others may
+        # roll it back, yet tolerates a beat that comes a little late
+        default_margin = min(interval_s, (tolerance_s - interval_s) / 2)
+        margin = default_margin if safety_margin_s is None else safety_margin_s
         if not 0 <= margin < tolerance_s:
             raise ConfigError(f"heartbeat safety margin {margin}s not in [0, {tolerance_s}s)")
         self.table_base_path = Path(table_base_path)

@@ -343,8 +343,8 @@ class FileLockProvider:
         return newer[-1] if newer else None
 
     def read_lease(self, seq: int) -> LeaseRecord | None:
-        """The lease file `seq` (None if absent); CorruptTableError-free: an unreadable file
-        counts as a lease that expired at its file's modification time."""
+        """The lease file `seq` (None if absent). An unreadable file (being written, or its
+        writer died mid-write) counts as a lease taken at its modification time."""
         path = self._lease_path(seq)
         try:
             data = path.read_text()
@@ -354,7 +354,7 @@ class FileLockProvider:
             return LeaseRecord.from_json(json.loads(data))
         except (ValueError, KeyError, TypeError):
             mtime = path.stat().st_mtime
-            return LeaseRecord(seq, "<unreadable>", "", mtime, mtime)
+            return LeaseRecord(seq, "<unreadable>", "", mtime, mtime + self.lease_s)
 
     def _renewed_until(self, seq: int) -> float | None:
         try:
@@ -382,19 +382,17 @@ class FileLockProvider:
         """Write `payload` as JSON to `name` in the lock dir, all at once. With `exclusive`,
         fail (return False) if `name` exists; else replace it."""
         os.makedirs(self.lock_dir, exist_ok=True)
+        target = self.lock_dir / name
         tmp = self.lock_dir / f".{uuid.uuid4().hex}.tmp"
-        with open(tmp, "x") as f:
-            json.dump(payload, f)
-            f.flush()
-            os.fsync(f.fileno())
         try:
-            if exclusive:
-                try:
-                    os.link(tmp, self.lock_dir / name)
-                except FileExistsError:
-                    return False
-            else:
-                os.replace(tmp, self.lock_dir / name)
+            with open(tmp, "x") as f:
+                json.dump(payload, f)
+                f.flush()
+                os.fsync(f.fileno())
+            if not exclusive:
+                os.replace(tmp, target)
+            elif not _link_exclusive(tmp, target, payload):
+                return False
             _fsync_dir(self.lock_dir)
             return True
         finally:
@@ -487,6 +485,32 @@ class FileLockProvider:
             if head.isdigit() and int(head) < floor:
                 with contextlib.suppress(OSError):
                     os.unlink(self.lock_dir / name)
+
+
+_NO_HARD_LINKS = {errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK}
+
+
+def _link_exclusive(tmp: Path, target: Path, payload: dict[str, Any]) -> bool:
+    """Create `target` with the content of `tmp` unless it exists (False then). `link()` makes
+    the name appear with its full content; on file systems without hard links, fall back to
+    O_CREAT|O_EXCL and write in place (readers treat a half-written lease as held)."""
+    try:
+        os.link(tmp, target)
+        return True
+    except FileExistsError:
+        return False
+    except OSError as e:
+        if e.errno not in _NO_HARD_LINKS:
+            raise
+    try:
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        return False
+    with os.fdopen(fd, "w") as f:
+        json.dump(payload, f)
+        f.flush()
+        os.fsync(f.fileno())
+    return True
 
 
 def _fsync_dir(path: Path) -> None:

@@ -143,7 +143,7 @@ def test_file_lock_of_killed_holder_is_taken_over_only_after_expiry(
     tmp_path: Path, procs: list[subprocess.Popen[str]]
 ) -> None:
     table = tmp_path / "table"
-    holder = spawn("file", table, "victim", "hold", 1.5)
+    holder = spawn("file", table, "victim", "hold", 3)
     procs.append(holder)
     seq = int(read_line(holder).split()[1])
     me = FileLockProvider(table, "survivor", lease_s=5)

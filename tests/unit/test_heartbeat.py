@@ -139,3 +139,14 @@ def test_concurrent_claims_get_unique_incarnations(tmp_path: Path) -> None:
 def test_invalid_writer_id_is_a_config_error(tmp_path: Path, bad: str) -> None:
     with pytest.raises(ConfigError, match="writer id"):
         claim_writer(tmp_path, bad)
+
+
+def test_default_margin_tolerates_a_late_beat_when_tolerance_is_tight(tmp_path: Path) -> None:
+    clock = FakeClock()
+    hb = Heartbeat(tmp_path, T, interval_s=10, tolerance_s=20, clock=clock)
+    hb.beat()
+    clock.now += 12  # the next beat is 2 s late
+    hb.check()
+    clock.now += 4  # 16 s: margin 5 s before others may roll back after 20 s
+    with pytest.raises(HeartbeatExpiredError):
+        hb.check()

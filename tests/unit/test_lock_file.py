@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 from pathlib import Path
@@ -167,14 +168,30 @@ def test_stale_contender_recreating_a_pruned_lease_does_not_win(tmp_path: Path) 
     holder.check()
 
 
-def test_unreadable_lease_file_counts_as_expired_at_its_mtime(tmp_path: Path) -> None:
+def test_unreadable_lease_file_counts_as_held_for_one_lease_from_its_mtime(tmp_path: Path) -> None:
     clock = FakeClock()
     lock_dir = tmp_path / LOCK_DIR
     lock_dir.mkdir(parents=True)
     (lock_dir / "000000000001.lease").write_text("{not json")
-    os.utime(lock_dir / "000000000001.lease", (clock.now - 1, clock.now - 1))
-    lease = provider(tmp_path, "w1", clock).acquire(0)
+    os.utime(lock_dir / "000000000001.lease", (clock.now - 29, clock.now - 29))
+    p = provider(tmp_path, "w1", clock)
+    assert p.try_acquire() is None  # maybe still being written: held for one lease
+    clock.now += 1.5
+    lease = p.acquire(0)
     assert lease.seq == 2
+
+
+def test_lease_is_created_exclusively_without_hard_links(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def no_link(src: object, dst: object) -> None:
+        raise OSError(errno.EPERM, "hard links not supported")
+
+    monkeypatch.setattr(os, "link", no_link)
+    clock = FakeClock()
+    first = provider(tmp_path, "w1", clock).acquire(0)
+    assert first.seq == 1 and first.is_valid()
+    assert provider(tmp_path, "w2", clock).try_acquire() is None
 
 
 def test_locked_context_releases_even_on_error(tmp_path: Path) -> None:
