@@ -203,6 +203,21 @@ class _RangeReader:
                 if not msgs:
                     first = consumer.poll(self.poll_timeout_s)
                     msgs = [] if first is None else [first]
+                got_nothing = not msgs
+                if not msgs:
+                    pass
+                elif (
+                    not [m for m in msgs if m.error() is not None]
+                    and msgs[0].offset() >= position
+                    and msgs[-1].offset() < r.end
+                ):
+                    # fast path: only records, all new, all inside the range (in offset order)
+                    msgs_buf.extend(msgs)
+                    position = msgs[-1].offset() + 1
+                    last_progress = time.monotonic()
+                    msgs = []
+                    if position >= r.end:
+                        done = True
                 for m in msgs:
                     err = m.error()
                     if err is not None:
@@ -238,11 +253,11 @@ class _RangeReader:
                         continue  # a duplicate delivery after a broker reconnect
                     msgs_buf.append(m)
                     position = off + 1
-                    last_progress = time.monotonic()
+                    last_progress = time.monotonic()  # rare path: cost does not matter
                     if position >= r.end:
                         done = True
                         break
-                if not done and not msgs:
+                if not done and got_nothing:
                     # the tail of the range may hold only markers/aborted records: ask the position
                     pos = consumer.position([CkTopicPartition(tp.topic, tp.partition)])[0].offset
                     if pos >= r.end:
@@ -267,10 +282,12 @@ class _RangeReader:
             self.stats.elapsed_s += time.monotonic() - started
 
     def _emit(self, msgs: list[Any]) -> Iterator[pa.RecordBatch]:
+        from confluent_kafka import Message
+
         tp = self.r.partition
         n = len(msgs)
-        offsets = [m.offset() for m in msgs]
-        values = [m.value() for m in msgs]
+        offsets = list(map(Message.offset, msgs))
+        values = list(map(Message.value, msgs))
         decoded = self.deserializer.decode(values)
         failures = decoded.failures
         self.stats.records_read += n
@@ -282,10 +299,9 @@ class _RangeReader:
             n = len(msgs)
         if n == 0:
             return
-        ts = [m.timestamp() for m in msgs]
-        timestamps = [t[1] if t[0] else None for t in ts]
-        keys = [m.key() for m in msgs]
-        headers = [m.headers() for m in msgs]
+        timestamps = [t[1] if t[0] else None for t in map(Message.timestamp, msgs)]
+        keys = list(map(Message.key, msgs))
+        headers = list(map(Message.headers, msgs))
         meta = [
             pa.array([tp.topic] * n, pa.string()) if n < 64 else pa.repeat(tp.topic, n),
             pa.repeat(pa.scalar(tp.partition, pa.int32()), n),
