@@ -8,10 +8,8 @@ expect. `produce_transactional` commits some transactions and aborts others (off
 from __future__ import annotations
 
 import json
-import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from lakesink.errors import KafkaError
@@ -25,24 +23,57 @@ SAMPLE_EVENT_DDL = (
 """The Spark DDL of the value of a sample event."""
 
 EVENT_TYPES = ("click", "view", "purchase", "signup", "logout")
-_EPOCH = datetime(2024, 1, 1, tzinfo=UTC)
+_EPOCH_US = 1_704_067_200_000_000  # 2024-01-01T00:00:00Z
+_MASK = (1 << 64) - 1
+_PAD = "abcdefghijklmnopqrstuvwxyz" * 400
+
+
+def _mix(x: int) -> int:
+    """splitmix64: a well-spread 64-bit hash, cheap enough for millions of events."""
+    x = (x + 0x9E3779B97F4A7C15) & _MASK
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK
+    return x ^ (x >> 31)
+
+
+def sample_event_bytes(i: int, *, seed: int = 0, payload_bytes: int = 250) -> bytes:
+    """Event number `i` as compact JSON: a pure function of (i, seed, payload_bytes), padded
+    with the `payload` field to about `payload_bytes` bytes."""
+    h = _mix(i ^ (seed * 0x2545F4914F6CDD1D))
+    ts_us = _EPOCH_US + i * 10_000 + (h % 10) * 1000
+    cents = (h >> 8) % 100_000
+    micros = ts_us % 1_000_000
+    secs = ts_us // 1_000_000
+    days, rem = divmod(secs, 86_400)
+    d = _date_text(days)
+    ts = f"{d}T{rem // 3600:02d}:{rem % 3600 // 60:02d}:{rem % 60:02d}.{micros:06d}Z"
+    head = (
+        f'{{"event_id":{i},"user_id":{(h >> 24) % 1_000_000},'
+        f'"event_type":"{EVENT_TYPES[(h >> 48) % 5]}","amount":{cents // 100}.{cents % 100:02d},'
+        f'"ts":"{ts}","payload":"'
+    )
+    pad = max(0, payload_bytes - len(head) - 2)
+    return (head + _PAD[:pad] + '"}').encode()
+
+
+_DATE_CACHE: dict[int, str] = {}
+
+
+def _date_text(days: int) -> str:
+    text = _DATE_CACHE.get(days)
+    if text is None:
+        from datetime import date
+
+        text = date.fromordinal(date(1970, 1, 1).toordinal() + days).isoformat()
+        _DATE_CACHE[days] = text
+    return text
 
 
 def sample_event(i: int, *, seed: int = 0, payload_bytes: int = 250) -> dict[str, Any]:
-    """Event number `i`: a pure function of (i, seed, payload_bytes)."""
-    rnd = random.Random(seed * 1_000_003 + i)
-    ts = _EPOCH + timedelta(milliseconds=i * 10 + rnd.randrange(10))
-    event = {
-        "event_id": i,
-        "user_id": rnd.randrange(1_000_000),
-        "event_type": EVENT_TYPES[rnd.randrange(len(EVENT_TYPES))],
-        "amount": round(rnd.uniform(0, 1000), 2),
-        "ts": ts.isoformat(timespec="microseconds").replace("+00:00", "Z"),
-        "payload": "",
-    }
-    pad = payload_bytes - len(json.dumps(event, separators=(",", ":")))
-    if pad > 0:
-        event["payload"] = ("abcdefghijklmnopqrstuvwxyz" * (pad // 26 + 1))[:pad]
+    """Event number `i` as a dict (what `sample_event_bytes` encodes)."""
+    event: dict[str, Any] = json.loads(
+        sample_event_bytes(i, seed=seed, payload_bytes=payload_bytes)
+    )
     return event
 
 
@@ -101,7 +132,7 @@ def produce_sample_events(
     produce = producer.produce
     for i in range(first_event_id, first_event_id + count):
         p = i % partitions
-        value = encode_event(sample_event(i, seed=seed, payload_bytes=payload_bytes))
+        value = sample_event_bytes(i, seed=seed, payload_bytes=payload_bytes)
         key = str(i).encode() if with_keys else None
         while True:
             try:
