@@ -39,7 +39,7 @@ def check_isolation_level(isolation_level: str) -> IsolationLevel:
 
 def consumer_config(
     bootstrap: str,
-    isolation_level: IsolationLevel = "read_committed",
+    isolation_level: str = "read_committed",
     extra: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The consumer configuration lakesink uses: assign-only, no commits, errors on lost offsets."""
@@ -186,7 +186,7 @@ class OffsetClient:
     def __init__(
         self,
         bootstrap: str,
-        isolation_level: IsolationLevel = "read_committed",
+        isolation_level: str = "read_committed",
         *,
         extra: Mapping[str, Any] | None = None,
         timeout_s: float = 10.0,
@@ -257,7 +257,7 @@ class OffsetClient:
 def watermarks(
     bootstrap: str,
     partitions: Iterable[TopicPartition],
-    isolation_level: IsolationLevel = "read_committed",
+    isolation_level: str = "read_committed",
     *,
     extra: Mapping[str, Any] | None = None,
     timeout_s: float = 10.0,
@@ -270,7 +270,7 @@ def watermarks(
 def offsets_for_times(
     bootstrap: str,
     timestamps_ms: Mapping[TopicPartition, int],
-    isolation_level: IsolationLevel = "read_committed",
+    isolation_level: str = "read_committed",
     *,
     extra: Mapping[str, Any] | None = None,
     timeout_s: float = 10.0,

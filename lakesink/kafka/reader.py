@@ -21,7 +21,6 @@ from typing import Any, Literal
 import pyarrow as pa
 
 from lakesink.errors import ConfigError, DataLossError, KafkaError, RecordError
-from lakesink.kafka.client import IsolationLevel
 from lakesink.kafka.client import consumer_config as build_consumer_config
 from lakesink.kafka.dead_letters import (
     HEADER_TYPE,
@@ -82,10 +81,10 @@ def read_range(
     r: OffsetRange,
     *,
     deserializer: Deserializer,
-    isolation_level: IsolationLevel = "read_committed",
+    isolation_level: str = "read_committed",
     consumer_config: Mapping[str, Any] | None = None,
     batch_size: int = 10_000,
-    errors_tolerance: ErrorsTolerance = "none",
+    errors_tolerance: str = "none",
     dead_letter_topic: str | None = None,
     on_dead_letter: Callable[[FailedRecord], None] | None = None,
     stats: RangeReadStats | None = None,
