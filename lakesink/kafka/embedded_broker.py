@@ -3,6 +3,9 @@
 An EmbeddedBroker owns one `noida-db` process serving only Kafka on a free loopback port, with its
 own data directory. Its log goes to `broker.log` inside that directory. `restart()` keeps port and
 data, so the records survive; `stop()` terminates the process, then kills it after a timeout.
+
+noida-db keeps every record in memory and saves its state as files in the data directory: about
+1.1 GB of memory and 10 s to stop (5 s to start again) with 1 M records of 250 bytes.
 """
 
 from __future__ import annotations
@@ -81,7 +84,7 @@ class EmbeddedBroker:
         port: int | None = None,
         host: str = "127.0.0.1",
         startup_timeout_s: float = 30.0,
-        stop_timeout_s: float = 15.0,
+        stop_timeout_s: float = 30.0,
     ) -> None:
         self._owns_data_dir = data_dir is None
         self.data_dir = Path(
@@ -232,10 +235,14 @@ class EmbeddedBroker:
         self.start()
 
     def close(self) -> None:
-        """Stop, and delete the data directory if this broker created it."""
-        self.stop()
+        """Stop, and delete the data directory if this broker created it (then the process is
+        killed at once: a graceful noida-db shutdown saves its state, seconds per GB, for
+        nothing)."""
         if self._owns_data_dir:
+            self.kill()
             shutil.rmtree(self.data_dir, ignore_errors=True)
+        else:
+            self.stop()
 
     def __enter__(self) -> EmbeddedBroker:
         return self.start()
