@@ -28,3 +28,10 @@ def crash_point(point: str) -> None:
     _seen[point] = _seen.get(point, 0) + 1
     if _seen[point] > int(os.environ.get("LAKESINK_CRASH_AFTER_BATCHES", "0")):
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+def task_fault(attempt_number: int) -> None:
+    """`LAKESINK_FAIL_TASK_ATTEMPTS=N` fails every sink task's attempts numbered below N, after it
+    has written files: Spark retries the task and the failed attempts leave orphan files."""
+    if attempt_number < int(os.environ.get("LAKESINK_FAIL_TASK_ATTEMPTS", "0")):
+        raise RuntimeError(f"lakesink test fault: failing task attempt {attempt_number}")

@@ -53,6 +53,10 @@ class TaskWriter:
                 writer.write(batch)
                 rows += batch.num_rows
         schema = writer.avro_schema
+        if ctx is not None:
+            from lakesink.faults import task_fault
+
+            task_fault(ctx.attemptNumber())
         files = writer.close()
         status = WriteStatus(
             instant_time=self.instant_time,

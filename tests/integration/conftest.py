@@ -1,0 +1,98 @@
+"""Integration fixtures: one SparkSession (local[2]) for the whole session, ingestion helpers."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lakesink.audit import AuditReport, audit
+from lakesink.config import LakesinkConfig, build_config
+from lakesink.kafka.producer import SAMPLE_EVENT_DDL
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    from lakesink.spark.session import get_spark
+
+    session = get_spark("local[2]", {"spark.sql.shuffle.partitions": "2"})
+    yield session
+    session.stop()
+
+
+def ingest_config(
+    bootstrap: str, topic: str, table: Path, **overrides: Any
+) -> LakesinkConfig:
+    raw: dict[str, Any] = {
+        "kafka.bootstrap.servers": bootstrap,
+        "kafka.topics": topic,
+        "value.format": "json",
+        "value.schema": SAMPLE_EVENT_DDL,
+        "table.path": str(table),
+        "kafka.max.records.per.batch": 400,
+        "writer.id": "test-writer",
+        "heartbeat.interval.s": 1,
+        "heartbeat.tolerance.s": 10,
+        "lock.lease.s": 10,
+    }
+    raw.update({k.replace("__", "."): v for k, v in overrides.items()})
+    return build_config(raw)
+
+
+def run_ingestion(cfg: LakesinkConfig, spark: Any, timeout_s: float = 120) -> Any:
+    from lakesink.spark.pipeline import Ingestion
+
+    return Ingestion(cfg, spark).run(once=True, timeout_s=timeout_s)
+
+
+def audit_config(cfg: LakesinkConfig) -> AuditReport:
+    return audit(cfg["table.path"], cfg.writer_id, bootstrap=cfg["kafka.bootstrap.servers"])
+
+
+def write_config_file(cfg: LakesinkConfig, path: Path) -> Path:
+    import json
+
+    lines = [f'"{k}" = {json.dumps(list(v) if isinstance(v, tuple) else v)}'
+             for k, v in cfg.values.items() if v is not None]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def run_cli_subprocess(
+    args: list[str], env: Mapping[str, str] | None = None, timeout_s: float = 180
+) -> subprocess.CompletedProcess[str]:
+    """Run `lakesink ARGS` as its own process group; when the driver ends (or is killed by an
+    injected crash), its JVM and workers are killed too, as a crashed machine would lose them."""
+    import tempfile
+
+    with tempfile.TemporaryFile(mode="w+") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "lakesink.cli.main", *args],
+            env={**os.environ, **(env or {})},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
+        try:
+            proc.wait(timeout=timeout_s)
+        finally:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.wait()
+        log.seek(0)
+        out = log.read()
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, "")
+
+
+@pytest.fixture
+def cli() -> Callable[..., subprocess.CompletedProcess[str]]:
+    return run_cli_subprocess

@@ -1,0 +1,91 @@
+"""The crash matrix: the driver is killed with SIGKILL at each step of the commit lifecycle
+(its JVM and Python workers die with it); a restart must finish or roll back the inflight
+instant, and the exactly-once audit (hudi-rs and lakesink's reader against Kafka) must pass."""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from integration.conftest import audit_config, ingest_config, write_config_file
+from lakesink.faults import CRASH_POINTS
+from lakesink.kafka.producer import produce_sample_events
+from lakesink.table.hudi_table import HudiTable
+
+pytestmark = pytest.mark.integration
+
+KILLED = -signal.SIGKILL
+
+
+@pytest.mark.parametrize(
+    "point", [p for p in CRASH_POINTS if p != "during-rollback"]
+)
+def test_driver_killed_at_each_commit_step_then_restart_is_exactly_once(
+    point: str,
+    kafka_bootstrap: str,
+    topic_factory: Callable[[str], str],
+    tmp_path: Path,
+    cli: Callable[..., Any],
+) -> None:
+    topic = topic_factory(point)
+    produce_sample_events(kafka_bootstrap, topic, 900, 3)
+    cfg = ingest_config(kafka_bootstrap, topic, tmp_path / "t")
+    conf = write_config_file(cfg, tmp_path / "c.toml")
+    # One batch commits cleanly, the second dies at `point`.
+    crashed = cli(
+        ["ingest", "--config", str(conf), "--once"],
+        env={"LAKESINK_CRASH_AT": point, "LAKESINK_CRASH_AFTER_BATCHES": "1"},
+    )
+    assert crashed.returncode == KILLED, crashed.stdout[-3000:]
+    if point in ("after-begin", "after-write", "after-reconcile"):
+        assert HudiTable.open(cfg["table.path"]).timeline().inflight_or_requested()
+    # A reader sees a consistent table even before recovery.
+    assert audit_config(cfg).ok
+    restarted = cli(["ingest", "--config", str(conf), "--once"])
+    assert restarted.returncode == 0, restarted.stdout[-3000:]
+    report = audit_config(cfg)
+    assert report.ok, report.problems
+    assert report.rows_hudi_rs == report.rows_lakesink == 900
+    assert not HudiTable.open(cfg["table.path"]).timeline().inflight_or_requested()
+
+
+def test_crash_during_rollback_then_restart_finishes_it(
+    kafka_bootstrap: str,
+    topic_factory: Callable[[str], str],
+    tmp_path: Path,
+    cli: Callable[..., Any],
+) -> None:
+    topic = topic_factory("rb")
+    produce_sample_events(kafka_bootstrap, topic, 600, 2)
+    cfg = ingest_config(kafka_bootstrap, topic, tmp_path / "t")
+    conf = write_config_file(cfg, tmp_path / "c.toml")
+    args = ["ingest", "--config", str(conf), "--once"]
+    assert cli(args, env={"LAKESINK_CRASH_AT": "after-write"}).returncode == KILLED
+    assert cli(args, env={"LAKESINK_CRASH_AT": "during-rollback"}).returncode == KILLED
+    restarted = cli(args)
+    assert restarted.returncode == 0, restarted.stdout[-3000:]
+    report = audit_config(cfg)
+    assert report.ok, report.problems
+    assert report.rows_hudi_rs == 600
+
+
+def test_broker_restart_between_runs_loses_nothing(
+    fresh_broker: Any, tmp_path: Path, cli: Callable[..., Any]
+) -> None:
+    bootstrap = fresh_broker.bootstrap_servers
+    produce_sample_events(bootstrap, "restart", 500, 2)
+    cfg = ingest_config(bootstrap, "restart", tmp_path / "t")
+    conf = write_config_file(cfg, tmp_path / "c.toml")
+    args = ["ingest", "--config", str(conf), "--once"]
+    assert cli(args, env={"LAKESINK_CRASH_AT": "after-write", "LAKESINK_CRASH_AFTER_BATCHES": "0"}).returncode == KILLED
+    fresh_broker.restart()
+    produce_sample_events(bootstrap, "restart", 100, 2, first_event_id=500, create=False)
+    run = cli(args)
+    assert run.returncode == 0, run.stdout[-3000:]
+    report = audit_config(cfg)
+    assert report.ok, report.problems
+    assert report.rows_hudi_rs == 600

@@ -1,0 +1,119 @@
+"""Kafka → Hudi ingestion with real Spark local[2] and a real broker: exactly once through
+replays, restarts, a deleted checkpoint, task retries and empty batches."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from integration.conftest import audit_config, ingest_config, run_ingestion
+from lakesink.kafka.producer import produce_sample_events
+from lakesink.spark.commit_state import committed_offsets_at
+
+pytestmark = pytest.mark.integration
+
+
+def test_ingest_once_lands_every_record_once_and_hudi_rs_agrees(
+    spark: Any, kafka_bootstrap: str, topic_factory: Callable[[str], str], tmp_path: Path
+) -> None:
+    topic = topic_factory("ingest")
+    produce_sample_events(kafka_bootstrap, topic, 1000, 3)
+    cfg = ingest_config(kafka_bootstrap, topic, tmp_path / "t", table__partition__date__from="ts")
+    result = run_ingestion(cfg, spark)
+    assert result.records == 1000
+    assert result.batches >= 3  # max.records.per.batch=400
+    report = audit_config(cfg)
+    assert report.ok, report.problems
+    assert report.rows_hudi_rs == report.rows_lakesink == report.kafka_records == 1000
+
+
+def test_second_run_continues_from_the_table_offsets(
+    spark: Any, kafka_bootstrap: str, topic_factory: Callable[[str], str], tmp_path: Path
+) -> None:
+    topic = topic_factory("resume")
+    produce_sample_events(kafka_bootstrap, topic, 300, 2)
+    cfg = ingest_config(kafka_bootstrap, topic, tmp_path / "t")
+    run_ingestion(cfg, spark)
+    produce_sample_events(kafka_bootstrap, topic, 200, 2, first_event_id=300, create=False)
+    assert run_ingestion(cfg, spark).records == 200
+    report = audit_config(cfg)
+    assert report.ok, report.problems
+    assert report.rows_hudi_rs == 500
+
+
+def test_deleted_checkpoint_restarts_batch_ids_without_duplicates(
+    spark: Any, kafka_bootstrap: str, topic_factory: Callable[[str], str], tmp_path: Path
+) -> None:
+    topic = topic_factory("nockpt")
+    produce_sample_events(kafka_bootstrap, topic, 500, 2)
+    cfg = ingest_config(kafka_bootstrap, topic, tmp_path / "t")
+    run_ingestion(cfg, spark)
+    shutil.rmtree(cfg.checkpoint_location)
+    produce_sample_events(kafka_bootstrap, topic, 100, 2, first_event_id=500, create=False)
+    assert run_ingestion(cfg, spark).records == 100
+    report = audit_config(cfg)
+    assert report.ok, report.problems
+    assert report.rows_hudi_rs == 600
+
+
+def test_spark_replay_of_a_committed_batch_publishes_nothing(
+    spark: Any, kafka_bootstrap: str, topic_factory: Callable[[str], str], tmp_path: Path
+) -> None:
+    """Delete Spark's record of the last batch (commits/N) as a crash after the table commit
+    would leave it: Spark re-runs batch N with the same offsets; the table must not change."""
+    topic = topic_factory("replay")
+    produce_sample_events(kafka_bootstrap, topic, 300, 2)
+    cfg = ingest_config(kafka_bootstrap, topic, tmp_path / "t")
+    run_ingestion(cfg, spark)
+    commits = sorted((cfg.checkpoint_location / "commits").glob("[0-9]*"), key=lambda p: int(p.name))
+    commits[-1].unlink()
+    from lakesink.table.hudi_table import HudiTable
+
+    before = len(HudiTable.open(cfg["table.path"]).timeline().completed())
+    assert run_ingestion(cfg, spark).records == 0
+    assert len(HudiTable.open(cfg["table.path"]).timeline().completed()) == before
+    assert audit_config(cfg).ok
+
+
+def test_task_retries_leave_no_orphan_rows(
+    spark: Any,
+    kafka_bootstrap: str,
+    topic_factory: Callable[[str], str],
+    tmp_path: Path,
+    cli: Callable[..., Any],
+) -> None:
+    """Every sink task's first attempt fails after writing files (local[2,3] retries it)."""
+    from integration.conftest import write_config_file
+
+    topic = topic_factory("retry")
+    produce_sample_events(kafka_bootstrap, topic, 600, 3)
+    cfg = ingest_config(kafka_bootstrap, topic, tmp_path / "t", spark__master="local[2,3]")
+    path = write_config_file(cfg, tmp_path / "c.toml")
+    run = cli(["ingest", "--config", str(path), "--once"], env={"LAKESINK_FAIL_TASK_ATTEMPTS": "1"})
+    assert run.returncode == 0, run.stdout[-3000:]
+    report = audit_config(cfg)
+    assert report.ok, report.problems
+    assert report.rows_hudi_rs == 600
+
+
+def test_new_partitions_are_picked_up_from_earliest(
+    spark: Any, kafka_bootstrap: str, topic_factory: Callable[[str], str], tmp_path: Path
+) -> None:
+    from confluent_kafka.admin import AdminClient, NewPartitions
+
+    topic = topic_factory("grow")
+    produce_sample_events(kafka_bootstrap, topic, 100, 2)
+    cfg = ingest_config(kafka_bootstrap, topic, tmp_path / "t")
+    run_ingestion(cfg, spark)
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    for future in admin.create_partitions([NewPartitions(topic, 4)]).values():
+        future.result(30)
+    produce_sample_events(kafka_bootstrap, topic, 100, 4, first_event_id=100, create=False)
+    run_ingestion(cfg, spark)
+    offsets = committed_offsets_at(cfg["table.path"], cfg.writer_id).to_json()
+    assert audit_config(cfg).ok
+    assert sum(offsets.values()) == 200
