@@ -242,6 +242,12 @@ KEYS: tuple[Key, ...] = (
     ),
     Key("commit.max.pending", _positive_int, 4, "Most unpublished epochs before the writer waits."),
     Key(
+        "commit.publish.delay.s",
+        float,
+        0.0,
+        "Benchmarks only: seconds to sleep inside each table commit, to model slow commits.",
+    ),
+    Key(
         "lock.provider",
         _choice("filesystem", "postgres", "none"),
         "filesystem",

@@ -1,8 +1,9 @@
 """Crash injection for the exactly-once tests: `LAKESINK_CRASH_AT=<point>` kills this process
 with SIGKILL when execution reaches that point (no cleanup, no `finally`, like a power cut).
 
-Points, in commit order: before-begin, after-begin, after-write, after-reconcile, after-publish,
-during-rollback. `LAKESINK_CRASH_AFTER_BATCHES=N` lets N batches pass first.
+Points, in commit order: before-begin, after-begin, after-write, after-reconcile,
+after-precommit (commit.mode=async), after-publish, during-rollback, during-recovery (async).
+`LAKESINK_CRASH_AFTER_BATCHES=N` lets N batches pass first.
 """
 
 from __future__ import annotations
@@ -15,8 +16,13 @@ CRASH_POINTS = (
     "after-begin",
     "after-write",
     "after-reconcile",
+    "after-precommit",
     "after-publish",
     "during-rollback",
+    "during-recovery",
+)
+SYNC_CRASH_POINTS = tuple(
+    p for p in CRASH_POINTS if p not in ("after-precommit", "during-recovery")
 )
 _seen: dict[str, int] = {}
 

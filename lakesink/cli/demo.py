@@ -36,7 +36,8 @@ def run_demo(args: argparse.Namespace) -> int:
         t0 = time.monotonic()
         counts = produce_sample_events(bootstrap, "demo-events", args.events, args.partitions)
         say(
-            f"lakesink demo: produced {sum(counts.values()):,} events in {time.monotonic() - t0:.1f}s"
+            f"lakesink demo: produced {sum(counts.values()):,} events "
+            f"in {time.monotonic() - t0:.1f}s"
         )
         cfg = build_config(
             {
@@ -65,7 +66,8 @@ def run_demo(args: argparse.Namespace) -> int:
         print_report(report)
     say(
         f"\nThe table is at {table_path}. Read it with hudi-rs:\n"
-        f"  python -c \"import hudi; t = hudi.HudiTableBuilder.from_base_uri('{table_path}').build(); "
+        f'  python -c "import hudi; '
+        f"t = hudi.HudiTableBuilder.from_base_uri('{table_path}').build(); "
         f'print(sum(b.num_rows for b in t.read()))"'
     )
     return 0 if report.ok else 10

@@ -27,19 +27,22 @@ def add_parser(sub: Any) -> None:
         cmd.add_argument("--json", action="store_true")
 
 
+def _split(text: str) -> tuple[str, ...]:
+    return tuple(x.strip() for x in text.split(",") if x.strip())
+
+
 def run(args: argparse.Namespace) -> int:
     from lakesink.table.config import TableConfig
     from lakesink.table.hudi_table import HudiTable
 
     if args.table_command == "create":
-        split = lambda s: tuple(x.strip() for x in s.split(",") if x.strip())  # noqa: E731
         t = HudiTable.create(
             args.path,
             TableConfig(
                 name=args.name,
                 version=args.table_version,
-                record_key_fields=split(args.record_key),
-                partition_fields=split(args.partition_by),
+                record_key_fields=_split(args.record_key),
+                partition_fields=_split(args.partition_by),
             ),
         )
         say(f"created {t.config.name} (version {t.config.version}) at {t.base_path}")

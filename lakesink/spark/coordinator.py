@@ -48,6 +48,19 @@ class BatchOutcome:
     publish_s: float = 0.0
 
 
+@dataclass(frozen=True, slots=True)
+class PreparedCommit:
+    """A batch whose files are reconciled and whose metadata is final, ready to publish."""
+
+    instant_time: InstantTime
+    batch_id: int
+    metadata: CommitMetadata
+    base_offsets: WriterOffsets  # the writer's committed offsets this commit builds on
+    next_offsets: WriterOffsets
+    records: int
+    files: int
+
+
 class Coordinator:
     """Begins, reconciles and publishes the instants of one writer on one table."""
 
@@ -66,18 +79,22 @@ class Coordinator:
         self._committed: WriterOffsets | None = None
 
     # --- start-up ----------------------------------------------------------------------------
-    def start(self) -> None:
-        """Claim this writer id (fencing older incarnations) and roll back its failed instants."""
+    def start(self, keep: frozenset[InstantTime] = frozenset()) -> None:
+        """Claim this writer id (fencing older incarnations) and roll back its failed instants
+        (except those in `keep`: pre-committed epochs the async committer publishes)."""
         self.services.claim(self.table, self.writer_id)
-        self.recover()
+        self.recover(keep)
 
-    def recover(self) -> list[Instant]:
-        """Roll back this writer's unfinished instants, and other writers' whose heartbeat expired."""
+    def recover(self, keep: frozenset[InstantTime] = frozenset()) -> list[Instant]:
+        """Roll back this writer's unfinished instants, and other writers' whose heartbeat
+        expired — except those in `keep` and others' pre-committed ones (published later)."""
         rolled: list[Instant] = []
         for instant in self.table.timeline().inflight_or_requested():
-            if not instant.action.writes_data:
+            if not instant.action.writes_data or instant.time in keep:
                 continue
             owner = self._intent_owner(instant.time)
+            if owner != self.writer_id and self.is_precommitted(instant.time):
+                continue
             if owner == self.writer_id or self.services.heartbeat_expired(self.table, instant.time):
                 log.warning(
                     "table %s: rolling back instant %s of writer %s (writer %s recovering)",
@@ -137,58 +154,109 @@ class Coordinator:
         statuses: Sequence[WriteStatus],
         schema: str,
     ) -> BatchOutcome:
-        """Reconcile files with statuses, then publish the instant under the lock."""
+        """Reconcile files with statuses, then publish the instant under the lock (sync mode)."""
+        prepared = self.prepare(instant_time, batch_id, ranges, statuses, schema)
+        outcome = self.publish(prepared)
+        self._committed = prepared.next_offsets
+        return outcome
+
+    def prepare(
+        self,
+        instant_time: InstantTime,
+        batch_id: int,
+        ranges: Sequence[OffsetRange],
+        statuses: Sequence[WriteStatus],
+        schema: str,
+    ) -> PreparedCommit:
+        """Everything a publish needs, with storage already reconciled (orphans deleted):
+        the pre-commit of the two-phase commit."""
         crash_point("after-write")
         decision = decide(self.committed, ranges, statuses)
         kept = self._reconcile(instant_time, decision.statuses)
         crash_point("after-reconcile")
+        metadata = CommitMetadata(
+            operation_type="INSERT",
+            writes=tuple(f for s in decision.statuses for f in s.files),
+            replaced_file_ids={},
+            schema=schema,
+            extra={
+                keys.WRITER_ID_KEY: self.writer_id,
+                keys.QUERY_ID_KEY: self.query_id,
+                keys.BATCH_ID_KEY: str(batch_id),
+                keys.COMMIT_ID_KEY: str(uuid.uuid4()),
+                keys.OFFSETS_KEY: json.dumps(decision.next_offsets.to_json()),
+                keys.RANGES_KEY: json.dumps(
+                    [[r.partition.key(), r.start, r.end] for r in ranges if not r.is_empty]
+                ),
+            },
+        )
+        return PreparedCommit(
+            instant_time=instant_time,
+            batch_id=batch_id,
+            metadata=metadata,
+            base_offsets=self.committed,
+            next_offsets=decision.next_offsets,
+            records=sum(s.records_written for s in decision.statuses),
+            files=len(kept),
+        )
+
+    def publish(self, prepared: PreparedCommit, *, delay_s: float = 0.0) -> BatchOutcome:
+        """Publish a prepared commit under the lock: the commit of the two-phase commit.
+        Idempotent: a commit already on the timeline (same instant) is not published twice."""
+        t = prepared.instant_time
         started = time.perf_counter()
         with self.services.locked(self.table):
-            self.services.check_alive(self.table, instant_time)
+            timeline = self.table.timeline()
+            existing = timeline.get(t)
+            if existing is not None and existing.is_completed:
+                log.info("table %s: instant %s is already published", self.table.config.name, t)
+                return BatchOutcome(prepared.batch_id, Verdict.ALREADY_COMMITTED, t)
+            self.services.check_alive(self.table, t)
             fresh = keys.committed_offsets(self.table, self.writer_id)
-            if fresh != self.committed:
+            if fresh != prepared.base_offsets:
                 raise CommitError(
-                    f"writer {self.writer_id}'s committed offsets changed under instant "
-                    f"{instant_time} (expected {self.committed.to_json()}, found {fresh.to_json()}); "
+                    f"writer {self.writer_id}'s committed offsets changed under instant {t} "
+                    f"(expected {prepared.base_offsets.to_json()}, found {fresh.to_json()}); "
                     "another incarnation of this writer is running"
                 )
-            self._check_conflicts(instant_time, kept)
-            metadata = CommitMetadata(
-                operation_type="INSERT",
-                writes=tuple(f for s in decision.statuses for f in s.files),
-                replaced_file_ids={},
-                schema=schema,
-                extra={
-                    keys.WRITER_ID_KEY: self.writer_id,
-                    keys.QUERY_ID_KEY: self.query_id,
-                    keys.BATCH_ID_KEY: str(batch_id),
-                    keys.COMMIT_ID_KEY: str(uuid.uuid4()),
-                    keys.OFFSETS_KEY: json.dumps(decision.next_offsets.to_json()),
-                    keys.RANGES_KEY: json.dumps(
-                        [[r.partition.key(), r.start, r.end] for r in ranges if not r.is_empty]
-                    ),
-                },
-            )
-            instant = Instant(instant_time, Action.COMMIT, State.INFLIGHT)
-            self.table.timeline().publish(instant, metadata)
+            self._check_conflicts(t, {w.path for w in prepared.metadata.writes})
+            if delay_s:
+                time.sleep(delay_s)  # commit.publish.delay.s: benchmarks of slow commits only
+            instant = Instant(t, Action.COMMIT, State.INFLIGHT)
+            self.table.timeline().publish(instant, prepared.metadata)
         publish_s = time.perf_counter() - started
         crash_point("after-publish")
-        self._committed = decision.next_offsets
-        self.services.stop_heartbeat(self.table, instant_time)
-        delete_markers(self.table.base_path, instant_time.value)
-        self._intent_path(instant_time).unlink(missing_ok=True)
-        records = sum(s.records_written for s in decision.statuses)
+        self.services.stop_heartbeat(self.table, t)
+        delete_markers(self.table.base_path, t.value)
+        self._intent_path(t).unlink(missing_ok=True)
+        self._intent_path(t).with_suffix(".precommitted").unlink(missing_ok=True)
         log.info(
             "table %s writer %s: published instant %s (batch %s, %d records, %d files, %.3fs)",
             self.table.config.name,
             self.writer_id,
-            instant_time,
-            batch_id,
-            records,
-            len(kept),
+            t,
+            prepared.batch_id,
+            prepared.records,
+            prepared.files,
             publish_s,
         )
-        return BatchOutcome(batch_id, Verdict.PUBLISH, instant_time, records, len(kept), publish_s)
+        return BatchOutcome(
+            prepared.batch_id, Verdict.PUBLISH, t, prepared.records, prepared.files, publish_s
+        )
+
+    def mark_precommitted(self, t: InstantTime) -> None:
+        """Tell other writers' lazy rollback that instant `t` is durably pre-committed: its owner
+        publishes it at restart, so it must not be rolled back even if its heartbeat expires."""
+        path = self._intent_path(t).with_suffix(".precommitted")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.touch()
+
+    def is_precommitted(self, t: InstantTime) -> bool:
+        return self._intent_path(t).with_suffix(".precommitted").exists()
+
+    def accept_offsets(self, offsets: WriterOffsets) -> None:
+        """Positions after a pre-committed (not yet published) batch, for replay detection."""
+        self._committed = offsets
 
     def abort(self, instant_time: InstantTime) -> None:
         """Roll back an instant whose batch failed (best effort; recovery repeats it)."""

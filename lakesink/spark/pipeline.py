@@ -8,13 +8,16 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from pyspark.sql import SparkSession
 
+from lakesink.commitlog.store import PendingCommitStore
 from lakesink.config import LakesinkConfig
 from lakesink.errors import LakesinkError
 from lakesink.protocol.offsets import TopicPartition
 from lakesink.spark import commit_state
+from lakesink.spark.async_commit import AsyncCommitter
 from lakesink.spark.coordinator import BatchOutcome, CommitServices, Coordinator
 from lakesink.spark.sink import DATE_PARTITION_COLUMN, CommittingSink
 from lakesink.spark.source import CONFIG_OPTION, SOURCE_NAME, encode_config
@@ -98,9 +101,32 @@ class Ingestion:
 
     def run(self, *, once: bool = False, timeout_s: float | None = None) -> IngestionResult:
         started = time.monotonic()
-        self.coordinator.start()
+        committer = make_committer(self.cfg, self.coordinator)
+        try:
+            return self._run(started, committer, once=once, timeout_s=timeout_s)
+        finally:
+            if committer is not None:
+                committer.close()
+                committer.store.close()
+
+    def _run(
+        self,
+        started: float,
+        committer: AsyncCommitter | None,
+        *,
+        once: bool,
+        timeout_s: float | None,
+    ) -> IngestionResult:
+        if committer is None:
+            self.coordinator.start()
+        else:
+            # Recovery before the first new batch: keep and publish Pending epochs in order,
+            # roll back dirty instants (written but never pre-committed).
+            self.coordinator.start(keep=committer.pending_instants())
+            committer.recover()
+            committer.start()
         target = high_watermarks(self.cfg) if once else None
-        sink = CommittingSink(self.cfg, self.coordinator)
+        sink = CommittingSink(self.cfg, self.coordinator, committer)
         result = IngestionResult()
 
         def on_batch(outcome: BatchOutcome) -> None:
@@ -131,7 +157,9 @@ class Ingestion:
                     break
                 if timeout_s is not None and time.monotonic() - started > timeout_s:
                     raise LakesinkError(f"ingestion did not catch up within {timeout_s:.0f}s")
-                query.awaitTermination(0.2)
+                query.awaitTermination(0.2)  # type: ignore[arg-type]  # accepts seconds as float
+            if committer is not None and query.exception() is None:
+                committer.drain()
         finally:
             if query.isActive:
                 query.stop()
@@ -141,7 +169,7 @@ class Ingestion:
         result.batches = sink.stats.batches
         result.records = sink.stats.records
         result.elapsed_s = time.monotonic() - started
-        result.committed = self.coordinator.committed.to_json()
+        result.committed = commit_state.committed_offsets(self.table, self.cfg.writer_id).to_json()
         return result
 
     def _caught_up(self, target: dict[TopicPartition, int]) -> bool:
@@ -153,6 +181,28 @@ class Ingestion:
             return None
         committed = self.coordinator.committed
         return sum(max(0, hi - (committed.get(tp) or 0)) for tp, hi in target.items())
+
+
+def pending_store_for(cfg: LakesinkConfig) -> PendingCommitStore:
+    from lakesink.commitlog.store import make_pending_store
+
+    path = cfg["commit.pending.store.path"] or str(
+        Path(cfg["table.path"]) / ".hoodie" / ".lakesink" / "pending-commits.sqlite"
+    )
+    if cfg["commit.pending.store"] == "sqlite":
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+    return make_pending_store(cfg["commit.pending.store"], path=path, dsn=cfg["postgres.dsn"])
+
+
+def make_committer(cfg: LakesinkConfig, coordinator: Coordinator) -> AsyncCommitter | None:
+    if cfg["commit.mode"] != "async":
+        return None
+    return AsyncCommitter(
+        coordinator,
+        pending_store_for(cfg),
+        max_pending=cfg["commit.max.pending"],
+        publish_delay_s=cfg["commit.publish.delay.s"],
+    )
 
 
 def make_services(cfg: LakesinkConfig) -> CommitServices:

@@ -17,6 +17,7 @@ from pyspark.sql import functions as F
 from lakesink.config import LakesinkConfig
 from lakesink.errors import ConfigError, LakesinkError
 from lakesink.protocol.offsets import OffsetRange
+from lakesink.spark.async_commit import AsyncCommitter
 from lakesink.spark.coordinator import BatchOutcome, Coordinator
 from lakesink.spark.source import offset_to_ranges
 from lakesink.spark.task_writer import STATUS_SCHEMA, TaskWriter, parse_statuses
@@ -37,7 +38,8 @@ def planned_ranges(checkpoint: Path, batch_id: int) -> list[OffsetRange]:
     sources = [ln for ln in lines[2:] if ln.strip()]
     if len(sources) != 1:
         raise LakesinkError(
-            f"{path} lists {len(sources)} sources; a lakesink query reads exactly one lakesink-kafka source"
+            f"{path} lists {len(sources)} sources; "
+            "a lakesink query reads exactly one lakesink-kafka source"
         )
     return offset_to_ranges(json.loads(sources[0]))
 
@@ -75,9 +77,12 @@ class BatchStats:
 class CommittingSink:
     """`writeStream.foreachBatch(sink)`: begin instant → tasks write → reconcile → publish."""
 
-    def __init__(self, cfg: LakesinkConfig, coordinator: Coordinator) -> None:
+    def __init__(
+        self, cfg: LakesinkConfig, coordinator: Coordinator, committer: AsyncCommitter | None = None
+    ) -> None:
         self.cfg = cfg
         self.coordinator = coordinator
+        self.committer = committer
         self.transform = load_transform(cfg)
         self.stats = BatchStats()
         self.on_batch: Callable[[BatchOutcome], None] | None = None
@@ -116,6 +121,8 @@ class CommittingSink:
     def __call__(self, batch_df: DataFrame, batch_id: int) -> None:
         started = time.perf_counter()
         ranges = planned_ranges(self.cfg.checkpoint_location, batch_id)
+        if self.committer is not None:
+            self.committer.wait_for_room()
         instant = self.coordinator.begin(batch_id, ranges)
         if instant is None:
             return
@@ -130,10 +137,15 @@ class CommittingSink:
             rows = out.mapInArrow(writer, STATUS_SCHEMA).collect()
             statuses = parse_statuses(rows)
             schema = next((s.extra["schema"] for s in statuses if s.extra.get("schema")), None)
-            outcome = self.coordinator.complete(
-                instant, batch_id, ranges, statuses, schema=schema or self.avro_schema_of(out)
-            )
+            schema = schema or self.avro_schema_of(out)
+            if self.committer is None:
+                outcome = self.coordinator.complete(instant, batch_id, ranges, statuses, schema)
+            else:
+                prepared = self.coordinator.prepare(instant, batch_id, ranges, statuses, schema)
+                outcome = self.committer.submit(prepared)
         except BaseException:
+            if self.coordinator.is_precommitted(instant):
+                raise  # durable in the pending store: published by the committer or at restart
             log.exception("batch %s failed; rolling back instant %s", batch_id, instant)
             try:
                 self.coordinator.abort(instant)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 import pyarrow as pa
 
@@ -69,5 +70,5 @@ class TaskWriter:
         yield pa.RecordBatch.from_pylist([{"status": json.dumps(status.to_json())}], _STATUS_ARROW)
 
 
-def parse_statuses(rows: list[object]) -> list[WriteStatus]:
-    return [WriteStatus.from_json(json.loads(row["status"])) for row in rows]  # type: ignore[index]
+def parse_statuses(rows: Sequence[Any]) -> list[WriteStatus]:
+    return [WriteStatus.from_json(json.loads(row["status"])) for row in rows]

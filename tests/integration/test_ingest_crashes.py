@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from integration.conftest import audit_config, ingest_config, write_config_file
-from lakesink.faults import CRASH_POINTS
+from lakesink.faults import SYNC_CRASH_POINTS
 from lakesink.kafka.producer import produce_sample_events
 from lakesink.table.hudi_table import HudiTable
 
@@ -22,7 +22,7 @@ KILLED = -signal.SIGKILL
 
 
 @pytest.mark.parametrize(
-    "point", [p for p in CRASH_POINTS if p != "during-rollback"]
+    "point", [p for p in SYNC_CRASH_POINTS if p != "during-rollback"]
 )
 def test_driver_killed_at_each_commit_step_then_restart_is_exactly_once(
     point: str,
