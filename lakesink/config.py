@@ -72,6 +72,19 @@ def _positive_float(v: Any) -> float:
     return x
 
 
+def _non_negative_int(v: Any) -> int:
+    n = int(v)
+    if n < 0:
+        raise ValueError("expected 0 or a positive whole number")
+    return n
+
+
+def _optional_positive_float(v: Any) -> float | None:
+    if v is None or str(v).strip() == "":
+        return None
+    return _positive_float(v)
+
+
 def _str_list(v: Any) -> tuple[str, ...]:
     if isinstance(v, list | tuple):
         return tuple(str(x).strip() for x in v if str(x).strip())
@@ -278,6 +291,55 @@ KEYS: tuple[Key, ...] = (
         _positive_int,
         30,
         "The cleaner keeps file versions needed by this many latest commits.",
+    ),
+    Key(
+        "table.services.clean.retain.hours",
+        _optional_positive_float,
+        None,
+        "The cleaner also keeps file versions needed by commits of this many last hours.",
+    ),
+    Key(
+        "table.services.inline.every.commits",
+        _non_negative_int,
+        0,
+        "Run table services (clean, cluster, archive) after every N commits; 0: never inline.",
+    ),
+    Key(
+        "table.services.inline",
+        _str_list,
+        ("clean", "cluster", "archive"),
+        "Which services run inline, in this order: clean, cluster, archive.",
+    ),
+    Key(
+        "table.services.clustering.small.file.bytes",
+        _positive_int,
+        100 * 1024 * 1024,
+        "Clustering rewrites base files smaller than this (into table.target.file.size.bytes).",
+    ),
+    Key(
+        "table.services.clustering.min.files",
+        _positive_int,
+        2,
+        "Clustering rewrites a partition only if it has at least this many small files.",
+    ),
+    Key(
+        "table.services.archive.min.instants",
+        _positive_int,
+        20,
+        "Archival keeps at least this many completed instants in the active timeline.",
+    ),
+    Key(
+        "table.services.archive.max.instants",
+        _positive_int,
+        30,
+        "Archival runs when the active timeline holds more completed instants than this.",
+    ),
+    Key(
+        "table.services.conflict.strategy",
+        _choice("file-group", "ingestion-first"),
+        "file-group",
+        "Conflict rule at commit: file-group overlap fails the later commit; ingestion-first "
+        "lets ingestion win over clustering.",
     ),
 )
 

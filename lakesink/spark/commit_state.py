@@ -31,8 +31,14 @@ def last_commit_of(timeline: Timeline, writer_id: str) -> tuple[Instant, WriterO
 
 
 def committed_offsets(table: HudiTable, writer_id: str) -> WriterOffsets:
+    """From the newest active commit of the writer, else from the archive's index of writers
+    (archival moved its last commit away)."""
     found = last_commit_of(table.timeline(), writer_id)
-    return found[1] if found else WriterOffsets.empty()
+    if found:
+        return found[1]
+    from lakesink.services.archival import archived_offsets
+
+    return archived_offsets(table, writer_id) or WriterOffsets.empty()
 
 
 def committed_offsets_at(table_path: str | Path, writer_id: str) -> WriterOffsets:

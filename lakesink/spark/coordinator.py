@@ -19,12 +19,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lakesink.errors import CommitConflictError, CommitError, CorruptTableError
+from lakesink.errors import CommitError, CorruptTableError
 from lakesink.faults import crash_point
 from lakesink.protocol.commit import Verdict, classify_batch, decide
 from lakesink.protocol.instant import Action, Instant, InstantTime, State
 from lakesink.protocol.offsets import OffsetRange, WriterOffsets
 from lakesink.protocol.write_status import WriteStatus
+from lakesink.services.conflict_check import check_ingestion_commit, strategy_for
 from lakesink.spark import commit_state as keys
 from lakesink.table.hudi_table import HudiTable
 from lakesink.table.markers import delete_markers, list_marked_files
@@ -158,6 +159,10 @@ class Coordinator:
         prepared = self.prepare(instant_time, batch_id, ranges, statuses, schema)
         outcome = self.publish(prepared)
         self._committed = prepared.next_offsets
+        if outcome.verdict is Verdict.PUBLISH:
+            from lakesink.services.inline import after_commit
+
+            after_commit(self.table, self.services, instant_time)
         return outcome
 
     def prepare(
@@ -286,21 +291,11 @@ class Coordinator:
         return kept
 
     def _check_conflicts(self, t: InstantTime, files: set[str]) -> None:
-        """Appends create new file groups and never conflict; a file group this instant touches
-        that another instant completed since it began (or replaced) is a conflict."""
-        ours = {Path(p).name.split("_", 1)[0] for p in files}
-        for instant in self.table.timeline().completed():
-            if instant.time <= t and (instant.completion_time is None or instant.time < t):
-                continue
-            md = self.table.timeline().commit_metadata(instant)
-            theirs = {w.file_id for w in md.writes} | {
-                fid for ids in md.replaced_file_ids.values() for fid in ids
-            }
-            if ours & theirs:
-                raise CommitConflictError(
-                    f"instant {t} of writer {self.writer_id} touches file groups "
-                    f"{sorted(ours & theirs)[:3]} that instant {instant.time} changed"
-                )
+        """The configured conflict strategy (lakesink.protocol.conflicts) decides: this
+        instant's file groups against instants completed since it began and pending ones."""
+        check_ingestion_commit(
+            self.table, t, files, strategy_for(self.services), writer=self.writer_id
+        )
 
     def _intent_path(self, t: InstantTime) -> Path:
         return self.table.base_path / INTENTS_DIR / f"{t.value}.json"

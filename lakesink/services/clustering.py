@@ -1,0 +1,265 @@
+"""Clustering: rewrite the small base files of a partition into files of the target size, as a
+`replacecommit` that replaces their file groups.
+
+Rows keep their `_hoodie_commit_time` and `_hoodie_commit_seqno`, so an incremental reader does
+not read them again. The plan is scheduled under the table lock: it never includes a file group
+another pending clustering plans to rewrite, its instant gets a heartbeat, and the plan is stored
+beside the timeline (`.hoodie/.lakesink/services/clustering/<instant>.json`) so that concurrent
+writers can check conflicts against it. The rewrite happens without the lock; the commit takes
+the lock again and asks the conflict strategy (`lakesink.protocol.conflicts`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from lakesink.errors import LakesinkError
+from lakesink.protocol.conflicts import (
+    ConflictStrategy,
+    FileGroupId,
+    FileGroupOverlap,
+    Operation,
+    OperationKind,
+    Phase,
+    check,
+)
+from lakesink.protocol.instant import Action, Instant, InstantTime, State
+from lakesink.services.conflict_check import (
+    CLUSTERING_PLANS,
+    WRITER_ID_KEY,
+    concurrent_operations,
+    pending_clustering_groups,
+)
+from lakesink.services.host import SERVICES_WRITER_ID
+from lakesink.services.instants import plan_path, write_json
+from lakesink.spark.coordinator import CommitServices
+from lakesink.table.files import write_token
+from lakesink.table.hudi_table import HudiTable
+from lakesink.table.metadata import CommitMetadata
+from lakesink.table.rollback import rollback
+from lakesink.table.view import FileSlice, FileSystemView
+from lakesink.table.writer import DEFAULT_TARGET_FILE_SIZE, BaseFileWriter
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class ClusteringOptions:
+    """Which files a clustering rewrites and into what."""
+
+    small_file_bytes: int = 100 * 1024 * 1024
+    """Base files smaller than this are rewritten."""
+    target_file_bytes: int = DEFAULT_TARGET_FILE_SIZE
+    """Output files roll over at about this size."""
+    min_files: int = 2
+    """A partition is clustered only with at least this many small files."""
+    partitions: tuple[str, ...] | None = None
+    """Only these partitions (None: all)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ClusteringPlan:
+    """The small file slices one replacecommit rewrites, by partition."""
+
+    instant_time: InstantTime
+    slices: Mapping[str, tuple[FileSlice, ...]]
+
+    @property
+    def file_groups(self) -> frozenset[FileGroupId]:
+        return frozenset((s.partition_path, s.file_id) for ss in self.slices.values() for s in ss)
+
+    @property
+    def file_count(self) -> int:
+        return sum(len(ss) for ss in self.slices.values())
+
+    def without(self, groups: frozenset[FileGroupId], min_files: int) -> ClusteringPlan:
+        kept = {
+            p: tuple(s for s in ss if (s.partition_path, s.file_id) not in groups)
+            for p, ss in self.slices.items()
+        }
+        return ClusteringPlan(
+            self.instant_time, {p: ss for p, ss in kept.items() if len(ss) >= min_files}
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ClusteringResult:
+    instant: Instant | None
+    files_before: int = 0
+    files_after: int = 0
+    rows: int = 0
+    skipped: frozenset[FileGroupId] = field(default_factory=frozenset)
+
+
+class _NothingLeft(LakesinkError):
+    """Every planned file group was skipped: the clustering is rolled back, not an error."""
+
+
+def choose_slices(
+    latest: Sequence[FileSlice],
+    excluded: frozenset[FileGroupId],
+    options: ClusteringOptions,
+) -> dict[str, tuple[FileSlice, ...]]:
+    """Pure: the small slices per partition worth rewriting (oldest first)."""
+    by_partition: dict[str, list[FileSlice]] = {}
+    for s in latest:
+        if options.partitions is not None and s.partition_path not in options.partitions:
+            continue
+        if (
+            s.partition_path,
+            s.file_id,
+        ) in excluded or s.file_size_bytes >= options.small_file_bytes:
+            continue
+        by_partition.setdefault(s.partition_path, []).append(s)
+    return {
+        p: tuple(sorted(ss, key=lambda s: (s.instant_time, s.file_id)))
+        for p, ss in sorted(by_partition.items())
+        if len(ss) >= options.min_files
+    }
+
+
+def schedule_clustering(
+    table: HudiTable, services: CommitServices, options: ClusteringOptions
+) -> ClusteringPlan | None:
+    """Under the lock: choose the slices, begin the replacecommit with a heartbeat, store the
+    plan. None when no partition has enough small files."""
+    with services.locked(table):
+        timeline = table.timeline()
+        excluded: set[FileGroupId] = set()
+        for inst in timeline.inflight_or_requested(Action.REPLACE_COMMIT):
+            excluded |= pending_clustering_groups(table, inst.time)
+        latest = FileSystemView(table, timeline=timeline).latest_base_files()
+        chosen = choose_slices(latest, frozenset(excluded), options)
+        if not chosen:
+            return None
+        t = services.next_instant_time(table)
+        plan = ClusteringPlan(t, chosen)
+        services.start_heartbeat(table, t)
+        write_json(
+            plan_path(table, CLUSTERING_PLANS, t),
+            {"file_groups": sorted(plan.file_groups), "files": [s.path for s in _all(plan)]},
+        )
+        timeline.begin(Action.REPLACE_COMMIT, t)
+    log.info(
+        "table %s: scheduled clustering %s of %d small files in %d partitions",
+        table.config.name,
+        t,
+        plan.file_count,
+        len(chosen),
+    )
+    return plan
+
+
+def _all(plan: ClusteringPlan) -> list[FileSlice]:
+    return [s for ss in plan.slices.values() for s in ss]
+
+
+def _read_rows(table: HudiTable, slices: Sequence[FileSlice]) -> pa.Table:
+    parts = [pq.read_table(table.base_path / s.path) for s in slices]
+    rows = pa.concat_tables(parts, promote_options="default")
+    order = pc.sort_indices(
+        rows,
+        sort_keys=[("_hoodie_commit_time", "ascending"), ("_hoodie_commit_seqno", "ascending")],
+    )
+    return rows.take(order)
+
+
+def execute_clustering(
+    table: HudiTable,
+    services: CommitServices,
+    plan: ClusteringPlan,
+    options: ClusteringOptions,
+    strategy: ConflictStrategy | None = None,
+) -> ClusteringResult:
+    """Rewrite the planned slices and publish the replacecommit; on any failure (a conflict
+    included) roll the instant back so nothing of it stays visible, and re-raise."""
+    rules: ConflictStrategy = strategy or FileGroupOverlap()
+    t = plan.instant_time
+    instant = Instant(t, Action.REPLACE_COMMIT, State.INFLIGHT)
+    try:
+        planned = Operation(t, OperationKind.CLUSTERING, replaced=plan.file_groups)
+        skip = rules.clustering_skips(planned, concurrent_operations(table, t))
+        work = plan.without(skip, options.min_files) if skip else plan
+        if not work.slices:
+            raise _NothingLeft(f"every planned file group of clustering {t} was skipped")
+        writes = []
+        rows = 0
+        schema = ""
+        for partition, slices in work.slices.items():
+            writer = BaseFileWriter(
+                table,
+                partition,
+                t,
+                write_token(0, 0, 0),
+                target_file_size_bytes=options.target_file_bytes,
+                preserve_commit_time=True,
+            )
+            data = _read_rows(table, slices)
+            writer.write(data)
+            writes.extend(writer.close())
+            rows += data.num_rows
+            schema = schema or (writer.avro_schema or "")
+        replaced: dict[str, list[str]] = {}
+        for s in _all(work):
+            replaced.setdefault(s.partition_path, []).append(s.file_id)
+        ours = Operation(
+            t,
+            OperationKind.CLUSTERING,
+            written=frozenset((w.partition_path, w.file_id) for w in writes),
+            replaced=work.file_groups,
+            phase=Phase.PENDING,
+            writer=SERVICES_WRITER_ID,
+        )
+        with services.locked(table):
+            services.check_alive(table, t)
+            check(rules, ours, concurrent_operations(table, t))
+            metadata = CommitMetadata(
+                operation_type="CLUSTER",
+                writes=tuple(writes),
+                replaced_file_ids={p: tuple(ids) for p, ids in replaced.items()},
+                schema=schema or (table.timeline().latest_schema() or ""),
+                extra={WRITER_ID_KEY: SERVICES_WRITER_ID},
+            )
+            done = table.timeline().publish(instant, metadata)
+    except _NothingLeft:
+        rollback(table, instant)
+        return ClusteringResult(None, skipped=skip)
+    except BaseException:
+        log.warning("table %s: clustering %s failed; rolling it back", table.config.name, t)
+        try:
+            rollback(table, instant)
+        except LakesinkError:
+            log.exception("table %s: rollback of clustering %s failed", table.config.name, t)
+        raise
+    finally:
+        services.stop_heartbeat(table, t)
+        plan_path(table, CLUSTERING_PLANS, t).unlink(missing_ok=True)
+    log.info(
+        "table %s: clustering %s rewrote %d files into %d (%d rows)",
+        table.config.name,
+        t,
+        work.file_count,
+        len(writes),
+        rows,
+    )
+    return ClusteringResult(done, work.file_count, len(writes), rows, skip)
+
+
+def cluster(
+    table: HudiTable,
+    services: CommitServices,
+    options: ClusteringOptions | None = None,
+    strategy: ConflictStrategy | None = None,
+) -> ClusteringResult:
+    """Schedule and run one clustering; an instant of None when there was nothing to do."""
+    options = options or ClusteringOptions()
+    plan = schedule_clustering(table, services, options)
+    if plan is None:
+        return ClusteringResult(None)
+    return execute_clustering(table, services, plan, options, strategy)

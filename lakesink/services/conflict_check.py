@@ -1,0 +1,170 @@
+"""Gathering the operations concurrent with an instant from storage, for the conflict rules of
+`lakesink.protocol.conflicts`: completed instants since it began (from their metadata),
+scheduled clusterings (from their plans) and inflight ingestions (from their markers)."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterable
+from typing import Any
+
+from lakesink.errors import CorruptTableError
+from lakesink.protocol.conflicts import (
+    ConflictStrategy,
+    FileGroupId,
+    FileGroupOverlap,
+    Operation,
+    OperationKind,
+    Phase,
+    check,
+    completed_since,
+    strategy_named,
+)
+from lakesink.protocol.instant import Action, Instant, InstantTime, State
+from lakesink.services.instants import plan_path, read_json
+from lakesink.table.files import parse_base_file_name
+from lakesink.table.hudi_table import HudiTable
+from lakesink.table.markers import list_marked_files
+from lakesink.table.metadata import CommitMetadata
+from lakesink.table.timeline import Timeline
+
+log = logging.getLogger(__name__)
+
+WRITER_ID_KEY = "lakesink.writer_id"
+CLUSTERING_PLANS = "clustering"
+_MTIME_SLACK_S = 2.0  # layout 1 has no completion time: compare file times, conservatively
+_RECENT_MS = 60_000  # layout 2: also compare file times of instants completed just before
+
+
+def file_groups_of_paths(paths: Iterable[str]) -> frozenset[FileGroupId]:
+    """(partition, file id) of relative base-file paths."""
+    out: set[FileGroupId] = set()
+    for p in paths:
+        partition, _, name = p.rpartition("/")
+        out.add((partition, parse_base_file_name(name).file_id))
+    return frozenset(out)
+
+
+def operation_of(instant: Instant, md: CommitMetadata) -> Operation:
+    kind = (
+        OperationKind.CLUSTERING
+        if instant.action is Action.REPLACE_COMMIT
+        else OperationKind.INGESTION
+    )
+    return Operation(
+        instant.time,
+        kind,
+        written=frozenset((w.partition_path, w.file_id) for w in md.writes),
+        replaced=frozenset((p, f) for p, ids in md.replaced_file_ids.items() for f in ids),
+        phase=Phase.COMPLETED,
+        writer=md.extra.get(WRITER_ID_KEY, ""),
+    )
+
+
+def _mtime(timeline: Timeline, instant: Instant) -> float | None:
+    try:
+        return os.stat(timeline.path_of(instant)).st_mtime
+    except FileNotFoundError:
+        return None
+
+
+def _completed_after(timeline: Timeline, began: InstantTime, other: Instant) -> bool:
+    if completed_since(began, other.time, other.completion_time):
+        return True
+    recent = other.completion_time is None or (
+        began.to_epoch_ms() - other.completion_time.to_epoch_ms() < _RECENT_MS
+    )
+    if not recent:
+        return False
+    ours = _mtime(timeline, Instant(began, Action.COMMIT, State.REQUESTED))
+    if ours is None:
+        ours = _mtime(timeline, Instant(began, Action.REPLACE_COMMIT, State.REQUESTED))
+    theirs = _mtime(timeline, other)
+    return ours is None or theirs is None or theirs >= ours - _MTIME_SLACK_S
+
+
+def pending_clustering_groups(
+    table: HudiTable, instant_time: InstantTime
+) -> frozenset[FileGroupId]:
+    """The file groups a scheduled clustering plans to replace (empty if its plan is gone)."""
+
+    plan: Any = read_json(plan_path(table, CLUSTERING_PLANS, instant_time))
+    if not isinstance(plan, dict):
+        return frozenset()
+    return frozenset((str(p), str(f)) for p, f in plan.get("file_groups", []))
+
+
+def concurrent_operations(
+    table: HudiTable, began: InstantTime, *, timeline: Timeline | None = None
+) -> list[Operation]:
+    """Every data instant other than `began` that completed since it began or is pending."""
+    tl = timeline or table.timeline()
+    out: list[Operation] = []
+    for inst in tl.instants:
+        if inst.time == began or not inst.action.writes_data:
+            continue
+        if inst.is_completed:
+            if _completed_after(tl, began, inst):
+                out.append(operation_of(inst, tl.commit_metadata(inst)))
+        elif inst.action is Action.REPLACE_COMMIT:
+            out.append(
+                Operation(
+                    inst.time,
+                    OperationKind.CLUSTERING,
+                    replaced=pending_clustering_groups(table, inst.time),
+                    phase=Phase.PENDING,
+                )
+            )
+        else:
+            try:
+                written = file_groups_of_paths(list_marked_files(table.base_path, inst.time))
+            except CorruptTableError:  # a marker of something that is not a base file
+                written = frozenset()
+            out.append(Operation(inst.time, OperationKind.INGESTION, written, phase=Phase.PENDING))
+    return out
+
+
+def strategy_for(services: object) -> ConflictStrategy:
+    """The strategy a writer's services are configured with (`table.services.conflict.strategy`)."""
+    cfg = getattr(services, "cfg", None)
+    if cfg is not None:
+        try:
+            return strategy_named(str(cfg["table.services.conflict.strategy"]))
+        except (KeyError, TypeError, ValueError):
+            pass
+    return FileGroupOverlap()
+
+
+def check_commit(
+    table: HudiTable,
+    instant_time: InstantTime,
+    *,
+    kind: OperationKind,
+    written: frozenset[FileGroupId],
+    replaced: frozenset[FileGroupId] = frozenset(),
+    strategy: ConflictStrategy | None = None,
+    writer: str = "",
+) -> None:
+    """Under the lock, right before publishing: CommitConflictError if the strategy forbids it."""
+    ours = Operation(instant_time, kind, written, replaced, Phase.PENDING, writer)
+    check(strategy or FileGroupOverlap(), ours, concurrent_operations(table, instant_time))
+
+
+def check_ingestion_commit(
+    table: HudiTable,
+    instant_time: InstantTime,
+    files: Iterable[str],
+    strategy: ConflictStrategy,
+    *,
+    writer: str = "",
+) -> None:
+    """The coordinator's check: the files of this commit against concurrent operations."""
+    check_commit(
+        table,
+        instant_time,
+        kind=OperationKind.INGESTION,
+        written=file_groups_of_paths(files),
+        strategy=strategy,
+        writer=writer,
+    )

@@ -1,0 +1,71 @@
+"""Timeline steps the table layer leaves to services: completing a clean instant, abandoning a
+pending one, and the lakesink files beside a service instant (its plan)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from lakesink.errors import CommitError
+from lakesink.protocol.instant import Instant, InstantTime, State, TimelineLayout
+from lakesink.table.atomic import create_exclusive
+from lakesink.table.hudi_table import HudiTable
+from lakesink.table.timeline import Timeline
+
+log = logging.getLogger(__name__)
+
+SERVICES_DIR = Path(".hoodie") / ".lakesink" / "services"
+"""lakesink's own files of table services (plans, last inline run), relative to the base."""
+
+
+def completion_time_for(timeline: Timeline, instant_time: InstantTime) -> InstantTime:
+    """A completion time after every instant and completion time on the timeline (layout 2)."""
+    taken = [i.time.to_epoch_ms() for i in timeline.instants]
+    taken += [i.completion_time.to_epoch_ms() for i in timeline.instants if i.completion_time]
+    floor = max([instant_time.to_epoch_ms(), *(t + 1 for t in taken if t != 0)])
+    return InstantTime.from_epoch_ms(max(int(time.time() * 1000), floor))
+
+
+def complete_instant(table: HudiTable, instant: Instant, content: bytes) -> Instant:
+    """Write the completed file of a non-data instant (a clean) atomically, never empty."""
+    timeline = table.timeline()
+    current = timeline.get(instant.time)
+    if current is None or current.action is not instant.action or current.is_completed:
+        raise CommitError(f"cannot complete {instant} in {timeline.folder}: found {current}")
+    done = instant.with_state(State.COMPLETED)
+    if table.layout is TimelineLayout.V2:
+        done = instant.with_state(State.COMPLETED, completion_time_for(timeline, instant.time))
+    try:
+        create_exclusive(table.base_path, timeline.path_of(done), content)
+    except FileExistsError:
+        raise CommitError(f"{done} is already completed") from None
+    log.info("table %s: completed %s", table.config.name, done)
+    return done
+
+
+def abandon_pending(table: HudiTable, instant: Instant) -> None:
+    """Remove a pending non-data instant (a clean that died): its inflight then requested file."""
+    table.timeline().remove_pending(instant)
+
+
+def plan_path(table: HudiTable, kind: str, instant_time: InstantTime) -> Path:
+    return table.base_path / SERVICES_DIR / kind / f"{instant_time.value}.json"
+
+
+def write_json(path: Path, data: Any) -> None:
+    """Write JSON all at once (temp file, then rename)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, sort_keys=True))
+    os.replace(tmp, path)
+
+
+def read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
