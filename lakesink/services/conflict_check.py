@@ -33,8 +33,10 @@ log = logging.getLogger(__name__)
 
 WRITER_ID_KEY = "lakesink.writer_id"
 CLUSTERING_PLANS = "clustering"
-_MTIME_SLACK_S = 2.0  # layout 1 has no completion time: compare file times, conservatively
-_RECENT_MS = 60_000  # layout 2: also compare file times of instants completed just before
+_RECENT_MS = 60_000
+"""Layout 1 has no completion times, and in layout 2 an instant time generated ahead of the
+clock can exceed the completion time of an instant that completed after it: so instants that
+completed up to this long before also have their completed file's time compared with ours."""
 
 
 def file_groups_of_paths(paths: Iterable[str]) -> frozenset[FileGroupId]:
@@ -81,7 +83,7 @@ def _completed_after(timeline: Timeline, began: InstantTime, other: Instant) -> 
     if ours is None:
         ours = _mtime(timeline, Instant(began, Action.REPLACE_COMMIT, State.REQUESTED))
     theirs = _mtime(timeline, other)
-    return ours is None or theirs is None or theirs >= ours - _MTIME_SLACK_S
+    return ours is None or theirs is None or theirs >= ours
 
 
 def pending_clustering_groups(
