@@ -1,0 +1,66 @@
+"""The short crash soak (the long one is `python benchmarks/soak.py --minutes 30`): streaming
+ingestion under randomized faults for about a minute and a half with a fixed seed, then the
+exactly-once audit. Zero loss, zero duplicates, and faults must really have been injected."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+SOAK = Path(__file__).resolve().parents[2] / "benchmarks" / "soak.py"
+
+
+def test_short_soak_with_random_faults_loses_and_duplicates_nothing(tmp_path: Path) -> None:
+    out = tmp_path / "soak.json"
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            str(SOAK),
+            "--minutes",
+            "1.5",
+            "--seed",
+            "20240611",
+            "--partitions",
+            "4",
+            "--fault-interval",
+            "3",
+            "7",
+            "--patience-s",
+            "40",
+            "--final-timeout-s",
+            "240",
+            "--workdir",
+            str(tmp_path / "work"),
+            "--json",
+            str(out),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    try:
+        stdout, _ = proc.communicate(timeout=600)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert out.exists(), stdout[-5000:]
+    result = json.loads(out.read_text())
+    assert result["ok"], (result["problems"], stdout[-5000:])
+    assert result["duplicates"] == 0
+    assert result["missing"] == 0
+    assert result["acked_events_missing"] == 0
+    assert result["records_in_table"] == result["records_in_kafka"] > 0
+    assert result["records_produced"] <= result["records_in_kafka"]
+    assert result["faults_total"] >= 5, result["faults"]
+    assert proc.returncode == 0
