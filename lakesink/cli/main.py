@@ -58,6 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     from lakesink.cli import table_commands
 
     table_commands.add_parser(sub)
+    table_commands.add_backfill_parser(sub)
     return parser
 
 
@@ -106,6 +107,10 @@ def run(args: argparse.Namespace) -> int:
         for k, v in sorted(cfg.values.items()):
             print(f"{k} = {v!r}")
         return 0
+    if args.command == "backfill":
+        from lakesink.cli import table_commands
+
+        return table_commands.run_backfill_command(args)
     if args.command == "table":
         from lakesink.cli import table_commands
 

@@ -1,4 +1,5 @@
-"""`lakesink table create | show | timeline | files`."""
+"""`lakesink table create | show | timeline | files | clean | cluster | archive | rollback`, and
+`lakesink backfill`."""
 
 from __future__ import annotations
 
@@ -25,6 +26,112 @@ def add_parser(sub: Any) -> None:
         cmd = tsub.add_parser(name, help=text)
         cmd.add_argument("path")
         cmd.add_argument("--json", action="store_true")
+    services = {
+        "clean": "roll back failed writes, delete files no retained view needs",
+        "cluster": "rewrite small files of partitions into target-size files (replacecommit)",
+        "archive": "move old instants out of the active timeline",
+        "rollback": "roll back inflight instants whose heartbeat expired (or one named)",
+    }
+    for name, text in services.items():
+        cmd = tsub.add_parser(name, help=text)
+        cmd.add_argument("path")
+        cmd.add_argument("--json", action="store_true")
+        _add_lock_args(cmd)
+        if name == "clean":
+            cmd.add_argument("--retain-commits", type=int, default=30)
+            cmd.add_argument("--retain-hours", type=float, default=None)
+        if name == "cluster":
+            cmd.add_argument("--small-file-bytes", type=int, default=100 * 1024 * 1024)
+            cmd.add_argument("--target-file-bytes", type=int, default=128 * 1024 * 1024)
+            cmd.add_argument("--min-files", type=int, default=2)
+            cmd.add_argument("--partition", action="append", default=None)
+            cmd.add_argument(
+                "--strategy", choices=("file-group", "ingestion-first"), default="file-group"
+            )
+        if name == "archive":
+            cmd.add_argument("--min-instants", type=int, default=20)
+            cmd.add_argument("--max-instants", type=int, default=30)
+        if name == "rollback":
+            cmd.add_argument("--instant", help="roll back this inflight instant (even if alive)")
+
+
+def _add_lock_args(cmd: Any) -> None:
+    cmd.add_argument("--lock-provider", choices=("filesystem", "postgres", "none"))
+    cmd.add_argument("--postgres-dsn", default=None)
+    cmd.add_argument("--lock-timeout-s", type=float, default=60.0)
+    cmd.add_argument("--heartbeat-tolerance-s", type=float, default=60.0)
+
+
+def add_backfill_parser(sub: Any) -> None:
+    p = sub.add_parser("backfill", help="write files into a table beside the streaming writer")
+    p.add_argument("--table", required=True, help="the table's path")
+    p.add_argument("--from", dest="source", required=True, help="a file or folder of files")
+    p.add_argument("--format", choices=("parquet", "json", "csv"), default="parquet")
+    p.add_argument("--config", "-c", help="configuration file (lock, heartbeat, partitioning)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--writer-id", default=None)
+    p.add_argument("--spark-master", default="local[2]")
+    p.add_argument("--json", action="store_true")
+    _add_lock_args(p)
+
+
+def _services(args: argparse.Namespace) -> Any:
+    from lakesink.services.host import StandaloneServices
+
+    return StandaloneServices(
+        args.path if hasattr(args, "path") else args.table,
+        lock_provider=args.lock_provider or ("postgres" if args.postgres_dsn else "filesystem"),
+        postgres_dsn=args.postgres_dsn,
+        lock_timeout_s=args.lock_timeout_s,
+        heartbeat_interval_s=min(5.0, args.heartbeat_tolerance_s / 3),
+        heartbeat_tolerance_s=args.heartbeat_tolerance_s,
+    )
+
+
+def run_backfill_command(args: argparse.Namespace) -> int:
+    from lakesink.spark.backfill import run_backfill
+    from lakesink.spark.session import get_spark
+
+    cfg = None
+    if args.config or args.set:
+        from lakesink.config import load_config
+
+        overrides = dict(kv.split("=", 1) for kv in args.set if "=" in kv)
+        cfg = load_config(args.config, {**overrides, "table.path": args.table})
+    if cfg is not None and args.lock_provider is None and not args.postgres_dsn:
+        from lakesink.services.host import StandaloneServices
+
+        services: Any = StandaloneServices(
+            args.table,
+            lock_provider=cfg["lock.provider"],
+            postgres_dsn=cfg["postgres.dsn"],
+            lock_timeout_s=cfg["lock.timeout.s"],
+            lock_lease_s=cfg["lock.lease.s"],
+            heartbeat_interval_s=cfg["heartbeat.interval.s"],
+            heartbeat_tolerance_s=cfg["heartbeat.tolerance.s"],
+        )
+    else:
+        services = _services(args)
+    spark = get_spark(cfg["spark.master"] if cfg is not None else args.spark_master)
+    result = run_backfill(
+        spark,
+        args.table,
+        args.source,
+        fmt=args.format,
+        services=services,
+        cfg=cfg,
+        writer_id=args.writer_id,
+    )
+    if args.json:
+        emit_json(result.to_json())
+    elif result.instant_time is None:
+        say(f"backfill {result.backfill_id} was committed before; nothing written")
+    else:
+        say(
+            f"backfill {result.backfill_id} committed instant {result.instant_time} as writer "
+            f"{result.writer_id}: {result.records:,} records in {result.files} files"
+        )
+    return 0
 
 
 def _split(text: str) -> tuple[str, ...]:
@@ -48,6 +155,8 @@ def run(args: argparse.Namespace) -> int:
         say(f"created {t.config.name} (version {t.config.version}) at {t.base_path}")
         return 0
     tbl = HudiTable.open(args.path)
+    if args.table_command in ("clean", "cluster", "archive", "rollback"):
+        return _service(tbl, args)
     if args.table_command == "show":
         return _show(tbl, args.json)
     if args.table_command == "timeline":
@@ -95,7 +204,7 @@ def _timeline(tbl: Any, as_json: bool) -> int:
             md = timeline.commit_metadata(i)
             writer = md.extra.get(WRITER_ID_KEY, "")
             ranges = md.extra.get(RANGES_KEY, "")
-            records = str(md.total_records())
+            records = str(md.total_records)
         rows.append(
             {
                 "time": i.time.value,
@@ -142,4 +251,72 @@ def _files(tbl: Any, as_json: bool) -> int:
             ["partition", "file", "bytes"], [[r["partition"], r["path"], r["bytes"]] for r in rows]
         )
     )
+    return 0
+
+
+def _service(tbl: Any, args: argparse.Namespace) -> int:
+    services = _services(args)
+    cmd = args.table_command
+    info: dict[str, Any]
+    if cmd == "clean":
+        from lakesink.services.clean import RetainPolicy, clean
+
+        r = clean(tbl, services, RetainPolicy(args.retain_commits, args.retain_hours))
+        info = {
+            "instant": str(r.instant.time) if r.instant else None,
+            "deleted": list(r.deleted),
+            "rolled_back": [str(i.time) for i in r.rolled_back],
+            "earliest_retained": str(r.plan.earliest_retained or ""),
+        }
+        text = f"clean: deleted {len(r.deleted)} files, rolled back {len(r.rolled_back)} instants"
+    elif cmd == "cluster":
+        from lakesink.protocol.conflicts import strategy_named
+        from lakesink.services.clustering import ClusteringOptions, cluster
+
+        options = ClusteringOptions(
+            small_file_bytes=args.small_file_bytes,
+            target_file_bytes=args.target_file_bytes,
+            min_files=args.min_files,
+            partitions=tuple(args.partition) if args.partition else None,
+        )
+        c = cluster(tbl, services, options, strategy_named(args.strategy))
+        info = {
+            "instant": str(c.instant.time) if c.instant else None,
+            "files_before": c.files_before,
+            "files_after": c.files_after,
+            "rows": c.rows,
+        }
+        text = (
+            f"cluster: rewrote {c.files_before} files into {c.files_after} ({c.rows} rows)"
+            if c.instant
+            else "cluster: nothing to do"
+        )
+    elif cmd == "archive":
+        from lakesink.services.archival import ArchivePolicy, archive
+
+        a = archive(tbl, services, ArchivePolicy(args.min_instants, args.max_instants))
+        info = {
+            "archived": [str(i.time) for i in a.archived],
+            "active_before": a.active_before,
+            "active_after": a.active_after,
+        }
+        text = f"archive: moved {len(a.archived)} instants; {a.active_after} remain active"
+    else:
+        from lakesink.errors import CommitError
+        from lakesink.services.lazy_rollback import rollback_failed_writes
+        from lakesink.table.rollback import rollback
+
+        if args.instant:
+            target = tbl.timeline().get(args.instant)
+            if target is None or target.is_completed:
+                raise CommitError(f"{args.instant} is not an inflight instant of {tbl.base_path}")
+            rolled = [rollback(tbl, target)]
+        else:
+            rolled = rollback_failed_writes(tbl, services)
+        info = {"rolled_back": [str(i.time) for i in rolled]}
+        text = f"rollback: {len(rolled)} instants rolled back"
+    if args.json:
+        emit_json(info)
+    else:
+        say(text)
     return 0

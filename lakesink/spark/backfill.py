@@ -1,0 +1,233 @@
+"""Backfill: a Spark batch job that writes files (parquet, json, csv) into a table as one more
+writer, beside the streaming ingestion (seed 003).
+
+It is a writer like any other: its own writer id (`backfill-<id>`), its own instant begun under
+the table lock with a heartbeat, tasks writing base files with markers (the streaming sink's
+`TaskWriter`), reconciliation of the markers before publishing (files of failed task attempts
+are deleted), the conflict check and the publish under the lock, and commit metadata naming the
+writer and the backfill. Rerunning the same backfill (same files) commits nothing twice: the
+commit carries `lakesink.backfill.id`, a digest of the source files.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from lakesink.config import LakesinkConfig
+from lakesink.errors import CommitError, ConfigError, CorruptTableError
+from lakesink.protocol.conflicts import ConflictStrategy, FileGroupOverlap, OperationKind
+from lakesink.protocol.instant import Action, Instant, InstantTime, State
+from lakesink.services.conflict_check import check_commit, file_groups_of_paths, strategy_for
+from lakesink.services.lazy_rollback import rollback_failed_writes
+from lakesink.spark import commit_state as keys
+from lakesink.spark.coordinator import CommitServices
+from lakesink.spark.task_writer import STATUS_SCHEMA, TaskWriter, parse_statuses
+from lakesink.table.avro_schema import META_COLUMNS
+from lakesink.table.hudi_table import HudiTable
+from lakesink.table.markers import delete_unreferenced_files
+from lakesink.table.metadata import CommitMetadata
+from lakesink.table.rollback import rollback
+from lakesink.table.view import FileSystemView
+from lakesink.table.writer import DEFAULT_TARGET_FILE_SIZE
+
+log = logging.getLogger(__name__)
+
+SourceFormat = Literal["parquet", "json", "csv"]
+FORMATS: tuple[SourceFormat, ...] = ("parquet", "json", "csv")
+BACKFILL_ID_KEY = "lakesink.backfill.id"
+BACKFILL_SOURCE_KEY = "lakesink.backfill.source"
+DATE_PARTITION_COLUMN = "dt"
+
+
+@dataclass(frozen=True, slots=True)
+class BackfillResult:
+    """What one backfill did; `instant_time` is None when it had been committed before."""
+
+    writer_id: str
+    backfill_id: str
+    instant_time: InstantTime | None
+    records: int = 0
+    files: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "writer_id": self.writer_id,
+            "backfill_id": self.backfill_id,
+            "instant_time": self.instant_time.value if self.instant_time else None,
+            "records": self.records,
+            "files": self.files,
+            "already_committed": self.instant_time is None,
+        }
+
+
+def source_files(source: str | Path, fmt: SourceFormat) -> list[Path]:
+    """The data files of a source path (a file, or a folder searched recursively)."""
+    root = Path(source)
+    if root.is_file():
+        return [root]
+    if not root.is_dir():
+        raise ConfigError(f"backfill source {root} does not exist")
+    found = sorted(
+        p
+        for p in root.rglob(f"*.{fmt}")
+        if p.is_file()
+        and not any(part.startswith((".", "_")) for part in p.relative_to(root).parts)
+    )
+    if not found:
+        raise ConfigError(f"backfill source {root} holds no .{fmt} files")
+    return found
+
+
+def backfill_id(files: list[Path]) -> str:
+    """A digest of the source files (paths, sizes): the same files are the same backfill."""
+    h = hashlib.sha256()
+    for f in files:
+        h.update(f"{f.absolute()}\0{f.stat().st_size}\n".encode())
+    return h.hexdigest()[:16]
+
+
+def _already_committed(table: HudiTable, bid: str) -> bool:
+    timeline = table.timeline()
+    return any(
+        timeline.commit_metadata(i).extra.get(BACKFILL_ID_KEY) == bid
+        for i in timeline.completed(Action.COMMIT)
+    )
+
+
+def _table_data_schema(table: HudiTable) -> Any | None:
+    """The Spark schema of the table's data columns, from one of its base files."""
+    import pyarrow.parquet as pq
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    files = FileSystemView(table).latest_base_files()
+    if not files:
+        return None
+    schema = pq.read_schema(table.base_path / files[-1].path)
+    data = [f for f in schema if f.name not in META_COLUMNS]
+    import pyarrow as pa
+
+    return from_arrow_schema(pa.schema(data))
+
+
+def read_source(
+    spark: SparkSession, files: list[Path], fmt: SourceFormat, schema: Any | None
+) -> DataFrame:
+    paths = [str(f) for f in files]
+    reader = spark.read
+    if fmt == "csv":
+        reader = reader.option("header", "true")
+    if schema is not None and fmt in ("json", "csv"):
+        reader = reader.schema(schema)
+    df = reader.format(fmt).load(paths)
+    if schema is not None:
+        missing = [f.name for f in schema.fields if f.name not in df.columns]
+        if missing:
+            raise ConfigError(
+                f"backfill rows lack the table's column(s) {', '.join(missing)}; the source has "
+                f"{', '.join(df.columns)}"
+            )
+        df = df.select([F.col(f.name).cast(f.dataType).alias(f.name) for f in schema.fields])
+    return df
+
+
+def run_backfill(
+    spark: SparkSession,
+    table_path: str | Path,
+    source: str | Path,
+    *,
+    fmt: SourceFormat = "parquet",
+    services: CommitServices,
+    cfg: LakesinkConfig | None = None,
+    writer_id: str | None = None,
+    strategy: ConflictStrategy | None = None,
+    target_file_size: int | None = None,
+) -> BackfillResult:
+    """Write the source files into the table as one commit of a backfill writer."""
+    if fmt not in FORMATS:
+        raise ConfigError(f"backfill format {fmt!r} is not known; valid: {', '.join(FORMATS)}")
+    table = HudiTable.open(table_path)
+    files = source_files(source, fmt)
+    bid = backfill_id(files)
+    writer = writer_id or f"backfill-{bid}"
+    if _already_committed(table, bid):
+        log.info(
+            "table %s: backfill %s was committed before; nothing to do", table.config.name, bid
+        )
+        return BackfillResult(writer, bid, None)
+    rollback_failed_writes(table, services, writer_id=writer)
+    df = read_source(spark, files, fmt, _table_data_schema(table))
+    date_from = cfg["table.partition.date.from"] if cfg is not None else None
+    if date_from and DATE_PARTITION_COLUMN not in df.columns:
+        df = df.withColumn(DATE_PARTITION_COLUMN, F.date_format(F.col(date_from), "yyyy-MM-dd"))
+    size = target_file_size or (
+        cfg["table.target.file.size.bytes"] if cfg is not None else DEFAULT_TARGET_FILE_SIZE
+    )
+    with services.locked(table):
+        t = services.next_instant_time(table)
+        services.start_heartbeat(table, t)
+        table.timeline().begin(Action.COMMIT, t)
+    instant = Instant(t, Action.COMMIT, State.INFLIGHT)
+    log.info("table %s: backfill %s (writer %s) began %s", table.config.name, bid, writer, t)
+    try:
+        task = TaskWriter(str(table.base_path), table.config, t.value, size)
+        statuses = parse_statuses(df.mapInArrow(task, STATUS_SCHEMA).collect())
+        writes = tuple(f for s in statuses for f in s.files)
+        kept = {w.path for w in writes}
+        delete_unreferenced_files(table.base_path, t, kept)
+        for rel in kept:
+            if not (table.base_path / rel).is_file():
+                raise CorruptTableError(f"backfill {t}: written file {rel} is missing")
+        schema = next((str(s.extra["schema"]) for s in statuses if s.extra.get("schema")), "")
+        metadata = CommitMetadata(
+            operation_type="BULK_INSERT",
+            writes=writes,
+            schema=schema or (table.timeline().latest_schema() or ""),
+            extra={
+                keys.WRITER_ID_KEY: writer,
+                keys.COMMIT_ID_KEY: str(uuid.uuid4()),
+                BACKFILL_ID_KEY: bid,
+                BACKFILL_SOURCE_KEY: json.dumps([os.fspath(f) for f in files][:100]),
+            },
+        )
+        with services.locked(table):
+            services.check_alive(table, t)
+            if _already_committed(table, bid):
+                raise CommitError(f"backfill {bid} was committed concurrently by another run")
+            check_commit(
+                table,
+                t,
+                kind=OperationKind.INGESTION,
+                written=file_groups_of_paths(kept),
+                strategy=strategy or strategy_for(services) or FileGroupOverlap(),
+                writer=writer,
+            )
+            table.timeline().publish(instant, metadata)
+    except BaseException:
+        log.warning("table %s: backfill %s failed; rolling back %s", table.config.name, bid, t)
+        try:
+            rollback(table, instant)
+        except Exception:  # lazy rollback retries it when the heartbeat expired
+            log.exception("table %s: rollback of backfill %s failed", table.config.name, t)
+        raise
+    finally:
+        services.stop_heartbeat(table, t)
+    records = sum(w.num_writes for w in writes)
+    log.info(
+        "table %s: backfill %s committed %s (%d records, %d files)",
+        table.config.name,
+        bid,
+        t,
+        records,
+        len(writes),
+    )
+    return BackfillResult(writer, bid, t, records, len(writes))
