@@ -1,0 +1,155 @@
+"""commit.mode=async: the writer pre-commits each batch to a durable pending-commit store and a
+committer publishes in order. The driver is killed at every point between pre-commit and
+publish, and during recovery itself, with both stores (SQLite and a real PostgreSQL server);
+after a restart the exactly-once audit must pass and no epoch may stay Pending."""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from integration.conftest import audit_config, ingest_config, write_config_file
+from lakesink.config import LakesinkConfig
+from lakesink.kafka.producer import produce_sample_events
+from lakesink.spark.pipeline import pending_store_for
+from lakesink.table.hudi_table import HudiTable
+
+pytestmark = pytest.mark.integration
+pytest_plugins = ["pg_fixture"]
+
+KILLED = -signal.SIGKILL
+
+
+def async_config(
+    bootstrap: str, topic: str, tmp_path: Path, store: str, dsn: str | None
+) -> LakesinkConfig:
+    extra: dict[str, Any] = {"commit__mode": "async", "commit__pending__store": store}
+    if dsn:
+        extra["postgres__dsn"] = dsn
+    return ingest_config(bootstrap, topic, tmp_path / "t", **extra)
+
+
+def pending_epochs(cfg: LakesinkConfig) -> list[int]:
+    store = pending_store_for(cfg)
+    try:
+        return [e.epoch for e in store.pending(cfg.writer_id)]
+    finally:
+        store.close()
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def store_kind(request: pytest.FixtureRequest) -> tuple[str, str | None]:
+    if request.param == "postgres":
+        return "postgres", str(request.getfixturevalue("postgres_dsn"))
+    return "sqlite", None
+
+
+def test_async_ingestion_is_exactly_once_and_leaves_nothing_pending(
+    spark: Any,
+    kafka_bootstrap: str,
+    topic_factory: Callable[[str], str],
+    tmp_path: Path,
+    store_kind: tuple[str, str | None],
+) -> None:
+    from integration.conftest import run_ingestion
+
+    topic = topic_factory("async")
+    produce_sample_events(kafka_bootstrap, topic, 1000, 2)
+    cfg = async_config(kafka_bootstrap, topic, tmp_path, *store_kind)
+    result = run_ingestion(cfg, spark)
+    assert result.records == 1000
+    report = audit_config(cfg)
+    assert report.ok, report.problems
+    assert report.rows_hudi_rs == 1000
+    assert pending_epochs(cfg) == []
+
+
+@pytest.mark.parametrize(
+    ("point", "after_batches"),
+    [
+        ("after-reconcile", "1"),  # written and reconciled, never pre-committed: dirty
+        ("after-precommit", "1"),  # durable Pending, not published: recovery publishes it
+        ("after-publish", "1"),  # published, never marked Committed: recovery is idempotent
+    ],
+)
+def test_kill_between_precommit_and_publish_then_restart_is_exactly_once(
+    point: str,
+    after_batches: str,
+    kafka_bootstrap: str,
+    topic_factory: Callable[[str], str],
+    tmp_path: Path,
+    cli: Callable[..., Any],
+    store_kind: tuple[str, str | None],
+) -> None:
+    topic = topic_factory(point)
+    produce_sample_events(kafka_bootstrap, topic, 900, 3)
+    cfg = async_config(kafka_bootstrap, topic, tmp_path, *store_kind)
+    conf = write_config_file(cfg, tmp_path / "c.toml")
+    args = ["ingest", "--config", str(conf), "--once"]
+    crashed = cli(
+        args, env={"LAKESINK_CRASH_AT": point, "LAKESINK_CRASH_AFTER_BATCHES": after_batches}
+    )
+    assert crashed.returncode == KILLED, crashed.stdout[-3000:]
+    if point == "after-precommit":
+        assert pending_epochs(cfg), "the killed writer left its pre-committed epoch Pending"
+    assert audit_config(cfg).ok  # readers see a consistent table before recovery
+    restarted = cli(args)
+    assert restarted.returncode == 0, restarted.stdout[-3000:]
+    report = audit_config(cfg)
+    assert report.ok, report.problems
+    assert report.rows_hudi_rs == report.rows_lakesink == 900
+    assert pending_epochs(cfg) == []
+    assert not HudiTable.open(cfg["table.path"]).timeline().inflight_or_requested()
+
+
+def test_kill_during_recovery_then_restart_finishes_it(
+    kafka_bootstrap: str,
+    topic_factory: Callable[[str], str],
+    tmp_path: Path,
+    cli: Callable[..., Any],
+    store_kind: tuple[str, str | None],
+) -> None:
+    topic = topic_factory("recov")
+    produce_sample_events(kafka_bootstrap, topic, 600, 2)
+    cfg = async_config(kafka_bootstrap, topic, tmp_path, *store_kind)
+    conf = write_config_file(cfg, tmp_path / "c.toml")
+    args = ["ingest", "--config", str(conf), "--once"]
+    assert cli(args, env={"LAKESINK_CRASH_AT": "after-precommit"}).returncode == KILLED
+    assert cli(args, env={"LAKESINK_CRASH_AT": "during-recovery"}).returncode == KILLED
+    restarted = cli(args)
+    assert restarted.returncode == 0, restarted.stdout[-3000:]
+    report = audit_config(cfg)
+    assert report.ok, report.problems
+    assert report.rows_hudi_rs == 600
+    assert pending_epochs(cfg) == []
+
+
+def test_postgres_store_down_gives_clear_error_and_loses_nothing(
+    kafka_bootstrap: str,
+    topic_factory: Callable[[str], str],
+    tmp_path: Path,
+    cli: Callable[..., Any],
+    postgres_server: Any,
+) -> None:
+    topic = topic_factory("pgdown")
+    produce_sample_events(kafka_bootstrap, topic, 500, 2)
+    cfg = async_config(kafka_bootstrap, topic, tmp_path, "postgres", postgres_server.dsn)
+    conf = write_config_file(cfg, tmp_path / "c.toml")
+    args = ["ingest", "--config", str(conf), "--once"]
+    postgres_server.stop()
+    try:
+        down = cli(args, timeout_s=120)
+    finally:
+        postgres_server.start()
+    assert down.returncode not in (0, KILLED)
+    assert "unreachable" in down.stdout or "PendingStore" in down.stdout, down.stdout[-3000:]
+    assert audit_config(cfg).ok
+    up = cli(args)
+    assert up.returncode == 0, up.stdout[-3000:]
+    report = audit_config(cfg)
+    assert report.ok, report.problems
+    assert report.rows_hudi_rs == 500
