@@ -22,7 +22,9 @@ same table concurrently (lock.provider=filesystem). Every dead driver is restart
 production stops, each writer runs `ingest --once` to catch up, and the audit runs: for every
 writer `lakesink.audit.audit` (hudi-rs + lakesink's reader against Kafka), plus this script's
 own count of table rows, duplicates and missing records against the Kafka logs and against the
-events the producer saw acknowledged. Exit status 0 only with zero loss and zero duplicates.
+events the producer saw acknowledged (acknowledged events that are not in the broker's log at
+all were lost by the broker over a restart; they are counted apart, not as lakesink's loss).
+Exit status 0 only with zero loss and zero duplicates.
 """
 
 from __future__ import annotations
@@ -62,6 +64,7 @@ FAULT_WEIGHTS = {
 }
 DRIVER_FAULTS = ("kill-driver", "kill-lock-holder")
 TASK_FAULT_TEXT = "lakesink test fault: failing task attempt"
+DRIVER_ENV: dict[str, str] = {}  # PYTHONPATH of a code snapshot (--snapshot-code)
 
 
 def log(msg: str) -> None:
@@ -256,7 +259,7 @@ class Writer:
         with open(log_path, "wb") as out:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "lakesink.cli.main", "ingest", "--config", str(self.config)],
-                env={**os.environ, **extra},
+                env={**os.environ, **DRIVER_ENV, **extra},
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
@@ -383,11 +386,33 @@ class Soak:
         self.writers: list[Writer] = []
         self.last_progress = time.monotonic()
         self.last_commits = 0
+        self.code_commit: str | None = None
 
     # -- setup -------------------------------------------------------------------------------
 
+    def snapshot_code(self) -> str:
+        """Extract the committed `lakesink` package into the work dir; drivers run on it."""
+        repo = Path(__file__).resolve().parents[1]
+        commit = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        code = self.workdir / "code"
+        code.mkdir(exist_ok=True)
+        archive = subprocess.run(
+            ["git", "archive", commit, "lakesink"], cwd=repo, capture_output=True, check=True
+        ).stdout
+        subprocess.run(["tar", "-x", "-C", str(code)], input=archive, check=True)
+        DRIVER_ENV["PYTHONPATH"] = os.pathsep.join(
+            [str(code), *filter(None, [os.environ.get("PYTHONPATH")])]
+        )
+        log(f"drivers run lakesink at commit {commit} from {code}")
+        return commit
+
     def setup(self) -> None:
         from lakesink.kafka.client import create_topic
+
+        if self.args.snapshot_code:
+            self.code_commit = self.snapshot_code()
         from lakesink.kafka.embedded_broker import EmbeddedBroker
 
         self.broker = EmbeddedBroker(data_dir=self.workdir / "broker")
@@ -564,6 +589,7 @@ class Soak:
                         stderr=subprocess.STDOUT,
                         stdin=subprocess.DEVNULL,
                         start_new_session=True,
+                        env={**os.environ, **DRIVER_ENV},
                     )
                 try:
                     code = proc.wait(timeout=self.args.final_timeout_s)
@@ -583,7 +609,7 @@ class Soak:
     def audit(self) -> dict[str, Any]:
         import pyarrow.compute as pc
 
-        from lakesink.audit import audit, kafka_offsets, read_with_hudi_rs
+        from lakesink.audit import audit, read_with_hudi_rs
         from lakesink.kafka.client import OffsetClient
         from lakesink.protocol.offsets import TopicPartition
         from lakesink.spark import commit_state
@@ -605,15 +631,13 @@ class Soak:
         own = TableReader(table).snapshot(columns=["kafka_topic", "kafka_offset", "event_id"])
         result: dict[str, Any] = {"writers": {}}
         total_kafka = total_rows = total_dupes = total_missing = total_extra = 0
-        total_acked_missing = 0
+        total_acked_missing = total_broker_lost = 0
         for w in self.writers:
             report = audit(str(self.table), w.writer_id, bootstrap=bootstrap)
             parts = [TopicPartition(w.topic, p) for p in range(self.args.partitions)]
             with OffsetClient(bootstrap) as client:
                 hw = {tp: hi for tp, (_lo, hi) in client.watermarks(parts).items()}
-            in_kafka = kafka_offsets(
-                bootstrap, {tp: (0, hw[tp]) for tp in parts}, "read_committed", {}
-            )
+            in_kafka, kafka_ids = kafka_records(bootstrap, parts, hw)
             mine = [(t, int(p), int(o)) for t, p, o in coords_rs if t == w.topic]
             counts = Counter(mine)
             dupes = sum(n - 1 for n in counts.values() if n > 1)
@@ -627,7 +651,11 @@ class Soak:
             }
             mask = pc.equal(own.column("kafka_topic"), w.topic)
             table_ids = set(own.filter(mask).column("event_id").to_pylist())
-            acked_missing = len(self.producer.acked[w.topic] - table_ids)
+            acked = self.producer.acked[w.topic]
+            # acknowledged by the broker but not in its log (noida-db can lose acked records
+            # over a restart): not lakesink's loss, reported apart
+            broker_lost = len(acked - kafka_ids)
+            acked_missing = len((acked & kafka_ids) - table_ids)
             result["writers"][w.name] = {
                 "writer_id": w.writer_id,
                 "topic": w.topic,
@@ -642,6 +670,7 @@ class Soak:
                 "missing": missing,
                 "rows_not_in_kafka": extra,
                 "acked_events_missing": acked_missing,
+                "acked_events_lost_by_broker": broker_lost,
                 "not_caught_up": behind,
                 "driver_runs": w.runs,
                 "driver_ends": dict(w.exits),
@@ -658,6 +687,7 @@ class Soak:
             total_missing += missing
             total_extra += extra
             total_acked_missing += acked_missing
+            total_broker_lost += broker_lost
             self.faults["task-failure"] += w.task_faults
         pending = table.timeline().inflight_or_requested()
         result.update(
@@ -668,11 +698,32 @@ class Soak:
             missing=total_missing,
             rows_not_in_kafka=total_extra,
             acked_events_missing=total_acked_missing,
+            acked_events_lost_by_broker=total_broker_lost,
             producer_failed_deliveries=self.producer.failed,
             pending_instants_left=[str(i) for i in pending],
             completed_commits=len(table.timeline().completed()),
         )
         return result
+
+
+def kafka_records(
+    bootstrap: str, parts: list[Any], hw: dict[Any, int]
+) -> tuple[set[tuple[str, int, int]], set[int]]:
+    """Every record in Kafka's logs [0, high watermark): coordinates, and event ids (keys)."""
+    from lakesink.kafka.deserializers import make_deserializer
+    from lakesink.kafka.reader import read_range
+    from lakesink.protocol.offsets import OffsetRange
+
+    coords: set[tuple[str, int, int]] = set()
+    ids: set[int] = set()
+    raw = make_deserializer("raw")
+    for tp in parts:
+        for batch in read_range(bootstrap, OffsetRange(tp, 0, hw[tp]), deserializer=raw):
+            coords.update(
+                (tp.topic, tp.partition, int(o)) for o in batch.column("kafka_offset").to_pylist()
+            )
+            ids.update(int(k) for k in batch.column("kafka_key").to_pylist() if k is not None)
+    return coords, ids
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -704,6 +755,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--final-timeout-s", type=float, default=600.0)
     p.add_argument("--workdir", default=None)
     p.add_argument("--keep", action="store_true", help="keep the work directory")
+    p.add_argument(
+        "--snapshot-code",
+        action="store_true",
+        help="run the drivers on `git archive HEAD lakesink` (stable while the tree changes)",
+    )
     args = p.parse_args(argv)
     if args.seed is None:
         args.seed = random.randrange(1 << 30)
@@ -737,6 +793,7 @@ def main(argv: list[str] | None = None) -> int:
         python_workers_killed=dict(soak.worker_kinds),
         problems=soak.problems,
         workdir=str(soak.workdir),
+        code_commit=soak.code_commit,
     )
     ok = (
         not soak.problems
@@ -750,7 +807,8 @@ def main(argv: list[str] | None = None) -> int:
         f"soak {'PASSED' if ok else 'FAILED'}: {result['seconds']}s, "
         f"{result['faults_total']} faults {result['faults']}, "
         f"produced {result.get('records_produced')}, in table {result.get('records_in_table')}, "
-        f"duplicates {result.get('duplicates')}, missing {result.get('missing')}",
+        f"duplicates {result.get('duplicates')}, missing {result.get('missing')}, "
+        f"acked events lost by the broker {result.get('acked_events_lost_by_broker')}",
         flush=True,
     )
     if args.json:
