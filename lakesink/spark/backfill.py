@@ -136,7 +136,15 @@ def read_source(
                 f"backfill rows lack the table's column(s) {', '.join(missing)}; the source has "
                 f"{', '.join(df.columns)}"
             )
-        df = df.select([F.col(f.name).cast(f.dataType).alias(f.name) for f in schema.fields])
+        have = {f.name: f.dataType.simpleString() for f in df.schema.fields}
+        df = df.select(
+            [
+                F.col(f.name)
+                if have[f.name] == f.dataType.simpleString()  # equal up to nullability
+                else F.col(f.name).cast(f.dataType).alias(f.name)
+                for f in schema.fields
+            ]
+        )
     return df
 
 
