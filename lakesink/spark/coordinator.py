@@ -97,17 +97,27 @@ class Coordinator:
             if owner != self.writer_id and self.is_precommitted(instant.time):
                 continue
             if owner == self.writer_id or self.services.heartbeat_expired(self.table, instant.time):
-                log.warning(
-                    "table %s: rolling back instant %s of writer %s (writer %s recovering)",
-                    self.table.config.name,
-                    instant.time,
-                    owner,
-                    self.writer_id,
-                )
-                crash_point("during-rollback")
-                rollback(self.table, instant)
-                self._intent_path(instant.time).unlink(missing_ok=True)
-                rolled.append(instant)
+                # Under the lock, checked again: a publisher holds the lock from its liveness
+                # check to its completed file, so no instant completes while its files go.
+                with self.services.locked(self.table):
+                    current = self.table.timeline().get(instant.time)
+                    if current is None or current.is_completed:
+                        continue
+                    if owner != self.writer_id and not self.services.heartbeat_expired(
+                        self.table, instant.time
+                    ):
+                        continue  # its writer resumed and beat again
+                    log.warning(
+                        "table %s: rolling back instant %s of writer %s (writer %s recovering)",
+                        self.table.config.name,
+                        instant.time,
+                        owner,
+                        self.writer_id,
+                    )
+                    crash_point("during-rollback")
+                    rollback(self.table, current)
+                    self._intent_path(instant.time).unlink(missing_ok=True)
+                    rolled.append(instant)
         self._committed = None
         return rolled
 
