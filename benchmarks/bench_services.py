@@ -1,0 +1,176 @@
+"""Figures for table services (prints them; not a timed test).
+
+1. Clustering a streamed table: many micro-batch commits of small files, then one clustering
+   (and a clean that deletes the replaced files): base files before/after and snapshot read time
+   with hudi-rs and with lakesink's reader.
+2. Commit time as the table ages: commits through the Coordinator (filesystem lock, heartbeats,
+   conflict check) with inline services every 50 commits (clean, cluster, archive) against none;
+   median and p95 of the publish step (under the lock) and of begin+publish, around 100, 1k and
+   10k commits.
+
+    python benchmarks/bench_services.py [--commits 100,1000,10000] [--no-archival-up-to 1000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import pyarrow as pa
+
+from lakesink.audit import read_with_hudi_rs
+from lakesink.protocol.offsets import OffsetRange, TopicPartition
+from lakesink.protocol.write_status import WriteStatus
+from lakesink.services.archival import ArchivePolicy, archive
+from lakesink.services.clean import RetainPolicy, clean
+from lakesink.services.clustering import ClusteringOptions, cluster
+from lakesink.services.host import StandaloneServices
+from lakesink.spark.coordinator import Coordinator
+from lakesink.table.config import TableConfig
+from lakesink.table.files import write_token
+from lakesink.table.hudi_table import HudiTable
+from lakesink.table.reader import TableReader
+from lakesink.table.view import FileSystemView
+from lakesink.table.writer import PartitionedWriter
+
+
+def make_table(path: Path) -> tuple[HudiTable, StandaloneServices, Coordinator]:
+    table = HudiTable.create(
+        path,
+        TableConfig(
+            name="bench",
+            record_key_fields=("kafka_topic", "kafka_partition", "kafka_offset"),
+            partition_fields=("kafka_partition",),
+        ),
+    )
+    services = StandaloneServices(path, heartbeat_interval_s=5, heartbeat_tolerance_s=60)
+    coord = Coordinator(table, "bench-writer", services=services)
+    coord.start()
+    return table, services, coord
+
+
+def commit_batch(coord: Coordinator, batch: int, rows: int, partitions: int) -> tuple[float, float]:
+    """One micro-batch: `rows` records per partition. Returns (publish s, begin+complete s)."""
+    ranges = []
+    for p in range(partitions):
+        tp = TopicPartition("events", p)
+        start = coord.committed.get(tp) or 0
+        ranges.append(OffsetRange(tp, start, start + rows))
+    started = time.perf_counter()
+    t = coord.begin(batch, ranges)
+    assert t is not None
+    begin_s = time.perf_counter() - started
+    writer = PartitionedWriter(coord.table, t, write_token(0, 0, 0))
+    n = rows * partitions
+    writer.write(
+        pa.table(
+            {
+                "kafka_topic": pa.array(["events"] * n),
+                "kafka_partition": pa.array(
+                    [r.partition.partition for r in ranges for _ in range(rows)], pa.int32()
+                ),
+                "kafka_offset": pa.array(
+                    [o for r in ranges for o in range(r.start, r.end)], pa.int64()
+                ),
+                "payload": pa.array(["x" * 100] * n),
+            }
+        )
+    )
+    files = writer.close()
+    statuses = [WriteStatus(t.value, "a", None, tuple(files), n, n)]
+    started = time.perf_counter()
+    outcome = coord.complete(t, batch, ranges, statuses, schema=writer.avro_schema or "")
+    return outcome.publish_s, begin_s + time.perf_counter() - started
+
+
+def read_times(table: HudiTable) -> tuple[float, float, int]:
+    started = time.perf_counter()
+    n_rs = read_with_hudi_rs(str(table.base_path)).num_rows
+    rs = time.perf_counter() - started
+    started = time.perf_counter()
+    n_ls = TableReader(table).snapshot().num_rows
+    ls = time.perf_counter() - started
+    assert n_rs == n_ls
+    return rs, ls, n_ls
+
+
+def bench_clustering(root: Path, commits: int, rows: int) -> None:
+    table, services, coord = make_table(root / "clustering")
+    for b in range(commits):
+        commit_batch(coord, b, rows, 4)
+    files_before = len(FileSystemView(table).latest_base_files())
+    rs_b, ls_b, n = read_times(table)
+    started = time.perf_counter()
+    result = cluster(table, services, ClusteringOptions(min_files=2))
+    cluster_s = time.perf_counter() - started
+    cleaned = clean(table, services, RetainPolicy(commits=1))
+    files_after = len(FileSystemView(table).latest_base_files())
+    rs_a, ls_a, n2 = read_times(table)
+    assert n == n2
+    print(f"## clustering a streamed table ({commits} commits x 4 partitions, {n:,} rows)")
+    print("| | base files | hudi-rs read s | lakesink read s |")
+    print("| --- | --- | --- | --- |")
+    print(f"| before | {files_before} | {rs_b:.3f} | {ls_b:.3f} |")
+    print(f"| after  | {files_after} | {rs_a:.3f} | {ls_a:.3f} |")
+    print(
+        f"clustering {cluster_s:.2f}s rewrote {result.files_before} files into "
+        f"{result.files_after}; clean deleted {len(cleaned.deleted)} replaced files\n"
+    )
+
+
+def bench_commit_time(root: Path, total: int, archival: bool, marks: list[int]) -> None:
+    table, services, coord = make_table(root / f"commits-{total}-{archival}")
+    publish: list[float] = []
+    whole: list[float] = []
+    rows_out = []
+    for b in range(total):
+        p, w = commit_batch(coord, b, 1, 2)
+        publish.append(p)
+        whole.append(w)
+        if archival and (b + 1) % 50 == 0:
+            clean(table, services, RetainPolicy(commits=10))
+            cluster(table, services, ClusteringOptions(min_files=2))
+            archive(table, services, ArchivePolicy(min_instants=20, max_instants=40))
+        if b + 1 in marks:
+            window = slice(max(0, b + 1 - 100), b + 1)
+            pub, tot = sorted(publish[window]), sorted(whole[window])
+            rows_out.append(
+                (
+                    b + 1,
+                    len(table.timeline().instants),
+                    statistics.median(pub) * 1000,
+                    pub[int(len(pub) * 0.95) - 1] * 1000,
+                    statistics.median(tot) * 1000,
+                )
+            )
+    label = "archival on (inline clean, cluster, archive every 50)" if archival else "no services"
+    print(f"## commit time, {label}")
+    print("| commits | active instants | publish median ms | publish p95 ms | commit median ms |")
+    print("| --- | --- | --- | --- | --- |")
+    for c, active, med, p95, tot in rows_out:
+        print(f"| {c:,} | {active:,} | {med:.1f} | {p95:.1f} | {tot:.1f} |")
+    print()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--commits", default="100,1000,10000")
+    ap.add_argument("--no-archival-up-to", type=int, default=1000)
+    ap.add_argument("--cluster-commits", type=int, default=200)
+    ap.add_argument("--dir", default=None)
+    args = ap.parse_args()
+    marks = [int(x) for x in args.commits.split(",")]
+    with tempfile.TemporaryDirectory(dir=args.dir) as d:
+        root = Path(d)
+        bench_clustering(root, args.cluster_commits, 250)
+        bench_commit_time(root, max(marks), True, marks)
+        upto = [m for m in marks if m <= args.no_archival_up_to]
+        if upto:
+            bench_commit_time(root, max(upto), False, upto)
+
+
+if __name__ == "__main__":
+    main()
