@@ -8,12 +8,26 @@ from lakesink.config import LakesinkConfig
 
 
 def audit_config(cfg: LakesinkConfig) -> AuditReport:
+    """The audit of this configuration's writer; records in the dead-letter topic count as
+    accounted for (errors.tolerance=all), never as missing."""
+    dead: set[tuple[str, int, int]] | None = None
+    if cfg["errors.deadletter.topic"]:
+        from lakesink.errors import KafkaError
+        from lakesink.kafka.dead_letters import dead_letter_sources
+
+        try:
+            dead = dead_letter_sources(
+                cfg["kafka.bootstrap.servers"], cfg["errors.deadletter.topic"], cfg.consumer_config
+            )
+        except KafkaError:
+            dead = set()  # no dead-letter topic yet: nothing was dead-lettered
     return audit(
         cfg["table.path"],
         cfg.writer_id,
         bootstrap=cfg["kafka.bootstrap.servers"],
         isolation_level=cfg["kafka.isolation.level"],
         consumer_config=cfg.consumer_config,
+        dead_letter_coordinates=dead,
     )
 
 

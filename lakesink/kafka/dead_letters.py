@@ -202,3 +202,39 @@ class DeadLetterSink:
             self.flush()
         else:
             self._producer.flush(min(5.0, self.flush_timeout_s))
+
+
+def dead_letter_sources(
+    bootstrap: str, topic: str, consumer_config: Mapping[str, Any] | None = None
+) -> set[tuple[str, int, int]]:
+    """The (topic, partition, offset) of every source record in dead-letter topic `topic`,
+    read from lakesink's source headers (duplicates from replays collapse)."""
+    from lakesink.kafka.client import OffsetClient, list_partitions
+    from lakesink.kafka.deserializers import RawDeserializer
+    from lakesink.kafka.reader import read_range
+    from lakesink.protocol.offsets import OffsetRange
+
+    out: set[tuple[str, int, int]] = set()
+    parts = list_partitions(bootstrap, [topic])
+    with OffsetClient(bootstrap, extra=consumer_config) as client:
+        marks = client.watermarks(parts)
+    for tp, (low, high) in marks.items():
+        for batch in read_range(
+            bootstrap,
+            OffsetRange(tp, low, high),
+            deserializer=RawDeserializer(),
+            consumer_config=dict(consumer_config or {}),
+        ):
+            for headers in batch.column("kafka_headers").to_pylist():
+                h = {e["key"]: e["value"] for e in headers or []}
+                try:
+                    out.add(
+                        (
+                            h[SOURCE_TOPIC_HEADER].decode(),
+                            int(h[SOURCE_PARTITION_HEADER]),
+                            int(h[SOURCE_OFFSET_HEADER]),
+                        )
+                    )
+                except (KeyError, ValueError, AttributeError):
+                    continue  # not a lakesink dead letter
+    return out

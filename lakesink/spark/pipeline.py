@@ -157,7 +157,10 @@ class Ingestion:
                     break
                 if timeout_s is not None and time.monotonic() - started > timeout_s:
                     raise LakesinkError(f"ingestion did not catch up within {timeout_s:.0f}s")
-                query.awaitTermination(0.2)  # type: ignore[arg-type]  # accepts seconds as float
+                try:
+                    query.awaitTermination(0.2)  # type: ignore[arg-type]  # takes float seconds
+                except Exception as e:  # StreamingQueryException: the batch failed
+                    raise translate_query_error(e) from None
             if committer is not None and query.exception() is None:
                 committer.drain()
         finally:
@@ -165,7 +168,7 @@ class Ingestion:
                 query.stop()
         error = query.exception()
         if error is not None:
-            raise LakesinkError(f"the streaming query failed: {error}") from None
+            raise translate_query_error(error)
         result.batches = sink.stats.batches
         result.records = sink.stats.records
         result.elapsed_s = time.monotonic() - started
@@ -181,6 +184,25 @@ class Ingestion:
             return None
         committed = self.coordinator.committed
         return sum(max(0, hi - (committed.get(tp) or 0)) for tp, hi in target.items())
+
+
+_LAKESINK_ERROR_RE = re.compile(r"lakesink\.errors\.(\w+): (.+)")
+
+
+def translate_query_error(error: BaseException | object) -> LakesinkError:
+    """A failed streaming query as the lakesink error its worker or driver raised (named in
+    the Python traceback Spark forwards), so the CLI prints one clear line and exit code."""
+    import lakesink.errors as errors
+
+    text = str(error)
+    found = _LAKESINK_ERROR_RE.findall(text)
+    if found:
+        name, message = found[-1]
+        cls = getattr(errors, name, None)
+        if isinstance(cls, type) and issubclass(cls, LakesinkError):
+            return cls(message.strip())
+    first = next((ln for ln in text.splitlines() if ln.strip()), text)
+    return LakesinkError(f"the streaming query failed: {first}")
 
 
 def pending_store_for(cfg: LakesinkConfig) -> PendingCommitStore:

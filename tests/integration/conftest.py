@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from lakesink.audit import AuditReport, audit
+from lakesink.audit import AuditReport
 from lakesink.config import LakesinkConfig, build_config
 from lakesink.kafka.producer import SAMPLE_EVENT_DDL
 
@@ -26,9 +26,7 @@ def spark() -> Iterator[Any]:
     session.stop()
 
 
-def ingest_config(
-    bootstrap: str, topic: str, table: Path, **overrides: Any
-) -> LakesinkConfig:
+def ingest_config(bootstrap: str, topic: str, table: Path, **overrides: Any) -> LakesinkConfig:
     raw: dict[str, Any] = {
         "kafka.bootstrap.servers": bootstrap,
         "kafka.topics": topic,
@@ -52,14 +50,19 @@ def run_ingestion(cfg: LakesinkConfig, spark: Any, timeout_s: float = 120) -> An
 
 
 def audit_config(cfg: LakesinkConfig) -> AuditReport:
-    return audit(cfg["table.path"], cfg.writer_id, bootstrap=cfg["kafka.bootstrap.servers"])
+    from lakesink.cli.verify import audit_config as audit_of
+
+    return audit_of(cfg)
 
 
 def write_config_file(cfg: LakesinkConfig, path: Path) -> Path:
     import json
 
-    lines = [f'"{k}" = {json.dumps(list(v) if isinstance(v, tuple) else v)}'
-             for k, v in cfg.values.items() if v is not None]
+    lines = [
+        f'"{k}" = {json.dumps(list(v) if isinstance(v, tuple) else v)}'
+        for k, v in cfg.values.items()
+        if v is not None
+    ]
     path.write_text("\n".join(lines) + "\n")
     return path
 
