@@ -31,7 +31,10 @@ class InstantTime:
         return cls(dt.strftime("%Y%m%d%H%M%S") + f"{epoch_ms % 1000:03d}")
 
     def to_epoch_ms(self) -> int:
-        dt = datetime.strptime(self.value[:14], "%Y%m%d%H%M%S").replace(tzinfo=UTC)
+        try:
+            dt = datetime.strptime(self.value[:14], "%Y%m%d%H%M%S").replace(tzinfo=UTC)
+        except ValueError as e:  # 17 digits, but not a date (e.g. month 13)
+            raise CorruptTableError(f"instant time {self.value!r} is not a valid date: {e}") from e
         return int(dt.timestamp()) * 1000 + int(self.value[14:])
 
     def __str__(self) -> str:

@@ -293,11 +293,18 @@ class CommitMetadata:
                             total_write_bytes=int(s.get("totalWriteBytes") or 0),
                         )
                     )
-            extra = dict(d.get("extraMetadata") or {})
+            extra = {k: v for k, v in dict(d.get("extraMetadata") or {}).items() if v is not None}
             schema = extra.pop(SCHEMA_KEY, "") or ""
             replaced = {
                 p: tuple(ids or ()) for p, ids in (d.get("partitionToReplaceFileIds") or {}).items()
             }
+            texts = [schema, *extra, *extra.values(), *replaced]
+            texts += [i for ids in replaced.values() for i in ids]
+            texts += [
+                x for w in writes for x in (w.partition_path, w.file_id, w.path, w.prev_commit)
+            ]
+            if not all(isinstance(t, str) for t in texts):
+                raise TypeError("paths, file ids, schema and extraMetadata must be strings")
             return cls(
                 operation_type=str(d.get("operationType") or "UNKNOWN"),
                 writes=tuple(writes),
