@@ -30,7 +30,7 @@ from lakesink.spark import commit_state as keys
 from lakesink.table.hudi_table import HudiTable
 from lakesink.table.markers import delete_markers, list_marked_files
 from lakesink.table.metadata import CommitMetadata
-from lakesink.table.rollback import rollback
+from lakesink.table.rollback import delete_leftovers, rollback
 
 log = logging.getLogger(__name__)
 
@@ -279,6 +279,8 @@ class Coordinator:
         for instant in self.table.timeline().inflight_or_requested():
             if instant.time == instant_time:
                 rollback(self.table, instant)
+        if self.table.timeline().get(instant_time) is None:
+            delete_leftovers(self.table, instant_time)  # rolled back under us: files are garbage
         self._intent_path(instant_time).unlink(missing_ok=True)
 
     # --- helpers -----------------------------------------------------------------------------

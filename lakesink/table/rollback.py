@@ -137,6 +137,31 @@ def rollback(
     return done
 
 
+def delete_leftovers(table: HudiTable, instant_time: InstantTime) -> list[str]:
+    """Delete the files of an instant that is no longer on the timeline: it was rolled back
+    while its tasks still wrote (a fenced or stalled writer). hudi-rs reads every base file
+    whose instant time precedes the latest completed instant, on the timeline or not, so such
+    files would be read as duplicates. Returns the relative paths deleted."""
+    if table.timeline().get(instant_time) is not None:
+        raise CommitError(
+            f"instant {instant_time} is on the timeline of {table.base_path}; roll it back instead"
+        )
+    deleted: list[str] = []
+    for rel in _files_of(table, instant_time):
+        with contextlib.suppress(FileNotFoundError):
+            (table.base_path / rel).unlink()
+            deleted.append(rel)
+    delete_markers(table.base_path, instant_time)
+    if deleted:
+        log.warning(
+            "table %s: deleted %d files written for %s after it was rolled back",
+            table.base_path,
+            len(deleted),
+            instant_time,
+        )
+    return deleted
+
+
 def _finish(table: HudiTable, timeline: Timeline, instant: Instant) -> None:
     delete_markers(table.base_path, instant.time)
     timeline.remove_pending(instant)

@@ -333,3 +333,31 @@ def test_lazy_rollback_racing_the_publish_of_a_resumed_writer_never_loses_commit
     for inst in table.timeline().completed_data_instants():
         for w in table.timeline().commit_metadata(inst).writes:
             assert (path / w.path).is_file(), f"{inst} references deleted file {w.path}"
+
+
+def test_zombie_tasks_writing_after_their_instant_was_rolled_back_leave_no_files_readers_see(
+    tmp_path: Path,
+) -> None:
+    """A's instant is rolled back by a newer incarnation (B) that then commits the same offsets;
+    A's tasks, still running, write their files afterwards; A's publish is refused and the sink
+    aborts. hudi-rs reads any base file whose instant time precedes the latest completed instant,
+    on the timeline or not, so A's files must be gone: no reader may see a record twice."""
+    path = tmp_path / "t"
+    table = HudiTable.create(path, TABLE_CONFIG)
+    ranges = [OffsetRange(TopicPartition("ta", 0), 0, 20)]
+    a = Coordinator(table, "w", services=ConfiguredCommitServices(config(path, "w")))
+    a.start()
+    t_a = a.begin(0, ranges)
+    assert t_a is not None
+    b = Coordinator(table, "w", services=ConfiguredCommitServices(config(path, "w")))
+    b.start()  # fences A, rolls A's instant back
+    t_b = b.begin(0, ranges)
+    assert t_b is not None
+    statuses, schema = write_batch(table, t_b, ranges)
+    b.complete(t_b, 0, ranges, statuses, schema)
+    a_statuses, a_schema = write_batch(table, t_a, ranges)  # A's tasks finish late
+    with pytest.raises(LakesinkError):
+        a.complete(t_a, 0, ranges, a_statuses, a_schema)
+    a.abort(t_a)  # what the sink does when complete() raises
+    a.services.stop_heartbeat(table, t_a)
+    assert coordinates(table) == [("ta", 0, o) for o in range(20)]
