@@ -67,7 +67,7 @@ def _optional_positive_int(v: Any) -> int | None:
 
 def _positive_float(v: Any) -> float:
     x = float(v)
-    if x <= 0:
+    if not 0 < x < float("inf"):  # also refuses nan
         raise ValueError("expected a positive number")
     return x
 
@@ -413,7 +413,7 @@ def build_config(raw: Mapping[str, Any]) -> LakesinkConfig:
         if key.name in raw and raw[key.name] is not None:
             try:
                 values[key.name] = key.parse(raw[key.name])
-            except (ValueError, TypeError) as e:
+            except (ValueError, TypeError, OverflowError) as e:  # inf -> int overflows
                 raise ConfigError(f"{key.name}={raw[key.name]!r} is not valid: {e}") from None
         elif key.required:
             raise ConfigError(f"{key.name} is required: {key.doc}")
