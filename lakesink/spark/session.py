@@ -13,6 +13,11 @@ _DEFAULTS = {
     "spark.sql.session.timeZone": "UTC",
     "spark.sql.shuffle.partitions": "4",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
+    # With a byte limit, Spark sizes the Arrow batch it feeds mapInArrow after EVERY row, and
+    # for list columns (kafka_headers) that costs O(rows) each time: O(n^2) per batch, half of
+    # the JVM's CPU in the profile. Int.MaxValue turns the check off; batches are still capped
+    # by spark.sql.execution.arrow.maxRecordsPerBatch.
+    "spark.sql.execution.arrow.maxBytesPerBatch": "2147483647",
     "spark.python.worker.reuse": "true",
     "spark.sql.streaming.stopGracefullyOnShutdown": "true",
     "spark.sql.adaptive.enabled": "false",

@@ -184,8 +184,10 @@ class KafkaStreamReader(DataSourceStreamReader):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         from lakesink.kafka.deserializers import make_deserializer
         from lakesink.kafka.reader import read_range
+        from lakesink.spark.worker_gc import freeze_worker_heap
 
         assert isinstance(partition, KafkaRangePartition)
+        freeze_worker_heap()
         yield from read_range(
             self.cfg["kafka.bootstrap.servers"],
             partition.offset_range(),

@@ -32,9 +32,11 @@ class TaskWriter:
         from pyspark import TaskContext
 
         from lakesink.protocol.instant import InstantTime
+        from lakesink.spark.worker_gc import freeze_worker_heap
         from lakesink.table.files import write_token
         from lakesink.table.writer import PartitionedWriter
 
+        freeze_worker_heap()
         ctx = TaskContext.get()
         if ctx is not None:
             token = write_token(ctx.partitionId(), ctx.stageId(), ctx.attemptNumber())

@@ -1,0 +1,131 @@
+"""Sample the process tree of a PID: peak RSS and CPU seconds per role (driver Python, Spark
+JVM, Python workers, everything else), for the benchmark's memory and CPU columns."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+
+import psutil
+
+
+def role_of(proc: psutil.Process, root_pid: int) -> str:
+    if proc.pid == root_pid:
+        return "driver"
+    try:
+        cmd = " ".join(proc.cmdline())
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+        return "other"
+    if "java" in cmd.split(" ", 1)[0] or "org.apache.spark" in cmd:
+        return "jvm"
+    if "pyspark" in cmd:
+        return "pyworkers"
+    return "other"
+
+
+@dataclass
+class TreeStats:
+    """Peak RSS (bytes) per role, summed over that role's live processes at each sample, and
+    CPU seconds per role (user + system, last value seen for every process)."""
+
+    peak_rss: dict[str, int] = field(default_factory=dict)
+    peak_total_rss: int = 0
+    cpu_s: dict[str, float] = field(default_factory=dict)
+
+    def as_json(self) -> dict[str, object]:
+        return {
+            "peak_rss_mb": {k: round(v / 2**20, 1) for k, v in self.peak_rss.items()},
+            "peak_total_rss_mb": round(self.peak_total_rss / 2**20, 1),
+            "cpu_s": {k: round(v, 2) for k, v in self.cpu_s.items()},
+        }
+
+
+class TreeMonitor:
+    """`with TreeMonitor(pid) as m: ...` samples the tree rooted at `pid` every `interval_s`."""
+
+    def __init__(self, pid: int, interval_s: float = 0.1) -> None:
+        self.pid = pid
+        self.interval_s = interval_s
+        self.stats = TreeStats()
+        self._cpu: dict[int, tuple[str, float]] = {}
+        self._procs: dict[int, psutil.Process] = {}
+        self.timeline: list[tuple[float, dict[str, float]]] = []
+        """(time.time(), CPU seconds so far per role) at every sample."""
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> TreeMonitor:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        cpu: dict[str, float] = {}
+        for role, secs in self._cpu.values():
+            cpu[role] = cpu.get(role, 0.0) + secs
+        self.stats.cpu_s = cpu
+
+    def _tree(self) -> list[psutil.Process]:
+        try:
+            root = psutil.Process(self.pid)
+            procs = [root, *root.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            return []
+        out = []
+        for p in procs:
+            known = self._procs.get(p.pid)
+            if known is None or known.create_time() != p.create_time():
+                self._procs[p.pid] = p
+                known = p
+            out.append(known)
+        return out
+
+    def sample(self) -> None:
+        rss: dict[str, int] = {}
+        for p in self._tree():
+            try:
+                role = role_of(p, self.pid)
+                with p.oneshot():
+                    mem = p.memory_info().rss
+                    t = p.cpu_times()
+                self._cpu[p.pid] = (role, t.user + t.system)
+            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+                continue
+            rss[role] = rss.get(role, 0) + mem
+        cpu: dict[str, float] = {}
+        for role, secs in self._cpu.values():
+            cpu[role] = cpu.get(role, 0.0) + secs
+        self.timeline.append((time.time(), cpu))
+        for role, v in rss.items():
+            self.stats.peak_rss[role] = max(self.stats.peak_rss.get(role, 0), v)
+        self.stats.peak_total_rss = max(self.stats.peak_total_rss, sum(rss.values()))
+
+    def cpu_between(self, t0: float, t1: float) -> float:
+        """CPU seconds of the whole tree between wall times t0 and t1 (nearest samples)."""
+
+        def at(t: float) -> float:
+            best = min(self.timeline, key=lambda s: abs(s[0] - t), default=(0.0, {}))
+            return sum(best[1].values())
+
+        return max(0.0, at(t1) - at(t0))
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.sample()
+            time.sleep(self.interval_s)
+        self.sample()
+
+
+def run_monitored(
+    cmd: list[str], interval_s: float = 0.1, **popen: object
+) -> tuple[int, TreeMonitor, float]:
+    """Run `cmd`, sampling its tree; returns (exit code, monitor, wall seconds)."""
+    import subprocess
+
+    started = time.perf_counter()
+    proc = subprocess.Popen(cmd, **popen)  # type: ignore[call-overload]
+    with TreeMonitor(proc.pid, interval_s) as mon:
+        code = proc.wait()
+    return code, mon, time.perf_counter() - started

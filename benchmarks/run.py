@@ -1,0 +1,255 @@
+"""lakesink benchmarks, one command: throughput against the raw limit and at-least-once Spark,
+commit cost as the table grows, recovery after kill -9, peak memory.
+
+    python benchmarks/run.py                       # defaults: < 10 min on 2 cores
+    python benchmarks/run.py --events 2000000 --events-1k 500000 --skip recovery
+
+Prints a table and writes benchmarks/results/<time>.json. Every variant runs on the same topic
+of one embedded noida-db broker, in the same run, on the same cores (Spark local[N] and N raw
+processes). See benchmarks/README.md for what each figure means.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent))
+
+from procmon import TreeMonitor, run_monitored  # noqa: E402
+
+TOPIC_PARTITIONS = 8
+
+
+def produce(bootstrap: str, topic: str, events: int, size: int) -> dict[int, int]:
+    from lakesink.kafka.producer import produce_sample_events
+
+    counts = produce_sample_events(
+        bootstrap, topic, events, TOPIC_PARTITIONS, payload_bytes=size, timeout_s=600
+    )
+    return {tp.partition: n for tp, n in counts.items()}
+
+
+def _child_cmd(kind: str, *args: str) -> list[str]:
+    return [sys.executable, str(HERE / "run.py"), "--child", kind, *args]
+
+
+def _parse_result(out: str) -> dict[str, Any]:
+    for line in out.splitlines():
+        if line.startswith("BENCH-RESULT "):
+            return json.loads(line[len("BENCH-RESULT ") :])  # type: ignore[no-any-return]
+    raise RuntimeError(f"child printed no result:\n{out[-3000:]}")
+
+
+def run_child(cmd: list[str]) -> tuple[dict[str, Any], TreeMonitor, float]:
+    with tempfile.TemporaryFile("w+") as out:
+        code, mon, wall = run_monitored(cmd, stdout=out, stderr=subprocess.STDOUT)
+        out.seek(0)
+        text = out.read()
+    if code != 0:
+        raise RuntimeError(f"{cmd[3]} run failed with exit code {code}:\n{text[-4000:]}")
+    return _parse_result(text), mon, wall
+
+
+def throughput(
+    bootstrap: str,
+    topic: str,
+    ends: dict[int, int],
+    size: int,
+    work: Path,
+    args: argparse.Namespace,
+) -> dict[str, Any]:
+    from lakesink.kafka.producer import SAMPLE_EVENT_DDL
+
+    events = sum(ends.values())
+    rows: dict[str, Any] = {}
+    # raw limit
+    res, mon, _ = run_child(
+        _child_cmd("raw", bootstrap, topic, json.dumps(ends), str(work / f"raw-{size}"))
+    )
+    value_bytes = res["value_bytes"]
+    rows["raw"] = {
+        "records": res["records"],
+        "wall_s": res["wall_s"],
+        "steady_s": res["steady_s"],
+        "cpu_s": sum(mon.stats.cpu_s.values()),
+        "steady_cpu_s": sum(mon.stats.cpu_s.values()),
+        "memory": mon.stats.as_json(),
+    }
+    for mode in ("lakesink", "alo"):
+        cfg = {
+            "kafka.bootstrap.servers": bootstrap,
+            "kafka.topics": topic,
+            "value.format": "json",
+            "value.schema": SAMPLE_EVENT_DDL,
+            "table.path": str(work / f"{mode}-{size}"),
+            "kafka.max.records.per.batch": args.per_batch,
+            "writer.id": f"bench-{size}",
+            "lock.provider": "filesystem",
+            "spark.master": f"local[{args.cores}]",
+        }
+        res, mon, _ = run_child(_child_cmd("spark", mode, json.dumps(cfg), str(events)))
+        batches = res["batches"]
+        first_t, first_n = batches[0]
+        steady_records = res["records"] - first_n
+        steady_s = res["t_end"] - first_t if len(batches) > 1 else float("nan")
+        rows[mode] = {
+            "records": res["records"],
+            "batches": len(batches),
+            "session_s": res["session_s"],
+            "wall_s": res["t_end"] - res["t_start"],
+            "steady_s": steady_s,
+            "steady_records": steady_records,
+            "first_batch_s": first_t - res["t_start"],
+            "batch_s": [round(b[0] - a[0], 3) for a, b in itertools.pairwise(batches)],
+            "cpu_s": sum(mon.stats.cpu_s.values()),
+            "steady_cpu_s": mon.cpu_between(first_t, res["t_end"]),
+            "memory": mon.stats.as_json(),
+        }
+    per_record = value_bytes / max(1, rows["raw"]["records"])
+    for r in rows.values():
+        steady_n = r.get("steady_records", r["records"])
+        r["rec_s"] = r["records"] / r["wall_s"]
+        r["steady_rec_s"] = steady_n / r["steady_s"] if r["steady_s"] == r["steady_s"] else None
+        r["steady_mb_s"] = (r["steady_rec_s"] or 0) * per_record / 1e6
+        r["cpu_us_per_rec"] = 1e6 * r["steady_cpu_s"] / max(1, steady_n)
+        if r["records"] != events:
+            r["error"] = f"wrote {r['records']} of {events} records"
+    ls, alo, raw = rows["lakesink"], rows["alo"], rows["raw"]
+    ratios = {
+        "lakesink/raw": _ratio(ls["steady_rec_s"], raw["steady_rec_s"]),
+        "lakesink/alo": _ratio(ls["steady_rec_s"], alo["steady_rec_s"]),
+        "lakesink/raw (end-to-end)": _ratio(ls["rec_s"], raw["rec_s"]),
+        "lakesink/alo (end-to-end)": _ratio(ls["rec_s"], alo["rec_s"]),
+        "alo/lakesink cpu per record": _ratio(alo["cpu_us_per_rec"], ls["cpu_us_per_rec"]),
+    }
+    return {"event_bytes": round(per_record), "events": events, "runs": rows, "ratios": ratios}
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return round(a / b, 3) if a and b else None
+
+
+def print_throughput(results: dict[str, Any]) -> None:
+    print(
+        f"\n{'size':>6} {'variant':<9} {'records':>9} {'rec/s':>9} {'steady rec/s':>12} "
+        f"{'MB/s':>6} {'cpu us/rec':>10} {'peak RSS MB':>11} {'batches':>7}"
+    )
+    for size, res in results.items():
+        for name, r in res["runs"].items():
+            print(
+                f"{size:>6} {name:<9} {r['records']:>9,} {r['rec_s']:>9,.0f} "
+                f"{(r['steady_rec_s'] or 0):>12,.0f} {r['steady_mb_s']:>6.1f} "
+                f"{r['cpu_us_per_rec']:>10.1f} {r['memory']['peak_total_rss_mb']:>11,.0f} "
+                f"{r.get('batches', ''):>7}"
+            )
+        print("       " + "  ".join(f"{k} {v}" for k, v in res["ratios"].items()))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--events", type=int, default=2_000_000, help="~250-byte events (0: skip)")
+    ap.add_argument("--events-1k", type=int, default=500_000, help="1 KB events (0: skip)")
+    ap.add_argument("--per-batch", type=int, default=500_000, help="kafka.max.records.per.batch")
+    ap.add_argument("--cores", type=int, default=2, help="Spark local[N] and raw processes")
+    ap.add_argument("--skip", default="", help="comma-separated: throughput,commit,recovery")
+    ap.add_argument("--commit-repeats", type=int, default=30)
+    ap.add_argument(
+        "--out", default=None, help="JSON file (default benchmarks/results/<time>.json)"
+    )
+    ap.add_argument("--child", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        return child(args.child)
+    skip = set(filter(None, args.skip.split(",")))
+    report: dict[str, Any] = {
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        "cores": args.cores,
+        "load_avg_at_start": os.getloadavg(),
+    }
+    work = Path(tempfile.mkdtemp(prefix="lakesink-bench-"))
+    try:
+        if "throughput" not in skip or "recovery" not in skip:
+            from lakesink.kafka.embedded_broker import EmbeddedBroker
+
+            with EmbeddedBroker(data_dir=work / "broker") as broker:
+                bs = broker.bootstrap_servers
+                if "throughput" not in skip:
+                    results: dict[str, Any] = {}
+                    for size, events in ((250, args.events), (1024, args.events_1k)):
+                        if events <= 0:
+                            continue
+                        topic = f"bench-{size}"
+                        t0 = time.perf_counter()
+                        ends = produce(bs, topic, events, size)
+                        took = time.perf_counter() - t0
+                        print(f"produced {events:,} events of ~{size} B in {took:.1f}s", flush=True)
+                        results[str(size)] = throughput(bs, topic, ends, size, work, args)
+                        print_throughput({str(size): results[str(size)]})
+                    report["throughput"] = results
+                if "recovery" not in skip:
+                    from recovery import run_recovery
+
+                    report["recovery"] = run_recovery(bs, work / "recovery", args.cores)
+                    print_recovery(report["recovery"])
+        if "commit" not in skip:
+            from commit_cost import print_commit_cost, run_commit_cost
+
+            report["commit"] = run_commit_cost(work / "commit", args.commit_repeats)
+            print_commit_cost(report["commit"])
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    report["load_avg_at_end"] = os.getloadavg()
+    out = (
+        Path(args.out) if args.out else HERE / "results" / f"{time.strftime('%Y%m%d-%H%M%S')}.json"
+    )
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2))
+    if "throughput" in report:
+        print("\nthroughput summary")
+        print_throughput(report["throughput"])
+    print(
+        f"\nload average at start {report['load_avg_at_start']}, at end {report['load_avg_at_end']}"
+    )
+    print(f"results: {out}")
+
+
+def print_recovery(r: dict[str, Any]) -> None:
+    print(
+        f"\nrecovery after kill -9 at {r['crash_point']}: next completed instant "
+        f"{r['kill_to_next_commit_s']:.1f}s after the kill (restart to Spark ready "
+        f"{r['restart_session_s']}, rolled back {r['rolled_back']})"
+    )
+
+
+def child(argv: list[str]) -> None:
+    kind, rest = argv[0], argv[1:]
+    if kind == "raw":
+        from raw_limit import run_raw
+
+        from lakesink.kafka.producer import SAMPLE_EVENT_DDL
+
+        ends = {int(k): v for k, v in json.loads(rest[2]).items()}
+        res = run_raw(rest[0], rest[1], ends, SAMPLE_EVENT_DDL, Path(rest[3]), 2)
+        print("BENCH-RESULT " + json.dumps(res), flush=True)
+    elif kind == "spark":
+        from spark_runs import main as spark_main
+
+        spark_main(rest)
+    else:
+        raise SystemExit(f"unknown child {kind}")
+
+
+if __name__ == "__main__":
+    main()
