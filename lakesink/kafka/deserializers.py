@@ -320,6 +320,11 @@ def avro_to_arrow_type(schema: Any, named: dict[str, pa.DataType] | None = None)
     elif kind == "fixed":
         t = pa.binary(int(schema["size"]))
     elif kind == "array":
+        if _zero_width(schema["items"], named):
+            raise ConfigError(
+                f"Avro array of {schema['items']!r} is not supported: its items take no bytes, "
+                "so a value of a few bytes could hold billions of them (a decoder hang)"
+            )
         t = pa.list_(avro_to_arrow_type(schema["items"], named))
     elif kind == "map":
         t = pa.map_(pa.string(), avro_to_arrow_type(schema["values"], named))
@@ -330,6 +335,30 @@ def avro_to_arrow_type(schema: Any, named: dict[str, pa.DataType] | None = None)
         if "namespace" in schema:
             named[f"{schema['namespace']}.{schema['name']}"] = t
     return t
+
+
+def _zero_width(schema: Any, named: dict[str, pa.DataType]) -> bool:
+    """Does every value of this Avro type encode in zero bytes (null, empty records, fixed(0))?"""
+    if isinstance(schema, str):
+        if schema in named:
+            return _arrow_zero_width(named[schema])
+        return schema == "null"
+    if not isinstance(schema, dict):
+        return False  # a union writes its branch index
+    kind = schema.get("type")
+    if kind == "record":
+        return all(_zero_width(f.get("type"), named) for f in schema.get("fields") or ())
+    if kind == "fixed":
+        return str(schema.get("size")) == "0"
+    if kind in ("array", "map", "enum"):
+        return False
+    return _zero_width(kind, named)
+
+
+def _arrow_zero_width(t: pa.DataType) -> bool:
+    if pa.types.is_struct(t):
+        return all(_arrow_zero_width(t.field(i).type) for i in range(t.num_fields))
+    return bool(pa.types.is_null(t) or (pa.types.is_fixed_size_binary(t) and t.byte_width == 0))
 
 
 def _avro_nullable(schema: Any) -> bool:
