@@ -1,0 +1,66 @@
+"""The same ingestion on a Spark standalone cluster: master and a worker on loopback, executors
+in their own processes (one of them killed mid-run), still exactly once."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from integration.conftest import audit_config, ingest_config, write_config_file
+from integration.spark_cluster import StandaloneCluster
+
+from lakesink.kafka.producer import produce_sample_events
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneCluster]:
+    c = StandaloneCluster(tmp_path_factory.mktemp("spark-cluster")).start()
+    yield c
+    c.stop()
+
+
+def test_ingestion_on_a_standalone_cluster_survives_an_executor_kill(
+    cluster: StandaloneCluster,
+    kafka_bootstrap: str,
+    topic_factory: Callable[[str], str],
+    tmp_path: Path,
+    cli: Callable[..., Any],
+) -> None:
+    topic = topic_factory("cluster")
+    produce_sample_events(kafka_bootstrap, topic, 3000, 4)
+    cfg = ingest_config(
+        kafka_bootstrap,
+        topic,
+        tmp_path / "t",
+        spark__master=cluster.master_url,
+        kafka__max__records__per__batch=500,
+    )
+    conf = write_config_file(cfg, tmp_path / "c.toml")
+    killed: list[int] = []
+
+    def kill_one_executor() -> None:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and not killed:
+            pids = cluster.executor_pids()
+            if pids and (cfg.checkpoint_location / "commits" / "0").exists():
+                os.kill(pids[0], signal.SIGKILL)
+                killed.append(pids[0])
+            time.sleep(0.2)
+
+    killer = threading.Thread(target=kill_one_executor, daemon=True)
+    killer.start()
+    run = cli(["ingest", "--config", str(conf), "--once"], timeout_s=400)
+    killer.join(timeout=5)
+    assert run.returncode == 0, run.stdout[-4000:]
+    assert killed, "no executor process was found to kill"
+    report = audit_config(cfg)
+    assert report.ok, report.problems
+    assert report.rows_hudi_rs == report.rows_lakesink == 3000
