@@ -125,7 +125,10 @@ def bench_commit_time(root: Path, total: int, archival: bool, marks: list[int]) 
     table, services, coord = make_table(root / f"commits-{total}-{archival}")
     publish: list[float] = []
     whole: list[float] = []
-    rows_out = []
+    label = "archival on (inline clean, cluster, archive every 50)" if archival else "no services"
+    print(f"## commit time, {label}")
+    print("| commits | active instants | publish median ms | publish p95 ms | commit median ms |")
+    print("| --- | --- | --- | --- | --- |", flush=True)
     for b in range(total):
         p, w = commit_batch(coord, b, 1, 2)
         publish.append(p)
@@ -137,21 +140,13 @@ def bench_commit_time(root: Path, total: int, archival: bool, marks: list[int]) 
         if b + 1 in marks:
             window = slice(max(0, b + 1 - 100), b + 1)
             pub, tot = sorted(publish[window]), sorted(whole[window])
-            rows_out.append(
-                (
-                    b + 1,
-                    len(table.timeline().instants),
-                    statistics.median(pub) * 1000,
-                    pub[int(len(pub) * 0.95) - 1] * 1000,
-                    statistics.median(tot) * 1000,
-                )
+            active = len(table.timeline().instants)
+            med, p95 = statistics.median(pub) * 1000, pub[int(len(pub) * 0.95) - 1] * 1000
+            print(
+                f"| {b + 1:,} | {active:,} | {med:.1f} | {p95:.1f} | "
+                f"{statistics.median(tot) * 1000:.1f} |",
+                flush=True,
             )
-    label = "archival on (inline clean, cluster, archive every 50)" if archival else "no services"
-    print(f"## commit time, {label}")
-    print("| commits | active instants | publish median ms | publish p95 ms | commit median ms |")
-    print("| --- | --- | --- | --- | --- |")
-    for c, active, med, p95, tot in rows_out:
-        print(f"| {c:,} | {active:,} | {med:.1f} | {p95:.1f} | {tot:.1f} |")
     print()
 
 
@@ -161,15 +156,17 @@ def main() -> None:
     ap.add_argument("--no-archival-up-to", type=int, default=1000)
     ap.add_argument("--cluster-commits", type=int, default=200)
     ap.add_argument("--dir", default=None)
+    ap.add_argument("--skip-clustering", action="store_true")
     args = ap.parse_args()
     marks = [int(x) for x in args.commits.split(",")]
     with tempfile.TemporaryDirectory(dir=args.dir) as d:
         root = Path(d)
-        bench_clustering(root, args.cluster_commits, 250)
-        bench_commit_time(root, max(marks), True, marks)
+        if not args.skip_clustering:
+            bench_clustering(root, args.cluster_commits, 250)
         upto = [m for m in marks if m <= args.no_archival_up_to]
         if upto:
             bench_commit_time(root, max(upto), False, upto)
+        bench_commit_time(root, max(marks), True, marks)
 
 
 if __name__ == "__main__":
