@@ -103,24 +103,26 @@ def _coordinates(table: pa.Table, topics: set[str]) -> list[Coordinate]:
     return [(t, int(p), int(o)) for t, p, o in zip(*cols, strict=True) if t in topics]
 
 
+_NO_ROWS = pa.schema(
+    [("kafka_topic", pa.string()), ("kafka_partition", pa.int32()), ("kafka_offset", pa.int64())]
+)
+
+
 def read_with_hudi_rs(base_path: str) -> pa.Table:
     import hudi
 
     table = hudi.HudiTableBuilder.from_base_uri(base_path).build()
     batches = table.read(hudi.HudiReadOptions(projection=COORDINATES))
     if not batches:
-        return pa.table(
-            {
-                c: pa.array([], t)
-                for c, t in zip(COORDINATES, (pa.string(), pa.int32(), pa.int64()), strict=True)
-            }
-        )
+        return _NO_ROWS.empty_table()
     return pa.Table.from_batches(batches).select(COORDINATES)
 
 
 def read_with_lakesink(table: HudiTable) -> pa.Table:
     from lakesink.table.reader import TableReader
 
+    if not table.timeline().completed_data_instants():
+        return _NO_ROWS.empty_table()  # nothing committed yet: no data columns exist
     return TableReader(table).snapshot(columns=COORDINATES)
 
 
