@@ -26,6 +26,15 @@ def collect_status(cfg: LakesinkConfig) -> dict[str, Any]:
             {"partition": tp.key(), "committed": pos, "high_watermark": hi, "lag": lag}
         )
     out: dict[str, Any] = {"writer_id": cfg.writer_id, "partitions": partitions}
+    if cfg["commit.mode"] == "async":
+        from lakesink.spark.async_commit import pending_summary
+        from lakesink.spark.pipeline import pending_store_for
+
+        store = pending_store_for(cfg)
+        try:
+            out["pending"] = pending_summary(store, cfg.writer_id)
+        finally:
+            store.close()
     try:
         tbl = HudiTable.open(cfg["table.path"])
     except TableNotFoundError:
@@ -53,6 +62,13 @@ def run_status(cfg: LakesinkConfig, *, as_json: bool) -> int:
         [p["partition"], p["committed"], p["high_watermark"], p["lag"]] for p in st["partitions"]
     ]
     say(table(["partition", "committed", "high watermark", "lag"], rows))
+    if "pending" in st:
+        p = st["pending"]
+        lag = "-" if p["commit_lag_s"] is None else f"{p['commit_lag_s']:.1f}s"
+        say(
+            f"async commit: {len(p['pending_epochs'])} pending epochs, commit lag {lag}, "
+            f"last committed epoch {p['latest_committed_epoch']}"
+        )
     if st["table"] is None:
         say("table: not created yet")
         return 0

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from integration.conftest import audit_config, ingest_config, write_config_file
+
 from lakesink.config import LakesinkConfig
 from lakesink.kafka.producer import produce_sample_events
 from lakesink.spark.pipeline import pending_store_for

@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from integration.conftest import audit_config, ingest_config, write_config_file
+
 from lakesink.faults import SYNC_CRASH_POINTS
 from lakesink.kafka.producer import produce_sample_events
 from lakesink.table.hudi_table import HudiTable
@@ -21,9 +21,7 @@ pytestmark = pytest.mark.integration
 KILLED = -signal.SIGKILL
 
 
-@pytest.mark.parametrize(
-    "point", [p for p in SYNC_CRASH_POINTS if p != "during-rollback"]
-)
+@pytest.mark.parametrize("point", [p for p in SYNC_CRASH_POINTS if p != "during-rollback"])
 def test_driver_killed_at_each_commit_step_then_restart_is_exactly_once(
     point: str,
     kafka_bootstrap: str,
@@ -81,7 +79,12 @@ def test_broker_restart_between_runs_loses_nothing(
     cfg = ingest_config(bootstrap, "restart", tmp_path / "t")
     conf = write_config_file(cfg, tmp_path / "c.toml")
     args = ["ingest", "--config", str(conf), "--once"]
-    assert cli(args, env={"LAKESINK_CRASH_AT": "after-write", "LAKESINK_CRASH_AFTER_BATCHES": "0"}).returncode == KILLED
+    assert (
+        cli(
+            args, env={"LAKESINK_CRASH_AT": "after-write", "LAKESINK_CRASH_AFTER_BATCHES": "0"}
+        ).returncode
+        == KILLED
+    )
     fresh_broker.restart()
     produce_sample_events(bootstrap, "restart", 100, 2, first_event_id=500, create=False)
     run = cli(args)

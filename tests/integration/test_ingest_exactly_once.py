@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from integration.conftest import audit_config, ingest_config, run_ingestion
+
 from lakesink.kafka.producer import produce_sample_events
 from lakesink.spark.commit_state import committed_offsets_at
 
@@ -69,7 +69,9 @@ def test_spark_replay_of_a_committed_batch_publishes_nothing(
     produce_sample_events(kafka_bootstrap, topic, 300, 2)
     cfg = ingest_config(kafka_bootstrap, topic, tmp_path / "t")
     run_ingestion(cfg, spark)
-    commits = sorted((cfg.checkpoint_location / "commits").glob("[0-9]*"), key=lambda p: int(p.name))
+    commits = sorted(
+        (cfg.checkpoint_location / "commits").glob("[0-9]*"), key=lambda p: int(p.name)
+    )
     commits[-1].unlink()
     from lakesink.table.hudi_table import HudiTable
 
