@@ -33,7 +33,10 @@ def test_replayed_batch_is_already_committed() -> None:
 
 
 def test_empty_batch_commits_nothing() -> None:
-    assert classify_batch(WriterOffsets({TP0: 3}), [OffsetRange(TP0, 3, 3)]) is Verdict.NOTHING_TO_COMMIT
+    assert (
+        classify_batch(WriterOffsets({TP0: 3}), [OffsetRange(TP0, 3, 3)])
+        is Verdict.NOTHING_TO_COMMIT
+    )
 
 
 def test_partly_committed_batch_is_refused() -> None:
