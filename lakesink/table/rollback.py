@@ -137,6 +137,25 @@ def rollback(
     return done
 
 
+def is_rolled_back(table: HudiTable, instant_time: InstantTime) -> bool:
+    """Has a rollback of this instant begun (or completed)? A task that finishes a file after
+    that must delete it itself: the rollback may have listed the markers before it existed."""
+    timeline = table.timeline()
+    for inst in timeline.instants:
+        if inst.action is not Action.ROLLBACK or inst.time <= instant_time:
+            continue  # a rollback of an instant is always begun after it
+        try:
+            if inst.is_completed:
+                done = timeline.rollback_metadata(inst)
+                if any(t == instant_time.value for t, _ in done.rolled_back):
+                    return True
+            elif timeline.rollback_plan(inst).instant_time == instant_time.value:
+                return True
+        except CorruptTableError:  # a rollback being written right now, or garbled
+            continue
+    return False
+
+
 def delete_leftovers(table: HudiTable, instant_time: InstantTime) -> list[str]:
     """Delete the files of an instant that is no longer on the timeline: it was rolled back
     while its tasks still wrote (a fenced or stalled writer). hudi-rs reads every base file

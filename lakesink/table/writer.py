@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from lakesink.errors import SchemaMismatchError
+from lakesink.errors import CommitError, SchemaMismatchError
 from lakesink.protocol.instant import InstantTime
 from lakesink.protocol.write_status import FileWrite
 from lakesink.table.avro_schema import (
@@ -32,6 +32,7 @@ from lakesink.table.config import TableConfig
 from lakesink.table.files import base_file_name, new_file_id
 from lakesink.table.hudi_table import HudiTable
 from lakesink.table.markers import create_marker
+from lakesink.table.rollback import is_rolled_back
 
 __all__ = ["BaseFileWriter", "PartitionedWriter", "avro_schema_for", "record_keys"]
 
@@ -279,6 +280,14 @@ class BaseFileWriter:
         os.fsync(self._file.fileno())
         self._file.close()
         rel = self._rel_path(self._file_name)
+        if is_rolled_back(self.table, self.instant_time):
+            # hudi-rs would read this file of an instant that is no longer on the timeline
+            (self.table.base_path / rel).unlink(missing_ok=True)
+            self._writer, self._file, self._file_name, self._file_rows = None, None, "", 0
+            raise CommitError(
+                f"instant {self.instant_time} was rolled back while this task wrote {rel} "
+                "(a fenced or stalled writer?); the file is deleted, nothing of it is visible"
+            )
         size = (self.table.base_path / rel).stat().st_size
         self._done.append(
             FileWrite(

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import shutil
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -34,6 +35,7 @@ from property.fakes import Crash, FakeServices, World
 import lakesink.spark.coordinator as coordinator_module
 from lakesink.audit import read_with_hudi_rs
 from lakesink.errors import (
+    CommitConflictError,
     CommitError,
     CorruptTableError,
     FencedError,
@@ -121,7 +123,9 @@ class CoordinatorMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.tmp = Path(tempfile.mkdtemp(prefix="lakesink-prop-"))
-        self.world = World(now_s=1_767_225_600.0)  # 2026-01-01
+        # from the wall clock: completion times (layout 2) come from it, and must not precede
+        # the instant times this fake clock issues
+        self.world = World(now_s=time.time())
         self.writers = {w: WriterModel(w, f"topic-{w}") for w in WRITERS}
         self.steps = 0
         self._saved_crash_point = coordinator_module.crash_point
@@ -302,8 +306,16 @@ class CoordinatorMachine(RuleBasedStateMachine):
             attempts = failed_attempts + 1 + (1 if duplicate else 0)
             for attempt in range(attempts):
                 writer = PartitionedWriter(self.t, proc.instant, f"{task}-1-{attempt}")
-                writer.write(_rows(m.topic, (r,)))
-                files = writer.close()
+                try:
+                    writer.write(_rows(m.topic, (r,)))
+                    files = writer.close()
+                except CommitError as e:  # the instant was rolled back under the task
+                    assert "rolled back" in str(e), e
+                    event("task found its instant rolled back")
+                    with contextlib.suppress(*REFUSALS):
+                        proc.coordinator.abort(proc.instant)
+                    self.crash(m, proc)  # the batch fails; the query stops
+                    return
                 schema = writer.avro_schema or schema
                 if attempt < failed_attempts:
                     continue  # this attempt failed after writing: its files are orphans
@@ -464,6 +476,8 @@ class CoordinatorMachine(RuleBasedStateMachine):
             event(f"clustering: {'replaced' if result.instant else 'nothing'}")
         except LockError:
             assert self.world.lock_holder is not None and not self.world.lock_holder.alive
+        except CommitConflictError:
+            event("clustering lost a conflict (rolled back)")
         finally:
             services.die()
 
