@@ -59,13 +59,13 @@ CRASH_POINTS = (
 FAULT_WEIGHTS = {
     "kill-driver": 2,
     "kill-python-worker": 4,
-    "broker-restart": 1,
-    "kill-lock-holder": 2,
+    "broker-restart": 3,
+    "kill-lock-holder": 1,
 }
 # faults that (may) end the driver: only injected into a driver that published a batch in this
 # run (or ran for --patience-s), so the soak keeps committing between driver deaths
 DRIVER_FAULTS = ("kill-driver", "kill-lock-holder", "kill-python-worker")
-TASK_FAULT_TEXT = "lakesink test fault: failing task attempt"
+TASK_FAULT_TEXT = "RuntimeError: lakesink test fault: failing task attempt"
 DRIVER_ENV: dict[str, str] = {}  # PYTHONPATH of a code snapshot (--snapshot-code)
 
 
@@ -262,6 +262,7 @@ class Writer:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "lakesink.cli.main", "ingest", "--config", str(self.config)],
                 env={**os.environ, **DRIVER_ENV, **extra},
+                cwd=self.logs,  # not the repo: `-m` puts the cwd first on sys.path
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
@@ -490,28 +491,42 @@ class Soak:
         weights = [FAULT_WEIGHTS[k] for k in kinds]
         return self.rng.choices(kinds, weights)[0]
 
-    def inject(self, kind: str) -> bool:
+    def inject(self, kind: str) -> str | None:
+        """Inject a fault of `kind` (or a milder one when no driver may be killed now); returns
+        the kind injected, None if none could be."""
         live = [w for w in self.writers if w.alive()]
-        if kind in DRIVER_FAULTS:
-            live = [w for w in live if w.killable(self.args.patience_s)]
+        killable = [w for w in live if w.killable(self.args.patience_s)]
+        if kind in DRIVER_FAULTS and not killable:
+            # a task worker's death only fails a task (Spark retries it); else the broker
+            if any(k == "task-worker" for w in live for _, k in python_workers(w.pid or 0)):
+                return self._kill_worker(live, only="task-worker")
+            kind = "broker-restart"
+        live = killable if kind in DRIVER_FAULTS else live
+        if kind == "kill-python-worker":
+            return self._kill_worker(live)
+        return kind if self._inject(kind, live) else None
+
+    def _kill_worker(self, live: list[Writer], only: str | None = None) -> str | None:
+        candidates = [(w, p, k) for w in live for p, k in python_workers(w.pid or 0)]
+        candidates = [c for c in candidates if only is None or c[2] == only]
+        if not candidates:
+            return None
+        kinds = sorted({k for _, _, k in candidates})
+        chosen = self.rng.choices(kinds, [WORKER_KIND_WEIGHTS[k] for k in kinds])[0]
+        w, pid, kind = self.rng.choice([c for c in candidates if c[2] == chosen])
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        self.worker_kinds[kind] += 1
+        log(f"FAULT kill-python-worker {w.name} pid {pid} ({kind})")
+        return "kill-python-worker"
+
+    def _inject(self, kind: str, live: list[Writer]) -> bool:
         if kind == "kill-driver":
             if not live:
                 return False
             w = self.rng.choice(live)
             log(f"FAULT kill-driver {w.name} pid {w.pid}")
             w.kill()
-            return True
-        if kind == "kill-python-worker":
-            candidates = [(w, p, k) for w in live for p, k in python_workers(w.pid or 0)]
-            if not candidates:
-                return False
-            kinds = sorted({k for _, _, k in candidates})
-            chosen = self.rng.choices(kinds, [WORKER_KIND_WEIGHTS[k] for k in kinds])[0]
-            w, pid, kind = self.rng.choice([c for c in candidates if c[2] == chosen])
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-            self.worker_kinds[kind] += 1
-            log(f"FAULT kill-python-worker {w.name} pid {pid} ({kind})")
             return True
         if kind == "broker-restart":
             log("FAULT broker-restart")
@@ -548,9 +563,9 @@ class Soak:
                 log(self.warnings[-1])
                 self.last_progress = time.monotonic()
             if time.monotonic() >= next_fault:
-                kind = self.pick_fault()
-                if self.inject(kind):
-                    self.faults[kind] += 1
+                injected = self.inject(self.pick_fault())
+                if injected:
+                    self.faults[injected] += 1
                     next_fault = time.monotonic() + self.rng.uniform(lo, hi)
                 else:  # nothing to inject it into right now: try again soon
                     next_fault = time.monotonic() + 1.0
@@ -593,6 +608,7 @@ class Soak:
                         stdin=subprocess.DEVNULL,
                         start_new_session=True,
                         env={**os.environ, **DRIVER_ENV},
+                        cwd=self.logs,
                     )
                 try:
                     code = proc.wait(timeout=self.args.final_timeout_s)
