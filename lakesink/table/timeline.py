@@ -37,6 +37,22 @@ def _looks_like_instant(name: str) -> bool:
     return len(name) > 17 and name[:17].isdigit() and not name.endswith(_IGNORED_SUFFIXES)
 
 
+_PARSED: dict[str, Instant] = {}
+"""Timeline file name -> Instant: a name always parses to the same instant, and parsing (two
+regular expressions, three dataclasses) was most of the cost of every timeline load."""
+_PARSED_MAX = 200_000
+
+
+def _parse_name(name: str) -> Instant:
+    inst = _PARSED.get(name)
+    if inst is None:
+        inst = Instant.parse(name)
+        if len(_PARSED) >= _PARSED_MAX:
+            _PARSED.clear()
+        _PARSED[name] = inst
+    return inst
+
+
 def list_instant_files(folder: Path) -> list[tuple[str, Instant]]:
     """Parse every instant file directly inside `folder` (no recursion)."""
     out: list[tuple[str, Instant]] = []
@@ -48,12 +64,43 @@ def list_instant_files(folder: Path) -> list[tuple[str, Instant]]:
         if not _looks_like_instant(e.name) or not e.is_file():
             continue
         try:
-            out.append((e.name, Instant.parse(e.name)))
+            out.append((e.name, _parse_name(e.name)))
         except CorruptTableError as err:
             raise UnsupportedTableError(
                 f"timeline file {folder / e.name} is not one lakesink handles: {err}"
             ) from err
     return out
+
+
+def _parse_names(folder: Path, names: Sequence[str]) -> list[tuple[str, Instant]]:
+    """The instant files among the entry `names` of `folder` (what list_instant_files finds):
+    a name seen before as an instant file is not parsed or checked again."""
+    out: list[tuple[str, Instant]] = []
+    for name in names:
+        inst = _PARSED.get(name)
+        if inst is None:
+            if not _looks_like_instant(name) or not (folder / name).is_file():
+                continue
+            try:
+                inst = _parse_name(name)
+            except CorruptTableError as err:
+                raise UnsupportedTableError(
+                    f"timeline file {folder / name} is not one lakesink handles: {err}"
+                ) from err
+        out.append((name, inst))
+    return out
+
+
+_LOADED: dict[str, tuple[list[str], list[Instant]]] = {}
+"""Timeline folder -> (its instant file names, their latest states) at the last load: a load
+that lists the same names reuses the states instead of rebuilding them."""
+
+_METADATA: dict[tuple[str, int, int, int, str], CommitMetadata] = {}
+"""Parsed commit metadata by (path, inode, mtime ns, size, action): a completed timeline file is
+written once, atomically, and never changed in place, so a file with the same identity holds the
+same metadata. Shared by every Timeline snapshot of the process (a snapshot is taken per commit
+step), so each commit's Avro/JSON is parsed once, not on every batch."""
+_METADATA_MAX = 4096
 
 
 def _latest_states(parsed: Iterable[tuple[str, Instant]], folder: Path) -> list[Instant]:
@@ -81,12 +128,19 @@ class Timeline:
     them under `history/` in layout 2 and `archived/` in layout 1; `archived` stays empty)."""
 
     def __init__(
-        self, base_path: Path, layout: TimelineLayout, instants: Sequence[Instant]
+        self,
+        base_path: Path,
+        layout: TimelineLayout,
+        instants: Sequence[Instant],
+        *,
+        presorted: bool = False,
     ) -> None:
         self.base_path = base_path
         self.layout = layout
         self.folder = timeline_folder(base_path, layout)
-        self.instants: tuple[Instant, ...] = tuple(sorted(instants, key=lambda i: i.time))
+        self.instants: tuple[Instant, ...] = (
+            tuple(instants) if presorted else tuple(sorted(instants, key=lambda i: i.time))
+        )
         self.archived: tuple[Instant, ...] = ()
         self._by_time = {i.time: i for i in self.instants}
         self._commit_cache: dict[Instant, CommitMetadata] = {}
@@ -96,7 +150,22 @@ class Timeline:
         """Read the active timeline (lists the timeline folder only, never data folders)."""
         base = Path(base_path)
         folder = timeline_folder(base, layout)
-        return cls(base, layout, _latest_states(list_instant_files(folder), folder))
+        try:
+            names = os.listdir(folder)  # names only: one C call, no per-entry objects
+        except FileNotFoundError:
+            names = []
+        names.sort()
+        key = str(folder)
+        hit = _LOADED.get(key)
+        if hit is not None and hit[0] == names:
+            # the same entries as at the last load: the same instants at the same states
+            return cls(base, layout, hit[1], presorted=True)
+        parsed = _parse_names(folder, names)
+        instants = _latest_states(parsed, folder)
+        if len(_LOADED) >= 64:
+            _LOADED.clear()
+        _LOADED[key] = (names, instants)
+        return cls(base, layout, instants, presorted=True)
 
     # -- reading -----------------------------------------------------------------------------
 
@@ -158,9 +227,19 @@ class Timeline:
         cached = self._commit_cache.get(instant)
         if cached is None:
             path = self.path_of(instant)
-            cached = CommitMetadata.from_bytes(
-                self._read(instant), self.layout, instant.action, source=str(path)
-            )
+            try:
+                st = path.stat()
+            except FileNotFoundError:
+                raise CorruptTableError(f"timeline file {path} is missing") from None
+            key = (str(path), st.st_ino, st.st_mtime_ns, st.st_size, instant.action.value)
+            cached = _METADATA.get(key)
+            if cached is None:
+                cached = CommitMetadata.from_bytes(
+                    self._read(instant), self.layout, instant.action, source=str(path)
+                )
+                if len(_METADATA) >= _METADATA_MAX:
+                    _METADATA.clear()
+                _METADATA[key] = cached
             self._commit_cache[instant] = cached
         return cached
 
@@ -267,11 +346,7 @@ class Timeline:
                 f"{target} exists: instant {instant.time} is already completed"
             ) from None
         # Two publishers racing with different completion times: keep exactly one.
-        others = [
-            n
-            for n, i in list_instant_files(self.folder)
-            if i.time == instant.time and i.is_completed and n != target.name
-        ]
+        others = _completed_files_of(self.folder, instant.time, target.name)
         if others:
             target.unlink(missing_ok=True)
             raise CommitConflictError(
@@ -283,13 +358,16 @@ class Timeline:
         return done
 
     def _next_completion_time(self, instant_time: InstantTime) -> InstantTime:
-        taken = {i.time.to_epoch_ms() for i in self.instants}
-        taken |= {i.completion_time.to_epoch_ms() for i in self.instants if i.completion_time}
-        last_done = max(
-            (i.completion_time.to_epoch_ms() for i in self.instants if i.completion_time), default=0
-        )
-        candidate = max(int(time.time() * 1000), instant_time.to_epoch_ms(), last_done + 1)
-        while candidate in taken and candidate != instant_time.to_epoch_ms():
+        # Instant times are fixed-width digit strings: compare them as text and convert only
+        # the few values needed to epoch ms (a strptime each; a whole timeline of them was a
+        # third of a publish).
+        taken = {i.time.value for i in self.instants}
+        taken |= {i.completion_time.value for i in self.instants if i.completion_time}
+        last = max((i.completion_time for i in self.instants if i.completion_time), default=None)
+        last_done = last.to_epoch_ms() if last is not None else 0
+        own = instant_time.to_epoch_ms()
+        candidate = max(int(time.time() * 1000), own, last_done + 1)
+        while candidate != own and InstantTime.from_epoch_ms(candidate).value in taken:
             candidate += 1
         return InstantTime.from_epoch_ms(candidate)
 
@@ -297,6 +375,24 @@ class Timeline:
         """Delete an instant's inflight then requested files (after its rollback completed)."""
         for state in (State.INFLIGHT, State.REQUESTED):
             self.path_of(instant.with_state(state)).unlink(missing_ok=True)
+
+
+def _completed_files_of(folder: Path, time_: InstantTime, except_name: str) -> list[str]:
+    """Names of completed timeline files of instant `time_` other than `except_name` (only the
+    names starting with the instant time are parsed)."""
+    prefix = time_.value
+    out = []
+    for e in os.scandir(folder):
+        n = e.name
+        if n == except_name or not n.startswith(prefix) or not _looks_like_instant(n):
+            continue
+        try:
+            inst = _parse_name(n)
+        except CorruptTableError:
+            continue
+        if inst.time == time_ and inst.is_completed and e.is_file():
+            out.append(n)
+    return out
 
 
 CompletionOrder = Literal["requested", "completion"]
