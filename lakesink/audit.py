@@ -220,3 +220,15 @@ def audit(
                 f"{len(extra)} table rows are not records in Kafka, e.g. {sorted(extra)[:3]}"
             )
     return report
+
+
+def dead_letter_table_coordinates(path: str) -> set[Coordinate]:
+    """The Kafka coordinates of the records in a dead-letter table (none if it does not exist)."""
+    from lakesink.errors import TableNotFoundError
+
+    try:
+        table = HudiTable.open(path)
+    except TableNotFoundError:
+        return set()
+    rows = read_with_lakesink(table)
+    return set(_coordinates(rows, set(rows.column("kafka_topic").to_pylist())))

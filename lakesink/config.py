@@ -182,13 +182,21 @@ KEYS: tuple[Key, ...] = (
         "errors.tolerance",
         _choice("none", "all"),
         "none",
-        "none: a bad record fails the batch; all: it goes to the dead-letter topic.",
+        "none: a bad record fails the batch; all: it goes to the dead-letter topic or table.",
     ),
     Key(
         "errors.deadletter.topic",
         _optional_str,
         None,
-        "Kafka topic for records that fail to decode (needed with errors.tolerance=all).",
+        "Kafka topic for records that fail to decode (errors.tolerance=all; at least once: "
+        "deduplicate on the lakesink.source.* headers).",
+    ),
+    Key(
+        "errors.deadletter.table",
+        _optional_str,
+        None,
+        "Path of a Hudi dead-letter table for records that fail to decode "
+        "(errors.tolerance=all; exactly once, committed with the main table's offsets).",
     ),
     # Table
     Key(
@@ -435,8 +443,14 @@ def _check_combinations(cfg: LakesinkConfig) -> None:
         )
     if cfg["value.format"] == "avro" and not cfg["value.schema.file"]:
         raise ConfigError("value.format=avro needs value.schema.file (an .avsc file)")
-    if cfg["errors.tolerance"] == "all" and not cfg["errors.deadletter.topic"]:
-        raise ConfigError("errors.tolerance=all needs errors.deadletter.topic")
+    dead_letter_targets = [
+        k for k in ("errors.deadletter.topic", "errors.deadletter.table") if cfg[k]
+    ]
+    if cfg["errors.tolerance"] == "all" and len(dead_letter_targets) != 1:
+        raise ConfigError(
+            "errors.tolerance=all needs exactly one of errors.deadletter.topic and "
+            "errors.deadletter.table: bad records are never dropped"
+        )
     if cfg["transform.sql"] and cfg["transform.python"]:
         raise ConfigError("set only one of transform.sql and transform.python")
     needs_pg = cfg["lock.provider"] == "postgres" or (

@@ -11,7 +11,11 @@ def audit_config(cfg: LakesinkConfig) -> AuditReport:
     """The audit of this configuration's writer; records in the dead-letter topic count as
     accounted for (errors.tolerance=all), never as missing."""
     dead: set[tuple[str, int, int]] | None = None
-    if cfg["errors.deadletter.topic"]:
+    if cfg["errors.deadletter.table"]:
+        from lakesink.audit import dead_letter_table_coordinates
+
+        dead = dead_letter_table_coordinates(cfg["errors.deadletter.table"])
+    elif cfg["errors.deadletter.topic"]:
         from lakesink.errors import KafkaError
         from lakesink.kafka.dead_letters import dead_letter_sources
 

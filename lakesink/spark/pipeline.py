@@ -126,7 +126,8 @@ class Ingestion:
             committer.recover()
             committer.start()
         target = high_watermarks(self.cfg) if once else None
-        sink = CommittingSink(self.cfg, self.coordinator, committer)
+        dead_letters = self._dead_letter_coordinator()
+        sink = CommittingSink(self.cfg, self.coordinator, committer, dead_letters)
         result = IngestionResult()
 
         def on_batch(outcome: BatchOutcome) -> None:
@@ -174,6 +175,29 @@ class Ingestion:
         result.elapsed_s = time.monotonic() - started
         result.committed = commit_state.committed_offsets(self.table, self.cfg.writer_id).to_json()
         return result
+
+    def _dead_letter_coordinator(self) -> Coordinator | None:
+        """errors.deadletter.table: a second table, committed by its own coordinator with the
+        same offset ranges as the main table (so each is exactly once on its own)."""
+        path = self.cfg["errors.deadletter.table"]
+        if not path:
+            return None
+        cfg = self.cfg.with_overrides(
+            {"table.path": path, "writer.id": f"{self.cfg.writer_id}.deadletters"}
+        )
+        table = HudiTable.create(
+            path,
+            TableConfig(
+                name=re.sub(r"[^A-Za-z0-9_]", "_", cfg.table_name),
+                version=self.cfg["table.version"],
+                record_key_fields=("kafka_topic", "kafka_partition", "kafka_offset"),
+            ),
+        )
+        coordinator = Coordinator(
+            table, cfg.writer_id, query_id=self.coordinator.query_id, services=make_services(cfg)
+        )
+        coordinator.start()
+        return coordinator
 
     def _caught_up(self, target: dict[TopicPartition, int]) -> bool:
         committed = self.coordinator.committed

@@ -17,9 +17,10 @@ from pyspark.sql import functions as F
 from lakesink.config import LakesinkConfig
 from lakesink.errors import ConfigError, LakesinkError
 from lakesink.protocol.offsets import OffsetRange
+from lakesink.protocol.write_status import WriteStatus
 from lakesink.spark.async_commit import AsyncCommitter
 from lakesink.spark.coordinator import BatchOutcome, Coordinator
-from lakesink.spark.source import offset_to_ranges
+from lakesink.spark.source import ERROR_COLUMN, RAW_VALUE_COLUMN, offset_to_ranges
 from lakesink.spark.task_writer import STATUS_SCHEMA, TaskWriter, parse_statuses
 
 log = logging.getLogger(__name__)
@@ -78,11 +79,16 @@ class CommittingSink:
     """`writeStream.foreachBatch(sink)`: begin instant → tasks write → reconcile → publish."""
 
     def __init__(
-        self, cfg: LakesinkConfig, coordinator: Coordinator, committer: AsyncCommitter | None = None
+        self,
+        cfg: LakesinkConfig,
+        coordinator: Coordinator,
+        committer: AsyncCommitter | None = None,
+        dead_letters: Coordinator | None = None,
     ) -> None:
         self.cfg = cfg
         self.coordinator = coordinator
         self.committer = committer
+        self.dead_letters = dead_letters
         self.transform = load_transform(cfg)
         self.stats = BatchStats()
         self.on_batch: Callable[[BatchOutcome], None] | None = None
@@ -123,38 +129,96 @@ class CommittingSink:
         ranges = planned_ranges(self.cfg.checkpoint_location, batch_id)
         if self.committer is not None:
             self.committer.wait_for_room()
-        instant = self.coordinator.begin(batch_id, ranges)
-        if instant is None:
-            return
-        try:
-            out = self.prepare(batch_df)
-            writer = TaskWriter(
-                str(self.coordinator.table.base_path),
-                self.coordinator.table.config,
-                instant.value,
-                self.cfg["table.target.file.size.bytes"],
-            )
-            rows = out.mapInArrow(writer, STATUS_SCHEMA).collect()
-            statuses = parse_statuses(rows)
-            schema = next((s.extra["schema"] for s in statuses if s.extra.get("schema")), None)
-            schema = schema or self.avro_schema_of(out)
-            if self.committer is None:
-                outcome = self.coordinator.complete(instant, batch_id, ranges, statuses, schema)
-            else:
-                prepared = self.coordinator.prepare(instant, batch_id, ranges, statuses, schema)
-                outcome = self.committer.submit(prepared)
-        except BaseException:
-            if self.coordinator.is_precommitted(instant):
-                raise  # durable in the pending store: published by the committer or at restart
-            log.exception("batch %s failed; rolling back instant %s", batch_id, instant)
+        if self.dead_letters is None:
+            outcome = self._commit_rows(batch_df, batch_id, ranges)
+        else:
+            # Read Kafka once for both tables; each table commits the batch's ranges, so each is
+            # idempotent on offsets on its own and a crash between the two commits is harmless.
+            cached = batch_df.persist()
             try:
-                self.coordinator.abort(instant)
-            except Exception:  # recovery at the next start rolls it back
-                log.exception("rollback of %s failed; the next start will retry it", instant)
-            raise
+                self._commit_dead_letters(cached, batch_id, ranges)
+                good = cached.where(F.col(ERROR_COLUMN).isNull())
+                outcome = self._commit_rows(
+                    good.drop(ERROR_COLUMN, RAW_VALUE_COLUMN), batch_id, ranges
+                )
+            finally:
+                cached.unpersist()
+        if outcome is None:
+            return
         self.stats.batches += 1
         self.stats.records += outcome.records
         self.stats.last_outcome = outcome
         self.stats.last_batch_s = time.perf_counter() - started
         if self.on_batch:
             self.on_batch(outcome)
+
+    def _commit_rows(
+        self, batch_df: DataFrame, batch_id: int, ranges: list[OffsetRange]
+    ) -> BatchOutcome | None:
+        """The main table's instant for this batch: begin, write, reconcile, publish."""
+        instant = self.coordinator.begin(batch_id, ranges)
+        if instant is None:
+            return None
+        try:
+            out = self.prepare(batch_df)
+            statuses = self._write(self.coordinator, out, instant)
+            schema = next((s.extra["schema"] for s in statuses if s.extra.get("schema")), None)
+            schema = schema or self.avro_schema_of(out)
+            if self.committer is None:
+                return self.coordinator.complete(instant, batch_id, ranges, statuses, schema)
+            prepared = self.coordinator.prepare(instant, batch_id, ranges, statuses, schema)
+            return self.committer.submit(prepared)
+        except BaseException:
+            if self.coordinator.is_precommitted(instant):
+                raise  # durable in the pending store: published by the committer or at restart
+            self._abort(self.coordinator, instant, batch_id)
+            raise
+
+    def _commit_dead_letters(
+        self, cached: DataFrame, batch_id: int, ranges: list[OffsetRange]
+    ) -> None:
+        """Records that failed to decode, into the dead-letter table, with the same ranges."""
+        from lakesink.kafka.dead_letters import DEAD_LETTER_SCHEMA
+        from lakesink.table.avro_schema import avro_schema_for, with_meta_columns
+
+        assert self.dead_letters is not None
+        instant = self.dead_letters.begin(batch_id, ranges)
+        if instant is None:
+            return
+        try:
+            bad = cached.where(F.col(ERROR_COLUMN).isNotNull()).select(
+                *[
+                    F.col(RAW_VALUE_COLUMN).alias(f.name)
+                    if f.name == "kafka_value"
+                    else F.col(ERROR_COLUMN).alias(f.name)
+                    if f.name == "error"
+                    else F.col(f.name)
+                    for f in DEAD_LETTER_SCHEMA
+                ]
+            )
+            statuses = self._write(self.dead_letters, bad, instant)
+            schema = avro_schema_for(
+                with_meta_columns(DEAD_LETTER_SCHEMA),
+                f"{self.dead_letters.table.config.name}_record",
+            )
+            self.dead_letters.complete(instant, batch_id, ranges, statuses, schema)
+        except BaseException:
+            self._abort(self.dead_letters, instant, batch_id)
+            raise
+
+    def _write(self, coordinator: Coordinator, df: DataFrame, instant: Any) -> list[WriteStatus]:
+        writer = TaskWriter(
+            str(coordinator.table.base_path),
+            coordinator.table.config,
+            instant.value,
+            self.cfg["table.target.file.size.bytes"],
+        )
+        return parse_statuses(df.mapInArrow(writer, STATUS_SCHEMA).collect())
+
+    @staticmethod
+    def _abort(coordinator: Coordinator, instant: Any, batch_id: int) -> None:
+        log.exception("batch %s failed; rolling back instant %s", batch_id, instant)
+        try:
+            coordinator.abort(instant)
+        except Exception:  # recovery at the next start rolls it back
+            log.exception("rollback of %s failed; the next start will retry it", instant)

@@ -74,12 +74,45 @@ class KafkaRangePartition(InputPartition):
         return f"KafkaRangePartition({self.topic}:{self.partition} [{self.start}, {self.end}))"
 
 
+ERROR_COLUMN = "_lakesink_error"
+RAW_VALUE_COLUMN = "_lakesink_raw_value"
+DEAD_LETTER_COLUMNS = (
+    pa.field(ERROR_COLUMN, pa.string()),
+    pa.field(RAW_VALUE_COLUMN, pa.binary()),
+)
+
+
 def source_arrow_schema(cfg: LakesinkConfig) -> pa.Schema:
-    """Kafka metadata columns followed by the decoded value columns."""
+    """Kafka metadata columns followed by the decoded value columns; with a dead-letter table,
+    two more columns that are set only on records that failed to decode."""
     from lakesink.kafka.deserializers import make_deserializer
     from lakesink.kafka.reader import output_schema
 
-    return output_schema(_deserializer(cfg, make_deserializer))
+    schema = output_schema(_deserializer(cfg, make_deserializer))
+    if cfg["errors.deadletter.table"]:
+        schema = pa.schema([*schema, *DEAD_LETTER_COLUMNS])
+    return schema
+
+
+def _dead_letter_rows(schema: pa.Schema, failed: list[Any]) -> pa.RecordBatch:
+    """Failed records as source rows: metadata and error set, value columns null."""
+    from lakesink.kafka.dead_letters import headers_array, timestamps_array
+
+    given = {
+        "kafka_topic": pa.array([f.partition.topic for f in failed], pa.string()),
+        "kafka_partition": pa.array([f.partition.partition for f in failed], pa.int32()),
+        "kafka_offset": pa.array([f.offset for f in failed], pa.int64()),
+        "kafka_timestamp": timestamps_array([f.timestamp_ms for f in failed]),
+        "kafka_key": pa.array([f.key for f in failed], pa.binary()),
+        "kafka_headers": headers_array([list(f.headers) or None for f in failed]),
+        ERROR_COLUMN: pa.array([f.error for f in failed], pa.string()),
+        RAW_VALUE_COLUMN: pa.array([f.value for f in failed], pa.binary()),
+    }
+    columns = [
+        given[f.name].cast(f.type) if f.name in given else pa.nulls(len(failed), f.type)
+        for f in schema
+    ]
+    return pa.RecordBatch.from_arrays(columns, schema=schema)
 
 
 def _deserializer(cfg: LakesinkConfig, factory: Any) -> Any:
@@ -188,7 +221,9 @@ class KafkaStreamReader(DataSourceStreamReader):
 
         assert isinstance(partition, KafkaRangePartition)
         freeze_worker_heap()
-        yield from read_range(
+        to_table = bool(self.cfg["errors.deadletter.table"])
+        failed: list[Any] = []
+        batches = read_range(
             self.cfg["kafka.bootstrap.servers"],
             partition.offset_range(),
             isolation_level=self.cfg["kafka.isolation.level"],
@@ -196,7 +231,17 @@ class KafkaStreamReader(DataSourceStreamReader):
             consumer_config=self.cfg.consumer_config,
             errors_tolerance=self.cfg["errors.tolerance"],
             dead_letter_topic=self.cfg["errors.deadletter.topic"],
+            on_dead_letter=failed.append if to_table else None,
         )
+        if not to_table:
+            yield from batches
+            return
+        schema = source_arrow_schema(self.cfg)
+        for batch in batches:  # good rows: the dead-letter columns are null
+            extra = [pa.nulls(batch.num_rows, f.type) for f in DEAD_LETTER_COLUMNS]
+            yield pa.RecordBatch.from_arrays([*batch.columns, *extra], schema=schema)
+        if failed:
+            yield _dead_letter_rows(schema, failed)
 
     def commit(self, end: dict[str, Any]) -> None:
         """Nothing to do: the table, not Kafka, holds the committed offsets."""

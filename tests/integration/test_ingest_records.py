@@ -185,3 +185,34 @@ def test_avro_values_in_confluent_wire_format(
     t = TableReader(HudiTable.open(cfg["table.path"])).snapshot(columns=["sensor", "value"])
     assert sorted(t.column("value").to_pylist()) == [i / 2 for i in range(40)]
     assert audit_config(cfg).ok
+
+
+def test_bad_record_goes_to_the_dead_letter_table_exactly_once(
+    spark: Any, kafka_bootstrap: str, topic_factory: Callable[[str], str], tmp_path: Path
+) -> None:
+    from lakesink.audit import dead_letter_table_coordinates
+
+    topic = topic_factory("badtable")
+    _with_bad_record(kafka_bootstrap, topic)
+    dlq = tmp_path / "dead_letters"
+    cfg = ingest_config(
+        kafka_bootstrap,
+        topic,
+        tmp_path / "t",
+        errors__tolerance="all",
+        errors__deadletter__table=str(dlq),
+    )
+    run_ingestion(cfg, spark)
+    # A replay of the last batch (Spark lost commits/N) must not duplicate the dead letter.
+    commits = sorted(
+        (cfg.checkpoint_location / "commits").glob("[0-9]*"), key=lambda p: int(p.name)
+    )
+    commits[-1].unlink()
+    run_ingestion(cfg, spark)
+    assert dead_letter_table_coordinates(str(dlq)) == {(topic, 0, BAD_AT)}
+    row = TableReader(HudiTable.open(dlq)).snapshot(columns=["kafka_value", "error"]).to_pylist()
+    assert row[0]["kafka_value"].startswith(b'{"event_id": "not a number"')
+    assert "offset" in row[0]["error"] or row[0]["error"]
+    report = audit_config(cfg)
+    assert report.ok, report.problems
+    assert report.rows_hudi_rs == 19 and report.dead_letters == 1
