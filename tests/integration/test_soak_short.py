@@ -61,6 +61,9 @@ def test_short_soak_with_random_faults_loses_and_duplicates_nothing(tmp_path: Pa
     assert result["missing"] == 0
     assert result["acked_events_missing"] == 0
     assert result["records_in_table"] == result["records_in_kafka"] > 0
-    assert result["records_produced"] <= result["records_in_kafka"]
+    # noida-db may lose acknowledged records over a restart: the broker's loss, not lakesink's
+    broker_lost = result["acked_events_lost_by_broker"]
+    assert result["records_produced"] - broker_lost <= result["records_in_kafka"]
     assert result["faults_total"] >= 5, result["faults"]
+    assert len([k for k, n in result["faults"].items() if n]) >= 2, result["faults"]
     assert proc.returncode == 0
