@@ -212,8 +212,6 @@ class CoordinatorMachine(RuleBasedStateMachine):
         else:
             self.complete(m.writer_id, None, True, zombie=True)
 
-    # -- Kafka -------------------------------------------------------------------------------
-
     # -- start / restart ---------------------------------------------------------------------
 
     def start(self, w: str, crash_in_rollback: bool) -> None:
