@@ -99,6 +99,8 @@ def throughput(
             "lock.provider": "filesystem",
             "spark.master": f"local[{args.cores}]",
         }
+        if args.spark_conf:
+            cfg["spark.conf"] = args.spark_conf
         res, mon, _ = run_child(_child_cmd("spark", mode, json.dumps(cfg), str(events)))
         batches = res["batches"]
         first_t, first_n = batches[0]
@@ -165,6 +167,7 @@ def main() -> None:
     ap.add_argument("--cores", type=int, default=2, help="Spark local[N] and raw processes")
     ap.add_argument("--skip", default="", help="comma-separated: throughput,commit,recovery")
     ap.add_argument("--commit-repeats", type=int, default=30)
+    ap.add_argument("--spark-conf", default="", help="extra Spark settings 'k=v,k=v' (A/B runs)")
     ap.add_argument(
         "--out", default=None, help="JSON file (default benchmarks/results/<time>.json)"
     )
@@ -228,8 +231,9 @@ def main() -> None:
 def print_recovery(r: dict[str, Any]) -> None:
     print(
         f"\nrecovery after kill -9 at {r['crash_point']}: next completed instant "
-        f"{r['kill_to_next_commit_s']:.1f}s after the kill (restart to Spark ready "
-        f"{r['restart_session_s']}, rolled back {r['rolled_back']})"
+        f"{r['kill_to_next_commit_s']:.1f}s after the kill, caught up after "
+        f"{r['kill_to_caught_up_s']:.1f}s ({r['events']:,} events, {r['records_per_batch']:,} per "
+        f"batch, {r['rolled_back']} rollback)"
     )
 
 

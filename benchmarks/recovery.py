@@ -1,0 +1,111 @@
+"""Recovery: kill -9 of the driver in the middle of a batch, then restart.
+
+The first `lakesink ingest --once` runs with LAKESINK_CRASH_AT=after-write: in its second batch,
+after the tasks wrote their files and before the commit, the driver SIGKILLs itself; the rest of
+its process group (Spark's JVM, Python workers) is killed at once, like a power cut. A second
+`lakesink ingest --once` starts right away. Measured: seconds from the kill until the next
+completed instant is on the timeline (JVM start, query start, rollback of the dead instant, one
+batch), and until the restart has caught up."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from lakesink.kafka.producer import SAMPLE_EVENT_DDL, produce_sample_events
+from lakesink.protocol.instant import Action, TimelineLayout
+from lakesink.table.timeline import Timeline
+
+TOPIC = "bench-recovery"
+EVENTS = 400_000
+PER_BATCH = 100_000
+
+
+def _config(path: Path, bootstrap: str, table: Path, cores: int) -> None:
+    path.write_text(
+        f"""[kafka]
+"bootstrap.servers" = "{bootstrap}"
+topics = ["{TOPIC}"]
+"max.records.per.batch" = {PER_BATCH}
+
+[value]
+format = "json"
+schema = "{SAMPLE_EVENT_DDL}"
+
+[table]
+path = "{table}"
+
+[writer]
+id = "bench-recovery"
+
+[lock]
+provider = "filesystem"
+
+[spark]
+master = "local[{cores}]"
+"""
+    )
+
+
+def _completed(table: Path) -> list[str]:
+    tl = Timeline.load(table, TimelineLayout.V2)
+    return [i.time.value for i in tl.completed(Action.COMMIT)]
+
+
+def _rollbacks(table: Path) -> int:
+    return len(Timeline.load(table, TimelineLayout.V2).completed(Action.ROLLBACK))
+
+
+def run_recovery(bootstrap: str, work: Path, cores: int) -> dict[str, Any]:
+    work.mkdir(parents=True, exist_ok=True)
+    produce_sample_events(bootstrap, TOPIC, EVENTS, 8)
+    table = work / "table"
+    cfg = work / "ingest.toml"
+    _config(cfg, bootstrap, table, cores)
+    cmd = [sys.executable, "-m", "lakesink.cli.main", "ingest", "--config", str(cfg), "--once"]
+    env = {**os.environ, "LAKESINK_CRASH_AT": "after-write", "LAKESINK_CRASH_AFTER_BATCHES": "1"}
+    log1 = open(work / "crash.log", "wb")  # noqa: SIM115 - closed below
+    first = subprocess.Popen(
+        cmd, env=env, stdout=log1, stderr=subprocess.STDOUT, start_new_session=True
+    )
+    first.wait(timeout=600)
+    t_kill = time.time()
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(first.pid, signal.SIGKILL)  # the JVM and workers die with the driver
+    log1.close()
+    if first.returncode != -signal.SIGKILL:
+        raise RuntimeError(f"the crashing run exited with {first.returncode}, see {work}/crash.log")
+    before = set(_completed(table))
+    log2 = open(work / "restart.log", "wb")  # noqa: SIM115 - closed below
+    env2 = {k: v for k, v in os.environ.items() if not k.startswith("LAKESINK_CRASH")}
+    second = subprocess.Popen(
+        cmd, env=env2, stdout=log2, stderr=subprocess.STDOUT, start_new_session=True
+    )
+    t_next = None
+    while second.poll() is None:
+        if t_next is None and set(_completed(table)) - before:
+            t_next = time.time()
+        time.sleep(0.05)
+    t_done = time.time()
+    log2.close()
+    if second.returncode != 0:
+        raise RuntimeError(f"the restart exited with {second.returncode}, see {work}/restart.log")
+    if t_next is None and set(_completed(table)) - before:
+        t_next = t_done
+    text = (work / "restart.log").read_text(errors="replace")
+    return {
+        "crash_point": "after-write (batch 2 written, not committed)",
+        "events": EVENTS,
+        "records_per_batch": PER_BATCH,
+        "commits_before_kill": len(before),
+        "kill_to_next_commit_s": round((t_next or t_done) - t_kill, 2),
+        "kill_to_caught_up_s": round(t_done - t_kill, 2),
+        "rolled_back": _rollbacks(table),
+        "restart_summary": [ln for ln in text.splitlines() if "records in" in ln][-1:],
+    }
