@@ -27,7 +27,10 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
-from procmon import TreeMonitor, run_monitored  # noqa: E402
+try:
+    from procmon import TreeMonitor, run_monitored
+except ImportError as e:  # psutil
+    raise SystemExit(f"benchmarks need the 'bench' extra: pip install -e '.[bench]' ({e})") from e
 
 TOPIC_PARTITIONS = 8
 
