@@ -391,6 +391,7 @@ class Soak:
         self.last_progress = time.monotonic()
         self.last_commits = 0
         self.code_commit: str | None = None
+        self.last_broker_restart = -1e9
 
     # -- setup -------------------------------------------------------------------------------
 
@@ -501,6 +502,10 @@ class Soak:
             if any(k == "task-worker" for w in live for _, k in python_workers(w.pid or 0)):
                 return self._kill_worker(live, only="task-worker")
             kind = "broker-restart"
+        if kind == "broker-restart" and (
+            time.monotonic() - self.last_broker_restart < self.args.broker_restart_gap_s
+        ):
+            return None  # back to back, the drivers would never get a batch through
         live = killable if kind in DRIVER_FAULTS else live
         if kind == "kill-python-worker":
             return self._kill_worker(live)
@@ -531,6 +536,7 @@ class Soak:
         if kind == "broker-restart":
             log("FAULT broker-restart")
             self.broker.restart()
+            self.last_broker_restart = time.monotonic()
             return True
         if kind == "kill-lock-holder":
             deadline = time.monotonic() + 10
@@ -766,9 +772,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--task-fail-prob", type=float, default=0.15)
     p.add_argument("--stall-s", type=float, default=300.0)
     p.add_argument(
+        "--broker-restart-gap-s",
+        type=float,
+        default=25.0,
+        help="at least this many seconds between broker restarts",
+    )
+    p.add_argument(
         "--patience-s",
         type=float,
-        default=60.0,
+        default=90.0,
         help="a driver is killed only after its first batch or after this many seconds",
     )
     p.add_argument("--final-timeout-s", type=float, default=600.0)

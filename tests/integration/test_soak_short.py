@@ -35,6 +35,8 @@ def test_short_soak_with_random_faults_loses_and_duplicates_nothing(tmp_path: Pa
             "7",
             "--patience-s",
             "40",
+            "--broker-restart-gap-s",
+            "8",
             "--final-timeout-s",
             "240",
             "--workdir",
