@@ -19,6 +19,21 @@ BATCH_ID_KEY = "lakesink.batch_id"
 COMMIT_ID_KEY = "lakesink.commit_id"
 
 
+_PARSED_OFFSETS: dict[str, WriterOffsets] = {}
+"""The `lakesink.offsets` text of a commit -> its WriterOffsets (a pure function of the text;
+with hundreds of partitions, parsing it was a visible part of every commit)."""
+
+
+def _offsets(text: str) -> WriterOffsets:
+    found = _PARSED_OFFSETS.get(text)
+    if found is None:
+        found = WriterOffsets.from_json(json.loads(text))
+        if len(_PARSED_OFFSETS) >= 256:
+            _PARSED_OFFSETS.clear()
+        _PARSED_OFFSETS[text] = found
+    return found
+
+
 def last_commit_of(timeline: Timeline, writer_id: str) -> tuple[Instant, WriterOffsets] | None:
     """The newest completed commit of `writer_id` and the offsets it recorded."""
     for instant in reversed(timeline.completed()):
@@ -26,7 +41,7 @@ def last_commit_of(timeline: Timeline, writer_id: str) -> tuple[Instant, WriterO
             continue
         extra = timeline.commit_metadata(instant).extra
         if extra.get(WRITER_ID_KEY) == writer_id and OFFSETS_KEY in extra:
-            return instant, WriterOffsets.from_json(json.loads(extra[OFFSETS_KEY]))
+            return instant, _offsets(extra[OFFSETS_KEY])
     return None
 
 

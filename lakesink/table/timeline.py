@@ -103,8 +103,12 @@ step), so each commit's Avro/JSON is parsed once, not on every batch."""
 _METADATA_MAX = 4096
 
 
-def _latest_states(parsed: Iterable[tuple[str, Instant]], folder: Path) -> list[Instant]:
-    by_time: dict[InstantTime, Instant] = {}
+def _latest_states(
+    parsed: Iterable[tuple[str, Instant]], folder: Path, known: Sequence[Instant] = ()
+) -> list[Instant]:
+    """One instant per time at its latest state, sorted by time. `known` are the latest states
+    of files already checked (the result is the same whatever order files are seen in)."""
+    by_time: dict[InstantTime, Instant] = {i.time: i for i in known}
     for name, inst in parsed:
         prev = by_time.get(inst.time)
         if prev is not None and prev.action is not inst.action:
@@ -119,7 +123,7 @@ def _latest_states(parsed: Iterable[tuple[str, Instant]], folder: Path) -> list[
             )
         if prev is None or inst.state > prev.state:
             by_time[inst.time] = inst
-    return sorted(by_time.values(), key=lambda i: i.time)
+    return sorted(by_time.values(), key=lambda i: i.time.value)
 
 
 class Timeline:
@@ -160,8 +164,15 @@ class Timeline:
         if hit is not None and hit[0] == names:
             # the same entries as at the last load: the same instants at the same states
             return cls(base, layout, hit[1], presorted=True)
-        parsed = _parse_names(folder, names)
-        instants = _latest_states(parsed, folder)
+        if hit is not None:
+            seen = set(hit[0])
+            added = [n for n in names if n not in seen]
+            if len(hit[0]) + len(added) == len(names):  # nothing removed: add the new files
+                instants = _latest_states(_parse_names(folder, added), folder, hit[1])
+            else:
+                instants = _latest_states(_parse_names(folder, names), folder)
+        else:
+            instants = _latest_states(_parse_names(folder, names), folder)
         if len(_LOADED) >= 64:
             _LOADED.clear()
         _LOADED[key] = (names, instants)
