@@ -97,7 +97,8 @@ def throughput(
             "value.format": "json",
             "value.schema": SAMPLE_EVENT_DDL,
             "table.path": str(work / f"{mode}-{size}"),
-            "kafka.max.records.per.batch": args.per_batch,
+            # at least 4 batches: the first one (JVM and worker warm-up) is not steady state
+            "kafka.max.records.per.batch": max(1000, min(args.per_batch, events // 4)),
             "writer.id": f"bench-{size}",
             "lock.provider": "filesystem",
             "spark.master": f"local[{args.cores}]",
@@ -156,7 +157,8 @@ def print_throughput(results: dict[str, Any]) -> None:
             print(
                 f"{size:>6} {name:<9} {r['records']:>9,} {r['rec_s']:>9,.0f} "
                 f"{(r['steady_rec_s'] or 0):>12,.0f} {r['steady_mb_s']:>6.1f} "
-                f"{r['cpu_us_per_rec']:>10.1f} {r['memory']['peak_total_rss_mb']:>11,.0f} "
+                f"{r['cpu_us_per_rec'] if r['steady_rec_s'] else float('nan'):>10.1f} "
+                f"{r['memory']['peak_total_rss_mb']:>11,.0f} "
                 f"{r.get('batches', ''):>7}"
             )
         print("       " + "  ".join(f"{k} {v}" for k, v in res["ratios"].items()))

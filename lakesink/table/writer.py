@@ -57,6 +57,10 @@ def _key_strings(col: pa.ChunkedArray, name: str) -> pa.ChunkedArray:
             f"record key column {name!r} has type {col.type}, which cannot form a record key; "
             "use a string, number, date or timestamp column"
         ) from e
+    t = col.type
+    if not (pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t)):
+        # numbers, dates, timestamps never render as "": only nulls need replacing
+        return pc.fill_null(s, NULL_KEY) if s.null_count else s
     s = pc.if_else(pc.equal(s, ""), EMPTY_KEY, s)
     return pc.fill_null(s, NULL_KEY)
 
