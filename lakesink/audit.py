@@ -19,10 +19,11 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 
 from lakesink.errors import CorruptTableError
-from lakesink.protocol.instant import Action
+from lakesink.protocol.instant import Action, Instant
 from lakesink.protocol.offsets import TopicPartition
 from lakesink.spark import commit_state as keys
 from lakesink.table.hudi_table import HudiTable
+from lakesink.table.metadata import CommitMetadata
 
 log = logging.getLogger(__name__)
 
@@ -66,12 +67,9 @@ def writer_ranges(
 ) -> dict[TopicPartition, tuple[int, int]]:
     """[first start, committed end) per partition, checking contiguity commit after commit."""
     spans: dict[TopicPartition, tuple[int, int]] = {}
-    timeline = table.timeline()
     last_offsets: dict[str, int] = {}
-    for instant in timeline.completed():
-        if instant.action is not Action.COMMIT:
-            continue
-        extra = timeline.commit_metadata(instant).extra
+    for instant, metadata in _writer_commits(table):
+        extra = metadata.extra
         if extra.get(keys.WRITER_ID_KEY) != writer_id:
             continue
         report.commits += 1
@@ -96,6 +94,28 @@ def writer_ranges(
             )
     report.committed = last_offsets
     return spans
+
+
+def _writer_commits(table: HudiTable) -> list[tuple[Instant, CommitMetadata]]:
+    """Every completed commit, archived ones first (archival moves the oldest instants aside)."""
+    from lakesink.services.archival import ARCHIVE_DIR, archived_instants
+
+    timeline = table.timeline()
+    out: list[tuple[Instant, CommitMetadata]] = []
+    active = {i.time for i in timeline.completed()}
+    for instant in archived_instants(table):
+        if instant.action is Action.COMMIT and instant.time not in active:
+            path = table.base_path / ARCHIVE_DIR / "timeline" / instant.file_name(table.layout)
+            out.append(
+                (
+                    instant,
+                    CommitMetadata.from_bytes(path.read_bytes(), table.layout, instant.action),
+                )
+            )
+    out += [
+        (i, timeline.commit_metadata(i)) for i in timeline.completed() if i.action is Action.COMMIT
+    ]
+    return out
 
 
 def _coordinates(table: pa.Table, topics: set[str]) -> list[Coordinate]:

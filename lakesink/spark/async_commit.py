@@ -201,6 +201,11 @@ class AsyncCommitter:
                 self.coordinator.publish(prepared, delay_s=self.publish_delay_s)
                 self.store.mark_committed(self.writer_id, epoch_of(prepared.instant_time))
                 self.store.prune_committed(self.writer_id, KEEP_COMMITTED_EPOCHS)
+                from lakesink.services.inline import after_commit
+
+                after_commit(
+                    self.coordinator.table, self.coordinator.services, prepared.instant_time
+                )
                 self.stats.last_publish_s = time.perf_counter() - started
                 self.stats.published += 1
             except BaseException as e:  # reported to the writer by check()
