@@ -179,6 +179,12 @@ KEYS: tuple[Key, ...] = (
         "File with the value schema (Avro .avsc for avro; a DDL text file for json).",
     ),
     Key(
+        "value.avro.wire.format",
+        _choice("confluent", "plain"),
+        "confluent",
+        "Avro values: confluent (magic byte 0 + 4-byte schema id + Avro) or plain (bare Avro).",
+    ),
+    Key(
         "errors.tolerance",
         _choice("none", "all"),
         "none",

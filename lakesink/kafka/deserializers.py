@@ -264,7 +264,8 @@ class RawDeserializer:
 
 # --- Avro ---------------------------------------------------------------------------------------
 
-WireFormat = Literal["auto", "confluent", "plain"]
+WireFormat = Literal["confluent", "plain"]
+WIRE_FORMATS = ("confluent", "plain")
 
 
 def avro_to_arrow_type(schema: Any, named: dict[str, pa.DataType] | None = None) -> pa.DataType:
@@ -368,15 +369,16 @@ def _avro_nullable(schema: Any) -> bool:
 class AvroDeserializer:
     """Avro binary values (no container header) of one record schema, read with fastavro.
 
-    `wire_format="auto"` accepts both plain values and the Confluent framing (magic byte 0 and
-    a 4-byte schema id before the Avro bytes); the value must decode to exactly its length."""
+    `wire_format="confluent"` (the default) expects the Confluent framing (magic byte 0 and a
+    4-byte schema id before the Avro bytes), `"plain"` bare Avro bytes; the value must decode to
+    exactly its length. There is no guessing: a plain value can also parse as a framed one."""
 
     def __init__(
         self,
         schema_file: str | Path | None = None,
         *,
         schema: str | dict[str, Any] | None = None,
-        wire_format: WireFormat = "auto",
+        wire_format: WireFormat = "confluent",
     ) -> None:
         from fastavro import parse_schema
 
@@ -391,9 +393,10 @@ class AvroDeserializer:
             raw = json.loads(schema) if isinstance(schema, str) else schema
         if not isinstance(raw, dict) or raw.get("type") != "record":
             raise ConfigError("the Avro value schema must be a record schema")
-        if wire_format not in ("auto", "confluent", "plain"):
+        if wire_format not in WIRE_FORMATS:
             raise ConfigError(
-                f"Avro wire format {wire_format!r} is not one of auto, confluent, plain"
+                f"Avro wire format {wire_format!r} is not valid; use confluent or plain "
+                "(value.avro.wire.format)"
             )
         try:
             self._parsed = parse_schema(raw)
@@ -423,16 +426,12 @@ class AvroDeserializer:
 
         if self._wire_format == "plain":
             return attempt(0)
-        if self._wire_format == "confluent":
-            if len(value) < 5 or value[0] != 0:
-                raise ValueError("value does not start with the Confluent magic byte 0")
-            return attempt(5)
-        if len(value) >= 5 and value[0] == 0:
-            try:
-                return attempt(5)
-            except Exception:
-                pass
-        return attempt(0)
+        if len(value) < 5 or value[0] != 0:
+            raise ValueError(
+                "value does not start with the Confluent magic byte 0 and a schema id "
+                "(set value.avro.wire.format=plain for bare Avro values)"
+            )
+        return attempt(5)
 
     def decode(self, values: Sequence[bytes | None]) -> Decoded:
         failures: dict[int, str] = {}
@@ -459,6 +458,8 @@ def make_deserializer(
     format: str,
     schema: str | None = None,
     schema_file: str | None = None,
+    *,
+    avro_wire_format: WireFormat = "confluent",
 ) -> Deserializer:
     """A deserializer by name. `schema` is a Spark DDL (json) or Avro schema JSON (avro);
     `schema_file` a file holding either (a `.avsc` for avro, DDL text for json)."""
@@ -475,8 +476,8 @@ def make_deserializer(
         raise ConfigError(f"the {fmt} format needs a schema (inline or schema file)")
     if fmt == "avro":
         if schema_file is not None:
-            return AvroDeserializer(schema_file)
-        return AvroDeserializer(schema=schema)
+            return AvroDeserializer(schema_file, wire_format=avro_wire_format)
+        return AvroDeserializer(schema=schema, wire_format=avro_wire_format)
     if schema_file is not None:
         try:
             schema = Path(schema_file).read_text()

@@ -120,6 +120,7 @@ def _deserializer(cfg: LakesinkConfig, factory: Any) -> Any:
         cfg["value.format"],
         schema=cfg["value.schema"],
         schema_file=cfg["value.schema.file"],
+        avro_wire_format=cfg["value.avro.wire.format"],
     )
 
 

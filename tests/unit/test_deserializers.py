@@ -205,20 +205,26 @@ def _record(i: int) -> dict[str, object]:
     }
 
 
-def test_avro_plain_and_confluent_framed_values(tmp_path: Path) -> None:
+def test_avro_confluent_framed_values(tmp_path: Path) -> None:
     path = tmp_path / "event.avsc"
     path.write_text(json.dumps(AVRO_SCHEMA))
     d = AvroDeserializer(path)
-    framed = b"\x00\x00\x00\x00\x07" + _avro(_record(1))
-    out = d.decode([_avro(_record(0)), framed, b"\xff\xff\xff", None])
+    framed = [b"\x00\x00\x00\x00\x07" + _avro(_record(i)) for i in range(2)]
+    out = d.decode([*framed, b"\xff\xff\xff", None])
     assert list(out.failures) == [2]
     assert out.failures[2].startswith("Avro decode failed")
+    assert "value.avro.wire.format=plain" in out.failures[2]
     rows = out.table.to_pylist()
     assert [r["id"] for r in rows] == [0, 1, None]
     assert rows[0]["name"] == "n0" and rows[1]["name"] is None
     assert rows[0]["ts"] == datetime(2024, 1, 1, tzinfo=UTC)
     assert rows[1]["attrs"] == [("k", 1)] and rows[0]["kind"] == "B"
     assert d.value_schema.field("ts").type == pa.timestamp("us", tz="UTC")
+
+
+def test_avro_wire_format_must_be_named_not_guessed() -> None:
+    with pytest.raises(ConfigError, match="confluent or plain"):
+        AvroDeserializer(schema=json.dumps(AVRO_SCHEMA), wire_format="auto")  # type: ignore[arg-type]
 
 
 def test_avro_value_with_trailing_bytes_is_bad() -> None:
