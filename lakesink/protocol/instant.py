@@ -4,6 +4,7 @@ file names in both timeline layouts (1: table version 6, 2: table version 8)."""
 from __future__ import annotations
 
 import enum
+import functools
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -31,14 +32,30 @@ class InstantTime:
         return cls(dt.strftime("%Y%m%d%H%M%S") + f"{epoch_ms % 1000:03d}")
 
     def to_epoch_ms(self) -> int:
-        try:
-            dt = datetime.strptime(self.value[:14], "%Y%m%d%H%M%S").replace(tzinfo=UTC)
-        except ValueError as e:  # 17 digits, but not a date (e.g. month 13)
-            raise CorruptTableError(f"instant time {self.value!r} is not a valid date: {e}") from e
-        return int(dt.timestamp()) * 1000 + int(self.value[14:])
+        return _epoch_ms(self.value)
 
     def __str__(self) -> str:
         return self.value
+
+
+@functools.lru_cache(maxsize=65_536)
+def _epoch_ms(value: str) -> int:
+    """Epoch milliseconds of an instant time; cached because conflict checks and instant-time
+    generation convert every instant of the timeline on each commit (strptime is slow)."""
+    v = value
+    try:
+        dt = datetime(
+            int(v[0:4]),
+            int(v[4:6]),
+            int(v[6:8]),
+            int(v[8:10]),
+            int(v[10:12]),
+            int(v[12:14]),
+            tzinfo=UTC,
+        )
+    except ValueError as e:  # 17 digits, but not a date (e.g. month 13)
+        raise CorruptTableError(f"instant time {value!r} is not a valid date: {e}") from e
+    return int(dt.timestamp()) * 1000 + int(v[14:])
 
 
 class Action(enum.Enum):
