@@ -83,12 +83,10 @@ class AsyncCommitter:
         store: PendingCommitStore,
         *,
         max_pending: int = 4,
-        publish_delay_s: float = 0.0,
     ) -> None:
         self.coordinator = coordinator
         self.store = store
         self.max_pending = max_pending
-        self.publish_delay_s = publish_delay_s
         self.stats = CommitterStats()
         self._queue: queue.Queue[PreparedCommit | None] = queue.Queue()
         self._unpublished = 0
@@ -198,7 +196,7 @@ class AsyncCommitter:
                 return
             try:
                 started = time.perf_counter()
-                self.coordinator.publish(prepared, delay_s=self.publish_delay_s)
+                self.coordinator.publish(prepared)
                 self.store.mark_committed(self.writer_id, epoch_of(prepared.instant_time))
                 self.store.prune_committed(self.writer_id, KEEP_COMMITTED_EPOCHS)
                 from lakesink.services.inline import after_commit

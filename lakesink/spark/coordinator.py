@@ -77,6 +77,7 @@ class Coordinator:
         self.writer_id = writer_id
         self.query_id = query_id
         self.services = services
+        self.publish_delay_s = 0.0  # commit.publish.delay.s: models slow commits in benchmarks
         self._committed: WriterOffsets | None = None
 
     # --- start-up ----------------------------------------------------------------------------
@@ -215,11 +216,13 @@ class Coordinator:
             files=len(kept),
         )
 
-    def publish(self, prepared: PreparedCommit, *, delay_s: float = 0.0) -> BatchOutcome:
+    def publish(self, prepared: PreparedCommit) -> BatchOutcome:
         """Publish a prepared commit under the lock: the commit of the two-phase commit.
         Idempotent: a commit already on the timeline (same instant) is not published twice."""
         t = prepared.instant_time
         started = time.perf_counter()
+        if self.publish_delay_s:
+            time.sleep(self.publish_delay_s)  # commit.publish.delay.s: benchmarks only
         with self.services.locked(self.table):
             timeline = self.table.timeline()
             existing = timeline.get(t)
@@ -235,8 +238,6 @@ class Coordinator:
                     "another incarnation of this writer is running"
                 )
             self._check_conflicts(t, {w.path for w in prepared.metadata.writes})
-            if delay_s:
-                time.sleep(delay_s)  # commit.publish.delay.s: benchmarks of slow commits only
             instant = Instant(t, Action.COMMIT, State.INFLIGHT)
             self.table.timeline().publish(instant, prepared.metadata)
         publish_s = time.perf_counter() - started

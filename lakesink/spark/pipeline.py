@@ -98,6 +98,7 @@ class Ingestion:
         self.coordinator = Coordinator(
             self.table, cfg.writer_id, query_id=str(uuid.uuid4()), services=self.services
         )
+        self.coordinator.publish_delay_s = cfg["commit.publish.delay.s"]
 
     def run(self, *, once: bool = False, timeout_s: float | None = None) -> IngestionResult:
         started = time.monotonic()
@@ -247,7 +248,6 @@ def make_committer(cfg: LakesinkConfig, coordinator: Coordinator) -> AsyncCommit
         coordinator,
         pending_store_for(cfg),
         max_pending=cfg["commit.max.pending"],
-        publish_delay_s=cfg["commit.publish.delay.s"],
     )
 
 
