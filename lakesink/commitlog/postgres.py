@@ -83,13 +83,7 @@ class PostgresPendingCommitStore:
         return {"dsn": self.dsn, "table": self.table, "connect_timeout_s": self.connect_timeout_s}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.dsn = state["dsn"]
-        self.table = state["table"]
-        self.connect_timeout_s = state["connect_timeout_s"]
-        self.server = describe_dsn(self.dsn)
-        self._conn = None
-        self._pid = None
-        self._mutex = threading.RLock()
+        self.__init__(**state)  # type: ignore[misc]  # a fresh, unconnected store
 
     def __repr__(self) -> str:
         return f"PostgresPendingCommitStore({self.server!r}, table={self.table!r})"

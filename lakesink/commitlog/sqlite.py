@@ -55,12 +55,7 @@ class SqlitePendingCommitStore:
         return {"path": self.path, "table": self.table, "busy_timeout_s": self.busy_timeout_s}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.path = state["path"]
-        self.table = state["table"]
-        self.busy_timeout_s = state["busy_timeout_s"]
-        self._conn = None
-        self._pid = None
-        self._mutex = threading.RLock()
+        self.__init__(**state)  # type: ignore[misc]  # a fresh, unconnected store
 
     def __repr__(self) -> str:
         return f"SqlitePendingCommitStore({self.path!r}, table={self.table!r})"
