@@ -98,14 +98,15 @@ def writer_ranges(
 
 def _writer_commits(table: HudiTable) -> list[tuple[Instant, CommitMetadata]]:
     """Every completed commit, archived ones first (archival moves the oldest instants aside)."""
-    from lakesink.services.archival import ARCHIVE_DIR, archived_instants
+    from lakesink.services.archival import archived_instants
+    from lakesink.table.archive import archived_timeline_folder
 
     timeline = table.timeline()
     out: list[tuple[Instant, CommitMetadata]] = []
     active = {i.time for i in timeline.completed()}
     for instant in archived_instants(table):
         if instant.action is Action.COMMIT and instant.time not in active:
-            path = table.base_path / ARCHIVE_DIR / "timeline" / instant.file_name(table.layout)
+            path = archived_timeline_folder(table.base_path) / instant.file_name(table.layout)
             out.append(
                 (
                     instant,
@@ -140,8 +141,9 @@ def read_with_hudi_rs(base_path: str) -> pa.Table:
 
 def read_with_lakesink(table: HudiTable) -> pa.Table:
     from lakesink.table.reader import TableReader
+    from lakesink.table.view import FileSystemView
 
-    if not table.timeline().completed_data_instants():
+    if not FileSystemView(table).latest_base_files():
         return _NO_ROWS.empty_table()  # nothing committed yet: no data columns exist
     return TableReader(table).snapshot(columns=COORDINATES)
 

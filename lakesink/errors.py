@@ -42,6 +42,11 @@ class SchemaMismatchError(TableError):
     """Rows do not match the table's schema."""
 
 
+class InstantArchivedError(TableError):
+    """A time-travel or incremental read reaches back before the archived instants; only
+    instants after the archive boundary can be read as of or from."""
+
+
 class CommitError(LakesinkError):
     """A commit did not land. Nothing it wrote is visible; retrying the batch is safe."""
 

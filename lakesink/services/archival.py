@@ -2,21 +2,23 @@
 table ages, without changing what any reader sees.
 
 Archived instants move (requested, inflight, then completed file) from the active timeline to
-lakesink's archive `.hoodie/.lakesink/archive/timeline/`, which hudi-rs never lists. The newest
-archived commit of every lakesink writer is kept in `.hoodie/.lakesink/archive/writers.json`, so
-a writer whose last commit was archived still finds its committed offsets
-(`lakesink.spark.commit_state` falls back to it).
+lakesink's archive (`lakesink.table.archive`), which hudi-rs never lists. Before moving any,
+archival writes the archived view (the latest base file of every file group they leave live),
+which lakesink's readers, cleaner and clustering start from; and it records every lakesink
+writer's newest archived offsets in `writers.json`, so a writer whose last commit was archived
+still finds them (`lakesink.spark.commit_state` falls back to it).
 
-What may be archived: lakesink's reader builds its file-system view from the active timeline
-only, and hudi-rs treats a base file older than the active timeline as committed. So archival
-moves a prefix of the timeline (every completed instant before a boundary B, and never past the
-oldest pending instant) only when removing it changes no view as of B or later:
-- every file group written before B is replaced by a replacecommit at or before B (clustering
-  rewrote it), and
-- every file group replaced by an archived replacecommit is gone from storage (the cleaner
-  deleted it); otherwise hudi-rs would read it again.
-Clean and rollback instants carry no data and are archived with the prefix. Deleting files of
-archived instants is the cleaner's job, not archival's.
+What may be archived is a prefix of the completed instants (by instant time) that
+- keeps at least `min_instants` completed instants active, and runs only when more than
+  `max_instants` are;
+- stops before the earliest pending instant, and before any instant that completed after a
+  pending one began (that writer's conflict check must still see it);
+- completed, as a whole, before every instant left active (layout 2), so an incremental
+  reader starting at an active completion time misses nothing that was archived;
+- leaves on storage no base file older than the first active instant other than the live ones
+  of the archived view: hudi-rs reads any base file older than the active timeline as
+  committed, so files of failed writes, superseded slices and file groups an archived
+  replacecommit replaced must be gone first (the cleaner deletes them; archival waits).
 """
 
 from __future__ import annotations
@@ -26,23 +28,34 @@ import json
 import logging
 import os
 import shutil
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from lakesink.errors import CorruptTableError
 from lakesink.protocol.instant import Action, Instant, InstantTime, State, TimelineLayout
 from lakesink.protocol.offsets import WriterOffsets
+from lakesink.services.clean import list_base_files
+from lakesink.services.conflict_check import completed_after
 from lakesink.services.instants import read_json, write_json
 from lakesink.spark import commit_state as keys
 from lakesink.spark.coordinator import CommitServices
+from lakesink.table.archive import (
+    ArchivedView,
+    archive_folder,
+    archived_timeline_folder,
+    load_archived_view,
+    write_archived_view,
+)
+from lakesink.table.files import parse_base_file_name
 from lakesink.table.hudi_table import HudiTable
 from lakesink.table.metadata import CommitMetadata
 from lakesink.table.timeline import Timeline, list_instant_files
+from lakesink.table.view import FileSlice, build_file_groups
 
 log = logging.getLogger(__name__)
 
-ARCHIVE_DIR = Path(".hoodie") / ".lakesink" / "archive"
 WRITERS_INDEX = "writers.json"
 
 
@@ -66,57 +79,105 @@ class ArchiveResult:
     archived: tuple[Instant, ...] = ()
     active_before: int = 0
     active_after: int = 0
+    held_back_by: str = ""
+    """Why archival stopped before the policy's limit, when it did."""
 
 
 Entry = tuple[Instant, CommitMetadata | None]
 
 
+@dataclass(frozen=True, slots=True)
+class PrefixChoice:
+    """How many entries to archive, what they leave visible, and what held archival back."""
+
+    count: int
+    live: tuple[FileSlice, ...] = ()
+    held_back_by: str = ""
+
+
 def archivable_prefix(
     entries: Sequence[Entry],
-    earliest_pending: InstantTime | None,
+    base: Sequence[FileSlice],
+    pending: Sequence[Instant],
+    on_storage: Mapping[str, InstantTime],
     policy: ArchivePolicy,
-    exists: Callable[[str], bool],
-) -> int:
-    """Pure: how many of the completed `entries` (sorted by instant time; metadata for data
-    instants) may be archived — the longest prefix that obeys the rules in the module doc."""
+    completed_after_began: Callable[[Instant, Instant], bool] = lambda _done, _pending: False,
+) -> PrefixChoice:
+    """Pure: the longest prefix of the completed `entries` (sorted by instant time, metadata for
+    data instants) that obeys the rules in the module doc. `base` is the previous archived view,
+    `on_storage` maps base files on storage (relative paths) to their instant times, and
+    `completed_after_began(done, pending)` tells whether `done` completed after `pending`
+    began."""
     if len(entries) <= policy.max_instants:
-        return 0
+        return PrefixChoice(0)
     limit = len(entries) - policy.min_instants
-    written: set[tuple[str, str]] = set()  # file groups written in the prefix, not yet replaced
-    paths_of: dict[tuple[str, str], list[str]] = {}
-    blocked = False  # an archived replacecommit would un-hide files still on storage
-    best = 0
-    for idx, (inst, md) in enumerate(entries):
-        if idx > limit or (earliest_pending is not None and inst.time >= earliest_pending):
+    earliest_pending = min((p.time for p in pending), default=None)
+    why = ""
+    n = 0
+    while n < limit:
+        inst = entries[n][0]
+        if earliest_pending is not None and inst.time >= earliest_pending:
+            why = f"pending instant {earliest_pending}"
             break
-        replaced_here: set[tuple[str, str]] = set()
-        if md is not None and inst.action is Action.REPLACE_COMMIT:
-            replaced_here = {(p, f) for p, ids in md.replaced_file_ids.items() for f in ids}
-        # may the boundary sit here (archive entries[:idx])?
-        if idx > 0 and not blocked and written <= replaced_here:
-            best = idx
-        if md is None:
+        racing = next((p for p in pending if completed_after_began(inst, p)), None)
+        if racing is not None:
+            why = f"{inst.time} completed after pending instant {racing.time} began"
+            break
+        n += 1
+    # layout 2: the archived instants must all have completed before every active one
+    done_at = [i.completion_time or i.time for i, _ in entries]
+    suffix_min = list(done_at)
+    for k in range(len(done_at) - 2, -1, -1):
+        suffix_min[k] = min(done_at[k], suffix_min[k + 1])
+    prefix_max: list[InstantTime] = []
+    for t in done_at:
+        prefix_max.append(t if not prefix_max else max(prefix_max[-1], t))
+    while n > 0:
+        if prefix_max[n - 1] >= suffix_min[n]:
+            n -= 1
+            why = why or "completion order (an older instant completed after a newer one)"
             continue
-        # extend the prefix by this instant
-        for key in replaced_here:
-            written.discard(key)
-            if any(exists(p) for p in paths_of.get(key, ())):
-                blocked = True
-        for w in md.writes:
-            key = (w.partition_path, w.file_id)
-            written.add(key)
-            paths_of.setdefault(key, []).append(w.path)
-        if blocked:
-            break
-    return best
+        boundary = entries[n][0].time
+        if earliest_pending is not None:
+            boundary = min(boundary, earliest_pending)
+        commits = [(i, md) for i, md in entries[:n] if md is not None]
+        groups, _ = build_file_groups(commits, None, base)
+        live = tuple(g.latest for g in groups.values())
+        live_paths = {s.path for s in live}
+        stray = sorted(
+            (t, p) for p, t in on_storage.items() if t < boundary and p not in live_paths
+        )
+        if not stray:
+            return PrefixChoice(n, live, why)
+        n, held_by = min((_last_prefix_keeping(entries, n, p, t), p) for t, p in stray)
+        why = (
+            f"{held_by} is on storage but not live (a failed write, or replaced or superseded "
+            "and not cleaned yet)"
+        )
+    return PrefixChoice(0, (), why)
 
 
-def _archive_folder(table: HudiTable) -> Path:
-    return table.base_path / ARCHIVE_DIR / "timeline"
+def _last_prefix_keeping(entries: Sequence[Entry], n: int, path: str, time_: InstantTime) -> int:
+    """The longest prefix (shorter than `n`) that leaves the base file `path` of instant `time_`
+    either live or newer than the first active instant."""
+    partition = path.rpartition("/")[0]
+    file_id = parse_base_file_name(path.rsplit("/", 1)[-1]).file_id
+    for k, (inst, md) in enumerate(entries[:n]):
+        if md is None or inst.time <= time_:
+            continue
+        if file_id in md.replaced_file_ids.get(partition, ()) or any(
+            w.file_id == file_id and w.partition_path == partition for w in md.writes
+        ):
+            return k  # the instant that replaced or superseded it must stay active
+    # a file of no archived instant: the first active instant must be at or before it
+    k = n - 1
+    while k > 0 and entries[k][0].time > time_:
+        k -= 1
+    return k
 
 
 def _update_writers_index(table: HudiTable, timeline: Timeline, chosen: Sequence[Instant]) -> None:
-    path = table.base_path / ARCHIVE_DIR / WRITERS_INDEX
+    path = archive_folder(table.base_path) / WRITERS_INDEX
     index: dict[str, Any] = read_json(path) or {}
     for inst in chosen:
         if inst.action is not Action.COMMIT:
@@ -136,7 +197,7 @@ def _update_writers_index(table: HudiTable, timeline: Timeline, chosen: Sequence
 
 def archived_offsets(table: HudiTable, writer_id: str) -> WriterOffsets | None:
     """The offsets of `writer_id`'s newest archived commit, if one was archived."""
-    index: Any = read_json(table.base_path / ARCHIVE_DIR / WRITERS_INDEX)
+    index: Any = read_json(archive_folder(table.base_path) / WRITERS_INDEX)
     if not isinstance(index, dict) or writer_id not in index:
         return None
     return WriterOffsets.from_json(index[writer_id]["offsets"])
@@ -144,7 +205,8 @@ def archived_offsets(table: HudiTable, writer_id: str) -> WriterOffsets | None:
 
 def archived_instants(table: HudiTable) -> list[Instant]:
     """Completed instants in the archive, by instant time."""
-    found = [i for _, i in list_instant_files(_archive_folder(table)) if i.is_completed]
+    listed = list_instant_files(archived_timeline_folder(table.base_path))
+    found = [i for _, i in listed if i.is_completed]
     return sorted(found, key=lambda i: i.time)
 
 
@@ -157,41 +219,98 @@ def _move(src: Path, folder: Path) -> None:
     src.unlink()
 
 
+def _base_files_by_time(table: HudiTable) -> dict[str, InstantTime]:
+    out: dict[str, InstantTime] = {}
+    for rel in list_base_files(table):
+        try:
+            out[rel] = parse_base_file_name(rel.rsplit("/", 1)[-1]).instant_time
+        except CorruptTableError:
+            continue  # not a base file name lakesink or Hudi writes
+    return out
+
+
+def _table_schema(timeline: Timeline, entries: Sequence[Entry], previous: str | None) -> str | None:
+    """The schema of the last archived data instant (by completion) that recorded one."""
+    metadata = {i: md for i, md in entries if md is not None}
+    for inst in reversed(timeline.in_completion_order(list(metadata))):
+        if metadata[inst].schema:
+            return metadata[inst].schema
+    return previous
+
+
 def archive(
     table: HudiTable, services: CommitServices, policy: ArchivePolicy | None = None
 ) -> ArchiveResult:
-    """Under the lock: choose the archivable prefix and move it to the archive."""
+    """Under the lock: choose the archivable prefix, write the archived view and the writers'
+    offsets, then move the prefix to the archive."""
     policy = policy or ArchivePolicy()
     with services.locked(table):
         timeline = table.timeline()
+        previous = load_archived_view(table.base_path)
+        if previous is not None:
+            # an archival interrupted after writing its view: finish moving what it covers
+            leftovers = [i for i in timeline.completed() if i.time <= previous.upto]
+            _move_instants(timeline, leftovers)
+            timeline = table.timeline()
         completed = list(timeline.completed())
-        pending = timeline.inflight_or_requested()
-        earliest_pending = min((i.time for i in pending), default=None)
         entries: list[Entry] = [
             (i, timeline.commit_metadata(i) if i.action.writes_data else None) for i in completed
         ]
-        n = archivable_prefix(
-            entries, earliest_pending, policy, lambda rel: (table.base_path / rel).exists()
+        choice = archivable_prefix(
+            entries,
+            previous.slices if previous is not None else (),
+            timeline.inflight_or_requested(),
+            _base_files_by_time(table),
+            policy,
+            lambda done, pending: completed_after(timeline, pending.time, done),
         )
-        chosen = [i for i, _ in entries[:n]]
+        chosen = [i for i, _ in entries[: choice.count]]
         if not chosen:
-            return ArchiveResult((), len(completed), len(completed))
-        folder = _archive_folder(table)
-        folder.mkdir(parents=True, exist_ok=True)
+            if choice.held_back_by:
+                log.info("table %s: nothing archived: %s", table.config.name, choice.held_back_by)
+            return ArchiveResult((), len(completed), len(completed), choice.held_back_by)
         _update_writers_index(table, timeline, chosen)
-        for inst in chosen:
-            for state in (State.REQUESTED, State.INFLIGHT):
-                _move(timeline.path_of(inst.with_state(state)), folder)
-            _move(timeline.path_of(inst), folder)
+        done_at = [i.completion_time or i.time for i in chosen]
+        write_archived_view(
+            table.base_path,
+            ArchivedView(
+                upto=chosen[-1].time,
+                completed_upto=max(done_at),
+                slices=choice.live,
+                table_schema=_table_schema(
+                    timeline,
+                    entries[: choice.count],
+                    previous.table_schema if previous is not None else None,
+                ),
+            ),
+        )
+        _move_instants(timeline, chosen)
     if table.layout is TimelineLayout.V1:
         with contextlib.suppress(OSError):
             os.utime(timeline.folder)
     log.info(
-        "table %s: archived %d instants (%s .. %s); %d remain active",
+        "table %s: archived %d instants (%s .. %s); %d remain active%s",
         table.config.name,
         len(chosen),
         chosen[0].time,
         chosen[-1].time,
         len(completed) - len(chosen),
+        f"; held back by {choice.held_back_by}" if choice.held_back_by else "",
     )
-    return ArchiveResult(tuple(chosen), len(completed), len(completed) - len(chosen))
+    return ArchiveResult(
+        tuple(chosen), len(completed), len(completed) - len(chosen), choice.held_back_by
+    )
+
+
+def _move_instants(timeline: Timeline, instants: Sequence[Instant]) -> None:
+    """Move each instant's requested and inflight files, then its completed file (a reader
+    never sees a completed instant as pending), to the archive."""
+    if not instants:
+        return
+    folder = archived_timeline_folder(timeline.base_path)
+    folder.mkdir(parents=True, exist_ok=True)
+    for inst in instants:
+        for state in (State.REQUESTED, State.INFLIGHT):
+            _move(timeline.path_of(inst.with_state(state)), folder)
+        if inst.is_completed:
+            _move(timeline.path_of(inst), folder)

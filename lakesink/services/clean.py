@@ -28,7 +28,7 @@ from lakesink.services.lazy_rollback import rollback_failed_writes
 from lakesink.spark.coordinator import CommitServices
 from lakesink.table.files import parse_base_file_name
 from lakesink.table.hudi_table import HudiTable
-from lakesink.table.view import CommitEntry
+from lakesink.table.view import CommitEntry, FileSlice, active_commits_and_base
 
 log = logging.getLogger(__name__)
 
@@ -86,11 +86,15 @@ def earliest_retained(
     return keep
 
 
-def replaced_files(commits: Sequence[CommitEntry], keep_from: InstantTime) -> list[str]:
+def replaced_files(
+    commits: Sequence[CommitEntry], keep_from: InstantTime, base: Sequence[FileSlice] = ()
+) -> list[str]:
     """Pure: base files that no view as of `keep_from` or later reads: slices older than
     `keep_from` of groups replaced at or before it, or superseded by a newer slice at or before
-    it."""
+    it. `base` are the slices archived instants left visible."""
     slices: dict[tuple[str, str], list[tuple[InstantTime, str]]] = {}
+    for b in base:
+        slices.setdefault((b.partition_path, b.file_id), []).append((b.instant_time, b.path))
     replaced_at: dict[tuple[str, str], InstantTime] = {}
     for inst, md in commits:
         if not inst.is_completed or not inst.action.writes_data:
@@ -148,11 +152,13 @@ def plan_clean(
     on_storage: Iterable[str],
     policy: RetainPolicy,
     now_ms: int,
+    base: Sequence[FileSlice] = (),
 ) -> CleanPlan:
-    """Pure: the whole plan from the timeline, the commit metadata and the storage listing."""
+    """Pure: the whole plan from the timeline, the commit metadata (of active instants), the
+    slices archived instants left visible (`base`) and the storage listing."""
     keep_from = earliest_retained(commits, policy, now_ms)
-    replaced = replaced_files(commits, keep_from) if keep_from is not None else []
-    referenced = {w.path for _, md in commits for w in md.writes}
+    replaced = replaced_files(commits, keep_from, base) if keep_from is not None else []
+    referenced = {w.path for _, md in commits for w in md.writes} | {b.path for b in base}
     failed = failed_files(on_storage, instants, referenced)
     return CleanPlan(keep_from, tuple(replaced), tuple(f for f in failed if f not in replaced))
 
@@ -259,9 +265,14 @@ def clean(
     started = time.monotonic()
     with services.locked(table):
         timeline = table.timeline()
-        commits = [(i, timeline.commit_metadata(i)) for i in timeline.completed_data_instants()]
+        commits, base = active_commits_and_base(timeline)
         plan = plan_clean(
-            commits, timeline.instants, list_base_files(table), policy, int(time.time() * 1000)
+            commits,
+            timeline.instants,
+            list_base_files(table),
+            policy,
+            int(time.time() * 1000),
+            base,
         )
         if plan.is_empty:
             return CleanResult(None, (), rolled, plan)

@@ -71,7 +71,9 @@ def _mtime(timeline: Timeline, instant: Instant) -> float | None:
         return None
 
 
-def _completed_after(timeline: Timeline, began: InstantTime, other: Instant) -> bool:
+def completed_after(timeline: Timeline, began: InstantTime, other: Instant) -> bool:
+    """Whether `other` completed after the instant `began` was begun (by completion time,
+    and for recent ones by the times their timeline files were written)."""
     if completed_since(began, other.time, other.completion_time):
         return True
     recent = other.completion_time is None or (
@@ -107,7 +109,7 @@ def concurrent_operations(
         if inst.time == began or not inst.action.writes_data:
             continue
         if inst.is_completed:
-            if _completed_after(tl, began, inst):
+            if completed_after(tl, began, inst):
                 out.append(operation_of(inst, tl.commit_metadata(inst)))
         elif inst.action is Action.REPLACE_COMMIT:
             out.append(

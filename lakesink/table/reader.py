@@ -10,8 +10,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from lakesink.errors import CorruptTableError, SchemaMismatchError
+from lakesink.errors import CorruptTableError, InstantArchivedError, SchemaMismatchError
 from lakesink.protocol.instant import InstantTime, TimelineLayout
+from lakesink.table.archive import load_archived_view
 from lakesink.table.avro_schema import META_SCHEMA
 from lakesink.table.hudi_table import HudiTable, _format_partition_value
 from lakesink.table.view import FileSlice, FileSystemView, IncrementalOrder, incremental_slices
@@ -59,10 +60,25 @@ class TableReader:
         timeline = self.table.timeline()
         if by is None:
             by = "completion" if self.table.layout is TimelineLayout.V2 else "requested"
-        commits = [(i, timeline.commit_metadata(i)) for i in timeline.completed_data_instants()]
+        start = InstantTime(str(start_exclusive))
+        archived = load_archived_view(self.table.base_path)
+        if archived is not None:
+            reach = archived.completed_upto if by == "completion" else archived.upto
+            if start < reach:
+                raise InstantArchivedError(
+                    f"rows committed up to {reach} ({by} time) of table "
+                    f"{self.table.config.name!r} are archived; an incremental read can start "
+                    f"at {reach} or later (read a snapshot for older rows)"
+                )
+        floor = archived.upto if archived is not None else None
+        commits = [
+            (i, timeline.commit_metadata(i))
+            for i in timeline.completed_data_instants()
+            if floor is None or i.time > floor
+        ]
         if end_inclusive is None:
             last = timeline.last_completed()
-            if last is None:
+            if last is None or not commits:
                 return self._read([], columns, partition_filter, frozenset())
             end = (
                 (last.completion_time or last.time)
@@ -71,7 +87,7 @@ class TableReader:
             )
         else:
             end = InstantTime(str(end_inclusive))
-        slices, times = incremental_slices(commits, InstantTime(str(start_exclusive)), end, by)
+        slices, times = incremental_slices(commits, start, end, by)
         return self._read(slices, columns, partition_filter, times)
 
     # -- internals ---------------------------------------------------------------------------
@@ -151,9 +167,18 @@ class TableReader:
 
     def _empty(self) -> pa.Table:
         timeline = self.table.timeline()
-        for inst in reversed(timeline.in_completion_order(timeline.completed_data_instants())):
-            for w in timeline.commit_metadata(inst).writes:
-                path = self.table.base_path / w.path
-                if path.exists():
-                    return pq.read_schema(path).empty_table()
+        candidates = [
+            w.path
+            for inst in reversed(timeline.in_completion_order(timeline.completed_data_instants()))
+            for w in timeline.commit_metadata(inst).writes
+        ]
+        archived = load_archived_view(self.table.base_path)
+        if archived is not None:
+            candidates += [
+                s.path for s in sorted(archived.slices, key=lambda s: s.instant_time, reverse=True)
+            ]
+        for rel in candidates:
+            path = self.table.base_path / rel
+            if path.exists():
+                return pq.read_schema(path).empty_table()
         return META_SCHEMA.empty_table()

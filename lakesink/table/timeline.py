@@ -18,6 +18,7 @@ from lakesink.errors import (
     UnsupportedTableError,
 )
 from lakesink.protocol.instant import Action, Instant, InstantTime, State, TimelineLayout
+from lakesink.table.archive import archived_timeline_folder, load_archived_view
 from lakesink.table.atomic import create_exclusive
 from lakesink.table.markers import delete_markers
 from lakesink.table.metadata import CommitMetadata, RollbackMetadata, RollbackPlan
@@ -128,8 +129,8 @@ def _latest_states(
 
 class Timeline:
     """A snapshot of a table's active timeline: one entry per instant, at its latest state,
-    sorted by instant (requested) time. Archived instants are not loaded (archival keeps
-    them under `history/` in layout 2 and `archived/` in layout 1; `archived` stays empty)."""
+    sorted by instant (requested) time. Archived instants are not loaded: lakesink's archival
+    moves them under `.hoodie/.lakesink/archive/` (`lakesink.table.archive`)."""
 
     def __init__(
         self,
@@ -145,7 +146,6 @@ class Timeline:
         self.instants: tuple[Instant, ...] = (
             tuple(instants) if presorted else tuple(sorted(instants, key=lambda i: i.time))
         )
-        self.archived: tuple[Instant, ...] = ()
         self._by_time = {i.time: i for i in self.instants}
         self._commit_cache: dict[Instant, CommitMetadata] = {}
 
@@ -241,12 +241,23 @@ class Timeline:
             try:
                 st = path.stat()
             except FileNotFoundError:
-                raise CorruptTableError(f"timeline file {path} is missing") from None
+                # archival moved it since this snapshot was listed
+                path = archived_timeline_folder(self.base_path) / path.name
+                try:
+                    st = path.stat()
+                except FileNotFoundError:
+                    raise CorruptTableError(
+                        f"timeline file {self.path_of(instant)} is missing"
+                    ) from None
             key = (str(path), st.st_ino, st.st_mtime_ns, st.st_size, instant.action.value)
             cached = _METADATA.get(key)
             if cached is None:
+                try:
+                    content = path.read_bytes()
+                except FileNotFoundError:
+                    raise CorruptTableError(f"timeline file {path} is missing") from None
                 cached = CommitMetadata.from_bytes(
-                    self._read(instant), self.layout, instant.action, source=str(path)
+                    content, self.layout, instant.action, source=str(path)
                 )
                 if len(_METADATA) >= _METADATA_MAX:
                     _METADATA.clear()
@@ -266,12 +277,14 @@ class Timeline:
         return RollbackPlan.from_bytes(self._read(req), source=str(self.path_of(req)))
 
     def latest_schema(self) -> str | None:
-        """The Avro schema of the last completed data instant that recorded one."""
+        """The Avro schema of the last completed data instant that recorded one (archived
+        instants included)."""
         for inst in reversed(self.in_completion_order(self.completed_data_instants())):
             schema = self.commit_metadata(inst).schema
             if schema:
                 return schema
-        return None
+        archived = load_archived_view(self.base_path)
+        return archived.table_schema if archived is not None else None
 
     # -- writing -----------------------------------------------------------------------------
 

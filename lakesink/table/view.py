@@ -16,7 +16,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from lakesink.errors import CorruptTableError
+from lakesink.errors import CorruptTableError, InstantArchivedError
 from lakesink.protocol.instant import Action, Instant, InstantTime
 from lakesink.table.files import parse_base_file_name
 from lakesink.table.metadata import CommitMetadata
@@ -75,11 +75,16 @@ def _slices_of(instant: Instant, metadata: CommitMetadata) -> Iterable[FileSlice
 
 
 def build_file_groups(
-    commits: Iterable[CommitEntry], as_of: InstantTime | None = None
+    commits: Iterable[CommitEntry],
+    as_of: InstantTime | None = None,
+    base: Iterable[FileSlice] = (),
 ) -> tuple[dict[tuple[str, str], FileGroup], set[tuple[str, str]]]:
     """Pure: (visible file groups keyed by (partition, file id), replaced keys) from the
-    completed data instants, as of `as_of` (requested time, inclusive; None = all)."""
+    completed data instants, as of `as_of` (requested time, inclusive; None = all), on top of
+    the `base` slices (what archived instants left visible)."""
     slices: dict[tuple[str, str], list[FileSlice]] = {}
+    for s in base:
+        slices.setdefault((s.partition_path, s.file_id), []).append(s)
     replaced: set[tuple[str, str]] = set()
     for instant, md in commits:
         if not instant.is_completed or not instant.action.writes_data:
@@ -128,7 +133,8 @@ def incremental_slices(
 
 
 class FileSystemView:
-    """Latest file slices of a table as of an instant (default: everything completed)."""
+    """Latest file slices of a table as of an instant (default: everything completed): the
+    archived view (what archived instants left visible) plus the active timeline's commits."""
 
     def __init__(
         self,
@@ -137,6 +143,7 @@ class FileSystemView:
         *,
         timeline: Timeline | None = None,
         commits: Sequence[CommitEntry] | None = None,
+        base: Sequence[FileSlice] = (),
     ) -> None:
         self.as_of = as_of
         if commits is None:
@@ -144,17 +151,20 @@ class FileSystemView:
                 if table is None:
                     raise ValueError("FileSystemView needs a table, a timeline or commits")
                 timeline = table.timeline()
-            tl = timeline
-            commits = [(i, tl.commit_metadata(i)) for i in tl.completed_data_instants()]
+            commits, base = active_commits_and_base(timeline, as_of)
         self.commits: tuple[CommitEntry, ...] = tuple(commits)
-        self._groups, self._replaced = build_file_groups(self.commits, as_of)
+        self.base: tuple[FileSlice, ...] = tuple(base)
+        self._groups, self._replaced = build_file_groups(self.commits, as_of, self.base)
 
     @classmethod
     def from_commits(
-        cls, commits: Sequence[CommitEntry], as_of: InstantTime | None = None
+        cls,
+        commits: Sequence[CommitEntry],
+        as_of: InstantTime | None = None,
+        base: Sequence[FileSlice] = (),
     ) -> FileSystemView:
         """Pure constructor (no I/O) for tests and tools."""
-        return cls(None, as_of, commits=commits)
+        return cls(None, as_of, commits=commits, base=base)
 
     def file_groups(self, partitions: Iterable[str] | None = None) -> list[FileGroup]:
         wanted = None if partitions is None else set(partitions)
@@ -181,6 +191,30 @@ class FileSystemView:
     @property
     def total_records(self) -> int:
         return sum(s.num_records for s in self.latest_base_files())
+
+
+def active_commits_and_base(
+    timeline: Timeline, as_of: InstantTime | None = None
+) -> tuple[list[CommitEntry], tuple[FileSlice, ...]]:
+    """The completed data instants of `timeline` not yet archived, with their metadata, and
+    the slices the archived ones left visible. InstantArchivedError if `as_of` is archived.
+
+    The archived view is read after the timeline was listed: archival writes the view before
+    moving instants, so every instant missing from the listing is in this view or an older
+    one, and the active instants the view covers already are skipped."""
+    from lakesink.table.archive import load_archived_view  # archive builds on FileSlice
+
+    archived = load_archived_view(timeline.base_path)
+    done = timeline.completed_data_instants()
+    if archived is None:
+        return [(i, timeline.commit_metadata(i)) for i in done], ()
+    if as_of is not None and as_of < archived.upto:
+        raise InstantArchivedError(
+            f"instant {as_of} of {timeline.base_path} is archived; time travel reaches back to "
+            f"{archived.upto}"
+        )
+    active = [(i, timeline.commit_metadata(i)) for i in done if i.time > archived.upto]
+    return active, archived.slices
 
 
 def _as_of(g: FileGroup, t: InstantTime) -> FileSlice | None:

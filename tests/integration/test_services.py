@@ -17,14 +17,17 @@ from integration.test_multi_writer import (
 )
 
 from lakesink.audit import read_with_hudi_rs
+from lakesink.errors import InstantArchivedError
 from lakesink.protocol.instant import Action
 from lakesink.protocol.offsets import OffsetRange, TopicPartition
 from lakesink.protocol.write_status import WriteStatus
+from lakesink.services import archival
 from lakesink.services.archival import ArchivePolicy, archive
 from lakesink.services.clean import RetainPolicy, clean
 from lakesink.services.clustering import ClusteringOptions, cluster
 from lakesink.spark.commit_state import committed_offsets
 from lakesink.spark.coordinator import Coordinator
+from lakesink.table.archive import load_archived_view
 from lakesink.table.config import TableConfig
 from lakesink.table.files import write_token
 from lakesink.table.hudi_table import HudiTable
@@ -83,8 +86,14 @@ def test_cluster_clean_archive_keep_reads_time_travel_and_offsets(
         + _coords(rows("topic-a", 1, 120, 20))
         + _coords(rows("topic-a", 0, 140, 20))
     )
+    # time travel to a retained instant sees the rows committed up to it; not before them
     retained = table.timeline().completed_data_instants()[0]
-    assert TableReader(table).as_of(retained.time).num_rows == 12 * ROWS_PER_BATCH
+    as_of = TableReader(table).as_of(retained.time)
+    full = TableReader(table).snapshot()
+    upto = [t <= retained.time.value for t in full.column("_hoodie_commit_time").to_pylist()]
+    assert as_of.num_rows == sum(upto) and as_of.num_rows > 0
+    with pytest.raises(InstantArchivedError, match="archived"):
+        TableReader(table).as_of(done.archived[0].time)
     # the writer's offsets survive archival; a new coordinator continues where it stopped
     assert committed_offsets(table, "w-a").to_json() == {"topic-a:0": 160, "topic-a:1": 140}
     coord2 = Coordinator(HudiTable.open(path), "w-a", services=services)
@@ -131,3 +140,105 @@ def test_slow_backfill_finishing_late_is_not_missed_by_completion_time_reads(
     assert set(late.column("kafka_topic").to_pylist()) == {"history"}
     missed = TableReader(table).incremental(checkpoint1.time, by="requested")
     assert missed.num_rows == 0  # by instant time it would have been skipped
+
+
+def _stray_copy(table: HudiTable, between: tuple[str, str]) -> Path:
+    """A base file a failed write left: a copy of a committed file under an instant time that
+    lies between two committed ones and is on no timeline."""
+    src = next((table.base_path / "kafka_partition=0").glob("*.parquet"))
+    t = str(int(between[0]) + 1)
+    assert t < between[1]
+    stray = src.with_name(f"00000000-0000-0000-0000-00000000dead-0_9-9-9_{t}.parquet")
+    stray.write_bytes(src.read_bytes())
+    return stray
+
+
+def _assert_readers_agree(table: HudiTable, expected_rows: int) -> None:
+    mine = TableReader(table).snapshot(columns=COORDS)
+    assert mine.num_rows == expected_rows
+    assert _coords(read_with_hudi_rs(str(table.base_path))) == _coords(mine)
+
+
+@pytest.mark.parametrize("version", [6, 8])
+def test_archival_of_a_stream_without_clustering_keeps_reads_and_commits_flat(
+    version: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "t"
+    table = _table(path, version)
+    services = services_for(path, "filesystem", None, "w-a")
+    coord = Coordinator(table, "w-a", services=services)
+    coord.start()
+    for b in range(10):
+        commit_one_batch(coord, "topic-a", b)
+    policy = ArchivePolicy(min_instants=3, max_instants=4)
+
+    # a failed write left a file inside the timeline: hudi-rs would read it as committed once
+    # the instants around it were archived, so archival stops before it until clean removes it
+    done = table.timeline().completed_data_instants()
+    stray = _stray_copy(table, (done[3].time.value, done[4].time.value))
+    held = archive(table, services, policy)
+    assert [i.time for i in held.archived] == [i.time for i in done[:3]]
+    assert stray.name in held.held_back_by
+    _assert_readers_agree(table, 10 * ROWS_PER_BATCH)
+    cleaned = clean(table, services, RetainPolicy(commits=3))
+    assert str(stray.relative_to(path)) in cleaned.deleted
+    full = archive(table, services, policy)
+    assert full.active_after == 3 and not full.held_back_by
+    assert len(table.timeline().completed_data_instants()) == 2  # + the clean instant
+    _assert_readers_agree(table, 10 * ROWS_PER_BATCH)
+
+    # reads reach back to the archive boundary, and say so before it
+    first_active = table.timeline().completed_data_instants()[0]
+    with pytest.raises(InstantArchivedError, match="time travel reaches back"):
+        TableReader(table).as_of(done[0].time)
+    assert TableReader(table).as_of(first_active.time).num_rows == 9 * ROWS_PER_BATCH
+    with pytest.raises(InstantArchivedError, match="incremental read can start"):
+        TableReader(table).incremental(done[0].time)
+    since = done[7].completion_time or done[7].time
+    assert TableReader(table).incremental(since).num_rows == 2 * ROWS_PER_BATCH
+
+    # the writer resumes from the archived offsets and keeps committing; archival goes on from
+    # the previous archived view
+    assert committed_offsets(table, "w-a").to_json() == {"topic-a:0": 100, "topic-a:1": 100}
+    for b in range(10, 16):
+        commit_one_batch(coord, "topic-a", b)
+    assert archive(table, services, policy).archived
+    _assert_readers_agree(table, 16 * ROWS_PER_BATCH)
+
+    # clustering rewrites archived small files too; once the cleaner deleted the replaced
+    # files, the replacecommit itself can be archived
+    clustered = cluster(table, services, ClusteringOptions(min_files=2))
+    assert clustered.files_after == 2 and clustered.files_before >= 14
+    for b in range(16, 20):
+        commit_one_batch(coord, "topic-a", b)
+    clean(table, services, RetainPolicy(commits=1))
+    after = archive(table, services, ArchivePolicy(min_instants=2, max_instants=3))
+    assert any(i.action is Action.REPLACE_COMMIT for i in after.archived), after.held_back_by
+    _assert_readers_agree(table, 20 * ROWS_PER_BATCH)
+    assert len(list(path.glob("kafka_partition=*/*.parquet"))) == 2 + 4  # clustered + 4 new
+
+    # an archival that dies after writing its view and moving part of the instants: readers
+    # still see every row once, and the next archival finishes the move
+    for b in range(20, 26):
+        commit_one_batch(coord, "topic-a", b)
+    moved: list[object] = []
+    real_move = archival._move
+
+    def dying_move(src: Path, folder: Path) -> None:
+        if len(moved) == 4:
+            raise OSError("injected: archival killed while moving instants")
+        moved.append(src)
+        real_move(src, folder)
+
+    monkeypatch.setattr(archival, "_move", dying_move)
+    with pytest.raises(OSError, match="injected"):
+        archive(table, services, policy)
+    monkeypatch.setattr(archival, "_move", real_move)
+    _assert_readers_agree(table, 26 * ROWS_PER_BATCH)
+    archive(table, services, policy)
+    upto = load_archived_view(path)
+    assert upto is not None
+    assert all(i.time > upto.upto for i in table.timeline().instants)
+    _assert_readers_agree(table, 26 * ROWS_PER_BATCH)
+    commit_one_batch(coord, "topic-a", 26)
+    _assert_readers_agree(table, 27 * ROWS_PER_BATCH)

@@ -70,20 +70,67 @@ def test_clustering_picks_small_files_outside_pending_plans() -> None:
     assert {p: [x.file_id for x in v] for p, v in chosen.items()} == {"p": ["a", "b"]}
 
 
-def test_archival_waits_until_clustering_rewrote_the_prefix() -> None:
-    entries = [commit(i, f"f{i}") for i in range(1, 6)]
-    entries.append(commit(6, "g", replaced=tuple(f"f{i}" for i in range(1, 6))))
-    entries += [commit(i, f"f{i}") for i in range(7, 10)]
-    policy = ArchivePolicy(min_instants=2, max_instants=3)
-    gone = lambda _p: False  # noqa: E731
-    # the boundary may sit at the clustering: everything before it is replaced by it
-    assert archivable_prefix(entries, None, policy, gone) == 5
-    # never past an inflight instant
-    assert archivable_prefix(entries, t(3), policy, gone) == 0
-    # archiving the replacecommit would un-hide replaced files still on storage (hudi-rs)
-    entries.append(commit(10, "h", replaced=("g", "f7", "f8", "f9")))
-    keep_one = ArchivePolicy(min_instants=1, max_instants=3)
-    assert archivable_prefix(entries, None, keep_one, lambda _p: True) == 5
-    assert archivable_prefix(entries, None, keep_one, gone) == 9
-    # and always keep min_instants active
-    assert archivable_prefix(entries, None, ArchivePolicy(2, 3), gone) == 5
+def storage_of(entries: list[tuple[Instant, CommitMetadata]]) -> dict[str, InstantTime]:
+    return {w.path: i.time for i, md in entries for w in md.writes}
+
+
+def test_archival_of_an_append_only_stream_keeps_min_instants_and_every_file_live() -> None:
+    entries = [commit(i, f"f{i}") for i in range(1, 10)]
+    choice = archivable_prefix(entries, (), (), storage_of(entries), ArchivePolicy(2, 3))
+    assert choice.count == 7 and not choice.held_back_by
+    assert sorted(s.file_id for s in choice.live) == [f"f{i}" for i in range(1, 8)]
+    # at most max_instants active: nothing to do
+    assert archivable_prefix(entries, (), (), {}, ArchivePolicy(2, 9)).count == 0
+
+
+def test_archival_stops_at_pending_instants_and_what_completed_after_they_began() -> None:
+    entries = [commit(i, f"f{i}") for i in range(1, 10)]
+    storage = storage_of(entries)
+    pending = Instant(t(4), Action.COMMIT, State.INFLIGHT)
+    choice = archivable_prefix(entries, (), (pending,), storage, ArchivePolicy(2, 3))
+    assert choice.count == 3 and "pending" in choice.held_back_by
+    # commit 3 completed after the pending instant 4 began (its conflict check needs it)
+    late = Instant(t(10), Action.COMMIT, State.INFLIGHT)
+    after = lambda done, _p: done.time == t(3)  # noqa: E731
+    assert archivable_prefix(entries, (), (late,), storage, ArchivePolicy(2, 3), after).count == 2
+
+
+def test_archival_keeps_completion_order_between_archived_and_active() -> None:
+    entries = [commit(i, f"f{i}") for i in range(1, 10)]
+    # instant 5 completed last of all (a slow writer): archiving it and not 6 would make an
+    # incremental reader that stopped at 6's completion miss it; archiving 6 without 5 as well
+    slow, md = entries[4]
+    entries[4] = (Instant(slow.time, slow.action, State.COMPLETED, t(50)), md)
+    choice = archivable_prefix(entries, (), (), storage_of(entries), ArchivePolicy(2, 3))
+    assert choice.count == 4 and "completion order" in choice.held_back_by
+
+
+def test_archival_waits_for_files_hudi_rs_would_read_as_committed() -> None:
+    entries = [commit(1, "a"), commit(2, "b"), commit(4, "c")]
+    entries.append(commit(5, "g", replaced=("a", "b")))
+    entries += [commit(i, f"f{i}") for i in range(6, 10)]
+    storage = storage_of(entries)
+    policy = ArchivePolicy(2, 3)
+    # a failed write of instant 3 left a file: the first active instant must not be after it
+    stray = {**storage, name("x", 3): t(3)}
+    choice = archivable_prefix(entries, (), (), stray, policy)
+    assert choice.count == 1 and name("x", 3) in choice.held_back_by
+    # the replacecommit 5 hides a and b only while it is active: archived, they must be gone
+    choice = archivable_prefix(entries, (), (), storage, policy)
+    assert choice.count == 3  # up to 4; 5 stays active
+    cleaned = {p: tt for p, tt in storage.items() if p not in (name("a", 1), name("b", 2))}
+    choice = archivable_prefix(entries, (), (), cleaned, policy)
+    assert choice.count == 6
+    assert sorted(s.file_id for s in choice.live) == ["c", "f6", "f7", "g"]
+
+
+def test_archival_starts_from_the_previous_archived_view() -> None:
+    base = (FileSlice("p", "old", t(1), name("old", 1), 10, 100),)
+    entries = [commit(5, "g", replaced=("old",))] + [commit(i, f"f{i}") for i in range(6, 10)]
+    storage = {**storage_of(entries), name("old", 1): t(1)}
+    # "old" (archived before) is replaced by 5 but still on storage: 5 stays active
+    assert archivable_prefix(entries, base, (), storage, ArchivePolicy(1, 2)).count == 0
+    del storage[name("old", 1)]
+    choice = archivable_prefix(entries, base, (), storage, ArchivePolicy(1, 2))
+    assert choice.count == 4
+    assert sorted(s.file_id for s in choice.live) == ["f6", "f7", "f8", "g"]
