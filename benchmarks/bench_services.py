@@ -4,11 +4,13 @@
    (and a clean that deletes the replaced files): base files before/after and snapshot read time
    with hudi-rs and with lakesink's reader.
 2. Commit time as the table ages: commits through the Coordinator (filesystem lock, heartbeats,
-   conflict check) with inline services every 50 commits (clean, cluster, archive) against none;
-   median and p95 of the publish step (under the lock) and of begin+publish, around 100, 1k and
-   10k commits.
+   conflict check) without services, with clean + archive every 50 commits (a stream that is
+   never clustered) and with clean + cluster + archive; median and p95 of the publish step
+   (under the lock) and of begin+publish over the last 100 commits, and the services' time per
+   run, around 100, 1k and 10k commits.
 
     python benchmarks/bench_services.py [--commits 100,1000,10000] [--no-archival-up-to 1000]
+        [--modes archive,cluster] [--skip-clustering]
 """
 
 from __future__ import annotations
@@ -121,30 +123,45 @@ def bench_clustering(root: Path, commits: int, rows: int) -> None:
     )
 
 
-def bench_commit_time(root: Path, total: int, archival: bool, marks: list[int]) -> None:
-    table, services, coord = make_table(root / f"commits-{total}-{archival}")
+MODES = {
+    "none": "no services",
+    "archive": "inline clean + archive every 50 commits (a stream without clustering)",
+    "cluster": "inline clean + cluster + archive every 50 commits",
+}
+
+
+def bench_commit_time(root: Path, total: int, mode: str, marks: list[int]) -> None:
+    table, services, coord = make_table(root / f"commits-{total}-{mode}")
     publish: list[float] = []
     whole: list[float] = []
-    label = "archival on (inline clean, cluster, archive every 50)" if archival else "no services"
-    print(f"## commit time, {label}")
-    print("| commits | active instants | publish median ms | publish p95 ms | commit median ms |")
-    print("| --- | --- | --- | --- | --- |", flush=True)
+    service_s: list[float] = []
+    print(f"## commit time, {MODES[mode]}")
+    print(
+        "| commits | active instants | base files | publish median ms | publish p95 ms "
+        "| commit median ms | services median ms |"
+    )
+    print("| --- | --- | --- | --- | --- | --- | --- |", flush=True)
     for b in range(total):
         p, w = commit_batch(coord, b, 1, 2)
         publish.append(p)
         whole.append(w)
-        if archival and (b + 1) % 50 == 0:
+        if mode != "none" and (b + 1) % 50 == 0:
+            started = time.perf_counter()
             clean(table, services, RetainPolicy(commits=10))
-            cluster(table, services, ClusteringOptions(min_files=2))
+            if mode == "cluster":
+                cluster(table, services, ClusteringOptions(min_files=2))
             archive(table, services, ArchivePolicy(min_instants=20, max_instants=40))
+            service_s.append(time.perf_counter() - started)
         if b + 1 in marks:
             window = slice(max(0, b + 1 - 100), b + 1)
             pub, tot = sorted(publish[window]), sorted(whole[window])
             active = len(table.timeline().instants)
+            files = len(list(table.base_path.glob("kafka_partition=*/*.parquet")))
             med, p95 = statistics.median(pub) * 1000, pub[int(len(pub) * 0.95) - 1] * 1000
+            svc = f"{statistics.median(service_s[-10:]) * 1000:.0f}" if service_s else "-"
             print(
-                f"| {b + 1:,} | {active:,} | {med:.1f} | {p95:.1f} | "
-                f"{statistics.median(tot) * 1000:.1f} |",
+                f"| {b + 1:,} | {active:,} | {files:,} | {med:.1f} | {p95:.1f} | "
+                f"{statistics.median(tot) * 1000:.1f} | {svc} |",
                 flush=True,
             )
     print()
@@ -157,6 +174,9 @@ def main() -> None:
     ap.add_argument("--cluster-commits", type=int, default=200)
     ap.add_argument("--dir", default=None)
     ap.add_argument("--skip-clustering", action="store_true")
+    ap.add_argument(
+        "--modes", default="archive,cluster", help="service modes with archival: archive,cluster"
+    )
     args = ap.parse_args()
     marks = [int(x) for x in args.commits.split(",")]
     with tempfile.TemporaryDirectory(dir=args.dir) as d:
@@ -165,8 +185,9 @@ def main() -> None:
             bench_clustering(root, args.cluster_commits, 250)
         upto = [m for m in marks if m <= args.no_archival_up_to]
         if upto:
-            bench_commit_time(root, max(upto), False, upto)
-        bench_commit_time(root, max(marks), True, marks)
+            bench_commit_time(root, max(upto), "none", upto)
+        for mode in args.modes.split(","):
+            bench_commit_time(root, max(marks), mode, marks)
 
 
 if __name__ == "__main__":

@@ -340,13 +340,17 @@ KEYS: tuple[Key, ...] = (
         "table.services.archive.min.instants",
         _positive_int,
         20,
-        "Archival keeps at least this many completed instants in the active timeline.",
+        "Archival keeps at least this many completed instants in the active timeline. Time "
+        "travel and incremental reads reach back to the oldest active instant; older instants "
+        "are kept under .hoodie/.lakesink/archive/ (the audit still reads them).",
     ),
     Key(
         "table.services.archive.max.instants",
         _positive_int,
         30,
-        "Archival runs when the active timeline holds more completed instants than this.",
+        "Archival runs when the active timeline holds more completed instants than this. It "
+        "waits for pending instants and for the cleaner to delete files hudi-rs would "
+        "otherwise read (failed writes, replaced file groups).",
     ),
     Key(
         "table.services.conflict.strategy",

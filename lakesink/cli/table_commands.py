@@ -299,8 +299,11 @@ def _service(tbl: Any, args: argparse.Namespace) -> int:
             "archived": [str(i.time) for i in a.archived],
             "active_before": a.active_before,
             "active_after": a.active_after,
+            "held_back_by": a.held_back_by,
         }
         text = f"archive: moved {len(a.archived)} instants; {a.active_after} remain active"
+        if a.held_back_by:
+            text += f" (held back by {a.held_back_by})"
     else:
         from lakesink.errors import CommitError
         from lakesink.services.lazy_rollback import rollback_failed_writes

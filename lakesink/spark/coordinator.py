@@ -27,6 +27,7 @@ from lakesink.protocol.offsets import OffsetRange, WriterOffsets
 from lakesink.protocol.write_status import WriteStatus
 from lakesink.services.conflict_check import check_ingestion_commit, strategy_for
 from lakesink.spark import commit_state as keys
+from lakesink.table.archive import is_archived_completed
 from lakesink.table.hudi_table import HudiTable
 from lakesink.table.markers import delete_markers, list_marked_files
 from lakesink.table.metadata import CommitMetadata
@@ -226,7 +227,9 @@ class Coordinator:
         with self.services.locked(self.table):
             timeline = self.table.timeline()
             existing = timeline.get(t)
-            if existing is not None and existing.is_completed:
+            if (existing is not None and existing.is_completed) or (
+                existing is None and is_archived_completed(self.table.base_path, t)
+            ):
                 log.info("table %s: instant %s is already published", self.table.config.name, t)
                 return BatchOutcome(prepared.batch_id, Verdict.ALREADY_COMMITTED, t)
             self.services.check_alive(self.table, t)

@@ -70,6 +70,21 @@ def archived_timeline_folder(base_path: Path) -> Path:
     return base_path / ARCHIVE_DIR / "timeline"
 
 
+def is_archived_completed(base_path: Path, instant_time: InstantTime) -> bool:
+    """Whether instant `instant_time` completed and was archived (a slow listing: for the rare
+    question of a publisher that finds its instant gone from the active timeline)."""
+    try:
+        names = os.listdir(archived_timeline_folder(base_path))
+    except FileNotFoundError:
+        return False
+    prefix = instant_time.value
+    return any(
+        n.startswith(prefix) and n[len(prefix)] in "._" and n.endswith(("commit", "replacecommit"))
+        for n in names
+        if len(n) > len(prefix)
+    )
+
+
 def _views_folder(base_path: Path) -> Path:
     return base_path / ARCHIVE_DIR / "views"
 

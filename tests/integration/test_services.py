@@ -18,6 +18,7 @@ from integration.test_multi_writer import (
 
 from lakesink.audit import read_with_hudi_rs
 from lakesink.errors import InstantArchivedError
+from lakesink.protocol.commit import Verdict
 from lakesink.protocol.instant import Action
 from lakesink.protocol.offsets import OffsetRange, TopicPartition
 from lakesink.protocol.write_status import WriteStatus
@@ -242,3 +243,29 @@ def test_archival_of_a_stream_without_clustering_keeps_reads_and_commits_flat(
     _assert_readers_agree(table, 26 * ROWS_PER_BATCH)
     commit_one_batch(coord, "topic-a", 26)
     _assert_readers_agree(table, 27 * ROWS_PER_BATCH)
+
+
+def test_publish_of_an_archived_instant_is_already_committed(tmp_path: Path) -> None:
+    # a writer died between publishing and forgetting its pre-committed epoch; meanwhile other
+    # commits let archival move its instant away: the publish at restart must not fail or repeat
+    path = tmp_path / "t"
+    table = _table(path, 8)
+    services = services_for(path, "filesystem", None, "w-a")
+    coord = Coordinator(table, "w-a", services=services)
+    coord.start()
+    tp = TopicPartition("topic-a", 0)
+    rng = OffsetRange(tp, 0, ROWS_PER_BATCH)
+    t = coord.begin(0, [rng])
+    assert t is not None
+    writer = PartitionedWriter(table, t, write_token(0, 0, 0))
+    writer.write(rows("topic-a", 0, 0, ROWS_PER_BATCH))
+    status = WriteStatus(t.value, "a0", rng, tuple(writer.close()), ROWS_PER_BATCH, ROWS_PER_BATCH)
+    prepared = coord.prepare(t, 0, [rng], [status], schema=writer.avro_schema or "")
+    coord.publish(prepared)
+    coord.accept_offsets(prepared.next_offsets)
+    for b in range(1, 8):
+        commit_one_batch(coord, "topic-a", b)
+    assert t in [i.time for i in archive(table, services, ArchivePolicy(2, 3)).archived]
+    again = coord.publish(prepared)
+    assert again.verdict is Verdict.ALREADY_COMMITTED
+    _assert_readers_agree(table, 8 * ROWS_PER_BATCH)
