@@ -10,7 +10,8 @@ still finds them (`lakesink.spark.commit_state` falls back to it).
 
 What may be archived is a prefix of the completed instants (by instant time) that
 - keeps at least `min_instants` completed instants active, and runs only when more than
-  `max_instants` are;
+  `max_instants` are; the newest commit or replacecommit always stays active (hudi-rs reads as
+  of it);
 - stops before the earliest pending instant, and before any instant that completed after a
   pending one began (that writer's conflict check must still see it);
 - completed, as a whole, before every instant left active (layout 2), so an incremental
@@ -111,6 +112,10 @@ def archivable_prefix(
     if len(entries) <= policy.max_instants:
         return PrefixChoice(0)
     limit = len(entries) - policy.min_instants
+    # hudi-rs reads as of the newest completed commit or replacecommit on the active timeline
+    # (and takes the table schema from it): the newest data instant always stays active
+    last_data = max((k for k, (i, _) in enumerate(entries) if i.action.writes_data), default=-1)
+    limit = min(limit, max(last_data, 0))
     earliest_pending = min((p.time for p in pending), default=None)
     why = ""
     n = 0

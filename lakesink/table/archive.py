@@ -97,9 +97,10 @@ def _view_names(base_path: Path) -> list[str]:
     return sorted(n for n in names if n.endswith(VIEW_SUFFIX) and not n.startswith("."))
 
 
-_CACHE: dict[str, tuple[tuple[int, int, int], ArchivedView]] = {}
-"""Newest view file -> (its identity, parsed): a view file is written once and never changed,
-and every file-system view of a table reads it."""
+_CACHE: dict[str, tuple[str, tuple[int, int, int], ArchivedView]] = {}
+"""Table base path -> its newest view file's (name, identity, parsed view): a view file is
+written once and never changed, and every file-system view of the table reads it. Only the
+newest is kept: an older one holds as many slices and is never asked for again."""
 
 
 def load_archived_view(base_path: Path) -> ArchivedView | None:
@@ -112,15 +113,15 @@ def load_archived_view(base_path: Path) -> ArchivedView | None:
         try:
             st = path.stat()
             identity = (st.st_ino, st.st_mtime_ns, st.st_size)
-            hit = _CACHE.get(str(path))
-            if hit is not None and hit[0] == identity:
-                return hit[1]
+            hit = _CACHE.get(str(base_path))
+            if hit is not None and hit[0] == names[-1] and hit[1] == identity:
+                return hit[2]
             view = _read_view(path)
         except FileNotFoundError:
             continue
-        if len(_CACHE) >= 64:
+        if len(_CACHE) >= 16:
             _CACHE.clear()
-        _CACHE[str(path)] = (identity, view)
+        _CACHE[str(base_path)] = (names[-1], identity, view)
         return view
     raise CorruptTableError(f"archived views in {_views_folder(base_path)} keep disappearing")
 

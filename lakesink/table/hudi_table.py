@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
@@ -189,12 +190,22 @@ class HudiTable:
             create_exclusive(self._base_path, target, text.encode("utf-8"))
 
     def list_partitions_on_storage(self) -> list[str]:
-        """Partition folders found on storage (those with partition metadata), for tools."""
+        """Partition folders found on storage (those with partition metadata), for tools.
+        Lists folders only, one level per partition column, never the files in them."""
         if not self._config.is_partitioned:
             return [""]
-        out: list[str] = []
-        for meta in self._base_path.rglob(PARTITION_METADATA_FILE):
-            rel = meta.parent.relative_to(self._base_path).as_posix()
-            if not rel.startswith(".hoodie"):
-                out.append(rel)
-        return sorted(out)
+        level = [""]
+        for _ in self._config.partition_fields:
+            deeper: list[str] = []
+            for rel in level:
+                try:
+                    entries = list(os.scandir(self._base_path / rel))
+                except (FileNotFoundError, NotADirectoryError):
+                    continue
+                deeper += [
+                    f"{rel}/{e.name}" if rel else e.name
+                    for e in entries
+                    if not e.name.startswith(".") and e.is_dir()
+                ]
+            level = deeper
+        return sorted(r for r in level if (self._base_path / r / PARTITION_METADATA_FILE).exists())

@@ -79,6 +79,12 @@ def test_archival_of_an_append_only_stream_keeps_min_instants_and_every_file_liv
     choice = archivable_prefix(entries, (), (), storage_of(entries), ArchivePolicy(2, 3))
     assert choice.count == 7 and not choice.held_back_by
     assert sorted(s.file_id for s in choice.live) == [f"f{i}" for i in range(1, 8)]
+    # the newest data instant stays active even when only cleans follow it (hudi-rs reads as of it)
+    cleans = [(Instant(t(i), Action.CLEAN, State.COMPLETED, t(i)), None) for i in range(10, 14)]
+    assert (
+        archivable_prefix(entries + cleans, (), (), storage_of(entries), ArchivePolicy(2, 3)).count
+        == 8
+    )
     # at most max_instants active: nothing to do
     assert archivable_prefix(entries, (), (), {}, ArchivePolicy(2, 9)).count == 0
 
