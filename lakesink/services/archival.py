@@ -58,6 +58,7 @@ from lakesink.table.view import FileSlice, build_file_groups
 log = logging.getLogger(__name__)
 
 WRITERS_INDEX = "writers.json"
+BACKFILLS_INDEX = "backfills.json"
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,12 +183,17 @@ def _last_prefix_keeping(entries: Sequence[Entry], n: int, path: str, time_: Ins
 
 
 def _update_writers_index(table: HudiTable, timeline: Timeline, chosen: Sequence[Instant]) -> None:
+    """Before the move: record the archived writers' newest offsets and the archived backfills
+    (a backfill of the same files must stay done)."""
     path = archive_folder(table.base_path) / WRITERS_INDEX
     index: dict[str, Any] = read_json(path) or {}
+    backfills = archived_backfill_ids(table)
     for inst in chosen:
         if inst.action is not Action.COMMIT:
             continue
         extra = timeline.commit_metadata(inst).extra
+        if keys.BACKFILL_ID_KEY in extra:
+            backfills.add(extra[keys.BACKFILL_ID_KEY])
         writer = extra.get(keys.WRITER_ID_KEY)
         if writer is None or keys.OFFSETS_KEY not in extra:
             continue
@@ -198,6 +204,13 @@ def _update_writers_index(table: HudiTable, timeline: Timeline, chosen: Sequence
                 "offsets": json.loads(extra[keys.OFFSETS_KEY]),
             }
     write_json(path, index)
+    write_json(archive_folder(table.base_path) / BACKFILLS_INDEX, sorted(backfills))
+
+
+def archived_backfill_ids(table: HudiTable) -> set[str]:
+    """The backfill ids (`lakesink.backfill.id`) of archived commits."""
+    ids: Any = read_json(archive_folder(table.base_path) / BACKFILLS_INDEX)
+    return {str(i) for i in ids} if isinstance(ids, list) else set()
 
 
 def archived_offsets(table: HudiTable, writer_id: str) -> WriterOffsets | None:

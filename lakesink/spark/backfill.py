@@ -44,7 +44,7 @@ log = logging.getLogger(__name__)
 
 SourceFormat = Literal["parquet", "json", "csv"]
 FORMATS: tuple[SourceFormat, ...] = ("parquet", "json", "csv")
-BACKFILL_ID_KEY = "lakesink.backfill.id"
+BACKFILL_ID_KEY = keys.BACKFILL_ID_KEY
 BACKFILL_SOURCE_KEY = "lakesink.backfill.source"
 DATE_PARTITION_COLUMN = "dt"
 
@@ -97,8 +97,10 @@ def backfill_id(files: list[Path]) -> str:
 
 
 def _already_committed(table: HudiTable, bid: str) -> bool:
+    from lakesink.services.archival import archived_backfill_ids
+
     timeline = table.timeline()
-    return any(
+    return bid in archived_backfill_ids(table) or any(
         timeline.commit_metadata(i).extra.get(BACKFILL_ID_KEY) == bid
         for i in timeline.completed(Action.COMMIT)
     )

@@ -17,6 +17,7 @@ RANGES_KEY = "lakesink.ranges"  # the ranges this commit ingested
 QUERY_ID_KEY = "lakesink.query_id"
 BATCH_ID_KEY = "lakesink.batch_id"
 COMMIT_ID_KEY = "lakesink.commit_id"
+BACKFILL_ID_KEY = "lakesink.backfill.id"  # digest of a backfill's source files
 
 
 _PARSED_OFFSETS: dict[str, WriterOffsets] = {}

@@ -41,7 +41,7 @@ def _looks_like_instant(name: str) -> bool:
 _PARSED: dict[str, Instant] = {}
 """Timeline file name -> Instant: a name always parses to the same instant, and parsing (two
 regular expressions, three dataclasses) was most of the cost of every timeline load."""
-_PARSED_MAX = 200_000
+_PARSED_MAX = 20_000
 
 
 def _parse_name(name: str) -> Instant:
@@ -101,7 +101,7 @@ _METADATA: dict[tuple[str, int, int, int, str], CommitMetadata] = {}
 written once, atomically, and never changed in place, so a file with the same identity holds the
 same metadata. Shared by every Timeline snapshot of the process (a snapshot is taken per commit
 step), so each commit's Avro/JSON is parsed once, not on every batch."""
-_METADATA_MAX = 4096
+_METADATA_MAX = 2048
 
 
 def _latest_states(

@@ -1,6 +1,7 @@
 """A streaming ingestion (Spark, real broker) and a backfill (Spark batch job) write into one
 table at the same time: every row lands once, the streaming writer's exactly-once audit passes,
-hudi-rs and lakesink's reader agree, and rerunning the backfill commits nothing twice.
+hudi-rs and lakesink's reader agree, and rerunning the backfill commits nothing twice (also once
+its commit was archived).
 `lakesink backfill` on the command line is checked for its arguments only (a Spark start in a
 subprocess costs half a minute here)."""
 
@@ -20,6 +21,7 @@ from integration.conftest import audit_config, ingest_config
 from lakesink.audit import COORDINATES, read_with_hudi_rs
 from lakesink.kafka.producer import produce_sample_events
 from lakesink.protocol.instant import Action
+from lakesink.services.archival import ArchivePolicy, archive
 from lakesink.services.host import StandaloneServices
 from lakesink.spark.backfill import run_backfill
 from lakesink.spark.pipeline import Ingestion, table_config_for
@@ -117,6 +119,18 @@ def test_streaming_and_backfill_together_land_every_row_once(
     again = run_backfill(spark, cfg["table.path"], source, services=services)
     assert again.instant_time is None and again.backfill_id == result.backfill_id
     assert read_with_hudi_rs(str(table.base_path)).num_rows == 800
+
+    # and once archival moved the backfill's commit out of the active timeline (after one more
+    # streamed batch, so every commit before it completed before it)
+    produce_sample_events(kafka_bootstrap, live, 100, 2, first_event_id=500, create=False)
+    Ingestion(cfg, spark).run(once=True, timeout_s=120)
+    moved = archive(table, services, ArchivePolicy(min_instants=1, max_instants=1))
+    assert result.instant_time in {i.time for i in moved.archived}, moved.held_back_by
+    after_archival = run_backfill(spark, cfg["table.path"], source, services=services)
+    assert after_archival.instant_time is None
+    assert read_with_hudi_rs(str(table.base_path)).num_rows == 900
+    report = audit_config(cfg)
+    assert report.ok and report.kafka_records == 600, report.problems
 
 
 def test_backfill_command_line_arguments() -> None:
