@@ -18,6 +18,7 @@ from lakesink.config import build_config
 from lakesink.protocol.instant import Action, InstantTime
 from lakesink.protocol.offsets import OffsetRange, TopicPartition, WriterOffsets
 from lakesink.protocol.write_status import FileWrite, WriteStatus
+from lakesink.services.archival import ArchivePolicy, archive
 from lakesink.spark import commit_state as keys
 from lakesink.spark.coordinator import Coordinator
 from lakesink.spark.pipeline import make_services
@@ -71,7 +72,9 @@ def build_history(path: Path, files: int, partitions: int) -> tuple[HudiTable, W
     return table, offsets
 
 
-def measure(path: Path, files: int, partitions: int, repeats: int) -> dict[str, Any]:
+def measure(
+    path: Path, files: int, partitions: int, repeats: int, archived: bool = False
+) -> dict[str, Any]:
     t0 = time.perf_counter()
     table, offsets = build_history(path, files, partitions)
     built_s = time.perf_counter() - t0
@@ -85,7 +88,10 @@ def measure(path: Path, files: int, partitions: int, repeats: int) -> dict[str, 
             "lock.provider": "filesystem",
         }
     )
-    coordinator = Coordinator(table, WRITER, query_id="bench", services=make_services(cfg))
+    services = make_services(cfg)
+    if archived:  # archival down to its default 20 active instants, before measuring
+        archive(table, services, ArchivePolicy())
+    coordinator = Coordinator(table, WRITER, query_id="bench", services=services)
     coordinator.start()
     publish: list[float] = []
     overhead: list[float] = []
@@ -117,6 +123,7 @@ def measure(path: Path, files: int, partitions: int, repeats: int) -> dict[str, 
     return {
         "files": files,
         "partitions": partitions,
+        "archived": archived,
         "instants": len(table.timeline()),
         "history_build_s": round(built_s, 1),
         "publish_ms": _pcts(publish),
@@ -133,16 +140,26 @@ def _pcts(xs: list[float]) -> dict[str, float]:
     }
 
 
-CASES = [(100, 8), (1_000, 8), (10_000, 8), (100_000, 8), (10_000, 64), (10_000, 512)]
+CASES = [
+    (100, 8, False),
+    (1_000, 8, False),
+    (10_000, 8, False),
+    (100_000, 8, False),
+    (100_000, 8, True),
+    (10_000, 64, False),
+    (10_000, 512, False),
+]
 
 
 def run_commit_cost(work: Path, repeats: int) -> list[dict[str, Any]]:
     out = []
-    for files, partitions in CASES:
-        res = measure(work / f"t{files}-{partitions}", files, partitions, repeats)
+    for files, partitions, archived in CASES:
+        label = f"t{files}-{partitions}" + ("-archived" if archived else "")
+        res = measure(work / label, files, partitions, repeats, archived)
         out.append(res)
         print(
-            f"commit: {files:>7,} files {partitions:>3} partitions ({res['instants']} instants): "
+            f"commit: {files:>7,} files {partitions:>3} partitions ({res['instants']} instants"
+            f"{', archived' if archived else ''}): "
             f"publish p50 {res['publish_ms']['p50']} ms, overhead p50 "
             f"{res['batch_overhead_ms']['p50']} ms",
             flush=True,
@@ -152,12 +169,14 @@ def run_commit_cost(work: Path, repeats: int) -> list[dict[str, Any]]:
 
 def print_commit_cost(rows: list[dict[str, Any]]) -> None:
     print(
-        f"\n{'files':>8} {'kafka partitions':>16} {'instants':>8} {'publish p50/p95 ms':>19} "
+        f"\n{'files':>8} {'kafka partitions':>16} {'instants':>8} {'archival':>8} "
+        f"{'publish p50/p95 ms':>19} "
         f"{'batch overhead p50/p95 ms':>26}"
     )
     for r in rows:
         p, o = r["publish_ms"], r["batch_overhead_ms"]
         print(
             f"{r['files']:>8,} {r['partitions']:>16} {r['instants']:>8} "
+            f"{'on' if r.get('archived') else 'off':>8} "
             f"{p['p50']:>9.1f} / {p['p95']:<7.1f} {o['p50']:>13.1f} / {o['p95']:<8.1f}"
         )
