@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import hudi
+import pyarrow as pa
 import pytest
 from integration.test_multi_writer import (
     COORDS,
@@ -154,6 +156,11 @@ def _stray_copy(table: HudiTable, between: tuple[str, str]) -> Path:
     return stray
 
 
+def _hudi_rs(path: Path, options: hudi.HudiReadOptions) -> pa.Table:
+    batches = hudi.HudiTableBuilder.from_base_uri(str(path)).build().read(options)
+    return pa.Table.from_batches(batches).select(COORDS) if batches else pa.table({})
+
+
 def _assert_readers_agree(table: HudiTable, expected_rows: int) -> None:
     mine = TableReader(table).snapshot(columns=COORDS)
     assert mine.num_rows == expected_rows
@@ -187,6 +194,25 @@ def test_archival_of_a_stream_without_clustering_keeps_reads_and_commits_flat(
     assert full.active_after == 3 and not full.held_back_by
     assert len(table.timeline().completed_data_instants()) == 2  # + the clean instant
     _assert_readers_agree(table, 10 * ROWS_PER_BATCH)
+
+    # hudi-rs time travel to every retained instant, and incremental reads from the archive
+    # boundary, return what lakesink's reader returns
+    archived_view = load_archived_view(path)
+    assert archived_view is not None
+    for inst in table.timeline().completed_data_instants():
+        opts = hudi.HudiReadOptions().with_as_of_timestamp(inst.time.value)
+        assert _coords(_hudi_rs(path, opts)) == _coords(
+            TableReader(table).as_of(inst.time, columns=COORDS)
+        )
+    reach = archived_view.completed_upto if version == 8 else archived_view.upto
+    opts = (
+        hudi.HudiReadOptions()
+        .with_query_type(hudi.HudiQueryType.Incremental)
+        .with_start_timestamp(reach.value)
+    )
+    incremental = TableReader(table).incremental(reach, columns=COORDS)
+    assert incremental.num_rows > 0
+    assert _coords(_hudi_rs(path, opts)) == _coords(incremental)
 
     # reads reach back to the archive boundary, and say so before it
     first_active = table.timeline().completed_data_instants()[0]
