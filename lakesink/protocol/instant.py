@@ -7,11 +7,12 @@ import enum
 import functools
 import re
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from lakesink.errors import CorruptTableError
 
 _INSTANT_TIME_RE = re.compile(r"^\d{17}$")
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -28,8 +29,12 @@ class InstantTime:
 
     @classmethod
     def from_epoch_ms(cls, epoch_ms: int) -> InstantTime:
-        dt = datetime.fromtimestamp(epoch_ms / 1000, tz=UTC)
-        return cls(dt.strftime("%Y%m%d%H%M%S") + f"{epoch_ms % 1000:03d}")
+        # integer arithmetic and explicit widths: strftime("%Y") does not pad years before 1000
+        dt = _EPOCH + timedelta(milliseconds=epoch_ms)
+        return cls(
+            f"{dt.year:04d}{dt.month:02d}{dt.day:02d}{dt.hour:02d}{dt.minute:02d}"
+            f"{dt.second:02d}{dt.microsecond // 1000:03d}"
+        )
 
     def to_epoch_ms(self) -> int:
         return _epoch_ms(self.value)
