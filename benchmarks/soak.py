@@ -1,7 +1,7 @@
 """Randomized crash soak: streaming ingestion under injected faults, then the exactly-once audit.
 
     python benchmarks/soak.py --minutes 30 [--partitions 8] [--seed S] [--second-writer]
-                              [--json out.json] [--workdir DIR] [--keep]
+                              [--services-every N] [--json out.json] [--workdir DIR] [--keep]
 
 For `--minutes` minutes it produces continuously (bounded rate) to a multi-partition topic of
 its own noida-db broker on loopback, runs `python -m lakesink.cli.main ingest` (streaming, no
@@ -18,7 +18,9 @@ its own noida-db broker on loopback, runs `python -m lakesink.cli.main ingest` (
   first attempt fails after writing its files; counted per failed attempt seen in its log).
 
 With `--second-writer`, a second ingestion (another writer id, another topic) writes into the
-same table concurrently (lock.provider=filesystem). Every dead driver is restarted. At the end
+same table concurrently (lock.provider=filesystem). With `--services-every N`, the drivers run
+clean, clustering and archival inline every N commits, and crash-at points include
+during-archival. Every dead driver is restarted. At the end
 production stops, each writer runs `ingest --once` to catch up, and the audit runs: for every
 writer `lakesink.audit.audit` (hudi-rs + lakesink's reader against Kafka), plus this script's
 own count of table rows, duplicates and missing records against the Kafka logs and against the
@@ -446,6 +448,7 @@ class Soak:
                     "lock.timeout.s": 90,
                     "heartbeat.interval.s": 1,
                     "heartbeat.tolerance.s": 15,
+                    **self.services_config(),
                 },
             )
             self.writers.append(Writer(name, f"soak-writer-{name}", topic, conf, self.logs))
@@ -457,14 +460,27 @@ class Soak:
         )
         self.producer.start()
 
+    def services_config(self) -> dict[str, Any]:
+        """With --services-every N: inline clean, cluster and archive every N commits, keeping
+        few instants so that archival runs (and is crashed into) often."""
+        if self.args.services_every <= 0:
+            return {}
+        return {
+            "table.services.inline.every.commits": self.args.services_every,
+            "table.services.clean.retain.commits": 3,
+            "table.services.archive.min.instants": 4,
+            "table.services.archive.max.instants": 8,
+        }
+
     # -- faults ------------------------------------------------------------------------------
 
     def restart_env(self) -> dict[str, str]:
         """The environment of a restarted driver: sometimes a crash point or failing tasks."""
         r = self.rng.random()
         if r < self.args.crash_step_prob:
+            points = CRASH_POINTS + (("during-archival",) if self.args.services_every > 0 else ())
             return {
-                "LAKESINK_CRASH_AT": self.rng.choice(CRASH_POINTS),
+                "LAKESINK_CRASH_AT": self.rng.choice(points),
                 "LAKESINK_CRASH_AFTER_BATCHES": str(self.rng.randint(0, 1)),
             }
         if r < self.args.crash_step_prob + self.args.task_fail_prob:
@@ -757,6 +773,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--partitions", type=int, default=8)
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--second-writer", action="store_true")
+    p.add_argument(
+        "--services-every",
+        type=int,
+        default=0,
+        help="run inline clean, cluster and archive every N commits (0: no table services)",
+    )
     p.add_argument("--json", type=Path, default=None, help="write the figures here")
     p.add_argument("--rate", type=float, default=200.0, help="events per second per topic")
     p.add_argument("--max-batch", type=int, default=3000, help="kafka.max.records.per.batch")

@@ -2,7 +2,8 @@
 with SIGKILL when execution reaches that point (no cleanup, no `finally`, like a power cut).
 
 Points, in commit order: before-begin, after-begin, after-write, after-reconcile,
-after-precommit (commit.mode=async), after-publish, during-rollback, during-recovery (async).
+after-precommit (commit.mode=async), after-publish, during-rollback, during-recovery (async);
+and during-archival (after archival moved its first instant; table services only).
 `LAKESINK_CRASH_AFTER_BATCHES=N` lets N batches pass first.
 """
 
@@ -20,9 +21,10 @@ CRASH_POINTS = (
     "after-publish",
     "during-rollback",
     "during-recovery",
+    "during-archival",
 )
 SYNC_CRASH_POINTS = tuple(
-    p for p in CRASH_POINTS if p not in ("after-precommit", "during-recovery")
+    p for p in CRASH_POINTS if p not in ("after-precommit", "during-recovery", "during-archival")
 )
 _seen: dict[str, int] = {}
 

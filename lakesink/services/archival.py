@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from lakesink.errors import CorruptTableError
+from lakesink.faults import crash_point
 from lakesink.protocol.instant import Action, Instant, InstantTime, State, TimelineLayout
 from lakesink.protocol.offsets import WriterOffsets
 from lakesink.services.clean import list_base_files
@@ -327,7 +328,9 @@ def _move_instants(timeline: Timeline, instants: Sequence[Instant]) -> None:
         return
     folder = archived_timeline_folder(timeline.base_path)
     folder.mkdir(parents=True, exist_ok=True)
-    for inst in instants:
+    for k, inst in enumerate(instants):
+        if k == 1:
+            crash_point("during-archival")
         for state in (State.REQUESTED, State.INFLIGHT):
             _move(timeline.path_of(inst.with_state(state)), folder)
         if inst.is_completed:

@@ -44,6 +44,7 @@ from lakesink.services.clean import RetainPolicy, clean
 from lakesink.services.clustering import ClusteringOptions, cluster
 from lakesink.services.host import StandaloneServices
 from lakesink.spark.coordinator import Coordinator
+from lakesink.table.archive import load_archived_view
 from lakesink.table.config import TableConfig
 from lakesink.table.files import write_token
 from lakesink.table.hudi_table import HudiTable
@@ -312,6 +313,36 @@ def test_clean_during_a_write_never_deletes_what_a_reader_needs(mode: str, tmp_p
     needed = {s.path for s in FileSystemView(table).latest_base_files()}
     assert on_storage == needed  # replaced groups deleted, nothing visible lost
     assert_consistent(path, ["w-a", "w-b"], 10 * ROWS_PER_BATCH)
+
+
+ARCHIVER = """
+import sys
+sys.path[:0] = [{tests!r}]
+from integration.test_multi_writer import run_archivals
+run_archivals({path!r}, "filesystem", None, 1, 0)
+"""
+
+
+def test_archival_killed_mid_move_keeps_reads_whole_and_is_finished_later(tmp_path: Path) -> None:
+    # SIGKILL after archival wrote its archived view and moved its first instant, holding the
+    # lock: readers still see every row once; the next archival (once the dead holder's lease
+    # expired) finishes the move; the writer goes on
+    path = tmp_path / "t"
+    create_table(path)
+    ingest(str(path), "w-a", "topic-a", 8, "filesystem", None)
+    code = ARCHIVER.format(tests=str(REPO / "tests"), path=str(path))
+    env = {**os.environ, "LAKESINK_CRASH_AT": "during-archival"}
+    proc = subprocess.run([sys.executable, "-c", code], env=env, timeout=120, check=False)
+    assert proc.returncode == -signal.SIGKILL
+    view = load_archived_view(path)
+    assert view is not None
+    assert any(i.time <= view.upto for i in HudiTable.open(path).timeline().completed())
+    assert_consistent(path, ["w-a"], 8 * ROWS_PER_BATCH)
+    run_archivals(str(path), "filesystem", None, 1, 0)
+    assert all(i.time > view.upto for i in HudiTable.open(path).timeline().instants)
+    assert_consistent(path, ["w-a"], 8 * ROWS_PER_BATCH)
+    ingest(str(path), "w-a", "topic-a", 1, "filesystem", None)
+    assert_consistent(path, ["w-a"], 9 * ROWS_PER_BATCH)
 
 
 @pytest.mark.parametrize("mode", MODES)
