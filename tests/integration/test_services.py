@@ -28,6 +28,7 @@ from lakesink.services import archival
 from lakesink.services.archival import ArchivePolicy, archive
 from lakesink.services.clean import RetainPolicy, clean
 from lakesink.services.clustering import ClusteringOptions, cluster
+from lakesink.services.host import StandaloneServices
 from lakesink.spark.commit_state import committed_offsets
 from lakesink.spark.coordinator import Coordinator
 from lakesink.table.archive import load_archived_view
@@ -52,6 +53,19 @@ def _table(path: Path, version: int) -> HudiTable:
     )
 
 
+def _streamed(
+    path: Path, version: int, batches: int
+) -> tuple[HudiTable, StandaloneServices, Coordinator]:
+    """A table with `batches` batches committed by writer w-a through its coordinator."""
+    table = _table(path, version)
+    services = services_for(path, "filesystem", None, "w-a")
+    coord = Coordinator(table, "w-a", services=services)
+    coord.start()
+    for b in range(batches):
+        commit_one_batch(coord, "topic-a", b)
+    return table, services, coord
+
+
 def _coords(t: object) -> list[tuple[object, ...]]:
     return sorted(zip(*(t.column(c).to_pylist() for c in COORDS), strict=True))  # type: ignore[attr-defined]
 
@@ -61,12 +75,7 @@ def test_cluster_clean_archive_keep_reads_time_travel_and_offsets(
     version: int, tmp_path: Path
 ) -> None:
     path = tmp_path / "t"
-    table = _table(path, version)
-    services = services_for(path, "filesystem", None, "w-a")
-    coord = Coordinator(table, "w-a", services=services)
-    coord.start()
-    for b in range(12):
-        commit_one_batch(coord, "topic-a", b)
+    table, services, coord = _streamed(path, version, 12)
     before = TableReader(table).snapshot(columns=COORDS)
     last_commit = table.timeline().completed(Action.COMMIT)[-1]
 
@@ -172,12 +181,7 @@ def test_archival_of_a_stream_without_clustering_keeps_reads_and_commits_flat(
     version: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = tmp_path / "t"
-    table = _table(path, version)
-    services = services_for(path, "filesystem", None, "w-a")
-    coord = Coordinator(table, "w-a", services=services)
-    coord.start()
-    for b in range(10):
-        commit_one_batch(coord, "topic-a", b)
+    table, services, coord = _streamed(path, version, 10)
     policy = ArchivePolicy(min_instants=3, max_instants=4)
 
     # a failed write left a file inside the timeline: hudi-rs would read it as committed once
