@@ -669,16 +669,20 @@ class Soak:
                 strict=True,
             )
         )
-        own = TableReader(table).snapshot(columns=["kafka_topic", "kafka_offset", "event_id"])
+        own = TableReader(table).snapshot(
+            columns=["kafka_topic", "kafka_partition", "kafka_offset", "event_id"]
+        )
         result: dict[str, Any] = {"writers": {}}
         total_kafka = total_rows = total_dupes = total_missing = total_extra = 0
-        total_acked_missing = total_broker_lost = 0
+        total_acked_missing = total_broker_lost = total_rewritten = 0
         for w in self.writers:
             report = audit(str(self.table), w.writer_id, bootstrap=bootstrap)
             parts = [TopicPartition(w.topic, p) for p in range(self.args.partitions)]
             with OffsetClient(bootstrap) as client:
                 hw = {tp: hi for tp, (_lo, hi) in client.watermarks(parts).items()}
-            in_kafka, kafka_ids = kafka_records(bootstrap, parts, hw)
+            kafka_at = kafka_records(bootstrap, parts, hw)
+            in_kafka = set(kafka_at)
+            kafka_ids = {i for i in kafka_at.values() if i is not None}
             mine = [(t, int(p), int(o)) for t, p, o in coords_rs if t == w.topic]
             counts = Counter(mine)
             dupes = sum(n - 1 for n in counts.values() if n > 1)
@@ -691,12 +695,26 @@ class Soak:
                 if (committed.get(tp) or 0) != hw[tp]
             }
             mask = pc.equal(own.column("kafka_topic"), w.topic)
-            table_ids = set(own.filter(mask).column("event_id").to_pylist())
+            mine_own = own.filter(mask)
+            table_ids = set(mine_own.column("event_id").to_pylist())
+            # an offset whose record the broker replaced after lakesink read it (noida-db can
+            # lose acked records over a restart and give their offsets to later ones): the table
+            # holds what the broker served there; the new record is the broker's loss to report
+            rewritten: set[int | None] = set()
+            for p, o, e in zip(
+                mine_own.column("kafka_partition").to_pylist(),
+                mine_own.column("kafka_offset").to_pylist(),
+                mine_own.column("event_id").to_pylist(),
+                strict=True,
+            ):
+                now = kafka_at.get((w.topic, int(p), int(o)), e)
+                if now != e:
+                    rewritten.add(now)
             acked = self.producer.acked[w.topic]
             # acknowledged by the broker but not in its log (noida-db can lose acked records
             # over a restart): not lakesink's loss, reported apart
             broker_lost = len(acked - kafka_ids)
-            acked_missing = len((acked & kafka_ids) - table_ids)
+            acked_missing = len((acked & kafka_ids) - table_ids - rewritten)
             result["writers"][w.name] = {
                 "writer_id": w.writer_id,
                 "topic": w.topic,
@@ -712,6 +730,7 @@ class Soak:
                 "rows_not_in_kafka": extra,
                 "acked_events_missing": acked_missing,
                 "acked_events_lost_by_broker": broker_lost,
+                "offsets_rewritten_by_broker": len(rewritten),
                 "not_caught_up": behind,
                 "driver_runs": w.runs,
                 "driver_ends": dict(w.exits),
@@ -722,6 +741,11 @@ class Soak:
                 self.problems.append(f"{w.name}: committed offsets are not at the end: {behind}")
             if acked_missing:
                 self.problems.append(f"{w.name}: {acked_missing} acknowledged events missing")
+            if rewritten:
+                self.warnings.append(
+                    f"{w.name}: the broker replaced the records at {len(rewritten)} offsets after "
+                    "lakesink read them (the table holds what it served there)"
+                )
             total_kafka += len(in_kafka)
             total_rows += len(mine)
             total_dupes += dupes
@@ -729,6 +753,7 @@ class Soak:
             total_extra += extra
             total_acked_missing += acked_missing
             total_broker_lost += broker_lost
+            total_rewritten += len(rewritten)
             self.faults["task-failure"] += w.task_faults
         pending = table.timeline().inflight_or_requested()
         result.update(
@@ -740,6 +765,7 @@ class Soak:
             rows_not_in_kafka=total_extra,
             acked_events_missing=total_acked_missing,
             acked_events_lost_by_broker=total_broker_lost,
+            offsets_rewritten_by_broker=total_rewritten,
             producer_failed_deliveries=self.producer.failed,
             pending_instants_left=[str(i) for i in pending],
             completed_commits=len(table.timeline().completed()),
@@ -749,22 +775,21 @@ class Soak:
 
 def kafka_records(
     bootstrap: str, parts: list[Any], hw: dict[Any, int]
-) -> tuple[set[tuple[str, int, int]], set[int]]:
-    """Every record in Kafka's logs [0, high watermark): coordinates, and event ids (keys)."""
+) -> dict[tuple[str, int, int], int | None]:
+    """Every record in Kafka's logs [0, high watermark): coordinates -> event id (the key)."""
     from lakesink.kafka.deserializers import make_deserializer
     from lakesink.kafka.reader import read_range
     from lakesink.protocol.offsets import OffsetRange
 
-    coords: set[tuple[str, int, int]] = set()
-    ids: set[int] = set()
+    out: dict[tuple[str, int, int], int | None] = {}
     raw = make_deserializer("raw")
     for tp in parts:
         for batch in read_range(bootstrap, OffsetRange(tp, 0, hw[tp]), deserializer=raw):
-            coords.update(
-                (tp.topic, tp.partition, int(o)) for o in batch.column("kafka_offset").to_pylist()
-            )
-            ids.update(int(k) for k in batch.column("kafka_key").to_pylist() if k is not None)
-    return coords, ids
+            offsets = batch.column("kafka_offset").to_pylist()
+            keys = batch.column("kafka_key").to_pylist()
+            for o, k in zip(offsets, keys, strict=True):
+                out[(tp.topic, tp.partition, int(o))] = None if k is None else int(k)
+    return out
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -12,6 +12,7 @@ from lakesink.errors import TableNotFoundError
 def collect_status(cfg: LakesinkConfig) -> dict[str, Any]:
     from lakesink.spark.commit_state import committed_offsets_at
     from lakesink.spark.pipeline import high_watermarks
+    from lakesink.table.archive import load_archived_view
     from lakesink.table.hudi_table import HudiTable
     from lakesink.table.view import FileSystemView
 
@@ -42,10 +43,13 @@ def collect_status(cfg: LakesinkConfig) -> dict[str, Any]:
         return out
     timeline = tbl.timeline()
     files = FileSystemView(tbl).latest_base_files()
+    archived = load_archived_view(tbl.base_path)
     out["table"] = {
         "path": str(tbl.base_path),
         "version": tbl.config.version,
         "files": len(files),
+        "active_instants": len(timeline.instants),
+        "archived_up_to": str(archived.upto) if archived is not None else None,
         "instants": [str(i) for i in timeline.instants[-10:]],
         "inflight": [str(i) for i in timeline.inflight_or_requested()],
     }
@@ -74,6 +78,8 @@ def run_status(cfg: LakesinkConfig, *, as_json: bool) -> int:
         return 0
     t = st["table"]
     say(f"\ntable {t['path']} (version {t['version']}): {t['files']} files")
+    archived = f", archived up to {t['archived_up_to']}" if t["archived_up_to"] else ""
+    say(f"timeline: {t['active_instants']} active instants{archived}")
     say("last instants:")
     for i in t["instants"]:
         say(f"  {i}")

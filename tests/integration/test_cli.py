@@ -25,7 +25,13 @@ def test_status_verify_and_table_commands_after_an_async_ingestion(
 ) -> None:
     topic = topic_factory("cli")
     produce_sample_events(kafka_bootstrap, topic, 200, 2)
-    cfg = ingest_config(kafka_bootstrap, topic, tmp_path / "t", commit__mode="async")
+    cfg = ingest_config(
+        kafka_bootstrap,
+        topic,
+        tmp_path / "t",
+        commit__mode="async",
+        kafka__max__records__per__batch=50,
+    )
     run_ingestion(cfg, spark)
     produce_sample_events(kafka_bootstrap, topic, 10, 2, first_event_id=200, create=False)
     conf = str(write_config_file(cfg, tmp_path / "c.toml"))
@@ -43,6 +49,18 @@ def test_status_verify_and_table_commands_after_an_async_ingestion(
     assert timeline.returncode == 0
     rows = json.loads(timeline.stdout[timeline.stdout.index("[") :])
     assert sum(int(r["records"] or 0) for r in rows) == 200
+
+    # archival from the command line: status shows it, verify reads the archived commits
+    archived = cli(
+        ["table", "archive", cfg["table.path"], "--min-instants", "1", "--max-instants", "1"]
+    )
+    assert archived.returncode == 0 and "archive: moved" in archived.stdout, archived.stdout
+    status = cli(["status", "--config", conf, "--json"])
+    st = json.loads(status.stdout[status.stdout.index("{") :])
+    assert st["table"]["archived_up_to"] is not None
+    assert st["table"]["active_instants"] < len(rows)
+    verify = cli(["verify", "--config", conf])
+    assert verify.returncode == 0 and "PASS" in verify.stdout, verify.stdout
 
     # Damage the table behind lakesink's back: verify must fail and say where.
     victim = next(Path(cfg["table.path"]).rglob("*.parquet"))

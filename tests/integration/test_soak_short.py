@@ -1,6 +1,7 @@
 """The short crash soak (the long one is `python benchmarks/soak.py --minutes 30`): streaming
-ingestion under randomized faults for about a minute and a half with a fixed seed, then the
-exactly-once audit. Zero loss, zero duplicates, and faults must really have been injected."""
+ingestion under randomized faults for about a minute and a half with a fixed seed, with inline
+clean, clustering and archival every 3 commits, then the exactly-once audit. Zero loss, zero
+duplicates, and faults must really have been injected."""
 
 from __future__ import annotations
 
@@ -37,6 +38,8 @@ def test_short_soak_with_random_faults_loses_and_duplicates_nothing(tmp_path: Pa
             "40",
             "--broker-restart-gap-s",
             "8",
+            "--services-every",
+            "3",
             "--final-timeout-s",
             "240",
             "--workdir",
