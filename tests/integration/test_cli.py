@@ -1,4 +1,4 @@
-"""The `lakesink` command as a user runs it: status, verify (and its failure exit code),
+"""The `lakesink` command as a user runs it: the demo, status, verify (and its failure exit code),
 table inspection, config errors without tracebacks."""
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from integration.conftest import ingest_config, run_ingestion, write_config_file
 
+from lakesink.audit import COORDINATES, read_with_hudi_rs
 from lakesink.kafka.producer import produce_sample_events
 
 pytestmark = pytest.mark.integration
@@ -80,3 +81,16 @@ def test_bad_config_value_is_one_clear_line(tmp_path: Path, cli: Callable[..., A
     assert run.returncode == 2
     assert "commit.mode='later' is not valid" in run.stdout
     assert "Traceback" not in run.stdout
+
+
+def test_demo_ingests_its_sample_events_exactly_once(
+    tmp_path: Path, cli: Callable[..., Any]
+) -> None:
+    # the README's first command on embedded defaults: its own broker, sample events, Spark
+    # ingestion into a Hudi table, the audit's verdict
+    run = cli(["demo", "--events", "3000", "--dir", str(tmp_path / "lake")])
+    assert run.returncode == 0, run.stdout[-3000:]
+    assert "hudi-rs reads 3,000 rows" in run.stdout and "PASS" in run.stdout, run.stdout[-3000:]
+    rows = read_with_hudi_rs(str(tmp_path / "lake" / "demo_events"))
+    assert rows.num_rows == 3000
+    assert len(set(zip(*(rows.column(c).to_pylist() for c in COORDINATES), strict=True))) == 3000
