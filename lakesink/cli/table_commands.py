@@ -99,17 +99,9 @@ def run_backfill_command(args: argparse.Namespace) -> int:
         overrides = dict(kv.split("=", 1) for kv in args.set if "=" in kv)
         cfg = load_config(args.config, {**overrides, "table.path": args.table})
     if cfg is not None and args.lock_provider is None and not args.postgres_dsn:
-        from lakesink.services.host import StandaloneServices
+        from lakesink.services.host import StandaloneServices, lock_and_heartbeat_options
 
-        services: Any = StandaloneServices(
-            args.table,
-            lock_provider=cfg["lock.provider"],
-            postgres_dsn=cfg["postgres.dsn"],
-            lock_timeout_s=cfg["lock.timeout.s"],
-            lock_lease_s=cfg["lock.lease.s"],
-            heartbeat_interval_s=cfg["heartbeat.interval.s"],
-            heartbeat_tolerance_s=cfg["heartbeat.tolerance.s"],
-        )
+        services: Any = StandaloneServices(args.table, **lock_and_heartbeat_options(cfg))
     else:
         services = _services(args)
     spark = get_spark(cfg["spark.master"] if cfg is not None else args.spark_master)

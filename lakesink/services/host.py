@@ -10,16 +10,31 @@ import contextlib
 import os
 import socket
 from collections.abc import Iterator
+from typing import Any
 
 from lakesink.concurrency.heartbeat import Heartbeat, heartbeat_expired
 from lakesink.concurrency.instant_time import InstantTimeGenerator
 from lakesink.concurrency.lock import LockLease, LockProvider, make_lock_provider
+from lakesink.config import LakesinkConfig
 from lakesink.protocol.instant import InstantTime
 from lakesink.spark.coordinator import CommitServices
 from lakesink.table.hudi_table import HudiTable
 
 SERVICES_WRITER_ID = "lakesink-table-services"
 """The writer id table services use in heartbeats and logs."""
+
+
+def lock_and_heartbeat_options(cfg: LakesinkConfig) -> dict[str, Any]:
+    """`StandaloneServices` keyword arguments from a LakesinkConfig's `lock.*`, `postgres.dsn`
+    and `heartbeat.*` keys."""
+    return {
+        "lock_provider": cfg["lock.provider"],
+        "postgres_dsn": cfg["postgres.dsn"],
+        "lock_timeout_s": cfg["lock.timeout.s"],
+        "lock_lease_s": cfg["lock.lease.s"],
+        "heartbeat_interval_s": cfg["heartbeat.interval.s"],
+        "heartbeat_tolerance_s": cfg["heartbeat.tolerance.s"],
+    }
 
 
 class StandaloneServices(CommitServices):

@@ -7,7 +7,7 @@ from lakesink.concurrency.heartbeat import WriterIncarnation, claim_writer
 from lakesink.config import LakesinkConfig
 from lakesink.errors import FencedError
 from lakesink.protocol.instant import InstantTime
-from lakesink.services.host import StandaloneServices
+from lakesink.services.host import StandaloneServices, lock_and_heartbeat_options
 from lakesink.table.hudi_table import HudiTable
 
 
@@ -16,14 +16,7 @@ class ConfiguredCommitServices(StandaloneServices):
 
     def __init__(self, cfg: LakesinkConfig) -> None:
         super().__init__(
-            cfg["table.path"],
-            lock_provider=cfg["lock.provider"],
-            postgres_dsn=cfg["postgres.dsn"],
-            lock_timeout_s=cfg["lock.timeout.s"],
-            lock_lease_s=cfg["lock.lease.s"],
-            heartbeat_interval_s=cfg["heartbeat.interval.s"],
-            heartbeat_tolerance_s=cfg["heartbeat.tolerance.s"],
-            writer_id=cfg.writer_id,
+            cfg["table.path"], writer_id=cfg.writer_id, **lock_and_heartbeat_options(cfg)
         )
         self.cfg = cfg
         self.incarnation: WriterIncarnation | None = None

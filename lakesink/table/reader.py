@@ -3,6 +3,7 @@ over the file-system view, returning what hudi-rs returns (rows of completed ins
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -15,7 +16,13 @@ from lakesink.protocol.instant import InstantTime, TimelineLayout
 from lakesink.table.archive import load_archived_view
 from lakesink.table.avro_schema import META_SCHEMA
 from lakesink.table.hudi_table import HudiTable, _format_partition_value
-from lakesink.table.view import FileSlice, FileSystemView, IncrementalOrder, incremental_slices
+from lakesink.table.view import (
+    FileSlice,
+    FileSystemView,
+    IncrementalOrder,
+    active_commits_and_base,
+    incremental_slices,
+)
 
 PartitionFilter = Mapping[str, Any]
 
@@ -70,12 +77,7 @@ class TableReader:
                     f"{self.table.config.name!r} are archived; an incremental read can start "
                     f"at {reach} or later (read a snapshot for older rows)"
                 )
-        floor = archived.upto if archived is not None else None
-        commits = [
-            (i, timeline.commit_metadata(i))
-            for i in timeline.completed_data_instants()
-            if floor is None or i.time > floor
-        ]
+        commits, _ = active_commits_and_base(timeline)
         if end_inclusive is None:
             last = timeline.last_completed()
             if last is None or not commits:
@@ -167,16 +169,19 @@ class TableReader:
 
     def _empty(self) -> pa.Table:
         timeline = self.table.timeline()
-        candidates = [
-            w.path
-            for inst in reversed(timeline.in_completion_order(timeline.completed_data_instants()))
-            for w in timeline.commit_metadata(inst).writes
-        ]
         archived = load_archived_view(self.table.base_path)
-        if archived is not None:
-            candidates += [
-                s.path for s in sorted(archived.slices, key=lambda s: s.instant_time, reverse=True)
-            ]
+        newest_first = reversed(timeline.in_completion_order(timeline.completed_data_instants()))
+        candidates = itertools.chain(
+            (w.path for inst in newest_first for w in timeline.commit_metadata(inst).writes),
+            (
+                s.path
+                for s in sorted(
+                    archived.slices if archived is not None else (),
+                    key=lambda s: s.instant_time,
+                    reverse=True,
+                )
+            ),
+        )
         for rel in candidates:
             path = self.table.base_path / rel
             if path.exists():
