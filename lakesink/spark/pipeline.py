@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pyspark.sql import SparkSession
+from pyspark.sql.streaming.query import StreamingQuery
 
 from lakesink.commitlog.store import PendingCommitStore
 from lakesink.config import LakesinkConfig
@@ -25,6 +26,8 @@ from lakesink.table.config import TableConfig
 from lakesink.table.hudi_table import HudiTable
 
 log = logging.getLogger(__name__)
+
+FINISH_BATCH_TIMEOUT_S = 60.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,26 +154,41 @@ class Ingestion:
             .trigger(processingTime=interval)
             .start()
         )
+        caught_up = False
+        failure: BaseException | None = None
         try:
             while query.isActive:
-                if query.exception() is not None:
+                if query.exception() is not None or sink.failure is not None:
                     break
                 if once and target is not None and self._caught_up(target):
+                    caught_up = True
+                    self._let_batch_finish(query, sink)
                     break
                 if timeout_s is not None and time.monotonic() - started > timeout_s:
                     raise LakesinkError(f"ingestion did not catch up within {timeout_s:.0f}s")
                 try:
                     query.awaitTermination(0.2)  # type: ignore[arg-type]  # takes float seconds
                 except Exception as e:  # StreamingQueryException: the batch failed
-                    raise translate_query_error(e) from None
-            if committer is not None and query.exception() is None:
+                    raise batch_failure(sink.failure or e) from None
+            # Taken before stop(): stopping interrupts a batch in flight, and what that batch
+            # raises then is the stop's doing, not a failure (Spark replays it on the next run).
+            failure = sink.failure
+            if not caught_up and failure is None:
+                failure = query.exception()
+            if committer is not None and failure is None:
                 committer.drain()
         finally:
             if query.isActive:
                 query.stop()
-        error = query.exception()
-        if error is not None:
-            raise translate_query_error(error)
+        if failure is not None:
+            raise batch_failure(failure)
+        if not caught_up:
+            # Neither stopped by us nor failed: Spark's stream thread died of a JVM error it
+            # did not record (its message is only in the Spark log). Never report success.
+            raise LakesinkError(
+                "the streaming query stopped without an error before ingestion caught up; "
+                "the Spark driver log says why"
+            )
         result.batches = sink.stats.batches
         result.records = sink.stats.records
         result.elapsed_s = time.monotonic() - started
@@ -200,6 +218,25 @@ class Ingestion:
         coordinator.start()
         return coordinator
 
+    def _let_batch_finish(self, query: StreamingQuery, sink: CommittingSink) -> None:
+        """Waits (bounded) until the batch that caught up is in Spark's commit log, so the next
+        run starts after it rather than replaying it (a replay would publish nothing, but
+        stopping mid-batch interrupts the batch's tail work)."""
+        batch = sink.current_batch
+        if batch is None:
+            return
+        done = self.cfg.checkpoint_location / "commits" / str(batch)
+        deadline = time.monotonic() + FINISH_BATCH_TIMEOUT_S
+        while not done.exists() and query.isActive and sink.failure is None:
+            if time.monotonic() > deadline:
+                log.warning(
+                    "batch %s not in Spark's commit log after %ss; stopping",
+                    batch,
+                    FINISH_BATCH_TIMEOUT_S,
+                )
+                return
+            time.sleep(0.05)
+
     def _caught_up(self, target: dict[TopicPartition, int]) -> bool:
         committed = self.coordinator.committed
         return all((committed.get(tp) or 0) >= hi for tp, hi in target.items() if hi > 0)
@@ -212,6 +249,15 @@ class Ingestion:
 
 
 _LAKESINK_ERROR_RE = re.compile(r"lakesink\.errors\.(\w+): (.+)")
+
+
+def batch_failure(error: BaseException) -> LakesinkError:
+    """The error to raise for a failed query, given the batch's own exception (kept by the
+    sink) or else what Spark reported: a lakesink error as it was raised, anything else named
+    in one line."""
+    if isinstance(error, LakesinkError):
+        return error
+    return translate_query_error(error)
 
 
 def translate_query_error(error: BaseException | object) -> LakesinkError:

@@ -67,6 +67,10 @@ def load_transform(cfg: LakesinkConfig) -> Callable[[DataFrame], DataFrame] | No
     return None
 
 
+class BatchFailedError(LakesinkError):
+    """What Spark sees of a failed batch; the pipeline raises the batch's own exception."""
+
+
 @dataclass
 class BatchStats:
     batches: int = 0
@@ -92,6 +96,11 @@ class CommittingSink:
         self.transform = load_transform(cfg)
         self.stats = BatchStats()
         self.on_batch: Callable[[BatchOutcome], None] | None = None
+        # The exception that failed a batch, kept for the driver to re-raise (see __call__).
+        self.failure: BaseException | None = None
+        # The batch running now, else the last one that finished: the driver lets it reach
+        # Spark's commit log before stopping the query.
+        self.current_batch: int | None = None
 
     def prepare(self, df: DataFrame) -> DataFrame:
         if self.transform is not None:
@@ -125,6 +134,23 @@ class CommittingSink:
         )
 
     def __call__(self, batch_df: DataFrame, batch_id: int) -> None:
+        """Runs the batch; a failure is kept in `self.failure` and Spark gets a short stand-in.
+
+        Spark's stream thread matches a Py4J error's text against a regex that recurses once
+        per character; a Python traceback quoting a Java one (any failed Spark job inside the
+        batch) overflows the thread's stack, the thread dies without recording why and the
+        query looks merely stopped. The stand-in carries no such text, and the driver re-raises
+        the real exception from `self.failure`."""
+        self.current_batch = batch_id
+        try:
+            self._run_batch(batch_df, batch_id)
+        except BaseException as e:
+            self.failure = e
+            raise BatchFailedError(
+                f"batch {batch_id} failed with {type(e).__name__}; the driver re-raises it"
+            ) from None
+
+    def _run_batch(self, batch_df: DataFrame, batch_id: int) -> None:
         started = time.perf_counter()
         ranges = planned_ranges(self.cfg.checkpoint_location, batch_id)
         if self.committer is not None:

@@ -1,9 +1,11 @@
 """Kafka → Hudi ingestion with real Spark local[2] and a real broker: exactly once through
-replays, restarts, a deleted checkpoint, task retries and empty batches."""
+replays, restarts, a deleted checkpoint, task retries and empty batches; how a run ends."""
 
 from __future__ import annotations
 
 import shutil
+import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -11,6 +13,7 @@ from typing import Any
 import pytest
 from integration.conftest import audit_config, ingest_config, run_ingestion
 
+from lakesink.errors import LakesinkError
 from lakesink.kafka.producer import produce_sample_events
 from lakesink.spark.commit_state import committed_offsets_at
 
@@ -119,3 +122,47 @@ def test_new_partitions_are_picked_up_from_earliest(
     offsets = committed_offsets_at(cfg["table.path"], cfg.writer_id).to_json()
     assert audit_config(cfg).ok
     assert sum(offsets.values()) == 200
+
+
+def test_a_run_that_caught_up_stops_after_its_last_batch_reached_the_commit_log(
+    spark: Any, kafka_bootstrap: str, topic_factory: Callable[[str], str], tmp_path: Path
+) -> None:
+    # The offsets are published before the batch's tail work (progress, unpersisting, services)
+    # ends; stopping the query then interrupted the batch, so Spark's commit log lacked it.
+    from lakesink.spark.pipeline import Ingestion
+
+    topic = topic_factory("tail")
+    produce_sample_events(kafka_bootstrap, topic, 100, 1)
+    cfg = ingest_config(kafka_bootstrap, topic, tmp_path / "t")
+    slow_tail = Ingestion(cfg, spark, on_progress=lambda _progress: time.sleep(1.5))
+    result = slow_tail.run(once=True, timeout_s=120)
+    assert result.records == 100
+    planned = sorted(int(p.name) for p in (cfg.checkpoint_location / "offsets").glob("[0-9]*"))
+    done = sorted(int(p.name) for p in (cfg.checkpoint_location / "commits").glob("[0-9]*"))
+    assert planned and done == planned
+    assert audit_config(cfg).ok
+
+
+def test_a_query_stopped_by_someone_else_is_an_error_not_a_success(
+    spark: Any, kafka_bootstrap: str, topic_factory: Callable[[str], str], tmp_path: Path
+) -> None:
+    from lakesink.spark.pipeline import Ingestion
+
+    topic = topic_factory("stopped")
+    produce_sample_events(kafka_bootstrap, topic, 100, 1)
+    cfg = ingest_config(kafka_bootstrap, topic, tmp_path / "t", trigger__interval__s=30)
+
+    def stop_the_query() -> None:
+        deadline = time.monotonic() + 60
+        while not spark.streams.active and time.monotonic() < deadline:
+            time.sleep(0.05)
+        for query in spark.streams.active:
+            query.stop()
+
+    stopper = threading.Thread(target=stop_the_query)
+    stopper.start()
+    try:
+        with pytest.raises(LakesinkError):
+            Ingestion(cfg, spark).run(timeout_s=120)
+    finally:
+        stopper.join()

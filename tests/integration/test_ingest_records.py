@@ -128,21 +128,25 @@ def add_source_column(df: Any) -> Any:
     return df.withColumn("source", F.lit("lakesink-test"))
 
 
-def test_python_transformation(
+def refuse_the_batch(df: Any) -> Any:
+    raise ValueError("the transformation refuses this batch")
+
+
+def test_a_failing_batch_raises_its_own_error(
     spark: Any, kafka_bootstrap: str, topic_factory: Callable[[str], str], tmp_path: Path
 ) -> None:
-    topic = topic_factory("py")
-    produce_sample_events(kafka_bootstrap, topic, 100, 1)
+    # Spark sees a short stand-in; the driver raises what the batch raised, named in one line.
+    topic = topic_factory("refused")
+    produce_sample_events(kafka_bootstrap, topic, 20, 1)
     cfg = ingest_config(
         kafka_bootstrap,
         topic,
         tmp_path / "t",
-        transform__python="integration.test_ingest_records:add_source_column",
+        transform__python="integration.test_ingest_records:refuse_the_batch",
     )
-    run_ingestion(cfg, spark)
-    t = TableReader(HudiTable.open(cfg["table.path"])).snapshot(columns=["source"])
-    assert set(t.column("source").to_pylist()) == {"lakesink-test"}
-    assert audit_config(cfg).ok
+    with pytest.raises(LakesinkError, match="the transformation refuses this batch"):
+        run_ingestion(cfg, spark)
+    assert committed_offsets_at(cfg["table.path"], cfg.writer_id).to_json() == {}
 
 
 AVRO_SCHEMA = {
