@@ -7,10 +7,11 @@
    conflict check) without services, with clean + archive every 50 commits (a stream that is
    never clustered) and with clean + cluster + archive; median and p95 of the publish step
    (under the lock) and of begin+publish over the last 100 commits, and the services' time per
-   run, around 100, 1k and 10k commits.
+   run, around 100, 1k and 10k commits; with archival, the files in the archived timeline
+   (packed) and the time to read every commit's metadata, archived ones included (the audit).
 
     python benchmarks/bench_services.py [--commits 100,1000,10000] [--no-archival-up-to 1000]
-        [--modes archive,cluster] [--skip-clustering]
+        [--modes archive,cluster] [--skip-clustering] [--pack-files 600]
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from lakesink.audit import read_with_hudi_rs
+from lakesink.audit import completed_commits, read_with_hudi_rs
 from lakesink.protocol.offsets import OffsetRange, TopicPartition
 from lakesink.protocol.write_status import WriteStatus
 from lakesink.services.archival import ArchivePolicy, archive
@@ -31,6 +32,7 @@ from lakesink.services.clean import RetainPolicy, clean
 from lakesink.services.clustering import ClusteringOptions, cluster
 from lakesink.services.host import StandaloneServices
 from lakesink.spark.coordinator import Coordinator
+from lakesink.table.archive import ARCHIVE_DIR, PACK_LOOSE_FILES
 from lakesink.table.config import TableConfig
 from lakesink.table.files import write_token
 from lakesink.table.hudi_table import HudiTable
@@ -130,7 +132,9 @@ MODES = {
 }
 
 
-def bench_commit_time(root: Path, total: int, mode: str, marks: list[int]) -> None:
+def bench_commit_time(
+    root: Path, total: int, mode: str, marks: list[int], pack_files: int = PACK_LOOSE_FILES
+) -> None:
     table, services, coord = make_table(root / f"commits-{total}-{mode}")
     publish: list[float] = []
     whole: list[float] = []
@@ -138,9 +142,9 @@ def bench_commit_time(root: Path, total: int, mode: str, marks: list[int]) -> No
     print(f"## commit time, {MODES[mode]}")
     print(
         "| commits | active instants | base files | publish median ms | publish p95 ms "
-        "| commit median ms | services median ms |"
+        "| commit median ms | services median ms | archive files | all commits read ms |"
     )
-    print("| --- | --- | --- | --- | --- | --- | --- |", flush=True)
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |", flush=True)
     for b in range(total):
         p, w = commit_batch(coord, b, 1, 2)
         publish.append(p)
@@ -150,7 +154,7 @@ def bench_commit_time(root: Path, total: int, mode: str, marks: list[int]) -> No
             clean(table, services, RetainPolicy(commits=10))
             if mode == "cluster":
                 cluster(table, services, ClusteringOptions(min_files=2))
-            archive(table, services, ArchivePolicy(min_instants=20, max_instants=40))
+            archive(table, services, ArchivePolicy(20, 40, pack_files=pack_files))
             service_s.append(time.perf_counter() - started)
         if b + 1 in marks:
             window = slice(max(0, b + 1 - 100), b + 1)
@@ -159,9 +163,15 @@ def bench_commit_time(root: Path, total: int, mode: str, marks: list[int]) -> No
             files = len(list(table.base_path.glob("kafka_partition=*/*.parquet")))
             med, p95 = statistics.median(pub) * 1000, pub[int(len(pub) * 0.95) - 1] * 1000
             svc = f"{statistics.median(service_s[-10:]) * 1000:.0f}" if service_s else "-"
+            archived = table.base_path / ARCHIVE_DIR / "timeline"
+            archive_files = len(list(archived.iterdir())) if archived.exists() else 0
+            started = time.perf_counter()
+            assert len(completed_commits(table)) == b + 1
+            read_ms = (time.perf_counter() - started) * 1000
             print(
                 f"| {b + 1:,} | {active:,} | {files:,} | {med:.1f} | {p95:.1f} | "
-                f"{statistics.median(tot) * 1000:.1f} | {svc} |",
+                f"{statistics.median(tot) * 1000:.1f} | {svc} | {archive_files:,} "
+                f"| {read_ms:.0f} |",
                 flush=True,
             )
     print()
@@ -175,6 +185,12 @@ def main() -> None:
     ap.add_argument("--dir", default=None)
     ap.add_argument("--skip-clustering", action="store_true")
     ap.add_argument(
+        "--pack-files",
+        type=int,
+        default=PACK_LOOSE_FILES,
+        help="archived files per pack (a huge number: never pack, to compare)",
+    )
+    ap.add_argument(
         "--modes", default="archive,cluster", help="service modes with archival: archive,cluster"
     )
     args = ap.parse_args()
@@ -187,7 +203,7 @@ def main() -> None:
         if upto:
             bench_commit_time(root, max(upto), "none", upto)
         for mode in args.modes.split(","):
-            bench_commit_time(root, max(marks), mode, marks)
+            bench_commit_time(root, max(marks), mode, marks, args.pack_files)
 
 
 if __name__ == "__main__":

@@ -68,7 +68,7 @@ def writer_ranges(
     """[first start, committed end) per partition, checking contiguity commit after commit."""
     spans: dict[TopicPartition, tuple[int, int]] = {}
     last_offsets: dict[str, int] = {}
-    for instant, metadata in _writer_commits(table):
+    for instant, metadata in completed_commits(table):
         extra = metadata.extra
         if extra.get(keys.WRITER_ID_KEY) != writer_id:
             continue
@@ -96,23 +96,26 @@ def writer_ranges(
     return spans
 
 
-def _writer_commits(table: HudiTable) -> list[tuple[Instant, CommitMetadata]]:
+def completed_commits(table: HudiTable) -> list[tuple[Instant, CommitMetadata]]:
     """Every completed commit, archived ones first (archival moves the oldest instants aside)."""
     from lakesink.services.archival import archived_instants
-    from lakesink.table.archive import archived_timeline_folder
+    from lakesink.table.archive import iter_archived_files
 
     timeline = table.timeline()
     out: list[tuple[Instant, CommitMetadata]] = []
     active = {i.time for i in timeline.completed()}
-    for instant in archived_instants(table):
-        if instant.action is Action.COMMIT and instant.time not in active:
-            path = archived_timeline_folder(table.base_path) / instant.file_name(table.layout)
-            out.append(
-                (
-                    instant,
-                    CommitMetadata.from_bytes(path.read_bytes(), table.layout, instant.action),
-                )
-            )
+    archived = {
+        i.file_name(table.layout): i
+        for i in archived_instants(table)
+        if i.action is Action.COMMIT and i.time not in active
+    }
+    for name, content in iter_archived_files(table.base_path, set(archived)):
+        instant = archived[name]
+        out.append((instant, CommitMetadata.from_bytes(content, table.layout, instant.action)))
+    if len(out) != len(archived):
+        missing = sorted(set(archived) - {i.file_name(table.layout) for i, _ in out})
+        raise CorruptTableError(f"archived commit files listed but unreadable: {missing[:5]}")
+    out.sort(key=lambda pair: pair[0].time)
     out += [
         (i, timeline.commit_metadata(i)) for i in timeline.completed() if i.action is Action.COMMIT
     ]

@@ -353,6 +353,21 @@ KEYS: tuple[Key, ...] = (
         "otherwise read (failed writes, replaced file groups).",
     ),
     Key(
+        "table.services.archive.pack.files",
+        _positive_int,
+        600,
+        "Archival gathers the archived timeline files (3 per instant) into one Parquet pack "
+        "under .hoodie/.lakesink/archive/timeline/ once this many are loose, so an old table's "
+        "archive stays a few dozen files.",
+    ),
+    Key(
+        "table.services.archive.pack.fan.in",
+        _positive_int,
+        10,
+        "Archival merges this many packs of one level into one pack of the next level "
+        "(size-tiered); at least 2.",
+    ),
+    Key(
         "table.services.conflict.strategy",
         _choice("file-group", "ingestion-first"),
         "file-group",

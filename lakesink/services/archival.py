@@ -44,16 +44,20 @@ from lakesink.services.instants import read_json, write_json
 from lakesink.spark import commit_state as keys
 from lakesink.spark.coordinator import CommitServices
 from lakesink.table.archive import (
+    PACK_FAN_IN,
+    PACK_LOOSE_FILES,
     ArchivedView,
     archive_folder,
+    archived_file_names,
     archived_timeline_folder,
     load_archived_view,
+    pack_archived_timeline,
     write_archived_view,
 )
 from lakesink.table.files import parse_base_file_name
 from lakesink.table.hudi_table import HudiTable
 from lakesink.table.metadata import CommitMetadata
-from lakesink.table.timeline import Timeline, list_instant_files
+from lakesink.table.timeline import Timeline, instants_named
 from lakesink.table.view import FileSlice, build_file_groups
 
 log = logging.getLogger(__name__)
@@ -69,11 +73,20 @@ class ArchivePolicy:
 
     min_instants: int = 20
     max_instants: int = 30
+    pack_files: int = PACK_LOOSE_FILES
+    """Loose archived timeline files gathered into one pack (lakesink.table.archive)."""
+    pack_fan_in: int = PACK_FAN_IN
+    """Packs of one level merged into one pack of the next."""
 
     def __post_init__(self) -> None:
         if not 1 <= self.min_instants <= self.max_instants:
             raise ValueError(
                 f"archive policy needs 1 <= min ({self.min_instants}) <= max ({self.max_instants})"
+            )
+        if self.pack_files < 1 or self.pack_fan_in < 2:
+            raise ValueError(
+                f"archive packs need pack files >= 1 ({self.pack_files}) and "
+                f"fan-in >= 2 ({self.pack_fan_in})"
             )
 
 
@@ -224,7 +237,9 @@ def archived_offsets(table: HudiTable, writer_id: str) -> WriterOffsets | None:
 
 def archived_instants(table: HudiTable) -> list[Instant]:
     """Completed instants in the archive, by instant time."""
-    listed = list_instant_files(archived_timeline_folder(table.base_path))
+    listed = instants_named(
+        archived_file_names(table.base_path), archived_timeline_folder(table.base_path)
+    )
     found = [i for _, i in listed if i.is_completed]
     return sorted(found, key=lambda i: i.time)
 
@@ -304,6 +319,11 @@ def archive(
             ),
         )
         _move_instants(timeline, chosen)
+        packs = pack_archived_timeline(
+            table.base_path, loose_files=policy.pack_files, fan_in=policy.pack_fan_in
+        )
+        if packs:
+            log.info("table %s: archive packed into %s", table.config.name, ", ".join(packs))
     if table.layout is TimelineLayout.V1:
         with contextlib.suppress(OSError):
             os.utime(timeline.folder)

@@ -55,7 +55,10 @@ def clustering_options(cfg: LakesinkConfig) -> ClusteringOptions:
 def archive_policy(cfg: LakesinkConfig) -> ArchivePolicy:
     try:
         return ArchivePolicy(
-            cfg["table.services.archive.min.instants"], cfg["table.services.archive.max.instants"]
+            cfg["table.services.archive.min.instants"],
+            cfg["table.services.archive.max.instants"],
+            cfg["table.services.archive.pack.files"],
+            cfg["table.services.archive.pack.fan.in"],
         )
     except ValueError as e:
         raise ConfigError(f"table.services.archive.*: {e}") from e

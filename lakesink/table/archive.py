@@ -2,7 +2,10 @@
 file-system state they leave behind, so that readers need not read archived commits.
 
 Under `.hoodie/.lakesink/archive/` (hudi-rs never lists it):
-- `timeline/`: the archived instant files, as they were in the active timeline;
+- `timeline/`: the archived instant files, as they were in the active timeline: loose files as
+  archival moved them, and packs (`pack-L<level>-<first>-<last>.parquet`, one row per file:
+  name, content) into which archival gathers loose files and, size-tiered, smaller packs, so
+  the archive of a table with 100k commits is a few dozen files rather than 300k;
 - `views/<T>.view.parquet`: the archived view, one row per file group live after every instant
   up to T (the last archived instant time) with its latest base file. A reader lists the active
   timeline first and then takes the newest view, and ignores active instants at or before T
@@ -17,8 +20,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -26,6 +31,8 @@ import pyarrow.parquet as pq
 from lakesink.errors import CorruptTableError
 from lakesink.protocol.instant import InstantTime
 from lakesink.table.view import FileSlice
+
+_T = TypeVar("_T")
 
 ARCHIVE_DIR = Path(".hoodie") / ".lakesink" / "archive"
 VIEW_SUFFIX = ".view.parquet"
@@ -73,10 +80,7 @@ def archived_timeline_folder(base_path: Path) -> Path:
 def is_archived_completed(base_path: Path, instant_time: InstantTime) -> bool:
     """Whether instant `instant_time` completed and was archived (a slow listing: for the rare
     question of a publisher that finds its instant gone from the active timeline)."""
-    try:
-        names = os.listdir(archived_timeline_folder(base_path))
-    except FileNotFoundError:
-        return False
+    names = archived_file_names(base_path)
     prefix = instant_time.value
     return any(
         n.startswith(prefix) and n[len(prefix)] in "._" and n.endswith(("commit", "replacecommit"))
@@ -175,3 +179,181 @@ def write_archived_view(base_path: Path, view: ArchivedView) -> Path:
         with contextlib.suppress(FileNotFoundError):
             (folder / old).unlink()
     return target
+
+
+# --- packs of archived timeline files ---------------------------------------------------------
+
+PACK_PREFIX = "pack-L"
+PACK_SUFFIX = ".parquet"
+PACK_LOOSE_FILES = 600
+"""Loose archived files gathered into a level-0 pack at once (about 200 instants)."""
+PACK_FAN_IN = 10
+"""Packs of one level merged into one pack of the next level (size-tiered, as an LSM tree)."""
+
+_PACK_SCHEMA = pa.schema([("name", pa.string()), ("content", pa.binary())])
+_PACK_INDEX: dict[str, frozenset[str]] = {}
+"""Pack path -> the file names it holds: a pack is written once and never changed."""
+
+
+def _is_pack(name: str) -> bool:
+    return name.startswith(PACK_PREFIX) and name.endswith(PACK_SUFFIX)
+
+
+def _pack_level(name: str) -> int:
+    return int(name[len(PACK_PREFIX) :].split("-", 1)[0])
+
+
+def _listing(folder: Path) -> tuple[list[str], list[str]]:
+    """(loose file names, pack names) in the archived timeline folder, each sorted."""
+    try:
+        names = os.listdir(folder)
+    except FileNotFoundError:
+        return [], []
+    loose = sorted(n for n in names if not n.startswith(".") and not _is_pack(n))
+    return loose, sorted(n for n in names if _is_pack(n))
+
+
+def _pack_index(path: Path) -> frozenset[str]:
+    hit = _PACK_INDEX.get(str(path))
+    if hit is None:
+        try:
+            names = pq.read_table(path, columns=["name"]).column("name").to_pylist()
+        except FileNotFoundError:
+            raise
+        except (pa.ArrowInvalid, OSError, KeyError) as e:
+            raise CorruptTableError(f"archive pack {path} cannot be read: {e}") from e
+        if len(_PACK_INDEX) >= 4096:
+            _PACK_INDEX.clear()
+        hit = _PACK_INDEX[str(path)] = frozenset(names)
+    return hit
+
+
+def _retrying(read: Callable[[], _T]) -> _T:
+    """Runs `read` again when a pack it opened was merged away meanwhile (listing is redone)."""
+    for _ in range(5):
+        try:
+            return read()
+        except FileNotFoundError:
+            continue
+    raise CorruptTableError("archive packs keep disappearing while being read")
+
+
+def archived_file_names(base_path: Path) -> set[str]:
+    """Names of every archived timeline file, loose or packed."""
+    folder = archived_timeline_folder(base_path)
+
+    def read() -> set[str]:
+        loose, packs = _listing(folder)
+        names = set(loose)
+        for pack in packs:
+            names |= _pack_index(folder / pack)
+        return names
+
+    return _retrying(read)
+
+
+def read_archived_file(base_path: Path, name: str) -> bytes | None:
+    """The content of archived timeline file `name`, or None when it is not archived."""
+    folder = archived_timeline_folder(base_path)
+
+    def read() -> bytes | None:
+        with contextlib.suppress(FileNotFoundError):
+            return (folder / name).read_bytes()
+        _, packs = _listing(folder)
+        for pack in reversed(packs):
+            if name in _pack_index(folder / pack):
+                rows = pq.read_table(folder / pack, filters=[("name", "=", name)])
+                return bytes(rows.column("content")[0].as_py())
+        return None
+
+    return _retrying(read)
+
+
+def iter_archived_files(base_path: Path, names: set[str]) -> Iterator[tuple[str, bytes]]:
+    """(name, content) of each archived file among `names` that exists, each once, reading
+    every pack at most once."""
+    folder = archived_timeline_folder(base_path)
+    loose, packs = _listing(folder)
+    pending = set(names)
+    for name in loose:
+        if name in pending:
+            with contextlib.suppress(FileNotFoundError):  # packed meanwhile: found below
+                content = (folder / name).read_bytes()
+                pending.discard(name)
+                yield name, content
+    for pack in packs:
+        try:
+            wanted = pending & _pack_index(folder / pack)
+            if not wanted:
+                continue
+            rows = pq.read_table(folder / pack)
+        except FileNotFoundError:  # merged meanwhile: its files are in a newer pack
+            continue
+        for name, content in zip(
+            rows.column("name").to_pylist(), rows.column("content").to_pylist(), strict=True
+        ):
+            if name in wanted and name in pending:
+                pending.discard(name)
+                yield name, content
+    if pending and (_listing(folder)[1] != packs):
+        yield from iter_archived_files(base_path, pending)  # packs changed while reading
+
+
+def _write_pack(folder: Path, level: int, files: list[tuple[str, bytes]]) -> str:
+    files = sorted(dict(files).items())
+    first, last = (files[0][0].split(".")[0], files[-1][0].split(".")[0])
+    name = f"{PACK_PREFIX}{level}-{first}-{last}{PACK_SUFFIX}"
+    table = pa.Table.from_arrays(
+        [
+            pa.array([n for n, _ in files], pa.string()),
+            pa.array([c for _, c in files], pa.binary()),
+        ],
+        schema=_PACK_SCHEMA,
+    )
+    tmp = folder / f".{name}.{os.getpid()}.tmp"
+    pq.write_table(table, tmp, compression="zstd")
+    with open(tmp, "rb") as f:
+        os.fsync(f.fileno())
+    os.replace(tmp, folder / name)
+    return name
+
+
+def pack_archived_timeline(
+    base_path: Path, *, loose_files: int = PACK_LOOSE_FILES, fan_in: int = PACK_FAN_IN
+) -> list[str]:
+    """Under archival's lock: gather the loose archived files into a pack once there are
+    `loose_files` of them, and merge `fan_in` packs of a level into one of the next level.
+    Each new pack is in place before its sources are deleted, so a crash leaves at worst a
+    file both loose (or in an old pack) and packed, which readers take once. Returns the names
+    of the packs written."""
+    folder = archived_timeline_folder(base_path)
+    written: list[str] = []
+    loose, packs = _listing(folder)
+    if len(loose) >= loose_files:
+        files = [(n, (folder / n).read_bytes()) for n in loose]
+        written.append(_write_pack(folder, 0, files))
+        for n in loose:
+            with contextlib.suppress(FileNotFoundError):
+                (folder / n).unlink()
+        loose, packs = _listing(folder)
+    level = 0
+    while packs:
+        at_level = [p for p in packs if _pack_level(p) == level]
+        if len(at_level) >= fan_in:
+            sources = at_level[:fan_in]
+            files = []
+            for pack in sources:
+                rows = pq.read_table(folder / pack)
+                files += zip(
+                    rows.column("name").to_pylist(), rows.column("content").to_pylist(), strict=True
+                )
+            written.append(_write_pack(folder, level + 1, files))
+            for pack in sources:
+                with contextlib.suppress(FileNotFoundError):
+                    (folder / pack).unlink()
+            _, packs = _listing(folder)
+            continue
+        if all(_pack_level(p) <= level for p in packs):
+            break
+        level += 1
+    return written

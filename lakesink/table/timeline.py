@@ -18,7 +18,7 @@ from lakesink.errors import (
     UnsupportedTableError,
 )
 from lakesink.protocol.instant import Action, Instant, InstantTime, State, TimelineLayout
-from lakesink.table.archive import archived_timeline_folder, load_archived_view
+from lakesink.table.archive import load_archived_view, read_archived_file
 from lakesink.table.atomic import create_exclusive
 from lakesink.table.markers import delete_markers
 from lakesink.table.metadata import CommitMetadata, RollbackMetadata, RollbackPlan
@@ -54,23 +54,28 @@ def _parse_name(name: str) -> Instant:
     return inst
 
 
+def instants_named(names: Iterable[str], where: Path) -> list[tuple[str, Instant]]:
+    """The instant files among file `names` (of folder `where`, for errors), parsed."""
+    out: list[tuple[str, Instant]] = []
+    for name in names:
+        if not _looks_like_instant(name):
+            continue
+        try:
+            out.append((name, _parse_name(name)))
+        except CorruptTableError as err:
+            raise UnsupportedTableError(
+                f"timeline file {where / name} is not one lakesink handles: {err}"
+            ) from err
+    return out
+
+
 def list_instant_files(folder: Path) -> list[tuple[str, Instant]]:
     """Parse every instant file directly inside `folder` (no recursion)."""
-    out: list[tuple[str, Instant]] = []
     try:
         entries = list(os.scandir(folder))
     except FileNotFoundError:
-        return out
-    for e in entries:
-        if not _looks_like_instant(e.name) or not e.is_file():
-            continue
-        try:
-            out.append((e.name, _parse_name(e.name)))
-        except CorruptTableError as err:
-            raise UnsupportedTableError(
-                f"timeline file {folder / e.name} is not one lakesink handles: {err}"
-            ) from err
-    return out
+        return []
+    return instants_named((e.name for e in entries if e.is_file()), folder)
 
 
 def _parse_names(folder: Path, names: Sequence[str]) -> list[tuple[str, Instant]]:
@@ -242,20 +247,23 @@ class Timeline:
                 st = path.stat()
             except FileNotFoundError:
                 # archival moved it since this snapshot was listed
-                path = archived_timeline_folder(self.base_path) / path.name
-                try:
-                    st = path.stat()
-                except FileNotFoundError:
-                    raise CorruptTableError(
-                        f"timeline file {self.path_of(instant)} is missing"
-                    ) from None
+                content = read_archived_file(self.base_path, path.name)
+                if content is None:
+                    raise CorruptTableError(f"timeline file {path} is missing") from None
+                cached = CommitMetadata.from_bytes(
+                    content, self.layout, instant.action, source=f"archived {path.name}"
+                )
+                self._commit_cache[instant] = cached
+                return cached
             key = (str(path), st.st_ino, st.st_mtime_ns, st.st_size, instant.action.value)
             cached = _METADATA.get(key)
             if cached is None:
                 try:
                     content = path.read_bytes()
                 except FileNotFoundError:
-                    raise CorruptTableError(f"timeline file {path} is missing") from None
+                    content = read_archived_file(self.base_path, path.name)
+                    if content is None:
+                        raise CorruptTableError(f"timeline file {path} is missing") from None
                 cached = CommitMetadata.from_bytes(
                     content, self.layout, instant.action, source=str(path)
                 )

@@ -159,14 +159,15 @@ def run_cleans(path: str, lock: str, dsn: str | None, rounds: int, pause_s: floa
 
 
 def run_archivals(path: str, lock: str, dsn: str | None, rounds: int, pause_s: float) -> int:
-    """Clean then archive down to 2 active instants, again and again."""
+    """Clean then archive down to 2 active instants, again and again, packing the archive in
+    packs of 4 files merged two by two (readers of archived instants race with the packing)."""
     table = HudiTable.open(path)
     services = services_for(path, lock, dsn, "archiver")
     moved = 0
     for _ in range(rounds):
         clean(table, services, RetainPolicy(commits=2))
-        done = archive(table, services, ArchivePolicy(min_instants=2, max_instants=3))
-        moved += len(done.archived)
+        policy = ArchivePolicy(min_instants=2, max_instants=3, pack_files=4, pack_fan_in=2)
+        moved += len(archive(table, services, policy).archived)
         time.sleep(pause_s)
     return moved
 

@@ -31,7 +31,7 @@ from lakesink.services.clustering import ClusteringOptions, cluster
 from lakesink.services.host import StandaloneServices
 from lakesink.spark.commit_state import committed_offsets
 from lakesink.spark.coordinator import Coordinator
-from lakesink.table.archive import load_archived_view
+from lakesink.table.archive import ARCHIVE_DIR, load_archived_view
 from lakesink.table.config import TableConfig
 from lakesink.table.files import write_token
 from lakesink.table.hudi_table import HudiTable
@@ -182,7 +182,8 @@ def test_archival_of_a_stream_without_clustering_keeps_reads_and_commits_flat(
 ) -> None:
     path = tmp_path / "t"
     table, services, coord = _streamed(path, version, 10)
-    policy = ArchivePolicy(min_instants=3, max_instants=4)
+    # tiny packs, merged two by two: every read of archived instants below goes through packs
+    policy = ArchivePolicy(min_instants=3, max_instants=4, pack_files=4, pack_fan_in=2)
 
     # a failed write left a file inside the timeline: hudi-rs would read it as committed once
     # the instants around it were archived, so archival stops before it until clean removes it
@@ -243,8 +244,12 @@ def test_archival_of_a_stream_without_clustering_keeps_reads_and_commits_flat(
     for b in range(16, 20):
         commit_one_batch(coord, "topic-a", b)
     clean(table, services, RetainPolicy(commits=1))
-    after = archive(table, services, ArchivePolicy(min_instants=2, max_instants=3))
+    after = archive(table, services, ArchivePolicy(2, 3, pack_files=4, pack_fan_in=2))
     assert any(i.action is Action.REPLACE_COMMIT for i in after.archived), after.held_back_by
+    packs = sorted(p.name for p in (path / ARCHIVE_DIR / "timeline").glob("pack-L*.parquet"))
+    levels = [int(p.split("-")[1].removeprefix("L")) for p in packs]
+    # merged: fewer packs than the fan-in (2) at every level, and some above level 0
+    assert len(set(levels)) == len(levels) and max(levels) > 0, packs
     _assert_readers_agree(table, 20 * ROWS_PER_BATCH)
     assert len(list(path.glob("kafka_partition=*/*.parquet"))) == 2 + 4  # clustered + 4 new
 

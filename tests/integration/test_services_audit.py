@@ -16,6 +16,7 @@ from lakesink.services.archival import ArchivePolicy, archive, archived_instants
 from lakesink.services.clean import RetainPolicy, clean
 from lakesink.services.clustering import cluster
 from lakesink.services.host import StandaloneServices
+from lakesink.table.archive import ARCHIVE_DIR
 from lakesink.table.hudi_table import HudiTable
 
 pytestmark = pytest.mark.integration
@@ -33,8 +34,13 @@ def test_audit_passes_after_cluster_clean_archive_and_ingestion_resumes(
     clustered = cluster(table, services)
     assert clustered.instant is not None and clustered.files_after < clustered.files_before
     clean(table, services, RetainPolicy(commits=1))
-    archive(table, services, ArchivePolicy(min_instants=2, max_instants=3))
+    # packs of 6 archived files, merged two by two: the audit reads archived commits from packs
+    archive(
+        table, services, ArchivePolicy(min_instants=2, max_instants=3, pack_files=6, pack_fan_in=2)
+    )
     assert archived_instants(table), "nothing was archived"
+    packs = list((Path(cfg["table.path"]) / ARCHIVE_DIR / "timeline").glob("pack-L*.parquet"))
+    assert packs, "nothing was packed"
     report = audit_config(cfg)
     assert report.ok, report.problems
     assert report.rows_hudi_rs == report.rows_lakesink == 1200
