@@ -462,7 +462,8 @@ class Soak:
 
     def services_config(self) -> dict[str, Any]:
         """With --services-every N: inline clean, cluster and archive every N commits, keeping
-        few instants so that archival runs (and is crashed into) often."""
+        few instants and packing the archive in small packs, so that archival and packing run
+        (and are crashed into) often."""
         if self.args.services_every <= 0:
             return {}
         return {
@@ -470,6 +471,8 @@ class Soak:
             "table.services.clean.retain.commits": 3,
             "table.services.archive.min.instants": 4,
             "table.services.archive.max.instants": 8,
+            "table.services.archive.pack.files": 12,
+            "table.services.archive.pack.fan.in": 3,
         }
 
     # -- faults ------------------------------------------------------------------------------
