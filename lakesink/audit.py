@@ -109,11 +109,13 @@ def completed_commits(table: HudiTable) -> list[tuple[Instant, CommitMetadata]]:
         for i in archived_instants(table)
         if i.action is Action.COMMIT and i.time not in active
     }
+    unread = set(archived)
     for name, content in iter_archived_files(table.base_path, set(archived)):
+        unread.discard(name)
         instant = archived[name]
         out.append((instant, CommitMetadata.from_bytes(content, table.layout, instant.action)))
-    if len(out) != len(archived):
-        missing = sorted(set(archived) - {i.file_name(table.layout) for i, _ in out})
+    if unread:
+        missing = sorted(unread)
         raise CorruptTableError(f"archived commit files listed but unreadable: {missing[:5]}")
     out.sort(key=lambda pair: pair[0].time)
     out += [

@@ -169,7 +169,7 @@ class Ingestion:
                 try:
                     query.awaitTermination(0.2)  # type: ignore[arg-type]  # takes float seconds
                 except Exception as e:  # StreamingQueryException: the batch failed
-                    raise batch_failure(sink.failure or e) from None
+                    raise translate_query_error(sink.failure or e) from None
             # Taken before stop(): stopping interrupts a batch in flight, and what that batch
             # raises then is the stop's doing, not a failure (Spark replays it on the next run).
             failure = sink.failure
@@ -181,7 +181,7 @@ class Ingestion:
             if query.isActive:
                 query.stop()
         if failure is not None:
-            raise batch_failure(failure)
+            raise translate_query_error(failure)
         if not caught_up:
             # Neither stopped by us nor failed: Spark's stream thread died of a JVM error it
             # did not record (its message is only in the Spark log). Never report success.
@@ -251,20 +251,14 @@ class Ingestion:
 _LAKESINK_ERROR_RE = re.compile(r"lakesink\.errors\.(\w+): (.+)")
 
 
-def batch_failure(error: BaseException) -> LakesinkError:
-    """The error to raise for a failed query, given the batch's own exception (kept by the
-    sink) or else what Spark reported: a lakesink error as it was raised, anything else named
-    in one line."""
-    if isinstance(error, LakesinkError):
-        return error
-    return translate_query_error(error)
-
-
 def translate_query_error(error: BaseException | object) -> LakesinkError:
-    """A failed streaming query as the lakesink error its worker or driver raised (named in
-    the Python traceback Spark forwards), so the CLI prints one clear line and exit code."""
+    """A failed streaming query as the lakesink error its worker or driver raised, so the CLI
+    prints one clear line and exit code: the batch's own exception (kept by the sink) as it
+    was raised, else the error named in the Python traceback Spark forwards."""
     import lakesink.errors as errors
 
+    if isinstance(error, LakesinkError):
+        return error
     text = str(error)
     found = _LAKESINK_ERROR_RE.findall(text)
     if found:

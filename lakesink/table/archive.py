@@ -219,13 +219,21 @@ def _pack_index(path: Path) -> frozenset[str]:
         try:
             names = pq.read_table(path, columns=["name"]).column("name").to_pylist()
         except FileNotFoundError:
-            raise
+            raise  # merged away: the caller lists again (not a CorruptTableError below)
         except (pa.ArrowInvalid, OSError, KeyError) as e:
             raise CorruptTableError(f"archive pack {path} cannot be read: {e}") from e
         if len(_PACK_INDEX) >= 4096:
             _PACK_INDEX.clear()
         hit = _PACK_INDEX[str(path)] = frozenset(names)
     return hit
+
+
+def _pack_files(path: Path) -> list[tuple[str, bytes]]:
+    """(name, content) of every file in a pack."""
+    rows = pq.read_table(path)
+    return list(
+        zip(rows.column("name").to_pylist(), rows.column("content").to_pylist(), strict=True)
+    )
 
 
 def _retrying(read: Callable[[], _T]) -> _T:
@@ -286,12 +294,10 @@ def iter_archived_files(base_path: Path, names: set[str]) -> Iterator[tuple[str,
             wanted = pending & _pack_index(folder / pack)
             if not wanted:
                 continue
-            rows = pq.read_table(folder / pack)
+            files = _pack_files(folder / pack)
         except FileNotFoundError:  # merged meanwhile: its files are in a newer pack
             continue
-        for name, content in zip(
-            rows.column("name").to_pylist(), rows.column("content").to_pylist(), strict=True
-        ):
+        for name, content in files:
             if name in wanted and name in pending:
                 pending.discard(name)
                 yield name, content
@@ -341,12 +347,7 @@ def pack_archived_timeline(
         at_level = [p for p in packs if _pack_level(p) == level]
         if len(at_level) >= fan_in:
             sources = at_level[:fan_in]
-            files = []
-            for pack in sources:
-                rows = pq.read_table(folder / pack)
-                files += zip(
-                    rows.column("name").to_pylist(), rows.column("content").to_pylist(), strict=True
-                )
+            files = [f for pack in sources for f in _pack_files(folder / pack)]
             written.append(_write_pack(folder, level + 1, files))
             for pack in sources:
                 with contextlib.suppress(FileNotFoundError):

@@ -245,33 +245,38 @@ class Timeline:
             path = self.path_of(instant)
             try:
                 st = path.stat()
+                key: tuple[str, int, int, int, str] | None = (
+                    str(path),
+                    st.st_ino,
+                    st.st_mtime_ns,
+                    st.st_size,
+                    instant.action.value,
+                )
             except FileNotFoundError:
-                # archival moved it since this snapshot was listed
-                content = read_archived_file(self.base_path, path.name)
-                if content is None:
-                    raise CorruptTableError(f"timeline file {path} is missing") from None
-                cached = CommitMetadata.from_bytes(
-                    content, self.layout, instant.action, source=f"archived {path.name}"
-                )
-                self._commit_cache[instant] = cached
-                return cached
-            key = (str(path), st.st_ino, st.st_mtime_ns, st.st_size, instant.action.value)
-            cached = _METADATA.get(key)
+                key = None  # archival moved it since this snapshot was listed
+            cached = _METADATA.get(key) if key is not None else None
             if cached is None:
-                try:
-                    content = path.read_bytes()
-                except FileNotFoundError:
-                    content = read_archived_file(self.base_path, path.name)
-                    if content is None:
-                        raise CorruptTableError(f"timeline file {path} is missing") from None
+                content, source = self._commit_file(path)
                 cached = CommitMetadata.from_bytes(
-                    content, self.layout, instant.action, source=str(path)
+                    content, self.layout, instant.action, source=source
                 )
-                if len(_METADATA) >= _METADATA_MAX:
-                    _METADATA.clear()
-                _METADATA[key] = cached
+                if key is not None:
+                    if len(_METADATA) >= _METADATA_MAX:
+                        _METADATA.clear()
+                    _METADATA[key] = cached
             self._commit_cache[instant] = cached
         return cached
+
+    def _commit_file(self, path: Path) -> tuple[bytes, str]:
+        """(content, where it was read) of a commit file, from the archive when archival
+        moved it after this snapshot was listed."""
+        try:
+            return path.read_bytes(), str(path)
+        except FileNotFoundError:
+            content = read_archived_file(self.base_path, path.name)
+            if content is None:
+                raise CorruptTableError(f"timeline file {path} is missing") from None
+            return content, f"archived {path.name}"
 
     def rollback_metadata(self, instant: Instant) -> RollbackMetadata:
         if instant.action is not Action.ROLLBACK or not instant.is_completed:
