@@ -16,7 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from lakesink import security
 from lakesink.errors import ConfigError
+from lakesink.security import MASK
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,6 +31,8 @@ class Key:
     doc: str
     choices: tuple[str, ...] = ()
     required: bool = False
+    secret: bool = False
+    """A secret (password, key): parsed into a lakesink.secrets.Secret, never printed."""
 
 
 def _choice(*valid: str) -> Callable[[Any], str]:
@@ -119,6 +123,84 @@ def _writer_id(v: Any) -> str | None:
     return text
 
 
+# --- Kafka security: every client lakesink creates gets these (lakesink.security) -------------
+SECURITY_KEYS: tuple[Key, ...] = (
+    Key(
+        "kafka.security.protocol",
+        _choice(*security.SECURITY_PROTOCOLS),
+        "plaintext",
+        "How clients talk to the brokers: plaintext, ssl, sasl_plaintext or sasl_ssl.",
+    ),
+    Key(
+        "kafka.sasl.mechanism",
+        security.parse_sasl_mechanism,
+        None,
+        "SASL mechanism (sasl_* protocols): PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512.",
+    ),
+    Key("kafka.sasl.username", _optional_str, None, "SASL user name; the principal is User:<it>."),
+    Key(
+        "kafka.sasl.password",
+        security.parse_secret,
+        None,
+        "SASL password (secret: env:NAME or file:/path read it from there; never printed).",
+        secret=True,
+    ),
+    Key(
+        "kafka.ssl.ca.location",
+        security.parse_file,
+        None,
+        "PEM file of the CA(s) that signed the brokers' certificates (default: system CAs).",
+    ),
+    Key(
+        "kafka.ssl.certificate.location",
+        security.parse_file,
+        None,
+        "PEM file of this client's certificate, for brokers that ask for one (mutual TLS).",
+    ),
+    Key(
+        "kafka.ssl.key.location",
+        security.parse_file,
+        None,
+        "PEM file of the private key of kafka.ssl.certificate.location.",
+    ),
+    Key(
+        "kafka.ssl.key.password",
+        security.parse_secret,
+        None,
+        "Password of an encrypted kafka.ssl.key.location (secret: env:NAME or file:/path).",
+        secret=True,
+    ),
+    Key(
+        "kafka.ssl.endpoint.identification",
+        _choice(*security.ENDPOINT_IDENTIFICATION),
+        "https",
+        "https: the broker's certificate must name the host connected to; none: do not check.",
+    ),
+    Key(
+        "kafka.client.config",
+        _optional_str,
+        None,
+        "Extra librdkafka settings of every client (consumers, producers, admin), 'k=v,k=v' "
+        "(e.g. ssl.cipher.suites=...); secrets are refused here: use the secret keys.",
+    ),
+)
+
+
+def _check_security(cfg: LakesinkConfig) -> None:
+    try:
+        security.check_security(cfg)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+
+
+def kafka_security_config(cfg: LakesinkConfig) -> dict[str, Any]:
+    """The librdkafka settings every client gets (see lakesink.security.client_settings)."""
+    return security.client_settings(cfg)
+
+
+# --- end of Kafka security --------------------------------------------------------------------
+
+
 KEYS: tuple[Key, ...] = (
     # Kafka
     Key(
@@ -162,8 +244,11 @@ KEYS: tuple[Key, ...] = (
         "kafka.consumer.config",
         _optional_str,
         None,
-        "Extra librdkafka consumer settings, 'k=v,k=v' (e.g. security.protocol=SSL).",
+        "Extra librdkafka settings of the consumers only, 'k=v,k=v' (e.g. "
+        "fetch.max.bytes=1000000); settings every client needs go in kafka.client.config or "
+        "the kafka.security keys.",
     ),
+    *SECURITY_KEYS,
     # Records
     Key("value.format", _choice("json", "avro", "raw"), "json", "How record values are decoded."),
     Key(
@@ -419,8 +504,17 @@ class LakesinkConfig:
         return Path(self["table.path"]) / ".hoodie" / ".lakesink" / "checkpoints" / self.writer_id
 
     @property
-    def consumer_config(self) -> dict[str, str]:
-        return _parse_kv(self["kafka.consumer.config"])
+    def kafka_client_config(self) -> dict[str, Any]:
+        """librdkafka settings every client gets (consumers, producers, admin clients):
+        the security keys and kafka.client.config. Secrets stay `Secret` objects here; the
+        client builders in lakesink.kafka reveal them when they create a client."""
+        return kafka_security_config(self)
+
+    @property
+    def consumer_config(self) -> dict[str, Any]:
+        """librdkafka settings of lakesink's consumers: kafka_client_config, then
+        kafka.consumer.config."""
+        return {**self.kafka_client_config, **_parse_kv(self["kafka.consumer.config"])}
 
     @property
     def spark_conf(self) -> dict[str, str]:
@@ -447,13 +541,15 @@ def build_config(raw: Mapping[str, Any]) -> LakesinkConfig:
             try:
                 values[key.name] = key.parse(raw[key.name])
             except (ValueError, TypeError, OverflowError) as e:  # inf -> int overflows
-                raise ConfigError(f"{key.name}={raw[key.name]!r} is not valid: {e}") from None
+                shown = MASK if key.secret else repr(raw[key.name])
+                raise ConfigError(f"{key.name}={shown} is not valid: {e}") from None
         elif key.required:
             raise ConfigError(f"{key.name} is required: {key.doc}")
         else:
             values[key.name] = key.default
     cfg = LakesinkConfig(values)
     _check_combinations(cfg)
+    _check_security(cfg)
     return cfg
 
 

@@ -101,6 +101,20 @@ class KafkaError(LakesinkError):
     exit_code = 7
 
 
+class KafkaAuthenticationError(KafkaError):
+    """The broker refused who we are: wrong user or password, or a TLS certificate that is not
+    trusted. Retrying does not help; fix the kafka.sasl.* / kafka.ssl.* settings."""
+
+    retriable = False
+
+
+class KafkaAuthorizationError(KafkaError):
+    """The broker knows who we are but its ACLs do not allow the request. Retrying does not
+    help; grant the principal the ACLs the message names."""
+
+    retriable = False
+
+
 class RecordError(LakesinkError):
     """A Kafka record could not be deserialized or converted (errors.tolerance=none)."""
 

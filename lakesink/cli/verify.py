@@ -16,13 +16,22 @@ def audit_config(cfg: LakesinkConfig) -> AuditReport:
 
         dead = dead_letter_table_coordinates(cfg["errors.deadletter.table"])
     elif cfg["errors.deadletter.topic"]:
-        from lakesink.errors import KafkaError
+        from lakesink.errors import (
+            KafkaAuthenticationError,
+            KafkaAuthorizationError,
+            KafkaError,
+        )
         from lakesink.kafka.dead_letters import dead_letter_sources
 
         try:
             dead = dead_letter_sources(
-                cfg["kafka.bootstrap.servers"], cfg["errors.deadletter.topic"], cfg.consumer_config
+                cfg["kafka.bootstrap.servers"],
+                cfg["errors.deadletter.topic"],
+                cfg.consumer_config,
+                admin_config=cfg.kafka_client_config,
             )
+        except (KafkaAuthenticationError, KafkaAuthorizationError):
+            raise
         except KafkaError:
             dead = set()  # no dead-letter topic yet: nothing was dead-lettered
     return audit(

@@ -14,6 +14,7 @@ from types import TracebackType
 from typing import Any, Literal
 
 from lakesink.errors import ConfigError, KafkaError
+from lakesink.kafka.security import ClientErrors, client_config, not_authorized
 from lakesink.protocol.offsets import TopicPartition
 
 log = logging.getLogger(__name__)
@@ -42,7 +43,10 @@ def consumer_config(
     isolation_level: str = "read_committed",
     extra: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The consumer configuration lakesink uses: assign-only, no commits, errors on lost offsets."""
+    """The consumer configuration lakesink uses: assign-only, no commits, errors on lost offsets.
+
+    `extra` (e.g. `LakesinkConfig.consumer_config`) may hold security settings and Secrets;
+    `lakesink.kafka.security.client_config` reveals them when the consumer is created."""
     config: dict[str, Any] = {
         "bootstrap.servers": bootstrap,
         "group.id": DUMMY_GROUP_ID,
@@ -75,18 +79,22 @@ def create_topic(
     replication: int = 1,
     *,
     config: Mapping[str, str] | None = None,
+    extra: Mapping[str, Any] | None = None,
     timeout_s: float = 30.0,
 ) -> bool:
     """Create `topic` if it does not exist. Returns True if this call created it.
 
-    An existing topic with another partition count is left as it is (a warning is logged)."""
+    An existing topic with another partition count is left as it is (a warning is logged).
+    `extra`: client settings (security) of the admin client."""
     from confluent_kafka import KafkaError as CkKafkaError
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
     if partitions <= 0:
         raise ConfigError(f"a topic needs at least one partition, got {partitions} for {topic!r}")
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin_config = {**(extra or {}), "bootstrap.servers": bootstrap}
+    errors = ClientErrors(bootstrap, admin_config)
+    admin = AdminClient(client_config(admin_config, errors))
     new = NewTopic(topic, partitions, replication, config=dict(config or {}))
     futures = admin.create_topics([new], operation_timeout=timeout_s, request_timeout=timeout_s)
     created = True
@@ -95,9 +103,13 @@ def create_topic(
     except KafkaException as e:
         err = e.args[0] if e.args else None
         if not (isinstance(err, CkKafkaError) and err.code() == CkKafkaError.TOPIC_ALREADY_EXISTS):
+            admin.poll(0)
+            errors.raise_failure()
             raise KafkaError(f"cannot create topic {topic!r} on {bootstrap}: {e}") from e
         created = False
     except Exception as e:
+        admin.poll(0)
+        errors.raise_failure()
         raise KafkaError(f"cannot create topic {topic!r} on {bootstrap}: {e}") from e
     # wait until the metadata shows it, so that producers and planners see every partition
     existing = _await_partition_count(admin, topic, timeout_s)
@@ -129,13 +141,18 @@ def list_partitions(
     pattern: str | None = None,
     wait_timeout_s: float | None = None,
     timeout_s: float = 10.0,
+    extra: Mapping[str, Any] | None = None,
 ) -> list[TopicPartition]:
     """All partitions of `topics`, or of every topic whose full name matches the regex `pattern`
     (internal topics starting with `__` excluded), sorted.
 
     A listed topic that does not exist raises KafkaError naming it, unless `wait_timeout_s` is
     given: then this waits that long for it to appear. Never creates topics (the metadata request
-    asks for all topics, so brokers with auto-create do not create the asked-for ones)."""
+    asks for all topics, so brokers with auto-create do not create the asked-for ones).
+
+    `extra`: client settings (security). A broker that refuses the client (authentication,
+    TLS) raises KafkaAuthenticationError at once; listed topics hidden by ACLs raise
+    KafkaAuthorizationError."""
     from confluent_kafka.admin import AdminClient
 
     topics = list(topics) if topics else None
@@ -148,13 +165,12 @@ def list_partitions(
             regex = re.compile(pattern)
         except re.error as e:
             raise ConfigError(f"topic pattern {pattern!r} is not a valid regex: {e}") from e
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin_config = {**(extra or {}), "bootstrap.servers": bootstrap}
+    errors = ClientErrors(bootstrap, admin_config)
+    admin = AdminClient(client_config(admin_config, errors))
     deadline = time.monotonic() + (wait_timeout_s or 0.0)
     while True:
-        try:
-            md = admin.list_topics(timeout=timeout_s)
-        except Exception as e:
-            raise KafkaError(f"cannot list topics on {bootstrap}: {e}") from e
+        md = _metadata(admin, errors, timeout_s)
         found: dict[str, int] = {
             name: len(t.partitions)
             for name, t in md.topics.items()
@@ -170,12 +186,55 @@ def list_partitions(
         if not missing:
             return [TopicPartition(n, p) for n in names for p in range(found[n])]
         if wait_timeout_s is None or time.monotonic() > deadline:
+            hidden = _unauthorized_topics(admin, missing, timeout_s)
+            if hidden:
+                raise not_authorized(bootstrap, errors.principal, hidden, "DESCRIBE and READ")
             raise KafkaError(
                 f"topic(s) {', '.join(repr(m) for m in missing)} do not exist on {bootstrap}"
                 + (f" (waited {wait_timeout_s:.0f} s)" if wait_timeout_s else "")
                 + "; create them or fix the topic names"
             )
         time.sleep(0.2)
+
+
+def _metadata(admin: Any, errors: ClientErrors, timeout_s: float) -> Any:
+    """All topics' metadata; a broker refusing the client fails within about a second."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return admin.list_topics(timeout=max(0.1, min(1.0, deadline - time.monotonic())))
+        except Exception as e:
+            admin.poll(0)  # serves the error callback
+            errors.raise_failure()
+            if time.monotonic() >= deadline:
+                raise KafkaError(
+                    f"cannot list topics on {errors.bootstrap}: {e}"
+                    + (f" (last error: {errors.last})" if errors.last else "")
+                ) from e
+
+
+def _unauthorized_topics(admin: Any, topics: Sequence[str], timeout_s: float) -> list[str]:
+    """Those of `topics` the broker says this principal may not describe (ACLs hide such
+    topics from a listing of all topics). Unknown when the broker cannot say: none then."""
+    from confluent_kafka import KafkaError as CkKafkaError
+    from confluent_kafka import TopicCollection
+
+    try:
+        futures = admin.describe_topics(TopicCollection(list(topics)), request_timeout=timeout_s)
+    except Exception:
+        return []
+    out = []
+    for name, future in futures.items():
+        try:
+            future.result(timeout=timeout_s)
+        except Exception as e:
+            err = e.args[0] if e.args else None
+            if (
+                isinstance(err, CkKafkaError)
+                and err.code() == CkKafkaError.TOPIC_AUTHORIZATION_FAILED
+            ):
+                out.append(name)
+    return sorted(out)
 
 
 class OffsetClient:
@@ -196,7 +255,14 @@ class OffsetClient:
         self.bootstrap = bootstrap
         self.isolation_level = check_isolation_level(isolation_level)
         self.timeout_s = timeout_s
-        self._consumer = Consumer(consumer_config(bootstrap, self.isolation_level, extra))
+        config = consumer_config(bootstrap, self.isolation_level, extra)
+        self.errors = ClientErrors(bootstrap, config)
+        self._consumer = Consumer(client_config(config, self.errors))
+
+    def _failed(self) -> None:
+        """After a failed request: raise the broker's refusal if that is why."""
+        self._consumer.poll(0)  # serves the error callback
+        self.errors.raise_failure()
 
     def watermarks(
         self, partitions: Iterable[TopicPartition]
@@ -210,6 +276,7 @@ class OffsetClient:
                     _ck_tp(tp), timeout=self.timeout_s, cached=False
                 )
             except Exception as e:
+                self._failed()
                 raise KafkaError(
                     f"cannot read the watermarks of {tp} on {self.bootstrap}: {e} "
                     "(does the topic and partition exist?)"
@@ -228,6 +295,7 @@ class OffsetClient:
         try:
             result = self._consumer.offsets_for_times(query, timeout=self.timeout_s)
         except Exception as e:
+            self._failed()
             raise KafkaError(f"offsets_for_times failed on {self.bootstrap}: {e}") from e
         out: dict[TopicPartition, int | None] = {}
         for r in result:

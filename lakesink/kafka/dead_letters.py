@@ -18,6 +18,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from lakesink.errors import KafkaError
+from lakesink.kafka.security import (
+    AUTHORIZATION_CODES,
+    ClientErrors,
+    client_config,
+    security_error,
+)
 from lakesink.protocol.offsets import TopicPartition
 from lakesink.protocol.write_status import DeadLetter
 
@@ -136,16 +142,21 @@ class DeadLetterSink:
             "linger.ms": 20,
         }
         config.update(producer_config or {})
+        config["bootstrap.servers"] = bootstrap
         self.topic = topic
         self.flush_timeout_s = flush_timeout_s
-        self._producer = Producer(config)
+        self._client_errors = ClientErrors(bootstrap, config)
+        self._producer = Producer(client_config(config, self._client_errors))
         self._errors: list[str] = []
+        self._authorization_error: Any = None
         self.sent = 0
         self.delivered = 0
 
     def _on_delivery(self, err: Any, msg: Any) -> None:
         if err is not None:
             self._errors.append(str(err))
+            if self._authorization_error is None and err.code() in AUTHORIZATION_CODES:
+                self._authorization_error = err
         else:
             self.delivered += 1
 
@@ -175,6 +186,13 @@ class DeadLetterSink:
     def flush(self) -> None:
         """Wait until every dead letter is acknowledged; KafkaError if any was not."""
         remaining = self._producer.flush(self.flush_timeout_s)
+        self._client_errors.raise_failure()
+        if self._authorization_error is not None:
+            raise security_error(
+                self._client_errors.bootstrap,
+                self._client_errors.principal,
+                self._authorization_error,
+            )
         if remaining:
             raise KafkaError(
                 f"{remaining} dead letters to topic {self.topic!r} not acknowledged within "
@@ -205,17 +223,21 @@ class DeadLetterSink:
 
 
 def dead_letter_sources(
-    bootstrap: str, topic: str, consumer_config: Mapping[str, Any] | None = None
+    bootstrap: str,
+    topic: str,
+    consumer_config: Mapping[str, Any] | None = None,
+    admin_config: Mapping[str, Any] | None = None,
 ) -> set[tuple[str, int, int]]:
     """The (topic, partition, offset) of every source record in dead-letter topic `topic`,
-    read from lakesink's source headers (duplicates from replays collapse)."""
+    read from lakesink's source headers (duplicates from replays collapse). `admin_config`:
+    settings of the admin client listing the topic (security)."""
     from lakesink.kafka.client import OffsetClient, list_partitions
     from lakesink.kafka.deserializers import RawDeserializer
     from lakesink.kafka.reader import read_range
     from lakesink.protocol.offsets import OffsetRange
 
     out: set[tuple[str, int, int]] = set()
-    parts = list_partitions(bootstrap, [topic])
+    parts = list_partitions(bootstrap, [topic], extra=admin_config)
     with OffsetClient(bootstrap, extra=consumer_config) as client:
         marks = client.watermarks(parts)
     for tp, (low, high) in marks.items():

@@ -30,6 +30,7 @@ from lakesink.kafka.dead_letters import (
     timestamps_array,
 )
 from lakesink.kafka.deserializers import Deserializer
+from lakesink.kafka.security import ClientErrors, client_config, security_error
 from lakesink.protocol.offsets import OffsetRange
 
 log = logging.getLogger(__name__)
@@ -83,6 +84,7 @@ def read_range(
     deserializer: Deserializer,
     isolation_level: str = "read_committed",
     consumer_config: Mapping[str, Any] | None = None,
+    producer_config: Mapping[str, Any] | None = None,
     batch_size: int = 10_000,
     errors_tolerance: str = "none",
     dead_letter_topic: str | None = None,
@@ -97,7 +99,9 @@ def read_range(
 
     Bad records: errors_tolerance="none" raises RecordError; "all" hands each to `on_dead_letter`
     and/or produces it to `dead_letter_topic` (flushed before the iterator ends: a dead letter the
-    broker did not acknowledge raises KafkaError). `consumer_config` adds librdkafka settings.
+    broker did not acknowledge raises KafkaError). `consumer_config` adds librdkafka settings
+    of the consumer, `producer_config` those of the dead-letter producer (security settings
+    belong in both: `LakesinkConfig.consumer_config` and `.kafka_client_config`).
 
     Raises KafkaError when no progress is made for `stall_timeout_s` (the message names the
     partition, the range and the offset reached), DataLossError when offsets of the range were
@@ -127,7 +131,7 @@ def read_range(
             on_dead_letter(record)
         if dead_letter_topic:
             if sink is None:
-                sink = DeadLetterSink(bootstrap, dead_letter_topic)
+                sink = DeadLetterSink(bootstrap, dead_letter_topic, producer_config=producer_config)
             sink.send(record)
 
     reader = _RangeReader(
@@ -186,7 +190,8 @@ class _RangeReader:
         r = self.r
         tp = r.partition
         started = time.monotonic()
-        consumer = Consumer(self.config)
+        errors = ClientErrors(self.bootstrap, self.config)
+        consumer = Consumer(client_config(self.config, errors))
         try:
             consumer.assign([CkTopicPartition(tp.topic, tp.partition, r.start)])
             position = r.start
@@ -202,6 +207,7 @@ class _RangeReader:
                 if not msgs:
                     first = consumer.poll(self.poll_timeout_s)
                     msgs = [] if first is None else [first]
+                errors.raise_failure()  # a broker that refuses us, or a fatal client error
                 got_nothing = not msgs
                 if not msgs:
                     pass
@@ -231,11 +237,14 @@ class _RangeReader:
                                 f"(reading {self.describe()}): records were deleted before "
                                 f"they were read ({err.str()})"
                             )
+                        if code == CkError.GROUP_AUTHORIZATION_FAILED:
+                            continue  # assign-only: lakesink never uses the group
+                        if code == CkError.TOPIC_AUTHORIZATION_FAILED:
+                            raise security_error(self.bootstrap, errors.principal, err)
                         if err.fatal() or code in (
                             CkError.UNKNOWN_TOPIC_OR_PART,
                             CkError._UNKNOWN_PARTITION,
                             CkError._UNKNOWN_TOPIC,
-                            CkError.TOPIC_AUTHORIZATION_FAILED,
                         ):
                             raise KafkaError(
                                 f"reading {self.describe()} failed at offset {position}: "
@@ -272,7 +281,11 @@ class _RangeReader:
                     raise KafkaError(
                         f"no progress reading {self.describe()} for {self.stall_timeout_s:.0f} s: "
                         f"reached offset {position}, {r.end - position} offsets short of the end"
-                        + (f"; last error: {last_error}" if last_error else "")
+                        + (
+                            f"; last error: {last_error or errors.last}"
+                            if last_error or errors.last
+                            else ""
+                        )
                         + " (broker down, or the range ends beyond the last stable offset?)"
                     )
             self.stats.position = r.end

@@ -21,7 +21,13 @@ from lakesink.spark import commit_state
 from lakesink.spark.async_commit import AsyncCommitter
 from lakesink.spark.coordinator import BatchOutcome, CommitServices, Coordinator
 from lakesink.spark.sink import DATE_PARTITION_COLUMN, CommittingSink
-from lakesink.spark.source import CONFIG_OPTION, SOURCE_NAME, encode_config
+from lakesink.spark.source import (
+    CONFIG_OPTION,
+    SECRETS_OPTION,
+    SOURCE_NAME,
+    encode_config,
+    encode_secrets,
+)
 from lakesink.table.config import TableConfig
 from lakesink.table.hudi_table import HudiTable
 
@@ -72,6 +78,7 @@ def high_watermarks(cfg: LakesinkConfig) -> dict[TopicPartition, int]:
         cfg["kafka.bootstrap.servers"],
         topics=list(cfg["kafka.topics"]) or None,
         pattern=cfg["kafka.topic.pattern"],
+        extra=cfg.kafka_client_config,
     )
     with OffsetClient(
         cfg["kafka.bootstrap.servers"],
@@ -145,6 +152,7 @@ class Ingestion:
         stream = (
             self.spark.readStream.format(SOURCE_NAME)
             .option(CONFIG_OPTION, encode_config(self.cfg))
+            .option(SECRETS_OPTION, encode_secrets(self.cfg))
             .load()
         )
         interval = "0 seconds" if once else f"{self.cfg['trigger.interval.s']} seconds"

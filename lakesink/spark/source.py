@@ -21,6 +21,7 @@ from pyspark.sql.types import StructType
 
 from lakesink.config import LakesinkConfig, build_config
 from lakesink.protocol.offsets import OffsetRange, TopicPartition, WriterOffsets
+from lakesink.security import Secret
 
 log = logging.getLogger(__name__)
 
@@ -28,15 +29,33 @@ SOURCE_NAME = "lakesink-kafka"
 CONFIG_OPTION = (
     "lakesink.config"  # the whole validated config, as JSON (option keys are lower-cased)
 )
+SECRETS_OPTION = "lakesink.secrets"
+"""The config's secrets, as JSON, apart from CONFIG_OPTION: the option's name matches Spark's
+default `spark.redaction.regex`, so Spark masks it wherever it shows options."""
 OFFSET_FORMAT_VERSION = 1
 
 
 def encode_config(cfg: LakesinkConfig) -> str:
-    return json.dumps({k: list(v) if isinstance(v, tuple) else v for k, v in cfg.values.items()})
+    """The config without its secrets, as JSON (CONFIG_OPTION); see encode_secrets."""
+    return json.dumps(
+        {
+            k: list(v) if isinstance(v, tuple) else v
+            for k, v in cfg.values.items()
+            if not isinstance(v, Secret)
+        }
+    )
+
+
+def encode_secrets(cfg: LakesinkConfig) -> str:
+    """The config's secrets, as JSON (SECRETS_OPTION): tasks on other machines need them."""
+    return json.dumps({k: v.reveal() for k, v in cfg.values.items() if isinstance(v, Secret)})
 
 
 def decode_config(options: Mapping[str, str]) -> LakesinkConfig:
-    return build_config(json.loads(options[CONFIG_OPTION]))
+    raw = json.loads(options[CONFIG_OPTION])
+    secrets = json.loads(options.get(SECRETS_OPTION) or "{}")
+    raw.update({k: Secret(v, "driver") for k, v in secrets.items()})
+    return build_config(raw)
 
 
 def ranges_to_offset(ranges: Mapping[TopicPartition, tuple[int, int]]) -> dict[str, Any]:
@@ -138,6 +157,7 @@ class KafkaStreamReader(DataSourceStreamReader):
             self.cfg["kafka.bootstrap.servers"],
             topics=list(self.cfg["kafka.topics"]) or None,
             pattern=self.cfg["kafka.topic.pattern"],
+            extra=self.cfg.kafka_client_config,
         )
 
     def _table_offsets(self) -> WriterOffsets:
@@ -230,6 +250,7 @@ class KafkaStreamReader(DataSourceStreamReader):
             isolation_level=self.cfg["kafka.isolation.level"],
             deserializer=_deserializer(self.cfg, make_deserializer),
             consumer_config=self.cfg.consumer_config,
+            producer_config=self.cfg.kafka_client_config,
             errors_tolerance=self.cfg["errors.tolerance"],
             dead_letter_topic=self.cfg["errors.deadletter.topic"],
             on_dead_letter=failed.append if to_table else None,
