@@ -1,7 +1,8 @@
-"""Shared fixtures: one Kafka-protocol broker for the whole test session, unique topic names.
+"""Shared fixtures: one Kafka broker for the whole test session, unique topic names.
 
-Set LAKESINK_TEST_BOOTSTRAP_SERVERS to run the broker tests against an external cluster;
-otherwise one embedded noida-db broker is started on loopback for the session.
+The broker is Apache Kafka (jars resolved by scripts/setup-kafka.sh) started on loopback for the
+session. LAKESINK_TEST_BROKER=noida runs the embedded noida-db broker instead;
+LAKESINK_TEST_BOOTSTRAP_SERVERS points the session broker at an external cluster.
 """
 
 from __future__ import annotations
@@ -13,22 +14,37 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from lakesink.kafka.embedded_broker import EmbeddedBroker
+from lakesink.kafka.kafka_server import BROKER_KINDS, LocalBroker, local_broker
 
 BOOTSTRAP_ENV = "LAKESINK_TEST_BOOTSTRAP_SERVERS"
+BROKER_ENV = "LAKESINK_TEST_BROKER"
 
 _session_tag = uuid.uuid4().hex[:8]
 _topic_counter = itertools.count()
 
 
+def _broker_kind_from_env() -> str:
+    """The kind of local broker the tests start: `kafka` unless $LAKESINK_TEST_BROKER says."""
+    kind = os.environ.get(BROKER_ENV, "kafka")
+    if kind not in BROKER_KINDS:
+        raise pytest.UsageError(f"{BROKER_ENV}={kind!r}: use one of {', '.join(BROKER_KINDS)}")
+    return kind
+
+
 @pytest.fixture(scope="session")
-def kafka_bootstrap() -> Iterator[str]:
+def broker_kind() -> str:
+    """`kafka` or `noida`: the kind of the local brokers this session starts."""
+    return _broker_kind_from_env()
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap(broker_kind: str) -> Iterator[str]:
     """bootstrap.servers of the session's broker (external if $LAKESINK_TEST_BOOTSTRAP_SERVERS)."""
     external = os.environ.get(BOOTSTRAP_ENV)
     if external:
         yield external
         return
-    broker = EmbeddedBroker()
+    broker = local_broker(broker_kind)
     broker.start()
     try:
         yield broker.bootstrap_servers
@@ -48,9 +64,9 @@ def topic_factory(request: pytest.FixtureRequest) -> Callable[[str], str]:
 
 
 @pytest.fixture
-def fresh_broker() -> Iterator[EmbeddedBroker]:
+def fresh_broker(broker_kind: str) -> Iterator[LocalBroker]:
     """A broker of this test's own, for restart and crash tests."""
-    broker = EmbeddedBroker()
+    broker = local_broker(broker_kind)
     broker.start()
     try:
         yield broker

@@ -57,21 +57,22 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(s.getsockname()[1])
 
 
-def _port_open(host: str, port: int) -> bool:
+def port_open(host: str, port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.settimeout(0.2)
         return s.connect_ex((host, port)) == 0
 
 
-def _answers_metadata(bootstrap: str, timeout: float) -> bool:
+def answers_metadata(bootstrap: str, timeout: float) -> bool:
+    """Whether a broker at `bootstrap` answers a metadata request naming at least one broker."""
     from confluent_kafka.admin import AdminClient
 
     admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
     try:
-        admin.list_topics(timeout=timeout)
+        metadata = admin.list_topics(timeout=timeout)
     except Exception:
         return False
-    return True
+    return bool(metadata.brokers)
 
 
 class EmbeddedBroker:
@@ -122,7 +123,7 @@ class EmbeddedBroker:
         for attempt in range(attempts):
             if attempt:
                 self.port = free_port(self.host)
-            if _port_open(self.host, self.port):
+            if port_open(self.host, self.port):
                 if self._fixed_port:
                     raise KafkaError(
                         "cannot start the embedded broker: "
@@ -183,7 +184,7 @@ class EmbeddedBroker:
                     f"embedded broker exited with code {code} while starting on "
                     f"{self.bootstrap_servers}; last log lines:\n{self.log_tail()}"
                 )
-            if _port_open(self.host, self.port) and _answers_metadata(self.bootstrap_servers, 1.0):
+            if port_open(self.host, self.port) and answers_metadata(self.bootstrap_servers, 1.0):
                 return
             time.sleep(0.05)
         raise KafkaError(
@@ -217,7 +218,7 @@ class EmbeddedBroker:
                 proc.wait(timeout=self.stop_timeout_s)
         # the port must be free before a restart on the same port
         deadline = time.monotonic() + self.stop_timeout_s
-        while _port_open(self.host, self.port) and time.monotonic() < deadline:
+        while port_open(self.host, self.port) and time.monotonic() < deadline:
             time.sleep(0.05)
         log.info("stopped noida-db pid %d (%s)", proc.pid, self.bootstrap_servers)
 
