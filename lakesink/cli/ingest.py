@@ -41,6 +41,11 @@ def ingest(cfg: LakesinkConfig, *, once: bool) -> IngestionResult:
 
 
 def run_ingest(cfg: LakesinkConfig, *, once: bool) -> int:
+    from lakesink.spark.pipeline import high_watermarks
+
+    # before Spark starts: the brokers accept our credentials and show us the topics (a
+    # refusal is one line in about a second, not a failed Spark job)
+    high_watermarks(cfg)
     say(
         f"lakesink: ingesting {', '.join(cfg['kafka.topics']) or cfg['kafka.topic.pattern']} "
         f"into {cfg['table.path']} as writer {cfg.writer_id}"

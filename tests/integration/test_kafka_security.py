@@ -1,0 +1,237 @@
+"""lakesink against a secured Apache Kafka: a SASL_SSL listener (SCRAM-SHA-512, a CA and broker
+certificate made here with openssl) with ACLs under StandardAuthorizer.
+
+With the right credentials lakesink ingests exactly once. A wrong password, a CA that did not
+sign the broker's certificate and a missing ACL each end in one line that names the broker and
+the principal, within seconds, with the Kafka error exit code, and never show the password.
+One secured broker serves the whole module.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from integration.conftest import audit_config, ingest_config, run_ingestion
+
+from lakesink.errors import KafkaAuthenticationError, KafkaAuthorizationError
+from lakesink.kafka.kafka_server import KafkaServer
+from lakesink.kafka.producer import produce_sample_events
+
+pytestmark = pytest.mark.integration
+
+USER = "lakesink"
+PRINCIPAL = f"User:{USER}"
+RECORDS = 300
+PARTITIONS = 2
+PASSWORD_ENV = "LAKESINK_TEST_SASL_PASSWORD"
+
+
+@dataclass(frozen=True)
+class SecuredKafka:
+    """The module's broker: PLAINTEXT for the super user (ANONYMOUS), SASL_SSL for lakesink."""
+
+    plaintext: str
+    sasl_ssl: str
+    ca: Path
+    other_ca: Path
+    password: str
+    topic: str  # lakesink may READ and DESCRIBE it
+    topic_without_acl: str
+
+
+def _openssl(*args: str, cwd: Path) -> None:
+    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
+
+
+def make_certificates(d: Path) -> tuple[Path, Path, Path]:
+    """A CA, a broker certificate it signs (localhost, 127.0.0.1) as one PEM keystore with its
+    key, and a second CA that signed nothing. Returns (ca, broker keystore, other ca)."""
+    d.mkdir(parents=True, exist_ok=True)
+    for name, subject in (("ca", "/CN=lakesink test CA"), ("other-ca", "/CN=untrusted CA")):
+        _openssl(
+            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", subject,
+            "-keyout", f"{name}.key", "-out", f"{name}.pem", cwd=d,
+        )  # fmt: skip
+    _openssl(
+        "req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=localhost",
+        "-keyout", "broker.key", "-out", "broker.csr", cwd=d,
+    )  # fmt: skip
+    (d / "san.ext").write_text("subjectAltName=DNS:localhost,IP:127.0.0.1\n")
+    _openssl(
+        "x509", "-req", "-in", "broker.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+        "-CAcreateserial", "-days", "2", "-extfile", "san.ext", "-out", "broker.pem", cwd=d,
+    )  # fmt: skip
+    keystore = d / "broker-keystore.pem"  # PKCS#8 key, then the certificate
+    keystore.write_text((d / "broker.key").read_text() + (d / "broker.pem").read_text())
+    return d / "ca.pem", keystore, d / "other-ca.pem"
+
+
+def grant_read(plaintext: str, topic: str) -> None:
+    """READ and DESCRIBE on `topic` for lakesink's principal, nothing else (as the super user)."""
+    from confluent_kafka.admin import (
+        AclBinding,
+        AclOperation,
+        AclPermissionType,
+        AdminClient,
+        ResourcePatternType,
+        ResourceType,
+    )
+
+    admin = AdminClient({"bootstrap.servers": plaintext})
+    bindings = [
+        AclBinding(
+            ResourceType.TOPIC,
+            topic,
+            ResourcePatternType.LITERAL,
+            PRINCIPAL,
+            "*",
+            op,
+            AclPermissionType.ALLOW,
+        )
+        for op in (AclOperation.READ, AclOperation.DESCRIBE)
+    ]
+    for future in admin.create_acls(bindings).values():
+        future.result(30)
+
+
+@pytest.fixture(scope="module")
+def secured_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecuredKafka]:
+    d = tmp_path_factory.mktemp("secured-kafka")
+    ca, keystore, other_ca = make_certificates(d / "tls")
+    password = "pw-" + secrets.token_urlsafe(18)
+    server = KafkaServer(
+        data_dir=d / "broker",
+        extra_listeners={"SASL_SSL": "SASL_SSL"},
+        server_properties={
+            "sasl.enabled.mechanisms": "SCRAM-SHA-512",
+            "listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config": (
+                "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+            ),
+            "listener.name.sasl_ssl.ssl.keystore.type": "PEM",
+            "listener.name.sasl_ssl.ssl.keystore.location": str(keystore),
+            "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+            "super.users": "User:ANONYMOUS",  # PLAINTEXT and CONTROLLER listeners
+            "allow.everyone.if.no.acl.found": "false",
+            "auto.create.topics.enable": "false",
+        },
+        format_args=("--add-scram", f"SCRAM-SHA-512=[name={USER},password={password}]"),
+    )
+    server.start()
+    try:
+        plaintext = server.bootstrap_servers
+        topic, topic_without_acl = "secured-events", "secured-no-acl"
+        for t in (topic, topic_without_acl):
+            produce_sample_events(plaintext, t, RECORDS, PARTITIONS)
+        grant_read(plaintext, topic)
+        yield SecuredKafka(
+            plaintext=plaintext,
+            sasl_ssl=server.address("SASL_SSL"),
+            ca=ca,
+            other_ca=other_ca,
+            password=password,
+            topic=topic,
+            topic_without_acl=topic_without_acl,
+        )
+    finally:
+        server.close()
+
+
+def secured_settings(k: SecuredKafka, password: str, ca: Path) -> dict[str, Any]:
+    return {
+        "kafka.security.protocol": "sasl_ssl",
+        "kafka.sasl.mechanism": "SCRAM-SHA-512",
+        "kafka.sasl.username": USER,
+        "kafka.sasl.password": password,
+        "kafka.ssl.ca.location": str(ca),
+    }
+
+
+def test_right_credentials_ingest_exactly_once_and_never_print_the_password(
+    secured_kafka: SecuredKafka, spark: Any, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    k = secured_kafka
+    password_file = tmp_path / "sasl-password"
+    password_file.write_text(k.password + "\n")
+    settings = secured_settings(k, f"file:{password_file}", k.ca)
+    cfg = ingest_config(k.sasl_ssl, k.topic, tmp_path / "t", **_overrides(settings))
+    result = run_ingestion(cfg, spark)
+    assert result.records == RECORDS
+    report = audit_config(cfg)
+    assert report.ok, report.problems
+    assert report.kafka_records == report.rows_hudi_rs == RECORDS
+    out = capfd.readouterr()
+    assert k.password not in out.out + out.err
+    assert k.password not in repr(cfg)
+
+
+def _overrides(settings: dict[str, Any]) -> dict[str, Any]:
+    return {k.replace(".", "__"): v for k, v in settings.items()}
+
+
+def _write_config(path: Path, k: SecuredKafka, topic: str, ca: Path, table: Path) -> Path:
+    raw = {
+        "kafka.bootstrap.servers": k.sasl_ssl,
+        "kafka.topics": topic,
+        "value.format": "json",
+        "value.schema": "id BIGINT",
+        "table.path": str(table),
+        **secured_settings(k, f"env:{PASSWORD_ENV}", ca),
+    }
+    path.write_text("".join(f'"{key}" = {json.dumps(v)}\n' for key, v in raw.items()))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("case", "command", "error"),
+    [
+        ("wrong-password", "ingest", KafkaAuthenticationError),
+        ("wrong-password", "status", KafkaAuthenticationError),
+        ("untrusted-certificate", "ingest", KafkaAuthenticationError),
+        ("missing-acl", "ingest", KafkaAuthorizationError),
+    ],
+)
+def test_refusal_is_one_line_naming_broker_and_principal_without_the_secret(
+    secured_kafka: SecuredKafka,
+    tmp_path: Path,
+    cli: Callable[..., subprocess.CompletedProcess[str]],
+    case: str,
+    command: str,
+    error: type[Exception],
+) -> None:
+    k = secured_kafka
+    wrong = "wrong-" + secrets.token_urlsafe(12)
+    password = wrong if case == "wrong-password" else k.password
+    ca = k.other_ca if case == "untrusted-certificate" else k.ca
+    topic = k.topic_without_acl if case == "missing-acl" else k.topic
+    conf = _write_config(tmp_path / "secured.toml", k, topic, ca, tmp_path / "t")
+    args = [command, "--config", str(conf)] + (["--once"] if command == "ingest" else [])
+
+    started = time.monotonic()
+    done = cli(args, env={PASSWORD_ENV: password}, timeout_s=60)
+    elapsed = time.monotonic() - started
+
+    out = done.stdout
+    assert k.password not in out and wrong not in out
+    assert done.returncode == error.exit_code == 7, out  # type: ignore[attr-defined]
+    errors = [ln for ln in out.splitlines() if ln.startswith("lakesink: error:")]
+    assert len(errors) == 1, out
+    line = errors[0]
+    assert k.sasl_ssl in line and PRINCIPAL in line, line
+    expected = {
+        "wrong-password": "refused to authenticate principal",
+        "untrusted-certificate": "certificate is not trusted",
+        "missing-acl": f"not authorized to describe topic(s) '{k.topic_without_acl}'",
+    }[case]
+    assert expected in line, line
+    assert "Traceback" not in out and "rdkafka" not in out, out  # no client log flood
+    assert len(out.splitlines()) <= 3, out
+    assert elapsed < 20, f"{case}: {elapsed:.1f} s"
+    assert not (tmp_path / "t").exists()  # refused before anything was written
