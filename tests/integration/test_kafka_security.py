@@ -22,6 +22,7 @@ import pytest
 from integration.conftest import audit_config, ingest_config, run_ingestion
 
 from lakesink.errors import KafkaAuthenticationError, KafkaAuthorizationError
+from lakesink.kafka.client import create_topic
 from lakesink.kafka.kafka_server import KafkaServer
 from lakesink.kafka.producer import produce_sample_events
 
@@ -30,6 +31,7 @@ pytestmark = pytest.mark.integration
 USER = "lakesink"
 PRINCIPAL = f"User:{USER}"
 RECORDS = 300
+BAD_RECORDS = 5  # not JSON: they go to the dead-letter topic
 PARTITIONS = 2
 PASSWORD_ENV = "LAKESINK_TEST_SASL_PASSWORD"
 
@@ -45,6 +47,7 @@ class SecuredKafka:
     password: str
     topic: str  # lakesink may READ and DESCRIBE it
     topic_without_acl: str
+    dead_letter_topic: str  # lakesink may WRITE, READ and DESCRIBE it
 
 
 def _openssl(*args: str, cwd: Path) -> None:
@@ -74,8 +77,9 @@ def make_certificates(d: Path) -> tuple[Path, Path, Path]:
     return d / "ca.pem", keystore, d / "other-ca.pem"
 
 
-def grant_read(plaintext: str, topic: str) -> None:
-    """READ and DESCRIBE on `topic` for lakesink's principal, nothing else (as the super user)."""
+def grant(plaintext: str, topic: str, *operations: str) -> None:
+    """`operations` (READ, WRITE, DESCRIBE) on `topic` for lakesink's principal (as the super
+    user)."""
     from confluent_kafka.admin import (
         AclBinding,
         AclOperation,
@@ -96,7 +100,7 @@ def grant_read(plaintext: str, topic: str) -> None:
             op,
             AclPermissionType.ALLOW,
         )
-        for op in (AclOperation.READ, AclOperation.DESCRIBE)
+        for op in (getattr(AclOperation, name) for name in operations)
     ]
     for future in admin.create_acls(bindings).values():
         future.result(30)
@@ -128,9 +132,13 @@ def secured_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecuredK
     try:
         plaintext = server.bootstrap_servers
         topic, topic_without_acl = "secured-events", "secured-no-acl"
+        dead_letter_topic = "secured-dead-letters"
         for t in (topic, topic_without_acl):
             produce_sample_events(plaintext, t, RECORDS, PARTITIONS)
-        grant_read(plaintext, topic)
+        _produce_bad_records(plaintext, topic, BAD_RECORDS)
+        create_topic(plaintext, dead_letter_topic, 1)
+        grant(plaintext, topic, "READ", "DESCRIBE")
+        grant(plaintext, dead_letter_topic, "WRITE", "READ", "DESCRIBE")
         yield SecuredKafka(
             plaintext=plaintext,
             sasl_ssl=server.address("SASL_SSL"),
@@ -139,9 +147,19 @@ def secured_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecuredK
             password=password,
             topic=topic,
             topic_without_acl=topic_without_acl,
+            dead_letter_topic=dead_letter_topic,
         )
     finally:
         server.close()
+
+
+def _produce_bad_records(plaintext: str, topic: str, n: int) -> None:
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": plaintext, "acks": "all"})
+    for i in range(n):
+        producer.produce(topic, f"not json {i}".encode(), partition=i % PARTITIONS)
+    assert producer.flush(30) == 0
 
 
 def secured_settings(k: SecuredKafka, password: str, ca: Path) -> dict[str, Any]:
@@ -154,19 +172,30 @@ def secured_settings(k: SecuredKafka, password: str, ca: Path) -> dict[str, Any]
     }
 
 
-def test_right_credentials_ingest_exactly_once_and_never_print_the_password(
+def test_right_credentials_ingest_exactly_once_with_dead_letters_and_never_print_the_password(
     secured_kafka: SecuredKafka, spark: Any, tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
     k = secured_kafka
     password_file = tmp_path / "sasl-password"
     password_file.write_text(k.password + "\n")
     settings = secured_settings(k, f"file:{password_file}", k.ca)
-    cfg = ingest_config(k.sasl_ssl, k.topic, tmp_path / "t", **_overrides(settings))
+    cfg = ingest_config(
+        k.sasl_ssl,
+        k.topic,
+        tmp_path / "t",
+        errors__tolerance="all",
+        errors__deadletter__topic=k.dead_letter_topic,
+        **_overrides(settings),
+    )
     result = run_ingestion(cfg, spark)
     assert result.records == RECORDS
+    # every client went through SASL_SSL: planning, task readers, the dead-letter producer,
+    # and the audit's readers of the topic and of the dead-letter topic
     report = audit_config(cfg)
     assert report.ok, report.problems
-    assert report.kafka_records == report.rows_hudi_rs == RECORDS
+    assert report.rows_hudi_rs == RECORDS
+    assert report.kafka_records == RECORDS + BAD_RECORDS
+    assert report.dead_letters == BAD_RECORDS
     out = capfd.readouterr()
     assert k.password not in out.out + out.err
     assert k.password not in repr(cfg)

@@ -264,3 +264,12 @@ def test_tls_error_after_the_handshake_is_not_a_refusal() -> None:
     errors(_Err(-181, "ssl://h:1/1: SSL transport error while reading: Connection reset"))
     errors.raise_failure()
     assert errors.last is not None and "Connection reset" in errors.last
+
+
+def test_example_sasl_ssl_config_loads_with_password_from_env(ca: Path, monkeypatch: Any) -> None:
+    monkeypatch.setenv("KAFKA_PASSWORD", PASSWORD)
+    example = Path(__file__).parents[2] / "examples" / "ingest-sasl-ssl.toml"
+    cfg = load_config(example, {"kafka.ssl.ca.location": str(ca)})
+    assert cfg.kafka_client_config["security.protocol"] == "sasl_ssl"
+    assert cfg["kafka.sasl.password"] == Secret(PASSWORD, "env:KAFKA_PASSWORD")
+    assert PASSWORD not in repr(cfg)
