@@ -40,12 +40,29 @@ def ingest(cfg: LakesinkConfig, *, once: bool) -> IngestionResult:
     return result
 
 
-def run_ingest(cfg: LakesinkConfig, *, once: bool) -> int:
+def check_brokers(cfg: LakesinkConfig) -> None:
+    """Before Spark starts: the brokers accept our credentials, show us the topics and let us
+    read them (and write the dead-letter topic). A refusal is then one line within about a
+    second, not a failed Spark job."""
+    from lakesink.kafka.client import check_topic_access
     from lakesink.spark.pipeline import high_watermarks
 
-    # before Spark starts: the brokers accept our credentials and show us the topics (a
-    # refusal is one line in about a second, not a failed Spark job)
-    high_watermarks(cfg)
+    marks = high_watermarks(cfg)
+    bootstrap, extra = cfg["kafka.bootstrap.servers"], cfg.kafka_client_config
+    topics = sorted({tp.topic for tp in marks})
+    check_topic_access(bootstrap, topics, ["READ"], purpose="to ingest it", extra=extra)
+    if cfg["errors.deadletter.topic"]:
+        check_topic_access(
+            bootstrap,
+            [cfg["errors.deadletter.topic"]],
+            ["WRITE"],
+            purpose="errors.deadletter.topic",
+            extra=extra,
+        )
+
+
+def run_ingest(cfg: LakesinkConfig, *, once: bool) -> int:
+    check_brokers(cfg)
     say(
         f"lakesink: ingesting {', '.join(cfg['kafka.topics']) or cfg['kafka.topic.pattern']} "
         f"into {cfg['table.path']} as writer {cfg.writer_id}"

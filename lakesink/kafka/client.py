@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Literal
 
-from lakesink.errors import ConfigError, KafkaError
+from lakesink.errors import ConfigError, KafkaAuthorizationError, KafkaError
 from lakesink.kafka.security import ClientErrors, client_config, not_authorized
 from lakesink.protocol.offsets import TopicPartition
 
@@ -235,6 +235,64 @@ def _unauthorized_topics(admin: Any, topics: Sequence[str], timeout_s: float) ->
             ):
                 out.append(name)
     return sorted(out)
+
+
+def check_topic_access(
+    bootstrap: str,
+    topics: Sequence[str],
+    operations: Sequence[str],
+    *,
+    purpose: str,
+    extra: Mapping[str, Any] | None = None,
+    timeout_s: float = 10.0,
+) -> None:
+    """Raise KafkaAuthorizationError when the broker's ACLs deny this principal one of
+    `operations` (ACL operation names: READ, WRITE, ...) on one of `topics`, naming what to
+    grant. Topics that do not exist, and brokers that do not report authorized operations,
+    pass: the requests themselves will fail then."""
+    from confluent_kafka import KafkaError as CkKafkaError
+    from confluent_kafka import TopicCollection
+    from confluent_kafka.admin import AdminClient
+
+    if not topics:
+        return
+    admin_config = {**(extra or {}), "bootstrap.servers": bootstrap}
+    errors = ClientErrors(bootstrap, admin_config)
+    admin = AdminClient(client_config(admin_config, errors))
+    try:
+        futures = admin.describe_topics(
+            TopicCollection(sorted(set(topics))),
+            include_authorized_operations=True,
+            request_timeout=timeout_s,
+        )
+    except Exception as e:
+        log.debug("cannot ask %s for the operations allowed on %s: %s", bootstrap, topics, e)
+        return
+    for name, future in sorted(futures.items()):
+        try:
+            description = future.result(timeout=timeout_s)
+        except Exception as e:
+            err = e.args[0] if e.args else None
+            code = err.code() if isinstance(err, CkKafkaError) else None
+            if code == CkKafkaError.TOPIC_AUTHORIZATION_FAILED:
+                raise not_authorized(
+                    bootstrap, errors.principal, [name], "DESCRIBE and " + " and ".join(operations)
+                ) from None
+            admin.poll(0)
+            errors.raise_failure()
+            log.debug("cannot describe topic %r on %s: %s", name, bootstrap, e)
+            continue
+        allowed = description.authorized_operations
+        if allowed is None:
+            continue
+        names = {getattr(op, "name", str(op)) for op in allowed}
+        missing = [op for op in operations if op not in names and "ALL" not in names]
+        if missing:
+            raise KafkaAuthorizationError(
+                f"principal {errors.principal} may not {' or '.join(missing)} topic {name!r} on "
+                f"Kafka broker {bootstrap} ({purpose}): grant it {' and '.join(missing)} ACLs "
+                "on it"
+            )
 
 
 class OffsetClient:

@@ -17,13 +17,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from lakesink.errors import KafkaError
-from lakesink.kafka.security import (
-    AUTHORIZATION_CODES,
-    ClientErrors,
-    client_config,
-    security_error,
-)
+from lakesink.errors import KafkaAuthorizationError, KafkaError
+from lakesink.kafka.security import AUTHORIZATION_CODES, ClientErrors, client_config
 from lakesink.protocol.offsets import TopicPartition
 from lakesink.protocol.write_status import DeadLetter
 
@@ -188,10 +183,10 @@ class DeadLetterSink:
         remaining = self._producer.flush(self.flush_timeout_s)
         self._client_errors.raise_failure()
         if self._authorization_error is not None:
-            raise security_error(
-                self._client_errors.bootstrap,
-                self._client_errors.principal,
-                self._authorization_error,
+            raise KafkaAuthorizationError(
+                f"principal {self._client_errors.principal} is not authorized to write dead "
+                f"letters to topic {self.topic!r} on Kafka broker {self._client_errors.bootstrap} "
+                f"({self._authorization_error.str()}): grant it WRITE and DESCRIBE ACLs on it"
             )
         if remaining:
             raise KafkaError(

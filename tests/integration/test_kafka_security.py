@@ -47,7 +47,9 @@ class SecuredKafka:
     password: str
     topic: str  # lakesink may READ and DESCRIBE it
     topic_without_acl: str
+    topic_describe_only: str  # lakesink may DESCRIBE it, not READ it
     dead_letter_topic: str  # lakesink may WRITE, READ and DESCRIBE it
+    dead_letter_topic_read_only: str  # lakesink may READ and DESCRIBE it, not WRITE it
 
 
 def _openssl(*args: str, cwd: Path) -> None:
@@ -132,13 +134,17 @@ def secured_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecuredK
     try:
         plaintext = server.bootstrap_servers
         topic, topic_without_acl = "secured-events", "secured-no-acl"
-        dead_letter_topic = "secured-dead-letters"
-        for t in (topic, topic_without_acl):
+        topic_describe_only = "secured-describe-only"
+        dead_letter_topic, dead_letter_topic_read_only = "secured-dlq", "secured-dlq-read-only"
+        for t in (topic, topic_without_acl, topic_describe_only):
             produce_sample_events(plaintext, t, RECORDS, PARTITIONS)
         _produce_bad_records(plaintext, topic, BAD_RECORDS)
-        create_topic(plaintext, dead_letter_topic, 1)
+        for t in (dead_letter_topic, dead_letter_topic_read_only):
+            create_topic(plaintext, t, 1)
         grant(plaintext, topic, "READ", "DESCRIBE")
+        grant(plaintext, topic_describe_only, "DESCRIBE")
         grant(plaintext, dead_letter_topic, "WRITE", "READ", "DESCRIBE")
+        grant(plaintext, dead_letter_topic_read_only, "READ", "DESCRIBE")
         yield SecuredKafka(
             plaintext=plaintext,
             sasl_ssl=server.address("SASL_SSL"),
@@ -147,7 +153,9 @@ def secured_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecuredK
             password=password,
             topic=topic,
             topic_without_acl=topic_without_acl,
+            topic_describe_only=topic_describe_only,
             dead_letter_topic=dead_letter_topic,
+            dead_letter_topic_read_only=dead_letter_topic_read_only,
         )
     finally:
         server.close()
@@ -225,6 +233,8 @@ def _write_config(path: Path, k: SecuredKafka, topic: str, ca: Path, table: Path
         ("wrong-password", "status", KafkaAuthenticationError),
         ("untrusted-certificate", "ingest", KafkaAuthenticationError),
         ("missing-acl", "ingest", KafkaAuthorizationError),
+        ("describe-but-no-read-acl", "ingest", KafkaAuthorizationError),
+        ("dead-letter-topic-without-write-acl", "ingest", KafkaAuthorizationError),
     ],
 )
 def test_refusal_is_one_line_naming_broker_and_principal_without_the_secret(
@@ -239,8 +249,17 @@ def test_refusal_is_one_line_naming_broker_and_principal_without_the_secret(
     wrong = "wrong-" + secrets.token_urlsafe(12)
     password = wrong if case == "wrong-password" else k.password
     ca = k.other_ca if case == "untrusted-certificate" else k.ca
-    topic = k.topic_without_acl if case == "missing-acl" else k.topic
+    topic = {
+        "missing-acl": k.topic_without_acl,
+        "describe-but-no-read-acl": k.topic_describe_only,
+    }.get(case, k.topic)
     conf = _write_config(tmp_path / "secured.toml", k, topic, ca, tmp_path / "t")
+    if case == "dead-letter-topic-without-write-acl":
+        with conf.open("a") as f:
+            f.write(
+                '"errors.tolerance" = "all"\n'
+                f'"errors.deadletter.topic" = "{k.dead_letter_topic_read_only}"\n'
+            )
     args = [command, "--config", str(conf)] + (["--once"] if command == "ingest" else [])
 
     started = time.monotonic()
@@ -258,6 +277,10 @@ def test_refusal_is_one_line_naming_broker_and_principal_without_the_secret(
         "wrong-password": "refused to authenticate principal",
         "untrusted-certificate": "certificate is not trusted",
         "missing-acl": f"not authorized to describe topic(s) '{k.topic_without_acl}'",
+        "describe-but-no-read-acl": f"may not READ topic '{k.topic_describe_only}'",
+        "dead-letter-topic-without-write-acl": (
+            f"may not WRITE topic '{k.dead_letter_topic_read_only}'"
+        ),
     }[case]
     assert expected in line, line
     assert "Traceback" not in out and "rdkafka" not in out, out  # no client log flood
