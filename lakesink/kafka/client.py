@@ -14,7 +14,7 @@ from types import TracebackType
 from typing import Any, Literal
 
 from lakesink.errors import ConfigError, KafkaAuthorizationError, KafkaError
-from lakesink.kafka.security import ClientErrors, client_config, not_authorized
+from lakesink.kafka.security import ClientErrors, new_client, not_authorized
 from lakesink.protocol.offsets import TopicPartition
 
 log = logging.getLogger(__name__)
@@ -94,7 +94,7 @@ def create_topic(
         raise ConfigError(f"a topic needs at least one partition, got {partitions} for {topic!r}")
     admin_config = {**(extra or {}), "bootstrap.servers": bootstrap}
     errors = ClientErrors(bootstrap, admin_config)
-    admin = AdminClient(client_config(admin_config, errors))
+    admin = new_client(AdminClient, admin_config, errors)
     new = NewTopic(topic, partitions, replication, config=dict(config or {}))
     futures = admin.create_topics([new], operation_timeout=timeout_s, request_timeout=timeout_s)
     created = True
@@ -167,7 +167,7 @@ def list_partitions(
             raise ConfigError(f"topic pattern {pattern!r} is not a valid regex: {e}") from e
     admin_config = {**(extra or {}), "bootstrap.servers": bootstrap}
     errors = ClientErrors(bootstrap, admin_config)
-    admin = AdminClient(client_config(admin_config, errors))
+    admin = new_client(AdminClient, admin_config, errors)
     deadline = time.monotonic() + (wait_timeout_s or 0.0)
     while True:
         md = _metadata(admin, errors, timeout_s)
@@ -258,7 +258,7 @@ def check_topic_access(
         return
     admin_config = {**(extra or {}), "bootstrap.servers": bootstrap}
     errors = ClientErrors(bootstrap, admin_config)
-    admin = AdminClient(client_config(admin_config, errors))
+    admin = new_client(AdminClient, admin_config, errors)
     try:
         futures = admin.describe_topics(
             TopicCollection(sorted(set(topics))),
@@ -315,7 +315,7 @@ class OffsetClient:
         self.timeout_s = timeout_s
         config = consumer_config(bootstrap, self.isolation_level, extra)
         self.errors = ClientErrors(bootstrap, config)
-        self._consumer = Consumer(client_config(config, self.errors))
+        self._consumer = new_client(Consumer, config, self.errors)
 
     def _failed(self) -> None:
         """After a failed request: raise the broker's refusal if that is why."""

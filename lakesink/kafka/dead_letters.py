@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from lakesink.errors import KafkaAuthorizationError, KafkaError
-from lakesink.kafka.security import AUTHORIZATION_CODES, ClientErrors, client_config
+from lakesink.kafka.security import AUTHORIZATION_CODES, ClientErrors, new_client
 from lakesink.protocol.offsets import TopicPartition
 from lakesink.protocol.write_status import DeadLetter
 
@@ -141,7 +141,7 @@ class DeadLetterSink:
         self.topic = topic
         self.flush_timeout_s = flush_timeout_s
         self._client_errors = ClientErrors(bootstrap, config)
-        self._producer = Producer(client_config(config, self._client_errors))
+        self._producer = new_client(Producer, config, self._client_errors)
         self._errors: list[str] = []
         self._authorization_error: Any = None
         self.sent = 0

@@ -14,7 +14,7 @@ from typing import Any
 
 from lakesink.errors import KafkaError
 from lakesink.kafka.client import create_topic
-from lakesink.kafka.security import client_config
+from lakesink.kafka.security import new_client
 from lakesink.protocol.offsets import TopicPartition
 
 SAMPLE_EVENT_DDL = (
@@ -95,7 +95,7 @@ def _producer(bootstrap: str, extra: Mapping[str, Any] | None = None) -> Any:
         "compression.type": "none",
     }
     config.update(extra or {})
-    return Producer(client_config(config))
+    return new_client(Producer, config)
 
 
 @dataclass

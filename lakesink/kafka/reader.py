@@ -30,7 +30,7 @@ from lakesink.kafka.dead_letters import (
     timestamps_array,
 )
 from lakesink.kafka.deserializers import Deserializer
-from lakesink.kafka.security import ClientErrors, client_config, security_error
+from lakesink.kafka.security import ClientErrors, new_client, security_error
 from lakesink.protocol.offsets import OffsetRange
 
 log = logging.getLogger(__name__)
@@ -191,7 +191,7 @@ class _RangeReader:
         tp = r.partition
         started = time.monotonic()
         errors = ClientErrors(self.bootstrap, self.config)
-        consumer = Consumer(client_config(self.config, errors))
+        consumer = new_client(Consumer, self.config, errors)
         try:
             consumer.assign([CkTopicPartition(tp.topic, tp.partition, r.start)])
             position = r.start

@@ -15,10 +15,15 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
-from lakesink.errors import KafkaAuthenticationError, KafkaAuthorizationError, KafkaError
+from lakesink.errors import (
+    ConfigError,
+    KafkaAuthenticationError,
+    KafkaAuthorizationError,
+    KafkaError,
+)
 from lakesink.security import reveal_all
 
 log = logging.getLogger(__name__)
@@ -105,6 +110,31 @@ def client_config(config: Mapping[str, Any], errors: ClientErrors | None = None)
     if errors is not None:
         out["error_cb"] = errors
     return out
+
+
+C = TypeVar("C")
+
+
+def new_client(
+    factory: Callable[[dict[str, Any]], C],
+    config: Mapping[str, Any],
+    errors: ClientErrors | None = None,
+) -> C:
+    """`factory(client_config(config, errors))` (Consumer, Producer, AdminClient); settings
+    librdkafka refuses (e.g. a CA file that holds no certificate) raise ConfigError."""
+    try:
+        return factory(client_config(config, errors))
+    except Exception as e:
+        from confluent_kafka import KafkaException
+
+        if not isinstance(e, KafkaException | ValueError):
+            raise
+        err = e.args[0] if e.args else e
+        reason = one_line(err.str() if hasattr(err, "str") else str(err))
+        raise ConfigError(
+            f"cannot create a Kafka client for {config.get('bootstrap.servers')}: {reason}; "
+            "check the kafka.* settings (lakesink config check)"
+        ) from None
 
 
 _BROKER_PREFIX = re.compile(r"^(?:[a-z_]+://)?(\S+?)(?:/[^\s:]*)?: ")

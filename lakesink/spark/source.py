@@ -30,8 +30,8 @@ CONFIG_OPTION = (
     "lakesink.config"  # the whole validated config, as JSON (option keys are lower-cased)
 )
 SECRETS_OPTION = "lakesink.secrets"
-"""The config's secrets, as JSON, apart from CONFIG_OPTION: the option's name matches Spark's
-default `spark.redaction.regex`, so Spark masks it wherever it shows options."""
+"""The config's secrets, as JSON, apart from CONFIG_OPTION: whatever shows the configuration
+option never shows a secret (the query plan Spark prints on failure shows neither)."""
 OFFSET_FORMAT_VERSION = 1
 
 

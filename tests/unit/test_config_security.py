@@ -273,3 +273,12 @@ def test_example_sasl_ssl_config_loads_with_password_from_env(ca: Path, monkeypa
     assert cfg.kafka_client_config["security.protocol"] == "sasl_ssl"
     assert cfg["kafka.sasl.password"] == Secret(PASSWORD, "env:KAFKA_PASSWORD")
     assert PASSWORD not in repr(cfg)
+
+
+def test_ca_file_librdkafka_cannot_use_is_a_config_error_naming_it(ca: Path) -> None:
+    from lakesink.kafka.client import list_partitions
+
+    cfg = build_config(_sasl(ca))  # the file exists but holds no certificate
+    with pytest.raises(ConfigError, match=r"ssl\.ca\.location") as e:
+        list_partitions(cfg["kafka.bootstrap.servers"], ["events"], extra=cfg.kafka_client_config)
+    assert PASSWORD not in str(e.value)
