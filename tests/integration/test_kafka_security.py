@@ -1,7 +1,9 @@
 """lakesink against a secured Apache Kafka: a SASL_SSL listener (SCRAM-SHA-512, a CA and broker
 certificate made here with openssl) with ACLs under StandardAuthorizer.
 
-With the right credentials lakesink ingests exactly once. A wrong password, a CA that did not
+With the right credentials the `lakesink` command ingests exactly once (every client: planning,
+task readers, the dead-letter producer, the audit) and prints the password nowhere, Spark's
+output included. A wrong password, a CA that did not
 sign the broker's certificate and a missing ACL each end in one line that names the broker and
 the principal, within seconds, with the Kafka error exit code, and never show the password.
 One secured broker serves the whole module.
@@ -19,12 +21,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from integration.conftest import audit_config, ingest_config, run_ingestion
+from integration.conftest import audit_config
 
+from lakesink.config import load_config
 from lakesink.errors import KafkaAuthenticationError, KafkaAuthorizationError
 from lakesink.kafka.client import create_topic
 from lakesink.kafka.kafka_server import KafkaServer
-from lakesink.kafka.producer import produce_sample_events
+from lakesink.kafka.producer import SAMPLE_EVENT_DDL, produce_sample_events
 
 pytestmark = pytest.mark.integration
 
@@ -180,50 +183,62 @@ def secured_settings(k: SecuredKafka, password: str, ca: Path) -> dict[str, Any]
     }
 
 
-def test_right_credentials_ingest_exactly_once_with_dead_letters_and_never_print_the_password(
-    secured_kafka: SecuredKafka, spark: Any, tmp_path: Path, capfd: pytest.CaptureFixture[str]
-) -> None:
-    k = secured_kafka
-    password_file = tmp_path / "sasl-password"
-    password_file.write_text(k.password + "\n")
-    settings = secured_settings(k, f"file:{password_file}", k.ca)
-    cfg = ingest_config(
-        k.sasl_ssl,
-        k.topic,
-        tmp_path / "t",
-        errors__tolerance="all",
-        errors__deadletter__topic=k.dead_letter_topic,
-        **_overrides(settings),
-    )
-    result = run_ingestion(cfg, spark)
-    assert result.records == RECORDS
-    # every client went through SASL_SSL: planning, task readers, the dead-letter producer,
-    # and the audit's readers of the topic and of the dead-letter topic
-    report = audit_config(cfg)
-    assert report.ok, report.problems
-    assert report.rows_hudi_rs == RECORDS
-    assert report.kafka_records == RECORDS + BAD_RECORDS
-    assert report.dead_letters == BAD_RECORDS
-    out = capfd.readouterr()
-    assert k.password not in out.out + out.err
-    assert k.password not in repr(cfg)
-
-
-def _overrides(settings: dict[str, Any]) -> dict[str, Any]:
-    return {k.replace(".", "__"): v for k, v in settings.items()}
-
-
-def _write_config(path: Path, k: SecuredKafka, topic: str, ca: Path, table: Path) -> Path:
+def _write_config(
+    path: Path,
+    k: SecuredKafka,
+    topic: str,
+    ca: Path,
+    table: Path,
+    password: str = f"env:{PASSWORD_ENV}",
+    **more: str,
+) -> Path:
     raw = {
         "kafka.bootstrap.servers": k.sasl_ssl,
         "kafka.topics": topic,
         "value.format": "json",
-        "value.schema": "id BIGINT",
+        "value.schema": SAMPLE_EVENT_DDL,
         "table.path": str(table),
-        **secured_settings(k, f"env:{PASSWORD_ENV}", ca),
+        **secured_settings(k, password, ca),
+        **more,
     }
     path.write_text("".join(f'"{key}" = {json.dumps(v)}\n' for key, v in raw.items()))
     return path
+
+
+def test_right_credentials_ingest_exactly_once_with_dead_letters_and_never_print_the_password(
+    secured_kafka: SecuredKafka,
+    tmp_path: Path,
+    cli: Callable[..., subprocess.CompletedProcess[str]],
+) -> None:
+    k = secured_kafka
+    password_file = tmp_path / "sasl-password"
+    password_file.write_text(k.password + "\n")
+    conf = _write_config(
+        tmp_path / "secured.toml",
+        k,
+        k.topic,
+        k.ca,
+        tmp_path / "t",
+        password=f"file:{password_file}",
+        **{"errors.tolerance": "all", "errors.deadletter.topic": k.dead_letter_topic},
+    )
+    # the lakesink command as a user runs it: all its output, Spark's included, is checked
+    ingest = cli(["ingest", "--once", "--config", str(conf)], timeout_s=150)
+    assert ingest.returncode == 0, ingest.stdout
+    verify = cli(["verify", "--config", str(conf)])
+    assert verify.returncode == 0 and "PASS" in verify.stdout, verify.stdout
+    for out in (ingest.stdout, verify.stdout):
+        assert k.password not in out
+        assert "rdkafka" not in out  # librdkafka's log lines stay behind --debug
+    # every client went through SASL_SSL: planning, task readers, the dead-letter producer,
+    # and the audit's readers of the topic and of the dead-letter topic
+    cfg = load_config(conf)
+    assert k.password not in repr(cfg)
+    report = audit_config(cfg)
+    assert report.ok, report.problems
+    assert report.rows_hudi_rs == report.rows_lakesink == RECORDS
+    assert report.kafka_records == RECORDS + BAD_RECORDS
+    assert report.dead_letters == BAD_RECORDS
 
 
 @pytest.mark.parametrize(
