@@ -123,66 +123,9 @@ def _writer_id(v: Any) -> str | None:
     return text
 
 
-# --- Kafka security: every client lakesink creates gets these (lakesink.security) -------------
-SECURITY_KEYS: tuple[Key, ...] = (
-    Key(
-        "kafka.security.protocol",
-        _choice(*security.SECURITY_PROTOCOLS),
-        "plaintext",
-        "How clients talk to the brokers: plaintext, ssl, sasl_plaintext or sasl_ssl.",
-    ),
-    Key(
-        "kafka.sasl.mechanism",
-        security.parse_sasl_mechanism,
-        None,
-        "SASL mechanism (sasl_* protocols): PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512.",
-    ),
-    Key("kafka.sasl.username", _optional_str, None, "SASL user name; the principal is User:<it>."),
-    Key(
-        "kafka.sasl.password",
-        security.parse_secret,
-        None,
-        "SASL password (secret: env:NAME or file:/path read it from there; never printed).",
-        secret=True,
-    ),
-    Key(
-        "kafka.ssl.ca.location",
-        security.parse_file,
-        None,
-        "PEM file of the CA(s) that signed the brokers' certificates (default: system CAs).",
-    ),
-    Key(
-        "kafka.ssl.certificate.location",
-        security.parse_file,
-        None,
-        "PEM file of this client's certificate, for brokers that ask for one (mutual TLS).",
-    ),
-    Key(
-        "kafka.ssl.key.location",
-        security.parse_file,
-        None,
-        "PEM file of the private key of kafka.ssl.certificate.location.",
-    ),
-    Key(
-        "kafka.ssl.key.password",
-        security.parse_secret,
-        None,
-        "Password of an encrypted kafka.ssl.key.location (secret: env:NAME or file:/path).",
-        secret=True,
-    ),
-    Key(
-        "kafka.ssl.endpoint.identification",
-        _choice(*security.ENDPOINT_IDENTIFICATION),
-        "https",
-        "https: the broker's certificate must name the host connected to; none: do not check.",
-    ),
-    Key(
-        "kafka.client.config",
-        _optional_str,
-        None,
-        "Extra librdkafka settings of every client (consumers, producers, admin), 'k=v,k=v' "
-        "(e.g. ssl.cipher.suites=...); secrets are refused here: use the secret keys.",
-    ),
+# --- Kafka security: keys defined in lakesink.security; every client lakesink creates gets them
+SECURITY_KEYS: tuple[Key, ...] = tuple(
+    Key(k.name, k.parse, k.default, k.doc, secret=k.secret) for k in security.KEY_SPECS
 )
 
 

@@ -21,7 +21,7 @@ hands the value to a client calls `reveal()` at the last moment.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -260,3 +260,92 @@ def client_settings(cfg: ConfigView) -> dict[str, Any]:
         )
     )
     return out
+
+
+def _choice(*valid: str) -> Callable[[Any], str]:
+    def parse(v: Any) -> str:
+        text = str(v).strip().lower()
+        if text not in valid:
+            raise ValueError(f"expected one of {', '.join(valid)}")
+        return text
+
+    return parse
+
+
+def _optional_str(v: Any) -> str | None:
+    return None if v is None or str(v).strip() == "" else str(v)
+
+
+@dataclass(frozen=True, slots=True)
+class KeySpec:
+    """A configuration key of this module; lakesink.config registers each as a Key."""
+
+    name: str
+    parse: Callable[[Any], Any]
+    default: Any
+    doc: str
+    secret: bool = False
+
+
+KEY_SPECS: tuple[KeySpec, ...] = (
+    KeySpec(
+        "kafka.security.protocol",
+        _choice(*SECURITY_PROTOCOLS),
+        "plaintext",
+        "How clients talk to the brokers: plaintext, ssl, sasl_plaintext or sasl_ssl.",
+    ),
+    KeySpec(
+        "kafka.sasl.mechanism",
+        parse_sasl_mechanism,
+        None,
+        "SASL mechanism (sasl_* protocols): PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512.",
+    ),
+    KeySpec(
+        "kafka.sasl.username", _optional_str, None, "SASL user name; the principal is User:<it>."
+    ),
+    KeySpec(
+        "kafka.sasl.password",
+        parse_secret,
+        None,
+        "SASL password (secret: env:NAME or file:/path read it from there; never printed).",
+        secret=True,
+    ),
+    KeySpec(
+        "kafka.ssl.ca.location",
+        parse_file,
+        None,
+        "PEM file of the CA(s) that signed the brokers' certificates (default: system CAs).",
+    ),
+    KeySpec(
+        "kafka.ssl.certificate.location",
+        parse_file,
+        None,
+        "PEM file of this client's certificate, for brokers that ask for one (mutual TLS).",
+    ),
+    KeySpec(
+        "kafka.ssl.key.location",
+        parse_file,
+        None,
+        "PEM file of the private key of kafka.ssl.certificate.location.",
+    ),
+    KeySpec(
+        "kafka.ssl.key.password",
+        parse_secret,
+        None,
+        "Password of an encrypted kafka.ssl.key.location (secret: env:NAME or file:/path).",
+        secret=True,
+    ),
+    KeySpec(
+        "kafka.ssl.endpoint.identification",
+        _choice(*ENDPOINT_IDENTIFICATION),
+        "https",
+        "https: the broker's certificate must name the host connected to; none: do not check.",
+    ),
+    KeySpec(
+        "kafka.client.config",
+        _optional_str,
+        None,
+        "Extra librdkafka settings of every client (consumers, producers, admin), 'k=v,k=v' "
+        "(e.g. ssl.cipher.suites=...); secrets are refused here: use the secret keys.",
+    ),
+)
