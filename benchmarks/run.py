@@ -5,8 +5,8 @@ commit cost as the table grows, recovery after kill -9, peak memory.
     python benchmarks/run.py --events 2000000 --events-1k 500000 --skip recovery
 
 Prints a table and writes benchmarks/results/<time>.json. Every variant runs on the same topic
-of one embedded noida-db broker, in the same run, on the same cores (Spark local[N] and N raw
-processes). See benchmarks/README.md for what each figure means.
+of one local broker (Apache Kafka; `--broker noida` for noida-db), in the same run, on the same
+cores (Spark local[N] and N raw processes). See benchmarks/README.md for what each figure means.
 """
 
 from __future__ import annotations
@@ -170,6 +170,12 @@ def main() -> None:
     ap.add_argument("--events-1k", type=int, default=500_000, help="1 KB events (0: skip)")
     ap.add_argument("--per-batch", type=int, default=500_000, help="kafka.max.records.per.batch")
     ap.add_argument("--cores", type=int, default=2, help="Spark local[N] and raw processes")
+    ap.add_argument(
+        "--broker",
+        choices=("kafka", "noida"),
+        default="kafka",
+        help="local broker: Apache Kafka (scripts/setup-kafka.sh) or noida-db",
+    )
     ap.add_argument("--skip", default="", help="comma-separated: throughput,commit,recovery")
     ap.add_argument("--commit-repeats", type=int, default=30)
     ap.add_argument("--spark-conf", default="", help="extra Spark settings 'k=v,k=v' (A/B runs)")
@@ -189,9 +195,12 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="lakesink-bench-"))
     try:
         if "throughput" not in skip or "recovery" not in skip:
-            from lakesink.kafka.embedded_broker import EmbeddedBroker
+            from lakesink.kafka.kafka_server import local_broker
 
-            with EmbeddedBroker(data_dir=work / "broker") as broker:
+            broker = local_broker(args.broker, data_dir=work / "broker")
+            broker.start()
+            report["broker"] = args.broker
+            try:
                 bs = broker.bootstrap_servers
                 if "throughput" not in skip:
                     results: dict[str, Any] = {}
@@ -211,6 +220,8 @@ def main() -> None:
 
                     report["recovery"] = run_recovery(bs, work / "recovery", args.cores)
                     print_recovery(report["recovery"])
+            finally:
+                broker.close()
         if "commit" not in skip:
             from commit_cost import print_commit_cost, run_commit_cost
 

@@ -3,14 +3,17 @@
     python benchmarks/soak.py --minutes 30 [--partitions 8] [--seed S] [--second-writer]
                               [--services-every N] [--json out.json] [--workdir DIR] [--keep]
 
-For `--minutes` minutes it produces continuously (bounded rate) to a multi-partition topic of
-its own noida-db broker on loopback, runs `python -m lakesink.cli.main ingest` (streaming, no
---once) as a subprocess in its own process group, and at random moments injects a fault:
+For `--minutes` minutes it produces continuously (bounded rate, acks=all, idempotent) to a
+multi-partition topic of its own broker on loopback (Apache Kafka; `--broker noida` for
+noida-db), runs `python -m lakesink.cli.main ingest` (streaming, no --once) as a subprocess in
+its own process group, and at random moments injects a fault:
 
 - kill-driver: SIGKILL the driver's process group (driver, its JVM and Python workers);
 - kill-python-worker: SIGKILL one Python process under the driver's JVM (daemon, worker or the
   streaming-source runner): an executor-side crash;
 - broker-restart: stop and start the broker (same port and data);
+- broker-kill: SIGKILL the broker and start it again (Apache Kafka only: noida-db loses
+  acknowledged records that way);
 - kill-lock-holder: wait for a driver to hold the table lock (filesystem lease) and SIGKILL it;
 - crash-at-<point>: a restarted driver runs with LAKESINK_CRASH_AT=<point> (random commit step,
   after a random number of batches) and kills itself there;
@@ -25,8 +28,8 @@ production stops, each writer runs `ingest --once` to catch up, and the audit ru
 writer `lakesink.audit.audit` (hudi-rs + lakesink's reader against Kafka), plus this script's
 own count of table rows, duplicates and missing records against the Kafka logs and against the
 events the producer saw acknowledged (acknowledged events that are not in the broker's log at
-all were lost by the broker over a restart; they are counted apart, not as lakesink's loss).
-Exit status 0 only with zero loss and zero duplicates.
+all were lost by the broker over a restart; they are counted apart, not as lakesink's loss; with
+Apache Kafka any such loss fails the soak). Exit status 0 only with zero loss and zero duplicates.
 """
 
 from __future__ import annotations
@@ -64,6 +67,9 @@ FAULT_WEIGHTS = {
     "broker-restart": 3,
     "kill-lock-holder": 1,
 }
+# Apache Kafka keeps what it acknowledged (acks=all) through a SIGKILL: half its restarts are kills
+KAFKA_FAULT_WEIGHTS = {**FAULT_WEIGHTS, "broker-restart": 2, "broker-kill": 2}
+BROKER_FAULTS = ("broker-restart", "broker-kill")
 # faults that (may) end the driver: only injected into a driver that published a batch in this
 # run (or ran for --patience-s), so the soak keeps committing between driver deaths
 DRIVER_FAULTS = ("kill-driver", "kill-lock-holder", "kill-python-worker")
@@ -170,6 +176,7 @@ class Producer(threading.Thread):
             {
                 "bootstrap.servers": bootstrap,
                 "acks": "all",
+                "enable.idempotence": True,
                 "linger.ms": 20,
                 "message.timeout.ms": 900_000,  # survive broker restarts
                 "retry.backoff.ms": 200,
@@ -420,11 +427,14 @@ class Soak:
 
         if self.args.snapshot_code:
             self.code_commit = self.snapshot_code()
-        from lakesink.kafka.embedded_broker import EmbeddedBroker
+        from lakesink.kafka.kafka_server import local_broker
 
-        self.broker = EmbeddedBroker(data_dir=self.workdir / "broker")
+        self.broker = local_broker(self.args.broker, data_dir=self.workdir / "broker")
         self.broker.start()
-        log(f"broker {self.broker.bootstrap_servers} pid {self.broker.pid}, work in {self.workdir}")
+        log(
+            f"{self.args.broker} broker {self.broker.bootstrap_servers} pid {self.broker.pid}, "
+            f"work in {self.workdir}"
+        )
         names = ["a", "b"] if self.args.second_writer else ["a"]
         for name in names:
             topic = f"soak-{name}"
@@ -507,8 +517,9 @@ class Soak:
                 w.start(self.restart_env() if w.runs else {})
 
     def pick_fault(self) -> str:
-        kinds = list(FAULT_WEIGHTS)
-        weights = [FAULT_WEIGHTS[k] for k in kinds]
+        table = KAFKA_FAULT_WEIGHTS if self.args.broker == "kafka" else FAULT_WEIGHTS
+        kinds = list(table)
+        weights = [table[k] for k in kinds]
         return self.rng.choices(kinds, weights)[0]
 
     def inject(self, kind: str) -> str | None:
@@ -521,7 +532,7 @@ class Soak:
             if any(k == "task-worker" for w in live for _, k in python_workers(w.pid or 0)):
                 return self._kill_worker(live, only="task-worker")
             kind = "broker-restart"
-        if kind == "broker-restart" and (
+        if kind in BROKER_FAULTS and (
             time.monotonic() - self.last_broker_restart < self.args.broker_restart_gap_s
         ):
             return None  # back to back, the drivers would never get a batch through
@@ -555,6 +566,12 @@ class Soak:
         if kind == "broker-restart":
             log("FAULT broker-restart")
             self.broker.restart()
+            self.last_broker_restart = time.monotonic()
+            return True
+        if kind == "broker-kill":
+            log(f"FAULT broker-kill pid {self.broker.pid}")
+            self.broker.kill()
+            self.broker.start()
             self.last_broker_restart = time.monotonic()
             return True
         if kind == "kill-lock-holder":
@@ -744,6 +761,11 @@ class Soak:
                 self.problems.append(f"{w.name}: committed offsets are not at the end: {behind}")
             if acked_missing:
                 self.problems.append(f"{w.name}: {acked_missing} acknowledged events missing")
+            if self.args.broker == "kafka" and (broker_lost or rewritten):
+                self.problems.append(
+                    f"{w.name}: Apache Kafka lost {broker_lost} acknowledged events and replaced "
+                    f"the records at {len(rewritten)} offsets"
+                )
             if rewritten:
                 self.warnings.append(
                     f"{w.name}: the broker replaced the records at {len(rewritten)} offsets after "
@@ -800,6 +822,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--minutes", type=float, required=True, help="how long to inject faults")
     p.add_argument("--partitions", type=int, default=8)
     p.add_argument("--seed", type=int, default=None)
+    p.add_argument(
+        "--broker",
+        choices=("kafka", "noida"),
+        default="kafka",
+        help="the local broker: Apache Kafka (scripts/setup-kafka.sh) or noida-db",
+    )
     p.add_argument("--second-writer", action="store_true")
     p.add_argument(
         "--services-every",
@@ -867,6 +895,7 @@ def main(argv: list[str] | None = None) -> int:
         seed=args.seed,
         minutes=args.minutes,
         partitions=args.partitions,
+        broker=args.broker,
         second_writer=args.second_writer,
         seconds=round(time.monotonic() - started, 1),
         faults=dict(sorted(soak.faults.items())),
