@@ -38,6 +38,9 @@ AUTHENTICATION_CODES = frozenset({_AUTHENTICATION, _SSL, _SASL_AUTHENTICATION_FA
 AUTHORIZATION_CODES = frozenset({_TOPIC_AUTHORIZATION_FAILED, _CLUSTER_AUTHORIZATION_FAILED})
 
 
+_TRANSIENT_TLS = ("disconnected", "connection reset", "broken pipe", "timed out")
+
+
 class _DebugLog:
     """A librdkafka `logger`: every line at DEBUG on lakesink.kafka.librdkafka."""
 
@@ -96,9 +99,11 @@ class ClientErrors:
 
 def _is_refusal(code: int, text: str) -> bool:
     """Whether an error says the broker refuses this client (not a passing network fault):
-    a TLS error counts when the handshake failed, not when a connection broke later."""
+    a TLS error counts when the handshake failed for a reason other than a broken connection
+    (a broker restarting mid-handshake must not end a read)."""
     if code == _SSL:
-        return "handshake" in text.lower()
+        lowered = text.lower()
+        return "handshake" in lowered and not any(w in lowered for w in _TRANSIENT_TLS)
     return code in AUTHENTICATION_CODES or code in AUTHORIZATION_CODES
 
 
