@@ -97,12 +97,20 @@ class ClientErrors:
             )
 
 
+def _tls_alert(text: str) -> bool:
+    """A TLS alert the broker sent (e.g. "alert bad certificate" when it requires a client
+    certificate; with TLS 1.3 it arrives after the handshake, as a transport error)."""
+    return "ssl" in text and "alert" in text
+
+
 def _is_refusal(code: int, text: str) -> bool:
     """Whether an error says the broker refuses this client (not a passing network fault):
     a TLS error counts when the handshake failed for a reason other than a broken connection
-    (a broker restarting mid-handshake must not end a read)."""
+    (a broker restarting mid-handshake must not end a read), or the broker sent a TLS alert."""
+    lowered = text.lower()
+    if _tls_alert(lowered):
+        return True
     if code == _SSL:
-        lowered = text.lower()
         return "handshake" in lowered and not any(w in lowered for w in _TRANSIENT_TLS)
     return code in AUTHENTICATION_CODES or code in AUTHORIZATION_CODES
 
@@ -167,13 +175,20 @@ def security_error(bootstrap: str, who: str, err: Any) -> KafkaError:
     code = err.code()
     broker, reason = _reason(err)
     where = f"Kafka broker {broker or bootstrap}"
+    if code == _SSL and (
+        "certificate verify failed" in reason or "could not be verified" in reason
+    ):
+        return KafkaAuthenticationError(
+            f"TLS handshake with {where} failed for principal {who}: the broker's certificate "
+            f"is not trusted ({reason}); set kafka.ssl.ca.location to the CA that signed it"
+        )
+    if _tls_alert(reason.lower()):
+        return KafkaAuthenticationError(
+            f"{where} refused the TLS connection of principal {who} ({reason}); if it requires "
+            "client certificates, set kafka.ssl.certificate.location and kafka.ssl.key.location "
+            "to one its CA signed"
+        )
     if code == _SSL:
-        if "certificate verify failed" in reason or "could not be verified" in reason:
-            return KafkaAuthenticationError(
-                f"TLS handshake with {where} failed for principal {who}: the broker's "
-                f"certificate is not trusted ({reason}); set kafka.ssl.ca.location to the CA "
-                "that signed it"
-            )
         return KafkaAuthenticationError(
             f"TLS handshake with {where} failed for principal {who}: {reason}"
         )

@@ -37,6 +37,8 @@ RECORDS = 300
 BAD_RECORDS = 5  # not JSON: they go to the dead-letter topic
 PARTITIONS = 2
 PASSWORD_ENV = "LAKESINK_TEST_SASL_PASSWORD"
+CLIENT_CN = "lakesink-client"
+KEY_PASSWORD_ENV = "LAKESINK_TEST_SSL_KEY_PASSWORD"
 
 
 @dataclass(frozen=True)
@@ -45,8 +47,8 @@ class SecuredKafka:
 
     plaintext: str
     sasl_ssl: str
-    ca: Path
-    other_ca: Path
+    ssl: str  # mutual TLS: the client certificate names the principal
+    certs: Certificates
     password: str
     topic: str  # lakesink may READ and DESCRIBE it
     topic_without_acl: str
@@ -59,9 +61,19 @@ def _openssl(*args: str, cwd: Path) -> None:
     subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
 
 
-def make_certificates(d: Path) -> tuple[Path, Path, Path]:
-    """A CA, a broker certificate it signs (localhost, 127.0.0.1) as one PEM keystore with its
-    key, and a second CA that signed nothing. Returns (ca, broker keystore, other ca)."""
+@dataclass(frozen=True)
+class Certificates:
+    ca: Path
+    broker_keystore: Path  # PKCS#8 key, then the certificate (ssl.keystore.type=PEM)
+    other_ca: Path  # signed nothing
+    client_cert: Path  # CN=lakesink-client, signed by ca
+    client_key: Path  # encrypted with client_key_password
+    client_key_password: str
+
+
+def make_certificates(d: Path) -> Certificates:
+    """A CA; a broker certificate it signs (localhost, 127.0.0.1) in one PEM keystore with its
+    key; a client certificate it signs, with an encrypted key; a second CA that signed nothing."""
     d.mkdir(parents=True, exist_ok=True)
     for name, subject in (("ca", "/CN=lakesink test CA"), ("other-ca", "/CN=untrusted CA")):
         _openssl(
@@ -77,14 +89,28 @@ def make_certificates(d: Path) -> tuple[Path, Path, Path]:
         "x509", "-req", "-in", "broker.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
         "-CAcreateserial", "-days", "2", "-extfile", "san.ext", "-out", "broker.pem", cwd=d,
     )  # fmt: skip
-    keystore = d / "broker-keystore.pem"  # PKCS#8 key, then the certificate
+    keystore = d / "broker-keystore.pem"
     keystore.write_text((d / "broker.key").read_text() + (d / "broker.pem").read_text())
-    return d / "ca.pem", keystore, d / "other-ca.pem"
+    key_password = "kp-" + secrets.token_urlsafe(12)
+    _openssl(
+        "genpkey", "-algorithm", "RSA", "-pkeyopt", "rsa_keygen_bits:2048", "-aes-256-cbc",
+        "-pass", f"pass:{key_password}", "-out", "client.key", cwd=d,
+    )  # fmt: skip
+    _openssl(
+        "req", "-new", "-key", "client.key", "-passin", f"pass:{key_password}",
+        "-subj", f"/CN={CLIENT_CN}", "-out", "client.csr", cwd=d,
+    )  # fmt: skip
+    _openssl(
+        "x509", "-req", "-in", "client.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+        "-CAcreateserial", "-days", "2", "-out", "client.pem", cwd=d,
+    )  # fmt: skip
+    return Certificates(
+        d / "ca.pem", keystore, d / "other-ca.pem", d / "client.pem", d / "client.key", key_password
+    )
 
 
-def grant(plaintext: str, topic: str, *operations: str) -> None:
-    """`operations` (READ, WRITE, DESCRIBE) on `topic` for lakesink's principal (as the super
-    user)."""
+def grant(plaintext: str, topic: str, *operations: str, principal: str = PRINCIPAL) -> None:
+    """`operations` (READ, WRITE, DESCRIBE) on `topic` for `principal` (as the super user)."""
     from confluent_kafka.admin import (
         AclBinding,
         AclOperation,
@@ -100,7 +126,7 @@ def grant(plaintext: str, topic: str, *operations: str) -> None:
             ResourceType.TOPIC,
             topic,
             ResourcePatternType.LITERAL,
-            PRINCIPAL,
+            principal,
             "*",
             op,
             AclPermissionType.ALLOW,
@@ -114,18 +140,23 @@ def grant(plaintext: str, topic: str, *operations: str) -> None:
 @pytest.fixture(scope="module")
 def secured_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecuredKafka]:
     d = tmp_path_factory.mktemp("secured-kafka")
-    ca, keystore, other_ca = make_certificates(d / "tls")
+    certs = make_certificates(d / "tls")
     password = "pw-" + secrets.token_urlsafe(18)
     server = KafkaServer(
         data_dir=d / "broker",
-        extra_listeners={"SASL_SSL": "SASL_SSL"},
+        extra_listeners={"SASL_SSL": "SASL_SSL", "SSL": "SSL"},
         server_properties={
             "sasl.enabled.mechanisms": "SCRAM-SHA-512",
             "listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config": (
                 "org.apache.kafka.common.security.scram.ScramLoginModule required;"
             ),
             "listener.name.sasl_ssl.ssl.keystore.type": "PEM",
-            "listener.name.sasl_ssl.ssl.keystore.location": str(keystore),
+            "listener.name.sasl_ssl.ssl.keystore.location": str(certs.broker_keystore),
+            "listener.name.ssl.ssl.keystore.type": "PEM",
+            "listener.name.ssl.ssl.keystore.location": str(certs.broker_keystore),
+            "listener.name.ssl.ssl.truststore.type": "PEM",
+            "listener.name.ssl.ssl.truststore.location": str(certs.ca),
+            "listener.name.ssl.ssl.client.auth": "required",
             "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
             "super.users": "User:ANONYMOUS",  # PLAINTEXT and CONTROLLER listeners
             "allow.everyone.if.no.acl.found": "false",
@@ -145,14 +176,15 @@ def secured_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecuredK
         for t in (dead_letter_topic, dead_letter_topic_read_only):
             create_topic(plaintext, t, 1)
         grant(plaintext, topic, "READ", "DESCRIBE")
+        grant(plaintext, topic, "READ", "DESCRIBE", principal=f"User:CN={CLIENT_CN}")
         grant(plaintext, topic_describe_only, "DESCRIBE")
         grant(plaintext, dead_letter_topic, "WRITE", "READ", "DESCRIBE")
         grant(plaintext, dead_letter_topic_read_only, "READ", "DESCRIBE")
         yield SecuredKafka(
             plaintext=plaintext,
             sasl_ssl=server.address("SASL_SSL"),
-            ca=ca,
-            other_ca=other_ca,
+            ssl=server.address("SSL"),
+            certs=certs,
             password=password,
             topic=topic,
             topic_without_acl=topic_without_acl,
@@ -217,7 +249,7 @@ def test_right_credentials_ingest_exactly_once_with_dead_letters_and_never_print
         tmp_path / "secured.toml",
         k,
         k.topic,
-        k.ca,
+        k.certs.ca,
         tmp_path / "t",
         password=f"file:{password_file}",
         **{"errors.tolerance": "all", "errors.deadletter.topic": k.dead_letter_topic},
@@ -263,7 +295,7 @@ def test_refusal_is_one_line_naming_broker_and_principal_without_the_secret(
     k = secured_kafka
     wrong = "wrong-" + secrets.token_urlsafe(12)
     password = wrong if case == "wrong-password" else k.password
-    ca = k.other_ca if case == "untrusted-certificate" else k.ca
+    ca = k.certs.other_ca if case == "untrusted-certificate" else k.certs.ca
     topic = {
         "missing-acl": k.topic_without_acl,
         "describe-but-no-read-acl": k.topic_describe_only,
@@ -302,3 +334,45 @@ def test_refusal_is_one_line_naming_broker_and_principal_without_the_secret(
     assert len(out.splitlines()) <= 3, out
     assert elapsed < 20, f"{case}: {elapsed:.1f} s"
     assert not (tmp_path / "t").exists()  # refused before anything was written
+
+
+def test_mutual_tls_client_certificate_with_encrypted_key_reads_under_its_own_acls(
+    secured_kafka: SecuredKafka,
+    tmp_path: Path,
+    cli: Callable[..., subprocess.CompletedProcess[str]],
+) -> None:
+    k, c = secured_kafka, secured_kafka.certs
+    settings = {
+        "kafka.bootstrap.servers": k.ssl,
+        "kafka.topics": k.topic,
+        "value.schema": SAMPLE_EVENT_DDL,
+        "table.path": str(tmp_path / "t"),
+        "kafka.security.protocol": "ssl",
+        "kafka.ssl.ca.location": str(c.ca),
+    }
+    client_cert = {
+        "kafka.ssl.certificate.location": str(c.client_cert),
+        "kafka.ssl.key.location": str(c.client_key),
+        "kafka.ssl.key.password": f"env:{KEY_PASSWORD_ENV}",
+    }
+    env = {KEY_PASSWORD_ENV: c.client_key_password}
+    for name, raw in (("mtls", {**settings, **client_cert}), ("no-cert", settings)):
+        (tmp_path / f"{name}.toml").write_text(
+            "".join(f'"{key}" = {json.dumps(v)}\n' for key, v in raw.items())
+        )
+
+    done = cli(["status", "--json", "--config", str(tmp_path / "mtls.toml")], env=env)
+    assert done.returncode == 0, done.stdout
+    assert c.client_key_password not in done.stdout
+    st = json.loads(done.stdout[done.stdout.index("{") :])
+    assert sum(p["high_watermark"] for p in st["partitions"]) == RECORDS + BAD_RECORDS
+
+    # the broker requires a client certificate: without one the handshake is refused
+    started = time.monotonic()
+    refused = cli(["status", "--config", str(tmp_path / "no-cert.toml")], env=env)
+    elapsed = time.monotonic() - started
+    errors = [ln for ln in refused.stdout.splitlines() if ln.startswith("lakesink: error:")]
+    assert refused.returncode == KafkaAuthenticationError.exit_code, refused.stdout
+    assert len(errors) == 1 and k.ssl in errors[0] and "User:ANONYMOUS" in errors[0], errors
+    assert "kafka.ssl.certificate.location" in errors[0], errors
+    assert elapsed < 20, f"{elapsed:.1f} s"

@@ -283,3 +283,17 @@ def test_ca_file_librdkafka_cannot_use_is_a_config_error_naming_it(ca: Path) -> 
     with pytest.raises(ConfigError, match=r"ssl\.ca\.location") as e:
         list_partitions(cfg["kafka.bootstrap.servers"], ["events"], extra=cfg.kafka_client_config)
     assert PASSWORD not in str(e.value)
+
+
+def test_tls_alert_from_a_broker_that_wants_a_client_certificate_is_a_refusal() -> None:
+    errors = ClientErrors("h:1", {"security.protocol": "ssl"})
+    errors(
+        _Err(
+            -195,
+            "ssl://h:1/bootstrap: SSL transport error: error:0A000412:SSL routines::ssl/tls "
+            "alert bad certificate: SSL alert number 42 (after 0ms in state APIVERSION_QUERY)",
+        )
+    )
+    with pytest.raises(KafkaAuthenticationError) as e:
+        errors.raise_failure()
+    assert "User:ANONYMOUS" in str(e.value) and "kafka.ssl.certificate.location" in str(e.value)
