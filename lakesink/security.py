@@ -6,8 +6,6 @@ and admin clients on the driver, readers in Spark tasks, the dead-letter produce
 `lakesink status` (`LakesinkConfig.kafka_client_config`).
 
 Secrets: a secret-typed key (e.g. `kafka.sasl.password`) takes one of:
-
-A secret-typed key (e.g. `kafka.sasl.password`) takes one of:
 - `env:NAME`: the value of environment variable NAME, read when the configuration is loaded;
 - `file:/path`: the content of that file (one trailing newline removed), read at load time;
 - anything else: the value itself (keep it out of files others can read; prefer env: or file:).
