@@ -336,7 +336,7 @@ class _AckedProducer(threading.Thread):
     """Produces sample events (acks=all, idempotent), about 100 a second up to `limit`, until
     stopped; keeps the ids the broker acknowledged."""
 
-    def __init__(self, bootstrap: str, topic: str, partitions: int, limit: int = 4000) -> None:
+    def __init__(self, bootstrap: str, topic: str, partitions: int, limit: int = 2500) -> None:
         super().__init__(daemon=True)
         self.limit = limit
         from confluent_kafka import Producer
