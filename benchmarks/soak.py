@@ -67,8 +67,6 @@ FAULT_WEIGHTS = {
     "broker-restart": 3,
     "kill-lock-holder": 1,
 }
-# Apache Kafka keeps what it acknowledged (acks=all) through a SIGKILL: half its restarts are kills
-KAFKA_FAULT_WEIGHTS = {**FAULT_WEIGHTS, "broker-restart": 2, "broker-kill": 2}
 BROKER_FAULTS = ("broker-restart", "broker-kill")
 # faults that (may) end the driver: only injected into a driver that published a batch in this
 # run (or ran for --patience-s), so the soak keeps committing between driver deaths
@@ -517,9 +515,8 @@ class Soak:
                 w.start(self.restart_env() if w.runs else {})
 
     def pick_fault(self) -> str:
-        table = KAFKA_FAULT_WEIGHTS if self.args.broker == "kafka" else FAULT_WEIGHTS
-        kinds = list(table)
-        weights = [table[k] for k in kinds]
+        kinds = list(FAULT_WEIGHTS)
+        weights = [FAULT_WEIGHTS[k] for k in kinds]
         return self.rng.choices(kinds, weights)[0]
 
     def inject(self, kind: str) -> str | None:
@@ -536,6 +533,11 @@ class Soak:
             time.monotonic() - self.last_broker_restart < self.args.broker_restart_gap_s
         ):
             return None  # back to back, the drivers would never get a batch through
+        if kind in BROKER_FAULTS and self.args.broker == "kafka":
+            # Apache Kafka keeps what it acknowledged (acks=all) through a SIGKILL: every other
+            # broker fault, the first included, is a kill
+            kills, restarts = self.faults["broker-kill"], self.faults["broker-restart"]
+            kind = "broker-kill" if kills <= restarts else "broker-restart"
         live = killable if kind in DRIVER_FAULTS else live
         if kind == "kill-python-worker":
             return self._kill_worker(live)

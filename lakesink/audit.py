@@ -6,6 +6,11 @@ ranges' records from Kafka, and checks: no duplicate (topic, partition, offset);
 committed ranges are contiguous per partition and end where the commit metadata says; every
 Kafka record in them is in the table (or in the dead-letter topic), and no row lies outside them;
 both readers return the same rows.
+
+Kafka may have deleted records since they were ingested (retention, delete-records): table rows
+below a partition's log start are counted as `rows_below_log_start`, not checked against Kafka.
+Spans a commit passed over because Kafka had deleted them before they were read
+(`kafka.fail.on.data.loss=false`) keep the ranges contiguous and are listed in `skipped`.
 """
 
 from __future__ import annotations
@@ -41,6 +46,8 @@ class AuditReport:
     rows_lakesink: int = 0
     kafka_records: int = 0
     dead_letters: int = 0
+    rows_below_log_start: int = 0
+    skipped: list[tuple[str, int, int]] = field(default_factory=list)
     committed: dict[str, int] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
 
@@ -57,6 +64,8 @@ class AuditReport:
             "rows_lakesink": self.rows_lakesink,
             "kafka_records": self.kafka_records,
             "dead_letters": self.dead_letters,
+            "rows_below_log_start": self.rows_below_log_start,
+            "skipped": [list(s) for s in self.skipped],
             "committed": self.committed,
             "problems": self.problems,
         }
@@ -73,6 +82,11 @@ def writer_ranges(
         if extra.get(keys.WRITER_ID_KEY) != writer_id:
             continue
         report.commits += 1
+        for key, start, end in json.loads(extra.get(keys.SKIPPED_KEY, "[]")):
+            tp = TopicPartition.parse(key)
+            report.skipped.append((key, start, end))
+            if tp in spans and spans[tp][1] == start:
+                spans[tp] = (spans[tp][0], end)
         for key, start, end in json.loads(extra.get(keys.RANGES_KEY, "[]")):
             tp = TopicPartition.parse(key)
             if tp in spans and spans[tp][1] != start:
@@ -158,18 +172,27 @@ def kafka_offsets(
     spans: Mapping[TopicPartition, tuple[int, int]],
     isolation_level: str,
     consumer_config: Mapping[str, str],
+    log_starts: dict[TopicPartition, int] | None = None,
 ) -> set[Coordinate]:
-    """The offsets Kafka holds in each span (records, not gaps or transaction markers)."""
+    """The offsets Kafka holds in each span (records, not gaps or transaction markers), from
+    the log start on; each partition's log start goes into `log_starts` when given."""
+    from lakesink.kafka.client import watermarks
     from lakesink.kafka.deserializers import make_deserializer
     from lakesink.kafka.reader import read_range
     from lakesink.protocol.offsets import OffsetRange
 
     out: set[Coordinate] = set()
     raw = make_deserializer("raw")
+    marks = watermarks(bootstrap, list(spans), isolation_level, extra=dict(consumer_config))
     for tp, (start, end) in spans.items():
+        low = marks[tp][0]
+        if log_starts is not None:
+            log_starts[tp] = low
+        if max(start, low) >= end:
+            continue
         for batch in read_range(
             bootstrap,
-            OffsetRange(tp, start, end),
+            OffsetRange(tp, max(start, low), end),
             isolation_level=isolation_level,
             deserializer=raw,
             consumer_config=dict(consumer_config),
@@ -231,7 +254,10 @@ def audit(
             f"{len(outside)} rows lie outside committed ranges, e.g. {sorted(outside)[:3]}"
         )
     if bootstrap is not None:
-        expected = kafka_offsets(bootstrap, spans, isolation_level, consumer_config or {})
+        lows: dict[TopicPartition, int] = {}
+        expected = kafka_offsets(bootstrap, spans, isolation_level, consumer_config or {}, lows)
+        gone = {c for c in set_rs if c[2] < lows.get(TopicPartition(c[0], c[1]), 0)}
+        report.rows_below_log_start = len(gone)
         report.kafka_records = len(expected)
         dead = (dead_letter_coordinates or set()) & expected
         report.dead_letters = len(dead)
@@ -241,7 +267,7 @@ def audit(
                 f"{len(missing)} Kafka records of committed ranges are not in the table, "
                 f"e.g. {sorted(missing)[:3]}"
             )
-        extra = set_rs - expected
+        extra = set_rs - expected - gone
         if extra:
             report.problems.append(
                 f"{len(extra)} table rows are not records in Kafka, e.g. {sorted(extra)[:3]}"

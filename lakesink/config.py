@@ -169,7 +169,8 @@ KEYS: tuple[Key, ...] = (
         "kafka.fail.on.data.loss",
         _bool,
         True,
-        "Fail when committed offsets lie below the log start (records deleted before ingestion).",
+        "Fail when committed offsets lie below the log start (records deleted before ingestion); "
+        "false passes over them, recorded in the commit and listed by `lakesink status`.",
     ),
     Key(
         "kafka.max.records.per.batch",

@@ -1,7 +1,9 @@
-"""`lakesink status`: committed offset, high watermark and lag per partition; recent instants."""
+"""`lakesink status`: committed offset, high watermark and lag per partition; recent instants;
+the offsets the writer passed over because Kafka deleted them before they were read."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from lakesink.cli.output import emit_json, say, table
@@ -41,6 +43,7 @@ def collect_status(cfg: LakesinkConfig) -> dict[str, Any]:
     except TableNotFoundError:
         out["table"] = None
         return out
+    out["skipped"] = skipped_spans(tbl, cfg.writer_id)
     timeline = tbl.timeline()
     files = FileSystemView(tbl).latest_base_files()
     archived = load_archived_view(tbl.base_path)
@@ -53,6 +56,29 @@ def collect_status(cfg: LakesinkConfig) -> dict[str, Any]:
         "instants": [str(i) for i in timeline.instants[-10:]],
         "inflight": [str(i) for i in timeline.inflight_or_requested()],
     }
+    return out
+
+
+def skipped_spans(table: Any, writer_id: str) -> list[dict[str, Any]]:
+    """Every span of offsets the writer's commits passed over (kafka.fail.on.data.loss=false)."""
+    from lakesink.audit import completed_commits
+    from lakesink.spark.commit_state import SKIPPED_KEY, WRITER_ID_KEY
+
+    out: list[dict[str, Any]] = []
+    for instant, metadata in completed_commits(table):
+        extra = metadata.extra
+        if extra.get(WRITER_ID_KEY) != writer_id or SKIPPED_KEY not in extra:
+            continue
+        for key, start, end in json.loads(extra[SKIPPED_KEY]):
+            out.append(
+                {
+                    "partition": key,
+                    "from": start,
+                    "to": end,
+                    "records": end - start,
+                    "instant": instant.time.value,
+                }
+            )
     return out
 
 
@@ -76,6 +102,17 @@ def run_status(cfg: LakesinkConfig, *, as_json: bool) -> int:
     if st["table"] is None:
         say("table: not created yet")
         return 0
+    if st["skipped"]:
+        say(f"\nskipped (deleted from Kafka before they were read): {len(st['skipped'])} spans")
+        say(
+            table(
+                ["partition", "from", "to", "offsets", "instant"],
+                [
+                    [s["partition"], s["from"], s["to"], s["records"], s["instant"]]
+                    for s in st["skipped"]
+                ],
+            )
+        )
     t = st["table"]
     say(f"\ntable {t['path']} (version {t['version']}): {t['files']} files")
     archived = f", archived up to {t['archived_up_to']}" if t["archived_up_to"] else ""

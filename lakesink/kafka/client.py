@@ -142,12 +142,14 @@ def list_partitions(
     wait_timeout_s: float | None = None,
     timeout_s: float = 10.0,
     extra: Mapping[str, Any] | None = None,
+    unavailable_s: float = 0.0,
 ) -> list[TopicPartition]:
     """All partitions of `topics`, or of every topic whose full name matches the regex `pattern`
     (internal topics starting with `__` excluded), sorted.
 
     A listed topic that does not exist raises KafkaError naming it, unless `wait_timeout_s` is
-    given: then this waits that long for it to appear. Never creates topics (the metadata request
+    given: then this waits that long for it to appear. A broker that cannot be reached is asked
+    again for up to `unavailable_s` (a restart). Never creates topics (the metadata request
     asks for all topics, so brokers with auto-create do not create the asked-for ones).
 
     `extra`: client settings (security). A broker that refuses the client (authentication,
@@ -169,8 +171,21 @@ def list_partitions(
     errors = ClientErrors(bootstrap, admin_config)
     admin = new_client(AdminClient, admin_config, errors)
     deadline = time.monotonic() + (wait_timeout_s or 0.0)
+    reachable_by = time.monotonic() + unavailable_s
     while True:
-        md = _metadata(admin, errors, timeout_s)
+        try:
+            md = _metadata(admin, errors, timeout_s)
+        except KafkaError as e:
+            cause = e.__cause__
+            if (
+                isinstance(cause, Exception)
+                and _broker_unavailable(cause)
+                and time.monotonic() < reachable_by
+            ):
+                log.info("broker %s unavailable (%s); asking again", bootstrap, cause)
+                time.sleep(0.5)
+                continue
+            raise
         found: dict[str, int] = {
             name: len(t.partitions)
             for name, t in md.topics.items()
@@ -293,6 +308,80 @@ def check_topic_access(
                 f"Kafka broker {bootstrap} ({purpose}): grant it {' and '.join(missing)} ACLs "
                 "on it"
             )
+NO_TOPIC_ID = "AAAAAAAAAAAAAAAAAAAAAA"
+"""The all-zero topic id: what a broker that keeps no topic ids answers."""
+
+
+def topic_ids(
+    bootstrap: str,
+    topics: Iterable[str],
+    *,
+    extra: Mapping[str, Any] | None = None,
+    timeout_s: float = 10.0,
+) -> dict[str, str]:
+    """Kafka's id of each topic. A topic gets a new id each time it is created, so a topic deleted
+    and re-created under the same name has another id. Topics without an id (brokers that keep
+    none) or not found are left out. `extra`: client settings (security)."""
+    from confluent_kafka import TopicCollection
+    from confluent_kafka.admin import AdminClient
+
+    names = sorted(set(topics))
+    if not names:
+        return {}
+    admin_config = {**(extra or {}), "bootstrap.servers": bootstrap}
+    admin = new_client(AdminClient, admin_config, ClientErrors(bootstrap, admin_config))
+    try:
+        futures = admin.describe_topics(TopicCollection(names), request_timeout=timeout_s)
+    except Exception as e:
+        raise KafkaError(f"cannot describe topics {names} on {bootstrap}: {e}") from e
+    out: dict[str, str] = {}
+    for name, future in futures.items():
+        try:
+            tid = str(future.result(timeout_s).topic_id)
+        except Exception as e:
+            log.debug("no topic id for %r on %s: %s", name, bootstrap, e)
+            continue
+        if tid and tid != NO_TOPIC_ID:
+            out[name] = tid
+    return out
+
+
+class TopicIds:
+    """Topic ids looked up once per topic (a driver's view for the length of one query)."""
+
+    def __init__(self, bootstrap: str, extra: Mapping[str, Any] | None = None) -> None:
+        self.bootstrap = bootstrap
+        self.extra = dict(extra or {})
+        self._known: dict[str, str] = {}
+        self._asked: set[str] = set()
+
+    def __call__(self, topics: Iterable[str]) -> dict[str, str]:
+        wanted = set(topics)
+        new = wanted - self._asked
+        if new:
+            self._known.update(topic_ids(self.bootstrap, new, extra=self.extra))
+            self._asked |= new
+        return {t: self._known[t] for t in sorted(wanted) if t in self._known}
+
+
+def _broker_unavailable(e: Exception) -> bool:
+    """Whether a confluent-kafka error says the broker (or the partition's leader) is not
+    reachable right now: worth asking again, unlike a missing topic."""
+    from confluent_kafka import KafkaError as CkError
+
+    err = e.args[0] if e.args else None
+    if not isinstance(err, CkError):
+        return False
+    return err.code() in (
+        CkError._TRANSPORT,
+        CkError._ALL_BROKERS_DOWN,
+        CkError._TIMED_OUT,
+        CkError._RESOLVE,
+        CkError.REQUEST_TIMED_OUT,
+        CkError.LEADER_NOT_AVAILABLE,
+        CkError.NOT_LEADER_FOR_PARTITION,
+        CkError.BROKER_NOT_AVAILABLE,
+    )
 
 
 class OffsetClient:
@@ -307,12 +396,14 @@ class OffsetClient:
         *,
         extra: Mapping[str, Any] | None = None,
         timeout_s: float = 10.0,
+        unavailable_s: float = 0.0,
     ) -> None:
         from confluent_kafka import Consumer
 
         self.bootstrap = bootstrap
         self.isolation_level = check_isolation_level(isolation_level)
         self.timeout_s = timeout_s
+        self.unavailable_s = unavailable_s  # how long to ride out a broker that is down
         config = consumer_config(bootstrap, self.isolation_level, extra)
         self.errors = ClientErrors(bootstrap, config)
         self._consumer = new_client(Consumer, config, self.errors)
@@ -327,20 +418,28 @@ class OffsetClient:
     ) -> dict[TopicPartition, tuple[int, int]]:
         """(low, high) per partition: the log start and, under read_committed, the last stable
         offset (the high watermark otherwise)."""
-        out: dict[TopicPartition, tuple[int, int]] = {}
-        for tp in partitions:
+        return {tp: self._watermarks_of(tp) for tp in partitions}
+
+    def _watermarks_of(self, tp: TopicPartition) -> tuple[int, int]:
+        """One partition's watermarks, asking again while the broker is unavailable (a restart)
+        for up to `unavailable_s`."""
+        deadline = time.monotonic() + self.unavailable_s
+        while True:
             try:
                 low, high = self._consumer.get_watermark_offsets(
                     _ck_tp(tp), timeout=self.timeout_s, cached=False
                 )
+                return int(low), int(high)
             except Exception as e:
+                if _broker_unavailable(e) and time.monotonic() < deadline:
+                    log.info("broker %s unavailable (%s); asking again", self.bootstrap, e)
+                    time.sleep(0.5)
+                    continue
                 self._failed()
                 raise KafkaError(
                     f"cannot read the watermarks of {tp} on {self.bootstrap}: {e} "
                     "(does the topic and partition exist?)"
                 ) from e
-            out[tp] = (int(low), int(high))
-        return out
 
     def offsets_for_times(
         self, timestamps_ms: Mapping[TopicPartition, int]

@@ -14,6 +14,8 @@ from lakesink.table.timeline import Timeline
 WRITER_ID_KEY = "lakesink.writer_id"
 OFFSETS_KEY = "lakesink.offsets"  # the writer's next offsets after this commit, all partitions
 RANGES_KEY = "lakesink.ranges"  # the ranges this commit ingested
+SKIPPED_KEY = "lakesink.skipped"  # spans deleted from Kafka before they were read, passed over
+TOPIC_IDS_KEY = "lakesink.topic_ids"  # Kafka's id of each topic the offsets belong to
 QUERY_ID_KEY = "lakesink.query_id"
 BATCH_ID_KEY = "lakesink.batch_id"
 COMMIT_ID_KEY = "lakesink.commit_id"
@@ -64,3 +66,21 @@ def committed_offsets_at(table_path: str | Path, writer_id: str) -> WriterOffset
     except TableNotFoundError:
         return WriterOffsets.empty()
     return committed_offsets(table, writer_id)
+
+
+def committed_topic_ids_at(table_path: str | Path, writer_id: str) -> dict[str, str]:
+    """The Kafka topic ids the writer's newest active commit recorded (none when it recorded
+    none, the table does not exist or archival moved the commit away)."""
+    try:
+        table = HudiTable.open(table_path)
+    except TableNotFoundError:
+        return {}
+    timeline = table.timeline()
+    for instant in reversed(timeline.completed()):
+        if instant.action is not Action.COMMIT:
+            continue
+        extra = timeline.commit_metadata(instant).extra
+        if extra.get(WRITER_ID_KEY) == writer_id and OFFSETS_KEY in extra:
+            ids = json.loads(extra.get(TOPIC_IDS_KEY, "{}"))
+            return {str(k): str(v) for k, v in ids.items()}
+    return {}

@@ -14,7 +14,7 @@ import logging
 import os
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -79,6 +79,11 @@ class Coordinator:
         self.query_id = query_id
         self.services = services
         self.publish_delay_s = 0.0  # commit.publish.delay.s: models slow commits in benchmarks
+        # kafka.fail.on.data.loss=false: a batch may start past the committed position, over
+        # records deleted before they were read; the commit records the span it skipped
+        self.allow_data_loss = False
+        # Kafka's id of each topic, recorded with the offsets: a re-created topic is told apart
+        self.topic_ids: Callable[[Iterable[str]], Mapping[str, str]] | None = None
         self._committed: WriterOffsets | None = None
 
     # --- start-up ----------------------------------------------------------------------------
@@ -129,10 +134,42 @@ class Coordinator:
             self._committed = keys.committed_offsets(self.table, self.writer_id)
         return self._committed
 
+    def _base_for(
+        self, ranges: Sequence[OffsetRange]
+    ) -> tuple[WriterOffsets, tuple[OffsetRange, ...]]:
+        """The committed offsets a batch builds on, and the spans it skips. Only with
+        `allow_data_loss` may a range start past the committed position (the source moved over
+        records deleted before they were read): the base then moves to the range's start and the
+        span in between is returned, to be recorded in the commit."""
+        committed = self.committed
+        if not self.allow_data_loss:
+            return committed, ()
+        skipped = tuple(
+            OffsetRange(r.partition, pos, r.start)
+            for r in ranges
+            if (pos := committed.get(r.partition)) is not None and r.start > pos
+        )
+        if not skipped:
+            return committed, ()
+        for span in skipped:
+            log.warning(
+                "table %s writer %s: skipping %d offsets of %s [%d, %d): deleted from Kafka "
+                "before they were read (kafka.fail.on.data.loss=false)",
+                self.table.config.name,
+                self.writer_id,
+                span.end - span.start,
+                span.partition,
+                span.start,
+                span.end,
+            )
+        moved = dict(committed.next_offsets)
+        moved.update({span.partition: span.end for span in skipped})
+        return WriterOffsets(moved), skipped
+
     # --- one batch ---------------------------------------------------------------------------
     def begin(self, batch_id: int, ranges: Sequence[OffsetRange]) -> InstantTime | None:
         """Start an instant for a new batch; None when the batch is empty or already committed."""
-        verdict = classify_batch(self.committed, ranges)
+        verdict = classify_batch(self._base_for(ranges)[0], ranges)
         if verdict is not Verdict.PUBLISH:
             log.info(
                 "table %s writer %s: batch %s %s, nothing to write",
@@ -188,7 +225,13 @@ class Coordinator:
         """Everything a publish needs, with storage already reconciled (orphans deleted):
         the pre-commit of the two-phase commit."""
         crash_point("after-write")
-        decision = decide(self.committed, ranges, statuses)
+        base, skipped = self._base_for(ranges)
+        decision = decide(base, ranges, statuses)
+        ids = (
+            self.topic_ids({tp.topic for tp in decision.next_offsets})
+            if self.topic_ids is not None and decision.next_offsets.next_offsets
+            else {}
+        )
         kept = self._reconcile(instant_time, decision.statuses)
         crash_point("after-reconcile")
         metadata = CommitMetadata(
@@ -205,6 +248,16 @@ class Coordinator:
                 keys.RANGES_KEY: json.dumps(
                     [[r.partition.key(), r.start, r.end] for r in ranges if not r.is_empty]
                 ),
+                **(
+                    {
+                        keys.SKIPPED_KEY: json.dumps(
+                            [[r.partition.key(), r.start, r.end] for r in skipped]
+                        )
+                    }
+                    if skipped
+                    else {}
+                ),
+                **({keys.TOPIC_IDS_KEY: json.dumps(dict(sorted(ids.items())))} if ids else {}),
             },
         )
         return PreparedCommit(

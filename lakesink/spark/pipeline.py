@@ -16,6 +16,7 @@ from pyspark.sql.streaming.query import StreamingQuery
 from lakesink.commitlog.store import PendingCommitStore
 from lakesink.config import LakesinkConfig
 from lakesink.errors import LakesinkError
+from lakesink.kafka.client import TopicIds
 from lakesink.protocol.offsets import TopicPartition
 from lakesink.spark import commit_state
 from lakesink.spark.async_commit import AsyncCommitter
@@ -109,6 +110,10 @@ class Ingestion:
             self.table, cfg.writer_id, query_id=str(uuid.uuid4()), services=self.services
         )
         self.coordinator.publish_delay_s = cfg["commit.publish.delay.s"]
+        self.coordinator.allow_data_loss = not cfg["kafka.fail.on.data.loss"]
+        self.coordinator.topic_ids = TopicIds(
+            cfg["kafka.bootstrap.servers"], cfg.kafka_client_config
+        )
 
     def run(self, *, once: bool = False, timeout_s: float | None = None) -> IngestionResult:
         started = time.monotonic()
@@ -223,6 +228,7 @@ class Ingestion:
         coordinator = Coordinator(
             table, cfg.writer_id, query_id=self.coordinator.query_id, services=make_services(cfg)
         )
+        coordinator.allow_data_loss = not cfg["kafka.fail.on.data.loss"]
         coordinator.start()
         return coordinator
 

@@ -128,7 +128,9 @@ class CommittingSink:
         latest = self.coordinator.table.timeline().latest_schema()
         if latest:
             return latest
-        arrow: Any = to_arrow_schema(df.schema)
+        # Hudi keeps timestamps in UTC (the session's time zone too); without a zone, pyspark
+        # refuses timestamp columns (a first batch of gaps only: compacted or aborted records)
+        arrow: Any = to_arrow_schema(df.schema, timezone="UTC")
         return avro_schema_for(
             with_meta_columns(arrow), f"{self.coordinator.table.config.name}_record"
         )

@@ -33,6 +33,8 @@ SECRETS_OPTION = "lakesink.secrets"
 """The config's secrets, as JSON, apart from CONFIG_OPTION: whatever shows the configuration
 option never shows a secret (the query plan Spark prints on failure shows neither)."""
 OFFSET_FORMAT_VERSION = 1
+BROKER_UNAVAILABLE_S = 60.0
+"""How long planning asks again while the broker cannot be reached (a broker restart)."""
 
 
 def encode_config(cfg: LakesinkConfig) -> str:
@@ -148,6 +150,7 @@ class KafkaStreamReader(DataSourceStreamReader):
 
     def __init__(self, cfg: LakesinkConfig) -> None:
         self.cfg = cfg
+        self._topic_ids: dict[str, str] | None = None  # Kafka topic ids this query reads
 
     # --- driver side -------------------------------------------------------------------------
     def _partitions(self) -> list[TopicPartition]:
@@ -158,7 +161,33 @@ class KafkaStreamReader(DataSourceStreamReader):
             topics=list(self.cfg["kafka.topics"]) or None,
             pattern=self.cfg["kafka.topic.pattern"],
             extra=self.cfg.kafka_client_config,
+            unavailable_s=BROKER_UNAVAILABLE_S,
         )
+
+    def _check_topic_ids(self, partitions: Sequence[TopicPartition]) -> None:
+        """Refuse a topic deleted and re-created under the same name: its id differs from the
+        one the table's offsets (or this query's earlier batches) belong to."""
+        from lakesink.errors import DataLossError
+        from lakesink.kafka.client import topic_ids
+        from lakesink.spark.commit_state import committed_topic_ids_at
+
+        current = topic_ids(
+            self.cfg["kafka.bootstrap.servers"],
+            {tp.topic for tp in partitions},
+            extra=self.cfg.kafka_client_config,
+        )
+        if self._topic_ids is None:
+            self._topic_ids = committed_topic_ids_at(self.cfg["table.path"], self.cfg.writer_id)
+        for topic, now in sorted(current.items()):
+            before = self._topic_ids.get(topic)
+            if before is not None and before != now:
+                raise DataLossError(
+                    f"topic {topic!r} was deleted and re-created: writer {self.cfg.writer_id}'s "
+                    f"offsets in {self.cfg['table.path']} belong to the topic with id {before}, "
+                    f"the topic now has id {now}. Nothing of the new topic is ingested; to "
+                    "ingest it from its start, use another writer.id"
+                )
+        self._topic_ids.update(current)
 
     def _table_offsets(self) -> WriterOffsets:
         from lakesink.spark.commit_state import committed_offsets_at
@@ -181,6 +210,7 @@ class KafkaStreamReader(DataSourceStreamReader):
             self.cfg["kafka.bootstrap.servers"],
             isolation_level=self.cfg["kafka.isolation.level"],
             extra=self.cfg.consumer_config,
+            unavailable_s=BROKER_UNAVAILABLE_S,
         ) as client:
             return resolve_start(
                 committed,
@@ -191,7 +221,9 @@ class KafkaStreamReader(DataSourceStreamReader):
             )
 
     def initialOffset(self) -> dict[str, Any]:
-        starts = self._starts({}, self._partitions())
+        partitions = self._partitions()
+        self._check_topic_ids(partitions)
+        starts = self._starts({}, partitions)
         log.info("lakesink-kafka: writer %s starts at %s", self.cfg.writer_id, starts)
         return ranges_to_offset({tp: (s, s) for tp, s in starts.items()})
 
@@ -205,11 +237,13 @@ class KafkaStreamReader(DataSourceStreamReader):
 
         positions = offset_positions(start)
         partitions = self._partitions()
+        self._check_topic_ids(partitions)
         positions.update(self._starts(positions, partitions))
         with OffsetClient(
             self.cfg["kafka.bootstrap.servers"],
             isolation_level=self.cfg["kafka.isolation.level"],
             extra=self.cfg.consumer_config,
+            unavailable_s=BROKER_UNAVAILABLE_S,
         ) as client:
             marks = client.watermarks(list(positions))
         positions = check_data_loss(

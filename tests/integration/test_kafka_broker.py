@@ -1,4 +1,6 @@
-"""The embedded broker: start, restart with data kept, reads across a restart, clear errors."""
+"""The local brokers (Apache Kafka by default, noida-db with LAKESINK_TEST_BROKER=noida; the
+embedded noida-db class directly): start, restart with data kept, reads across a restart, clear
+errors."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ from lakesink.errors import KafkaError
 from lakesink.kafka.client import watermarks
 from lakesink.kafka.deserializers import JsonDeserializer
 from lakesink.kafka.embedded_broker import LOG_FILE_NAME, EmbeddedBroker
+from lakesink.kafka.kafka_server import KafkaServer
 from lakesink.kafka.producer import SAMPLE_EVENT_DDL, produce_sample_events
 from lakesink.kafka.reader import read_range
 from lakesink.protocol.offsets import OffsetRange, TopicPartition
@@ -71,6 +74,17 @@ def test_fixed_port_in_use_is_a_clear_error(fresh_broker: EmbeddedBroker) -> Non
     other = EmbeddedBroker(port=fresh_broker.port)
     try:
         with pytest.raises(KafkaError, match="already in use"):
+            other.start()
+    finally:
+        other.close()
+
+
+def test_apache_kafka_on_a_port_in_use_is_a_clear_error_naming_it(
+    fresh_broker: EmbeddedBroker,
+) -> None:
+    other = KafkaServer(port=fresh_broker.port)
+    try:
+        with pytest.raises(KafkaError, match=f"127.0.0.1:{fresh_broker.port}.*already in use"):
             other.start()
     finally:
         other.close()

@@ -72,6 +72,7 @@ def test_short_soak_with_random_faults_loses_and_duplicates_nothing(
     assert result["records_in_table"] == result["records_in_kafka"] > 0
     broker_lost = result["acked_events_lost_by_broker"]
     if broker_kind == "kafka":  # Apache Kafka keeps every acknowledged record (acks=all)
+        assert result["faults"].get("broker-kill", 0) >= 1, result["faults"]
         assert broker_lost == 0 and result["offsets_rewritten_by_broker"] == 0
         assert result["records_produced"] <= result["records_in_kafka"]
     else:  # noida-db may lose acknowledged records over a restart: its loss, not lakesink's
