@@ -184,6 +184,7 @@ def test_avro_values_in_confluent_wire_format(
         value__format="avro",
         value__schema=None,
         value__schema__file=str(schema_file),
+        value__avro__schema__ids="42",
     )
     run_ingestion(cfg, spark)
     t = TableReader(HudiTable.open(cfg["table.path"])).snapshot(columns=["sensor", "value"])
