@@ -38,7 +38,6 @@ _ZONE = r"(?:Z|[+-](?:[01]\d|2[0-3]):[0-5]\d)"
 _TS_UTC = f"^{_YEAR}{_TIME}{_ZONE}?$"
 _TS_NTZ = f"^{_YEAR}{_TIME}$"
 _DATE_ONLY = f"^{_YEAR}$"
-_NOT_PLAIN = (b"NaN", b"Inf", b"\\ud", b"\\uD")
 
 
 def _fast_type(t: pa.DataType, *, top: bool) -> bool:
@@ -72,7 +71,9 @@ def _plain(v: bytes | None) -> bool:
     """A value the fast read may take (see the module docstring)."""
     if v is None or v[:1] != b"{" or v[-1:] != b"}" or b"\n" in v or b"\r" in v:
         return False
-    if any(t in v for t in _NOT_PLAIN) or not _shallow(v):
+    if b"NaN" in v or b"Inf" in v or b"\\ud" in v or b"\\uD" in v:
+        return False
+    if len(v) > 2 * MAX_DEPTH and not _shallow(v):
         return False
     if not v.isascii():
         try:
@@ -123,7 +124,7 @@ class JsonDeserializer:
             return False
         if data.count(b"\n") != n - 1 or data.count(b"}\n{") != n - 1:
             return False  # a value with a line break, or a line not from `{` to `}`
-        if any(t in data for t in _NOT_PLAIN):
+        if b"NaN" in data or b"Inf" in data or b"\\ud" in data or b"\\uD" in data:
             return False
         if not data.isascii():
             try:
