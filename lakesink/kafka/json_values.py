@@ -55,10 +55,11 @@ MAX_DEPTH = 128
 _BOM = b"\xef\xbb\xbf"
 _JSON_WS = " \t\n\r"
 _NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
-_DATE = re.compile(r"(\d{4})-(\d{2})-(\d{2})")
+_DATE = re.compile(r"(\d{4})-(\d{2})-(\d{2})", re.ASCII)
 _TIMESTAMP = re.compile(
     r"(\d{4})-(\d{2})-(\d{2})[T ]([01]\d|2[0-3]):([0-5]\d):([0-5]\d)(?:\.(\d{1,6}))?"
-    r"(Z|[+-](?:[01]\d|2[0-3]):[0-5]\d)?"
+    r"(Z|[+-](?:[01]\d|2[0-3]):[0-5]\d)?",
+    re.ASCII,
 )
 _TOKENS = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]', re.S)
 _INT_RANGES = {

@@ -56,7 +56,7 @@ STRINGS = [
     '"a\nb"', '"a\tb"', '"a\\nb"', '"\\u0000"', '"\\""', '"12.5"', '" 12.5"', '"NaN"',
     '"\\uDBFF\\uDFFF"', '"\ufeff"', '"\u2028"',
 ]  # fmt: skip
-YEARS = ["2024", "0001", "9999", "0000", "1970"]
+YEARS = ["2024", "0001", "9999", "0000", "1970", "\u0662\u0660\u0662\u0664"]
 TIMESTAMP_PIECES = st.tuples(
     st.sampled_from(YEARS),
     st.sampled_from(["-", ""]),

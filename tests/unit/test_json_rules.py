@@ -142,6 +142,8 @@ EDGES: list[tuple[bytes | None, dict[str, Any] | str]] = [
     (b'{"day": "2023-02-29"}', "not a date"),
     (b'{"day": "20240229"}', "expected a date string"),
     (b'{"day": "0000-01-01"}', "not a date"),
+    ('{"day": "\u0662\u0660\u0662\u0664-01-01"}'.encode(), "expected a date string"),
+    ('{"t": "2024-01-01T\u0661\u0662:00:00Z"}'.encode(), "not a timestamp"),
     (None, {"id": None, "s": None}),
 ]
 
