@@ -1,5 +1,5 @@
 """Fuzzing of Kafka record payloads through every deserializer: JSON with a DDL schema, Avro
-(plain, with the Confluent wire header, and auto-detected) and raw. A bad value is reported as a
+(plain, and with the Confluent wire header) and raw. A bad value is reported as a
 failure of that value (the reader turns it into RecordError or a dead letter); decoding never
 raises anything but a LakesinkError, never crashes and never hangs. Schemas that would let a
 tiny value hang the decoder are refused up front with ConfigError."""
