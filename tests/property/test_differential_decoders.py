@@ -29,7 +29,7 @@ from lakesink.kafka.deserializers import (
 )
 from lakesink.kafka.json_values import MAX_DEPTH, BadValue, JsonValueDecoder
 
-DIFF = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+DIFF = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 FAST_DDL = (
     "id BIGINT, s STRING, d DOUBLE, f FLOAT, t TIMESTAMP, n TIMESTAMP_NTZ, day DATE, b BINARY, "
