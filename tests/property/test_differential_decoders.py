@@ -226,6 +226,25 @@ def test_json_bulk_decoding_equals_the_per_value_rules(ddl: str, data: st.DataOb
 
 
 @DIFF
+@given(st.sampled_from(JSON_SCHEMAS[:2] + JSON_SCHEMAS[4:]), st.data())
+def test_json_one_line_objects_through_the_fast_read_equal_the_rules(
+    ddl: str, data: st.DataObject
+) -> None:
+    """Objects on one line, no framing faults: the batches pyarrow.json reads, edge values and
+    all (numbers, timestamps, escapes, repeated names) in the fields."""
+    one_line = st.sampled_from([",", ", ", " ,\t"])
+    fields = st.lists(st.tuples(st.sampled_from(COLUMN_NAMES), json_text), max_size=5)
+    values: list[bytes | None] = [
+        ("{" + data.draw(one_line).join(f'"{k}":{v}' for k, v in data.draw(fields)) + "}")
+        .replace("\n", " ")
+        .encode("utf-8", "surrogatepass")
+        for _ in range(data.draw(st.integers(1, 12)))
+    ]
+    bulk = JsonDeserializer(ddl).decode(values)
+    assert_same(bulk, json_reference(ddl, values), len(values))
+
+
+@DIFF
 @given(st.lists(st.integers(0, 10**6), min_size=1, max_size=40), st.data())
 def test_json_rows_keep_their_positions_among_bad_values(
     ids: list[int], data: st.DataObject
