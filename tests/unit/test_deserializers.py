@@ -323,3 +323,31 @@ def test_make_deserializer_by_name(tmp_path: Path) -> None:
 def test_make_deserializer_errors(fmt: str, schema: str | None, fragment: str) -> None:
     with pytest.raises(ConfigError, match=fragment):
         make_deserializer(fmt, schema=schema)
+
+
+@pytest.mark.parametrize(
+    ("extra", "fragment"),
+    [
+        ({}, "confluent needs value.avro.schema.ids"),
+        ({"value.avro.schema.ids": "1.5"}, "'1.5' is not a schema id"),
+        ({"value.avro.schema.ids": "4294967296"}, "is not a schema id"),
+    ],
+)
+def test_config_refuses_confluent_avro_without_valid_schema_ids(
+    extra: dict[str, str], fragment: str
+) -> None:
+    from lakesink.config import build_config
+
+    base = {
+        "kafka.bootstrap.servers": "127.0.0.1:9",
+        "kafka.topics": "t",
+        "table.path": "/nonexistent/t",
+        "value.format": "avro",
+        "value.schema.file": "/nonexistent/a.avsc",
+    }
+    with pytest.raises(ConfigError, match=fragment):
+        build_config({**base, **extra})
+    assert build_config({**base, "value.avro.schema.ids": "7, 9"})["value.avro.schema.ids"] == (
+        7,
+        9,
+    )
