@@ -99,6 +99,18 @@ def _optional_str(v: Any) -> str | None:
     return None if v is None or str(v).strip() == "" else str(v)
 
 
+def _schema_ids(v: Any) -> tuple[int, ...]:
+    ids = []
+    for item in _str_list(v):
+        if not item.isdigit() or int(item) >= 2**32:
+            raise ValueError(
+                f"{item!r} is not a schema id; expected whole numbers from 0 to 4294967295, "
+                "separated by commas"
+            )
+        ids.append(int(item))
+    return tuple(ids)
+
+
 def _starting_offsets(v: Any) -> str:
     text = str(v).strip().lower()
     if text in ("earliest", "latest") or text.isdigit():
@@ -212,6 +224,14 @@ KEYS: tuple[Key, ...] = (
         _choice("confluent", "plain"),
         "confluent",
         "Avro values: confluent (magic byte 0 + 4-byte schema id + Avro) or plain (bare Avro).",
+    ),
+    Key(
+        "value.avro.schema.ids",
+        _schema_ids,
+        (),
+        "Confluent-framed Avro: the schema registry ids (comma list) under which the value schema "
+        "is registered; required with value.avro.wire.format=confluent. A value framed with "
+        "another id is a bad record (its writer schema is unknown).",
     ),
     Key(
         "errors.tolerance",
@@ -508,6 +528,16 @@ def _check_combinations(cfg: LakesinkConfig) -> None:
         )
     if cfg["value.format"] == "avro" and not cfg["value.schema.file"]:
         raise ConfigError("value.format=avro needs value.schema.file (an .avsc file)")
+    if (
+        cfg["value.format"] == "avro"
+        and cfg["value.avro.wire.format"] == "confluent"
+        and not cfg["value.avro.schema.ids"]
+    ):
+        raise ConfigError(
+            "value.avro.wire.format=confluent needs value.avro.schema.ids: the schema registry "
+            "ids under which the value schema is registered (values framed with another id are "
+            "bad records); or set value.avro.wire.format=plain for bare Avro values"
+        )
     dead_letter_targets = [
         k for k in ("errors.deadletter.topic", "errors.deadletter.table") if cfg[k]
     ]

@@ -300,20 +300,25 @@ class _RangeReader:
         n = len(msgs)
         offsets = list(map(Message.offset, msgs))
         values = list(map(Message.value, msgs))
+        headers = list(map(_headers, msgs))
         decoded = self.deserializer.decode(values)
         failures = decoded.failures
+        table = decoded.table
+        unreadable = [i for i, h in enumerate(headers) if h is _UNREADABLE]
+        if unreadable:
+            failures, table = _fail_unreadable_headers(unreadable, failures, table, n)
         self.stats.records_read += n
         if failures:
-            self._handle_failures(msgs, failures)
+            self._handle_failures(msgs, headers, failures)
             keep = [i for i in range(n) if i not in failures]
             msgs = [msgs[i] for i in keep]
             offsets = [offsets[i] for i in keep]
+            headers = [headers[i] for i in keep]
             n = len(msgs)
         if n == 0:
             return
         timestamps = [t[1] if t[0] else None for t in map(Message.timestamp, msgs)]
         keys = list(map(Message.key, msgs))
-        headers = list(map(Message.headers, msgs))
         meta = [
             pa.array([tp.topic] * n, pa.string()) if n < 64 else pa.repeat(tp.topic, n),
             pa.repeat(pa.scalar(tp.partition, pa.int32()), n),
@@ -322,7 +327,6 @@ class _RangeReader:
             pa.array(keys, pa.binary()),
             headers_array(headers),
         ]
-        table = decoded.table
         columns = [
             *meta,
             *(c.combine_chunks() if isinstance(c, pa.ChunkedArray) else c for c in table.columns),
@@ -332,25 +336,62 @@ class _RangeReader:
         self.stats.batches += 1
         yield batch
 
-    def _handle_failures(self, msgs: list[Any], failures: Mapping[int, str]) -> None:
+    def _handle_failures(
+        self, msgs: list[Any], headers: list[Any], failures: Mapping[int, str]
+    ) -> None:
         tp = self.r.partition
         for i in sorted(failures):
             m = msgs[i]
+            why = failures[i].encode("utf-8", "backslashreplace").decode("utf-8")
             if self.errors_tolerance == "none":
                 raise RecordError(
                     f"record {tp.topic}:{tp.partition} offset {m.offset()} could not be "
-                    f"deserialized: {failures[i]} (set errors.tolerance=all to route bad records "
+                    f"deserialized: {why} (set errors.tolerance=all to route bad records "
                     "to a dead-letter queue)"
                 )
             t = m.timestamp()
+            h = headers[i]
             failed = FailedRecord(
                 partition=tp,
                 offset=m.offset(),
                 timestamp_ms=t[1] if t[0] else None,
                 key=m.key(),
                 value=m.value(),
-                headers=tuple(m.headers() or ()),
-                error=failures[i],
+                headers=() if h is _UNREADABLE else tuple(h or ()),
+                error=why,
             )
             self.on_dead_letter(failed)
             self.stats.dead_letters += 1
+
+
+_UNREADABLE = object()
+"""Stands for the headers of a record whose header keys are not valid UTF-8."""
+
+UNREADABLE_HEADERS = (
+    "a header key is not valid UTF-8 (header keys become strings; the record's headers are "
+    "left out of its dead letter, its key and value are kept as they are)"
+)
+
+
+def _headers(m: Any) -> Any:
+    """A record's headers, or _UNREADABLE. confluent-kafka raises when a header key is not valid
+    UTF-8 (and must not be asked again for that record's headers)."""
+    try:
+        return m.headers()
+    except (SystemError, UnicodeDecodeError, ValueError):
+        return _UNREADABLE
+
+
+def _fail_unreadable_headers(
+    unreadable: list[int], failures: dict[int, str], table: pa.Table, n: int
+) -> tuple[dict[int, str], pa.Table]:
+    """Add the records with unreadable headers to the failures and drop their decoded rows."""
+    out = dict(failures)
+    drop = [i for i in unreadable if i not in failures]
+    for i in unreadable:
+        out[i] = UNREADABLE_HEADERS
+    if drop:
+        dropped = set(drop)
+        rows = [i for i in range(n) if i not in failures]  # row k of `table` is value rows[k]
+        table = table.filter(pa.array([i not in dropped for i in rows], pa.bool_()))
+    return out, table

@@ -142,6 +142,7 @@ def _deserializer(cfg: LakesinkConfig, factory: Any) -> Any:
         schema=cfg["value.schema"],
         schema_file=cfg["value.schema.file"],
         avro_wire_format=cfg["value.avro.wire.format"],
+        avro_schema_ids=cfg["value.avro.schema.ids"],
     )
 
 

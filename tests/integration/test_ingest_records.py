@@ -184,11 +184,23 @@ def test_avro_values_in_confluent_wire_format(
         value__format="avro",
         value__schema=None,
         value__schema__file=str(schema_file),
+        value__avro__schema__ids="42",
     )
     run_ingestion(cfg, spark)
     t = TableReader(HudiTable.open(cfg["table.path"])).snapshot(columns=["sensor", "value"])
     assert sorted(t.column("value").to_pylist()) == [i / 2 for i in range(40)]
     assert audit_config(cfg).ok
+    # a value framed with a schema id that was not configured: its writer schema is unknown
+    buf = io.BytesIO()
+    buf.write(b"\x00" + struct.pack(">I", 43))
+    fastavro.schemaless_writer(buf, parsed, {"sensor": "s", "value": 1.0, "at": 1})
+    produce_values(kafka_bootstrap, topic, [buf.getvalue()])
+    with pytest.raises(
+        LakesinkError,
+        match=rf"{topic}:0 offset 40 .*schema id 43, not one of the accepted ids 42",
+    ):
+        run_ingestion(cfg, spark)
+    assert committed_offsets_at(cfg["table.path"], cfg.writer_id).to_json() == {f"{topic}:0": 40}
 
 
 def test_bad_record_goes_to_the_dead_letter_table_exactly_once(

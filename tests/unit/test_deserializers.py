@@ -132,9 +132,9 @@ def test_json_bad_values_are_isolated_with_reasons_and_good_rows_keep_order() ->
     ]
     out = d.decode(values)
     assert sorted(out.failures) == [1, 3, 4, 5, 6, 7, 9]
-    assert out.failures[1] == "value is not a JSON object"
+    assert out.failures[1] == "value is not a JSON object (it is null)"
     assert out.failures[4] == "value is empty"
-    assert "2 JSON objects in 1 values" in out.failures[6]
+    assert "Extra data" in out.failures[6]
     assert out.table.column("id").to_pylist() == [0, 2, 8]
 
 
@@ -208,14 +208,14 @@ def _record(i: int) -> dict[str, object]:
 def test_avro_confluent_framed_values(tmp_path: Path) -> None:
     path = tmp_path / "event.avsc"
     path.write_text(json.dumps(AVRO_SCHEMA))
-    d = AvroDeserializer(path)
+    d = AvroDeserializer(path, schema_ids="7")
     framed = [b"\x00\x00\x00\x00\x07" + _avro(_record(i)) for i in range(2)]
     out = d.decode([*framed, b"\xff\xff\xff", None])
-    assert list(out.failures) == [2]
-    assert out.failures[2].startswith("Avro decode failed")
+    assert list(out.failures) == [2, 3]
     assert "value.avro.wire.format=plain" in out.failures[2]
+    assert out.failures[3] == "tombstone (null value) for a schema with required column id"
     rows = out.table.to_pylist()
-    assert [r["id"] for r in rows] == [0, 1, None]
+    assert [r["id"] for r in rows] == [0, 1]
     assert rows[0]["name"] == "n0" and rows[1]["name"] is None
     assert rows[0]["ts"] == datetime(2024, 1, 1, tzinfo=UTC)
     assert rows[1]["attrs"] == [("k", 1)] and rows[0]["kind"] == "B"
@@ -225,6 +225,63 @@ def test_avro_confluent_framed_values(tmp_path: Path) -> None:
 def test_avro_wire_format_must_be_named_not_guessed() -> None:
     with pytest.raises(ConfigError, match="confluent or plain"):
         AvroDeserializer(schema=json.dumps(AVRO_SCHEMA), wire_format="auto")  # type: ignore[arg-type]
+
+
+def test_avro_confluent_values_with_another_schema_id_are_bad_records() -> None:
+    d = AvroDeserializer(schema=AVRO_SCHEMA, schema_ids=[7, 9])
+    body = _avro(_record(0))
+    out = d.decode([b"\x00\x00\x00\x00\x09" + body, b"\x00\x00\x00\x01\x00" + body])
+    assert list(out.failures) == [1]
+    assert out.failures[1] == (
+        "value is framed with schema id 256, not one of the accepted ids 7, 9 "
+        "(value.avro.schema.ids): its writer schema is unknown"
+    )
+    assert out.table.column("id").to_pylist() == [0]
+
+
+@pytest.mark.parametrize(
+    ("wire", "ids", "fragment"),
+    [
+        ("confluent", None, "needs value.avro.schema.ids"),
+        ("confluent", "", "needs value.avro.schema.ids"),
+        ("confluent", "7, x", "entry 'x' is not valid"),
+        ("confluent", [2**32], "is not valid"),
+        ("plain", "7", "confluent only"),
+    ],
+)
+def test_avro_schema_ids_config_errors(wire: str, ids: object, fragment: str) -> None:
+    with pytest.raises(ConfigError, match=fragment):
+        AvroDeserializer(schema=AVRO_SCHEMA, wire_format=wire, schema_ids=ids)  # type: ignore[arg-type]
+
+
+def test_avro_strings_must_be_valid_utf8_and_uuids_are_strings() -> None:
+    schema = {
+        "type": "record",
+        "name": "U",
+        "fields": [
+            {"name": "s", "type": "string"},
+            {"name": "u", "type": {"type": "string", "logicalType": "uuid"}},
+        ],
+    }
+    d = AvroDeserializer(schema=schema, wire_format="plain")
+    uuid = b"12345678-1234-1234-1234-123456789012"
+    good = b"\x02a\x48" + uuid
+    bad = b"\x02\xff\x48" + uuid
+    surrogate = b"\x06\xed\xa0\x80\x48" + uuid  # an encoded surrogate is not UTF-8 either
+    out = d.decode([good, bad, surrogate])
+    assert sorted(out.failures) == [1, 2]
+    assert all("not valid UTF-8" in r for r in out.failures.values())
+    assert out.table.to_pylist() == [{"s": "a", "u": uuid.decode()}]
+
+
+def test_avro_tombstones_give_nulls_only_for_all_nullable_schemas() -> None:
+    schema = {
+        "type": "record",
+        "name": "N",
+        "fields": [{"name": "a", "type": ["null", "long"], "default": None}],
+    }
+    out = AvroDeserializer(schema=schema, wire_format="plain").decode([None])
+    assert not out.failures and out.table.to_pylist() == [{"a": None}]
 
 
 def test_avro_value_with_trailing_bytes_is_bad() -> None:
@@ -250,7 +307,8 @@ def test_make_deserializer_by_name(tmp_path: Path) -> None:
     assert make_deserializer("json", schema_file=str(ddl_file)).value_schema.names == ["id", "name"]
     avsc = tmp_path / "e.avsc"
     avsc.write_text(json.dumps(AVRO_SCHEMA))
-    assert isinstance(make_deserializer("avro", schema_file=str(avsc)), AvroDeserializer)
+    avro = make_deserializer("avro", schema_file=str(avsc), avro_schema_ids="3, 4")
+    assert isinstance(avro, AvroDeserializer) and avro.schema_ids == {3, 4}
 
 
 @pytest.mark.parametrize(
@@ -265,3 +323,31 @@ def test_make_deserializer_by_name(tmp_path: Path) -> None:
 def test_make_deserializer_errors(fmt: str, schema: str | None, fragment: str) -> None:
     with pytest.raises(ConfigError, match=fragment):
         make_deserializer(fmt, schema=schema)
+
+
+@pytest.mark.parametrize(
+    ("extra", "fragment"),
+    [
+        ({}, "confluent needs value.avro.schema.ids"),
+        ({"value.avro.schema.ids": "1.5"}, "'1.5' is not a schema id"),
+        ({"value.avro.schema.ids": "4294967296"}, "is not a schema id"),
+    ],
+)
+def test_config_refuses_confluent_avro_without_valid_schema_ids(
+    extra: dict[str, str], fragment: str
+) -> None:
+    from lakesink.config import build_config
+
+    base = {
+        "kafka.bootstrap.servers": "127.0.0.1:9",
+        "kafka.topics": "t",
+        "table.path": "/nonexistent/t",
+        "value.format": "avro",
+        "value.schema.file": "/nonexistent/a.avsc",
+    }
+    with pytest.raises(ConfigError, match=fragment):
+        build_config({**base, **extra})
+    assert build_config({**base, "value.avro.schema.ids": "7, 9"})["value.avro.schema.ids"] == (
+        7,
+        9,
+    )

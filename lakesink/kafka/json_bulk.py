@@ -1,0 +1,221 @@
+"""JSON values in bulk: pyarrow.json where it provably gives the reference rows, else one by one.
+
+`JsonDeserializer.decode` gives exactly what `JsonValueDecoder` (json_values.py, the rules) gives
+value by value; pyarrow.json is only a faster way to the same rows, used on *plain* values:
+
+- a plain value starts with ``{``, ends with ``}``, holds no line feed or carriage return, is
+  valid UTF-8, and holds none of the texts pyarrow.json reads differently from the rules
+  (``NaN``/``Inf`` literals, ``\\uD800``-``\\uDFFF`` escapes; more than MAX_DEPTH brackets);
+- plain values are joined with line feeds and read with an explicit schema. A document that does
+  not end on its own line meets the ``{`` starting the next line (or the end), which is a syntax
+  error; so every line yields at least one row and, when the row count equals the number of
+  values, row i is value i (a second document in one value cannot hide a missing one elsewhere);
+- the column types where pyarrow's conversions differ from the rules are read as strings or
+  wider types and converted here (TIMESTAMP/DATE: the rules' pattern, checked column-wise, then a
+  cast; FLOAT: read as DOUBLE, narrowed, overflow refused); schemas with MAP or DECIMAL columns, or
+  TIMESTAMP/DATE/FLOAT inside STRUCT/ARRAY, are decoded by the rules alone.
+
+Any error of the fast read (a bad value, an unexpected row count) splits the batch in halves until
+each value pyarrow refuses alone is decoded by the rules, which then accept it or give the reason.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Sequence
+from typing import Any
+
+import pyarrow as pa
+
+from lakesink.errors import ConfigError
+from lakesink.kafka.ddl import ddl_to_arrow
+from lakesink.kafka.decoded import Decoded, bisect_parse, concat_in_order, rows_to_table
+from lakesink.kafka.json_values import MAX_DEPTH, BadValue, JsonValueDecoder, check_json_type
+
+_YEAR = r"(?:000[1-9]|00[1-9]\d|0[1-9]\d\d|[1-9]\d{3})-\d{2}-\d{2}"
+_TIME = r"[T ](?:[01]\d|2[0-3]):[0-5]\d:[0-5]\d(?:\.\d{1,6})?"
+_ZONE = r"(?:Z|[+-](?:[01]\d|2[0-3]):[0-5]\d)"
+_TS_UTC = f"^{_YEAR}{_TIME}{_ZONE}?$"
+_TS_NTZ = f"^{_YEAR}{_TIME}$"
+_DATE_ONLY = f"^{_YEAR}$"
+
+
+def _fast_type(t: pa.DataType, *, top: bool) -> bool:
+    """Can pyarrow.json read this type (as itself, or widened at the top level) by the rules?"""
+    if pa.types.is_boolean(t) or pa.types.is_integer(t) or pa.types.is_float64(t):
+        return True
+    if pa.types.is_string(t) or pa.types.is_binary(t):
+        return True
+    if pa.types.is_float32(t) or pa.types.is_timestamp(t) or pa.types.is_date32(t):
+        return top
+    if pa.types.is_struct(t):
+        return all(_fast_type(f.type, top=False) for f in t)
+    if pa.types.is_list(t):
+        return _fast_type(t.value_type, top=False)
+    return False  # maps, decimals
+
+
+def _read_type(t: pa.DataType) -> pa.DataType:
+    if pa.types.is_timestamp(t) or pa.types.is_date32(t):
+        return pa.string()
+    if pa.types.is_float32(t):
+        return pa.float64()
+    return t
+
+
+def _shallow(v: bytes) -> bool:
+    return len(v) <= 2 * MAX_DEPTH or v.count(b"[") + v.count(b"{") <= MAX_DEPTH
+
+
+def _plain(v: bytes | None) -> bool:
+    """A value the fast read may take (see the module docstring)."""
+    if v is None or v[:1] != b"{" or v[-1:] != b"}" or b"\n" in v or b"\r" in v:
+        return False
+    if b"NaN" in v or b"Inf" in v or b"\\ud" in v or b"\\uD" in v:
+        return False
+    if len(v) > 2 * MAX_DEPTH and not _shallow(v):
+        return False
+    if not v.isascii():
+        try:
+            v.decode("utf-8")
+        except UnicodeDecodeError:
+            return False
+    return True
+
+
+class JsonDeserializer:
+    """JSON objects → columns of `schema` (a Spark DDL string or an Arrow schema), by the rules
+    of json_values.py."""
+
+    def __init__(self, schema: pa.Schema | str) -> None:
+        self._schema = ddl_to_arrow(schema) if isinstance(schema, str) else schema
+        if len(self._schema) == 0:
+            raise ConfigError("a JSON value schema needs at least one column")
+        for f in self._schema:
+            check_json_type(f.type, f.name)
+        self._rules = JsonValueDecoder(self._schema)
+        self._fast = all(_fast_type(f.type, top=True) for f in self._schema)
+        self._read_schema = pa.schema(
+            [pa.field(f.name, _read_type(f.type), f.nullable) for f in self._schema]
+        )
+        self._converted = [i for i, f in enumerate(self._schema) if _read_type(f.type) != f.type]
+
+    @property
+    def value_schema(self) -> pa.Schema:
+        return self._schema
+
+    def decode(self, values: Sequence[bytes | None]) -> Decoded:
+        n = len(values)
+        if n == 0:
+            return Decoded(self._schema.empty_table())
+        if self._fast and None not in values:
+            data = b"\n".join(values)  # type: ignore[arg-type]
+            longest = max(map(len, values))  # type: ignore[arg-type]
+            if self._batch_is_plain(data, values, longest):  # type: ignore[arg-type]
+                try:
+                    return Decoded(self._read(data, n, longest))
+                except Exception:  # a value pyarrow refuses: find it below
+                    return self._decode_mixed(values, all_plain=True)
+        return self._decode_mixed(values)
+
+    def _batch_is_plain(self, data: bytes, values: Sequence[bytes], longest: int) -> bool:
+        """Are all values plain? Checked over the joined bytes (C speed); a one-byte search
+        (memchr) first spares the longer searches on ordinary data."""
+        n = len(values)
+        if data[:1] != b"{" or data[-1:] != b"}" or b"\r" in data:
+            return False
+        if data.count(b"\n") != n - 1 or data.count(b"}\n{") != n - 1:
+            return False  # a value with a line break, or a line not from `{` to `}`
+        if b"N" in data and b"NaN" in data:
+            return False
+        if b"I" in data and b"Inf" in data:
+            return False
+        if b"\\" in data and (b"\\ud" in data or b"\\uD" in data):
+            return False
+        if not data.isascii():
+            try:
+                data.decode("utf-8")
+            except UnicodeDecodeError:
+                return False
+        return longest <= 2 * MAX_DEPTH or all(map(_shallow, values))
+
+    def _decode_mixed(self, values: Sequence[bytes | None], all_plain: bool = False) -> Decoded:
+        """Runs of plain values through the fast read (halved on errors), the rest by the rules.
+        `all_plain`: the batch check already proved every value plain."""
+        failures: dict[int, str] = {}
+        pieces: list[tuple[int, pa.Table]] = []
+        by_rules: list[tuple[int, dict[str, Any]]] = []
+
+        def rules(i: int, _: BaseException | None = None) -> None:
+            try:
+                by_rules.append((i, self._rules.decode_one(values[i])))
+            except BadValue as e:
+                failures[i] = str(e)
+
+        def parse(lines: Sequence[bytes]) -> pa.Table:
+            return self._read(b"\n".join(lines), len(lines), max(map(len, lines)))
+
+        n = len(values)
+        if all_plain:
+            plain = [True] * n
+        else:
+            plain = [_plain(v) for v in values] if self._fast else [False] * n
+        i = 0
+        while i < n:
+            j = i
+            while j < n and plain[j]:
+                j += 1
+            if j > i:
+                run: list[bytes] = values[i:j]  # type: ignore[assignment]
+                bisect_parse(parse, run, i, rules, pieces)
+                i = j
+            else:
+                rules(i)
+                i += 1
+        by_rules.sort(key=lambda r: r[0])
+        pieces += rows_to_table(by_rules, self._schema, failures, "value does not fit the schema")
+        return Decoded(concat_in_order(pieces, self._schema), failures)
+
+    def _read(self, data: bytes, n: int, longest: int) -> pa.Table:
+        """Plain values joined by line feeds → exactly n rows of the schema, or an exception."""
+        import pyarrow.compute as pc
+        import pyarrow.json as pj
+
+        table = pj.read_json(
+            io.BytesIO(data),
+            read_options=pj.ReadOptions(
+                use_threads=False, block_size=max(1 << 20, 2 * longest + 2)
+            ),
+            parse_options=pj.ParseOptions(
+                explicit_schema=self._read_schema, unexpected_field_behavior="ignore"
+            ),
+        )
+        if table.num_rows != n:
+            raise ValueError(f"found {table.num_rows} JSON documents in {n} values")
+        table = table.select(range(len(self._schema)))
+        for i in self._converted:
+            f = self._schema.field(i)
+            col = table.column(i)
+            if pa.types.is_float32(f.type):
+                narrow = pc.cast(col, pa.float32(), safe=False)
+                if pc.any(pc.is_inf(narrow)).as_py():
+                    raise ValueError(f"{f.name}: a number is out of range for FLOAT")
+            else:
+                if pa.types.is_date32(f.type):
+                    pattern = _DATE_ONLY
+                elif f.type.tz is not None:
+                    pattern = _TS_UTC
+                else:
+                    pattern = _TS_NTZ
+                ok = pc.match_substring_regex(col, pattern)
+                if ok.null_count != col.null_count or not pc.all(ok).as_py():
+                    raise ValueError(f"{f.name}: a value does not match {pattern}")
+                if pa.types.is_timestamp(f.type) and f.type.tz is not None:
+                    zoned = pc.match_substring_regex(col, f"{_ZONE}$")
+                    if not pc.all(zoned).as_py():  # no zone means UTC
+                        col = pc.if_else(zoned, col, pc.binary_join_element_wise(col, "Z", ""))
+                narrow = pc.cast(col, f.type)
+            table = table.set_column(i, f, narrow)
+        if not table.schema.equals(self._schema):
+            table = table.cast(self._schema)
+        return table
