@@ -1,0 +1,107 @@
+"""A Java Hudi read server, run by tests/interop/java_hudi.py in the interop environment
+(scripts/setup-interop.sh: pyspark 3.5 and the Hudi Spark bundle) — never in lakesink's own.
+
+One Spark session for the whole process. Requests come one per line on stdin as JSON:
+
+    {"ops": [{"op": "read", "path": P, "options": {...}, "out": DIR},
+             {"op": "sql", "statements": [SQL, ...], "out": DIR},
+             {"op": "write", "source": PARQUET, "path": P, "options": {...}, "mode": "append"}]}
+
+A read writes the rows Java Hudi returns as Parquet under DIR; a write loads Parquet and writes
+it to a Hudi table with Java Hudi. The reply is one JSON line on the protocol descriptor:
+{"results": [{"ok": true} | {"ok": false, "error": "..."}]}. Everything else Spark or the JVM
+prints goes to stderr.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import traceback
+from typing import Any
+
+
+def _protocol_stream() -> Any:
+    # replies go to a private copy of stdout; fd 1 then points at stderr so nothing the JVM or
+    # py4j prints can interleave with a reply
+    fd = os.dup(1)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    return os.fdopen(fd, "w", buffering=1)
+
+
+HOODIE_CATALOG = "org.apache.spark.sql.hudi.catalog.HoodieCatalog"
+
+
+def _session(jars: str, warehouse: str) -> Any:
+    from pyspark.sql import SparkSession
+
+    return (
+        SparkSession.builder.master("local[2]")
+        .appName("lakesink-java-hudi-interop")
+        .config("spark.jars", jars)
+        .config("spark.driver.memory", os.environ.get("JAVA_HUDI_DRIVER_MEMORY", "1g"))
+        .config("spark.serializer", "org.apache.spark.serializer.KryoSerializer")
+        .config("spark.sql.extensions", "org.apache.spark.sql.hudi.HoodieSparkSessionExtension")
+        .config(
+            "spark.sql.catalog.spark_catalog", "org.apache.spark.sql.hudi.catalog.HoodieCatalog"
+        )
+        .config("spark.kryo.registrator", "org.apache.spark.HoodieSparkKryoRegistrar")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.default.parallelism", "2")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.warehouse.dir", warehouse)
+        .config("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
+        .config("spark.driver.extraJavaOptions", "-Duser.timezone=UTC")
+        .getOrCreate()
+    )
+
+
+def _run(spark: Any, op: dict[str, Any]) -> dict[str, Any]:
+    kind = op["op"]
+    if kind == "read":
+        df = spark.read.format("hudi").options(**op.get("options", {})).load(op["path"])
+        df.write.mode("overwrite").parquet(op["out"])
+        return {"ok": True}
+    if kind == "sql":
+        df = None
+        for statement in op["statements"]:
+            df = spark.sql(statement)
+        if op.get("out") and df is not None:
+            df.write.mode("overwrite").parquet(op["out"])
+        return {"ok": True}
+    if kind == "write":
+        df = spark.read.parquet(op["source"])
+        df.write.format("hudi").options(**op.get("options", {})).mode(
+            op.get("mode", "append")
+        ).save(op["path"])
+        return {"ok": True}
+    return {"ok": False, "error": f"unknown op {kind!r} (valid: read, sql, write)"}
+
+
+def main() -> int:
+    out = _protocol_stream()
+    jars, warehouse = sys.argv[1], sys.argv[2]
+    spark = _session(jars, warehouse)
+    spark.sparkContext.setLogLevel("ERROR")
+    out.write(json.dumps({"ready": True, "spark": spark.version}) + "\n")
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        request = json.loads(line)
+        results = []
+        for op in request["ops"]:
+            try:
+                results.append(_run(spark, op))
+            except Exception as e:  # every failure goes back to the test that asked
+                msg = f"{type(e).__name__}: {e}"
+                results.append({"ok": False, "error": msg, "trace": traceback.format_exc()[-4000:]})
+        out.write(json.dumps({"results": results}) + "\n")
+    spark.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
