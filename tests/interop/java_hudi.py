@@ -171,6 +171,17 @@ class JavaHudi:
         if not res["ok"]:
             raise JavaHudiError(f"{res['error']}\n{res.get('trace', '')}")
 
+    def time_read(
+        self, path: Path, options: Mapping[str, str] | None = None, repeat: int = 3
+    ) -> tuple[list[float], int]:
+        """Seconds of each of `repeat` full reads (every row materialised in the JVM) and the
+        row count."""
+        op = {"op": "time", "path": str(Path(path).resolve()), "options": dict(options or {})}
+        (res,) = self._call([{**op, "repeat": repeat}], 1800)
+        if not res["ok"]:
+            raise JavaHudiError(f"{res['error']}\n{res.get('trace', '')}")
+        return [float(s) for s in res["seconds"]], int(res["rows"])
+
     def close(self) -> None:
         if self._proc.poll() is None:
             assert self._proc.stdin is not None

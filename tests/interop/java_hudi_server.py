@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 import traceback
 from typing import Any
 
@@ -72,13 +73,22 @@ def _run(spark: Any, op: dict[str, Any]) -> dict[str, Any]:
         if op.get("out") and df is not None:
             df.write.mode("overwrite").parquet(op["out"])
         return {"ok": True}
+    if kind == "time":
+        # materialise every row (Spark's noop sink) `repeat` times; seconds of each run
+        seconds = []
+        for _ in range(int(op.get("repeat", 1))):
+            start = time.perf_counter()
+            df = spark.read.format("hudi").options(**op.get("options", {})).load(op["path"])
+            df.write.format("noop").mode("overwrite").save()
+            seconds.append(time.perf_counter() - start)
+        return {"ok": True, "seconds": seconds, "rows": df.count()}
     if kind == "write":
         df = spark.read.parquet(op["source"])
         df.write.format("hudi").options(**op.get("options", {})).mode(
             op.get("mode", "append")
         ).save(op["path"])
         return {"ok": True}
-    return {"ok": False, "error": f"unknown op {kind!r} (valid: read, sql, write)"}
+    return {"ok": False, "error": f"unknown op {kind!r} (valid: read, sql, time, write)"}
 
 
 def main() -> int:
