@@ -1,0 +1,110 @@
+"""Tables Java Hudi created: lakesink reads a version 8 copy-on-write table that Java Hudi
+created and bulk-inserted into (its reader and `lakesink table show`), appends to it, and Java
+Hudi and hudi-rs read the result as lakesink does; tables lakesink cannot keep correct (a newer
+table version, a metadata table it does not maintain) are refused with an error naming why."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from integration.test_multi_writer import services_for
+from interop.compare import assert_java_hudi_agrees, rows
+from interop.java_hudi import JavaHudi
+
+from lakesink.errors import UnsupportedTableError
+from lakesink.protocol.offsets import OffsetRange, TopicPartition
+from lakesink.protocol.write_status import WriteStatus
+from lakesink.spark.coordinator import Coordinator
+from lakesink.table.files import write_token
+from lakesink.table.hudi_table import HudiTable
+from lakesink.table.reader import TableReader
+from lakesink.table.writer import PartitionedWriter
+
+pytestmark = pytest.mark.integration
+
+WRITE = {
+    "hoodie.table.name": "java_trips",
+    "hoodie.datasource.write.operation": "bulk_insert",
+    "hoodie.datasource.write.table.type": "COPY_ON_WRITE",
+    "hoodie.datasource.write.recordkey.field": "id",
+    "hoodie.datasource.write.partitionpath.field": "day",
+    "hoodie.datasource.write.hive_style_partitioning": "true",
+}
+V8 = {"hoodie.write.table.version": "8", "hoodie.metadata.enable": "false"}
+
+
+def _trips(first: int, n: int) -> pa.Table:
+    ids = list(range(first, first + n))
+    return pa.table(
+        {
+            "id": pa.array(ids, pa.int64()),
+            "day": pa.array([f"2024-01-0{1 + i % 3}" for i in ids], pa.string()),
+            "name": pa.array([None if i % 5 == 0 else f"n{i}" for i in ids], pa.string()),
+            "amount": pa.array([i / 4 for i in ids], pa.float64()),
+        }
+    )
+
+
+def _append_with_lakesink(path: Path, data: pa.Table, batch_id: int) -> None:
+    """One batch committed through lakesink's coordinator, as a streaming writer does."""
+    services = services_for(path, "filesystem", None, "lakesink-writer")
+    coord = Coordinator(HudiTable.open(path), "lakesink-writer", services=services)
+    coord.start()
+    tp = TopicPartition("trips", 0)
+    start = coord.committed.get(tp) or 0
+    rng = OffsetRange(tp, start, start + data.num_rows)
+    t = coord.begin(batch_id, [rng])
+    assert t is not None
+    writer = PartitionedWriter(coord.table, t, write_token(0, 0, 0))
+    writer.write(data)
+    files = writer.close()
+    status = WriteStatus(t.value, f"b{batch_id}", rng, tuple(files), data.num_rows, data.num_rows)
+    coord.complete(t, batch_id, [rng], [status], schema=writer.avro_schema or "")
+
+
+def test_lakesink_reads_and_appends_to_a_version_8_table_java_hudi_wrote(
+    java_hudi: JavaHudi, tmp_path: Path, cli: Callable[..., Any]
+) -> None:
+    path = tmp_path / "java_trips"
+    java_hudi.write(_trips(0, 40), path, {**WRITE, **V8}, mode="overwrite")
+    java_hudi.write(_trips(40, 20), path, {**WRITE, **V8})
+    table = HudiTable.open(path)
+    assert table.config.version == 8 and table.config.partition_fields == ("day",)
+    ours = TableReader(table).snapshot()
+    assert sorted(ours.column("id").to_pylist()) == list(range(60))
+    assert rows(ours) == rows(java_hudi.read(path))
+    shown = cli(["table", "show", str(path), "--json"])
+    assert shown.returncode == 0, shown.stdout[-2000:]
+    assert '"java_trips"' in shown.stdout
+
+    _append_with_lakesink(path, _trips(60, 25), 0)
+    after = TableReader(HudiTable.open(path)).snapshot()
+    assert sorted(after.column("id").to_pylist()) == list(range(85))
+    assert_java_hudi_agrees(java_hudi, path)
+    # and Java Hudi goes on writing after lakesink's commit
+    java_hudi.write(_trips(85, 5), path, {**WRITE, **V8})
+    assert sorted(TableReader(HudiTable.open(path)).snapshot().column("id").to_pylist()) == list(
+        range(90)
+    )
+    assert_java_hudi_agrees(java_hudi, path)
+
+
+@pytest.mark.parametrize(
+    ("options", "named"),
+    [
+        ({}, "table version 9"),
+        ({"hoodie.write.table.version": "8"}, "metadata table"),
+    ],
+    ids=["version-9-default", "version-8-with-metadata-table"],
+)
+def test_java_hudi_tables_lakesink_cannot_keep_are_refused_naming_why(
+    java_hudi: JavaHudi, tmp_path: Path, options: dict[str, str], named: str
+) -> None:
+    path = tmp_path / "java_trips"
+    java_hudi.write(_trips(0, 10), path, {**WRITE, **options}, mode="overwrite")
+    with pytest.raises(UnsupportedTableError, match=named):
+        HudiTable.open(path)
