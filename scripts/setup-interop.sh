@@ -11,7 +11,11 @@ mkdir -p "$CACHE"
 PYTHON="${PYTHON:-python3.11}"
 command -v "$PYTHON" >/dev/null 2>&1 || PYTHON=python3
 command -v java >/dev/null 2>&1 || { echo "the interop environment needs Java 17: apt-get install openjdk-17-jre-headless" >&2; exit 1; }
-command -v mvn >/dev/null 2>&1 || { echo "the interop environment needs Maven: apt-get install maven" >&2; exit 1; }
+if ! command -v mvn >/dev/null 2>&1; then
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends maven >/dev/null
+fi
 
 venv="$CACHE/interop-venv"
 want_venv="$(sha256sum jvm/interop/requirements.txt | cut -d' ' -f1)"
