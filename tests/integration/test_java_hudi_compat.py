@@ -7,7 +7,7 @@ between instants. The tables are built once and all reads go to the JVM in one r
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -16,11 +16,12 @@ from integration.test_multi_writer import commit_one_batch, services_for
 from interop.compare import Query, check_tables, plan_reads
 from interop.java_hudi import JavaHudi
 
+from lakesink.protocol.instant import Action
 from lakesink.protocol.offsets import OffsetRange, TopicPartition
 from lakesink.protocol.write_status import WriteStatus
 from lakesink.services.archival import ArchivePolicy, archive
 from lakesink.services.clean import RetainPolicy, clean
-from lakesink.services.clustering import ClusteringOptions, cluster
+from lakesink.services.clustering import ClusteringOptions, cluster, schedule_clustering
 from lakesink.spark.coordinator import Coordinator
 from lakesink.table.config import TableConfig
 from lakesink.table.files import write_token
@@ -51,9 +52,10 @@ def _svc_table(path: Path, version: int) -> HudiTable:
     return HudiTable.create(path, cfg)
 
 
-def _services_table(path: Path, version: int) -> None:
+def _services_table(path: Path, version: int) -> set[tuple[str, str]]:
     """Streamed batches, clustering, clean, more batches, archival into small packs, more
-    batches and a second archival: the table services' instants all on one timeline."""
+    batches and a second archival: the table services' instants all on one timeline; last, a
+    clustering scheduled and left pending (its writer died). Returns that plan's file groups."""
     table = _svc_table(path, version)
     services = services_for(path, "filesystem", None, "w-a")
     coord = Coordinator(table, "w-a", services=services)
@@ -71,6 +73,11 @@ def _services_table(path: Path, version: int) -> None:
     clean(table, services, RetainPolicy(commits=2))
     archive(table, services, policy)
     commit_one_batch(coord, "topic-a", 18)
+    commit_one_batch(coord, "topic-a", 19)
+    pending = schedule_clustering(table, services, ClusteringOptions(min_files=2))
+    assert pending is not None
+    services.stop_heartbeat(table, pending.instant_time)
+    return set(pending.file_groups)
 
 
 def _backfill_table(path: Path) -> None:
@@ -96,27 +103,45 @@ def _backfill_table(path: Path) -> None:
     commit_one_batch(stream, "topic-a", 2)
 
 
+@dataclass
+class Built:
+    paths: dict[str, Path] = field(default_factory=dict)
+    pending_clustering: dict[str, set[tuple[str, str]]] = field(default_factory=dict)
+    problems: dict[str, list[str]] = field(default_factory=dict)
+
+
 @pytest.fixture(scope="module")
-def problems(
-    java_hudi: JavaHudi, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[dict[str, list[str]]]:
+def built(java_hudi: JavaHudi, tmp_path_factory: pytest.TempPathFactory) -> Built:
     root = tmp_path_factory.mktemp("java-hudi-compat")
-    paths: dict[str, Path] = {}
+    out = Built()
+    paths = out.paths
     for v in (6, 8):
         paths[f"compat_v{v}"] = build_table(root / f"compat_v{v}", v).table.base_path
         paths[f"golden_v{v}"] = GOLDEN / f"cow_v{v}"
-        _services_table(root / f"services_v{v}", v)
         paths[f"services_v{v}"] = root / f"services_v{v}"
+        out.pending_clustering[f"services_v{v}"] = _services_table(paths[f"services_v{v}"], v)
     _backfill_table(root / "backfill_v8")
     paths["backfill_v8"] = root / "backfill_v8"
     queries: dict[str, list[Query]] = {name: plan_reads(paths[name]) for name in TABLES}
     everything = [q for name in TABLES for q in queries[name]]
     found = check_tables(java_hudi, everything)
-    yield {name: [p for p in found if p.startswith(f"{paths[name].name}:")] for name in TABLES}
+    out.problems = {n: [p for p in found if p.startswith(f"{paths[n].name}:")] for n in TABLES}
+    return out
 
 
 @pytest.mark.parametrize("name", TABLES)
-def test_java_hudi_reads_the_table_as_lakesink_and_hudi_rs_do(
-    problems: dict[str, list[str]], name: str
+def test_java_hudi_reads_the_table_as_lakesink_and_hudi_rs_do(built: Built, name: str) -> None:
+    assert built.problems[name] == []
+
+
+@pytest.mark.parametrize("name", ["services_v6", "services_v8"])
+def test_java_hudi_sees_the_file_groups_a_pending_lakesink_clustering_rewrites(
+    java_hudi: JavaHudi, built: Built, name: str
 ) -> None:
-    assert problems[name] == []
+    """The replacecommit.requested of a lakesink clustering holds Hudi's clustering plan, so
+    Java Hudi writers keep their updates away from the file groups it rewrites."""
+    table = HudiTable.open(built.paths[name])
+    (pending,) = table.timeline().inflight_or_requested(Action.REPLACE_COMMIT)
+    seen = java_hudi.pending_clustering(built.paths[name])
+    assert seen == {str(pending.time): built.pending_clustering[name]}
+    assert len(built.pending_clustering[name]) >= 2

@@ -182,6 +182,15 @@ class JavaHudi:
             raise JavaHudiError(f"{res['error']}\n{res.get('trace', '')}")
         return [float(s) for s in res["seconds"]], int(res["rows"])
 
+    def pending_clustering(self, path: Path) -> dict[str, set[tuple[str, str]]]:
+        """Java Hudi's view of the pending clustering plans (ClusteringUtils): instant time ->
+        (partition path, file id) of each file group the plan rewrites."""
+        op = {"op": "pending_clustering", "path": str(Path(path).resolve())}
+        (res,) = self._call([op], 600)
+        if not res["ok"]:
+            raise JavaHudiError(f"{res['error']}\n{res.get('trace', '')}")
+        return {t: {(p, f) for p, f in groups} for t, groups in res["plans"].items()}
+
     def close(self) -> None:
         if self._proc.poll() is None:
             assert self._proc.stdin is not None

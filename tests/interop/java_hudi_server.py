@@ -60,6 +60,31 @@ def _session(jars: str, warehouse: str) -> Any:
     )
 
 
+def _pending_clustering(spark: Any, path: str) -> dict[str, list[list[str]]]:
+    """Java Hudi's own view of the table's pending clustering plans: instant time ->
+    [partition path, file id] of every file group it rewrites."""
+    jvm = spark._jvm
+    conf = jvm.org.apache.hudi.storage.hadoop.HadoopStorageConfiguration(
+        spark._jsc.hadoopConfiguration()
+    )
+    meta = (
+        jvm.org.apache.hudi.common.table.HoodieTableMetaClient.builder()
+        .setConf(conf)
+        .setBasePath(path)
+        .build()
+    )
+    plans = jvm.org.apache.hudi.common.util.ClusteringUtils.getAllPendingClusteringPlans(meta)
+    out: dict[str, list[list[str]]] = {}
+    it = plans.iterator()
+    while it.hasNext():
+        pair = it.next()
+        groups = out.setdefault(str(pair.getLeft().requestedTime()), [])
+        for group in pair.getRight().getInputGroups():
+            for s in group.getSlices():
+                groups.append([str(s.getPartitionPath()), str(s.getFileId())])
+    return out
+
+
 def _run(spark: Any, op: dict[str, Any]) -> dict[str, Any]:
     kind = op["op"]
     if kind == "read":
@@ -82,13 +107,16 @@ def _run(spark: Any, op: dict[str, Any]) -> dict[str, Any]:
             df.write.format("noop").mode("overwrite").save()
             seconds.append(time.perf_counter() - start)
         return {"ok": True, "seconds": seconds, "rows": df.count()}
+    if kind == "pending_clustering":
+        return {"ok": True, "plans": _pending_clustering(spark, op["path"])}
     if kind == "write":
         df = spark.read.parquet(op["source"])
         df.write.format("hudi").options(**op.get("options", {})).mode(
             op.get("mode", "append")
         ).save(op["path"])
         return {"ok": True}
-    return {"ok": False, "error": f"unknown op {kind!r} (valid: read, sql, time, write)"}
+    valid = "read, sql, time, pending_clustering, write"
+    return {"ok": False, "error": f"unknown op {kind!r} (valid: {valid})"}
 
 
 def main() -> int:
