@@ -72,6 +72,17 @@ def plan_reads(path: Path, *, incremental_pairs: bool = True) -> list[Query]:
     ]
     timeline = table.timeline()
     completed = timeline.completed_data_instants()
+    if completed:
+        first = str(completed[0].time)
+        out.append(
+            Query(
+                p,
+                f"Spark SQL, TIMESTAMP AS OF {first}",
+                Sql([f"SELECT * FROM {sql_name} TIMESTAMP AS OF '{first}'"]),
+                lambda t=first: reader.as_of(t),  # type: ignore[misc]
+                None,
+            )
+        )
     for inst in completed:
         t = str(inst.time)
         out.append(
@@ -90,8 +101,6 @@ def plan_reads(path: Path, *, incremental_pairs: bool = True) -> list[Query]:
         pairs.append((_first_start(table), bounds[-1]))
     if incremental_pairs:
         pairs += list(itertools.pairwise(bounds))
-        if len(bounds) > 2:
-            pairs.append((bounds[0], bounds[-1]))
     for start, end in pairs:
         opts = {
             "hoodie.datasource.query.type": "incremental",
