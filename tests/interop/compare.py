@@ -9,6 +9,8 @@ sends the Java Hudi reads of many tables to one JVM session in one round trip.
 from __future__ import annotations
 
 import itertools
+import logging
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +24,7 @@ from lakesink.table.hudi_table import HudiTable
 from lakesink.table.reader import TableReader
 
 EPOCH = "19700101000000000"
+log = logging.getLogger(__name__)
 _names = itertools.count()
 
 
@@ -174,7 +177,9 @@ def check_tables(java_hudi: JavaHudi, queries: Sequence[Query]) -> list[str]:
 def assert_java_hudi_agrees(java_hudi: JavaHudi, *paths: Path | str) -> None:
     """Every query of `plan_reads` on each table, in one round trip: Java Hudi and hudi-rs
     return the rows lakesink's reader returns."""
+    start = time.perf_counter()
     queries = [q for p in paths for q in plan_reads(Path(p))]
     assert queries
     problems = check_tables(java_hudi, queries)
+    log.info("%d interop queries in %.1fs", len(queries), time.perf_counter() - start)
     assert problems == [], "\n".join(problems)
