@@ -51,6 +51,7 @@ def plan_reads(path: Path, *, incremental_pairs: bool = True) -> list[Query]:
     reader = TableReader(table)
     p = table.base_path
     sql_name = f"lakesink_interop_{next(_names)}"
+    create = f"CREATE TABLE IF NOT EXISTS {sql_name} USING hudi LOCATION '{p}'"
     out = [
         Query(p, "snapshot", Read(p), reader.snapshot, lambda: _hudi_rs(p)),
         Query(
@@ -63,12 +64,7 @@ def plan_reads(path: Path, *, incremental_pairs: bool = True) -> list[Query]:
         Query(
             p,
             "Spark SQL",
-            Sql(
-                [
-                    f"CREATE TABLE {sql_name} USING hudi LOCATION '{p}'",
-                    f"SELECT * FROM {sql_name}",
-                ]
-            ),
+            Sql([create, f"SELECT * FROM {sql_name}"]),
             reader.snapshot,
             None,
         ),
@@ -81,7 +77,7 @@ def plan_reads(path: Path, *, incremental_pairs: bool = True) -> list[Query]:
             Query(
                 p,
                 f"Spark SQL, TIMESTAMP AS OF {first}",
-                Sql([f"SELECT * FROM {sql_name} TIMESTAMP AS OF '{first}'"]),
+                Sql([create, f"SELECT * FROM {sql_name} TIMESTAMP AS OF '{first}'"]),
                 lambda t=first: reader.as_of(t),  # type: ignore[misc]
                 None,
             )

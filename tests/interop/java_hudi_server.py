@@ -89,14 +89,14 @@ def _run(spark: Any, op: dict[str, Any]) -> dict[str, Any]:
     kind = op["op"]
     if kind == "read":
         df = spark.read.format("hudi").options(**op.get("options", {})).load(op["path"])
-        df.write.mode("overwrite").parquet(op["out"])
+        df.coalesce(1).write.mode("overwrite").parquet(op["out"])
         return {"ok": True}
     if kind == "sql":
         df = None
         for statement in op["statements"]:
             df = spark.sql(statement)
         if op.get("out") and df is not None:
-            df.write.mode("overwrite").parquet(op["out"])
+            df.coalesce(1).write.mode("overwrite").parquet(op["out"])
         return {"ok": True}
     if kind == "time":
         # materialise every row (Spark's noop sink) `repeat` times; seconds of each run
@@ -119,6 +119,14 @@ def _run(spark: Any, op: dict[str, Any]) -> dict[str, Any]:
     return {"ok": False, "error": f"unknown op {kind!r} (valid: {valid})"}
 
 
+def _answer(spark: Any, op: dict[str, Any]) -> dict[str, Any]:
+    try:
+        return _run(spark, op)
+    except Exception as e:  # every failure goes back to the test that asked
+        msg = f"{type(e).__name__}: {e}"
+        return {"ok": False, "error": msg, "trace": traceback.format_exc()[-4000:]}
+
+
 def main() -> int:
     out = _protocol_stream()
     jars, warehouse = sys.argv[1], sys.argv[2]
@@ -129,13 +137,7 @@ def main() -> int:
         if not line.strip():
             continue
         request = json.loads(line)
-        results = []
-        for op in request["ops"]:
-            try:
-                results.append(_run(spark, op))
-            except Exception as e:  # every failure goes back to the test that asked
-                msg = f"{type(e).__name__}: {e}"
-                results.append({"ok": False, "error": msg, "trace": traceback.format_exc()[-4000:]})
+        results = [_answer(spark, op) for op in request["ops"]]
         out.write(json.dumps({"results": results}) + "\n")
     spark.stop()
     return 0
