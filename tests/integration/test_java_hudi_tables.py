@@ -1,7 +1,8 @@
-"""Tables Java Hudi created: lakesink reads a version 8 copy-on-write table that Java Hudi
-created and bulk-inserted into (its reader and `lakesink table show`), appends to it, and Java
-Hudi and hudi-rs read the result as lakesink does; tables lakesink cannot keep correct (a newer
-table version, a metadata table it does not maintain) are refused with an error naming why."""
+"""Tables two writers share: lakesink reads a version 8 copy-on-write table that Java Hudi
+created and bulk-inserted into (its reader and `lakesink table show`) and appends to it; Java
+Hudi appends to tables lakesink wrote and clustered; each time Java Hudi, hudi-rs and lakesink's
+reader return the same rows. Tables lakesink cannot keep correct (a newer table version, a
+metadata table it does not maintain, another key generator) are refused naming why."""
 
 from __future__ import annotations
 
@@ -11,14 +12,17 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from integration.test_multi_writer import services_for
+from integration.test_multi_writer import COORDS, commit_one_batch, services_for
+from integration.test_multi_writer import rows as kafka_rows
 from interop.compare import assert_java_hudi_agrees, rows
 from interop.java_hudi import JavaHudi
 
 from lakesink.errors import UnsupportedTableError
 from lakesink.protocol.offsets import OffsetRange, TopicPartition
 from lakesink.protocol.write_status import WriteStatus
+from lakesink.services.clustering import ClusteringOptions, cluster
 from lakesink.spark.coordinator import Coordinator
+from lakesink.table.config import TableConfig
 from lakesink.table.files import write_token
 from lakesink.table.hudi_table import HudiTable
 from lakesink.table.reader import TableReader
@@ -121,3 +125,34 @@ def test_java_hudi_tables_lakesink_cannot_keep_are_refused_naming_why(
         HudiTable.open(path)
     for what in named:
         assert what in str(err.value)
+
+
+@pytest.mark.parametrize("version", [6, 8])
+def test_java_hudi_appends_to_a_table_lakesink_wrote_and_clustered(
+    java_hudi: JavaHudi, tmp_path: Path, version: int
+) -> None:
+    path = tmp_path / "shared"
+    cfg = TableConfig("shared", tuple(COORDS), ("kafka_partition",), version=version)  # type: ignore[arg-type]
+    table = HudiTable.create(path, cfg)
+    services = services_for(path, "filesystem", None, "w-a")
+    coord = Coordinator(table, "w-a", services=services)
+    coord.start()
+    for b in range(4):
+        commit_one_batch(coord, "topic-a", b)
+    cluster(table, services, ClusteringOptions(min_files=2))
+    options = {
+        "hoodie.table.name": "shared",
+        "hoodie.datasource.write.operation": "bulk_insert",
+        "hoodie.datasource.write.recordkey.field": ",".join(COORDS),
+        "hoodie.datasource.write.partitionpath.field": "kafka_partition",
+        "hoodie.datasource.write.keygenerator.class": "org.apache.hudi.keygen.ComplexKeyGenerator",
+        "hoodie.datasource.write.hive_style_partitioning": "true",
+        "hoodie.write.table.version": str(version),
+        "hoodie.metadata.enable": "false",
+    }
+    java_hudi.write(kafka_rows("topic-j", 5, 0, 10), path, options)
+    commit_one_batch(coord, "topic-a", 4)
+    ours = TableReader(HudiTable.open(path)).snapshot()
+    assert ours.num_rows == 5 * 20 + 10
+    assert sorted(set(ours.column("kafka_topic").to_pylist())) == ["topic-a", "topic-j"]
+    assert_java_hudi_agrees(java_hudi, path)
