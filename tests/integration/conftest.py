@@ -107,5 +107,6 @@ def java_hudi() -> Iterator[Any]:
     from interop.java_hudi import JavaHudi
 
     session = JavaHudi()
+    assert session.java_version.startswith("17."), session.java_version
     yield session
     session.close()

@@ -71,6 +71,9 @@ class JavaHudi:
         self._stderr = self._stderr_path.open("wb")
         env = {k: v for k, v in os.environ.items() if not k.startswith(("PYSPARK", "SPARK_"))}
         env["PYTHONUNBUFFERED"] = "1"
+        java_home = _java_17_home()
+        if java_home is not None:
+            env["JAVA_HOME"] = str(java_home)
         env.pop("VIRTUAL_ENV", None)
         self._proc = subprocess.Popen(
             [str(python), str(SERVER), ",".join(str(j) for j in jars), str(self._work / "wh")],
@@ -83,6 +86,7 @@ class JavaHudi:
         )
         hello = self._reply(start_timeout_s)
         self.spark_version = str(hello["spark"])
+        self.java_version = str(hello["java"])
 
     def _reply(self, timeout_s: float) -> dict[str, Any]:
         assert self._proc.stdout is not None
@@ -202,6 +206,16 @@ class JavaHudi:
                 self._proc.wait()
         self._stderr.close()
         shutil.rmtree(self._work, ignore_errors=True)
+
+
+def _java_17_home() -> Path | None:
+    """The Java 17 the interop session runs on: $LAKESINK_INTEROP_JAVA_HOME, else a Java 17
+    under /usr/lib/jvm, else None (the java on PATH)."""
+    named = os.environ.get("LAKESINK_INTEROP_JAVA_HOME")
+    if named:
+        return Path(named)
+    found = sorted(Path("/usr/lib/jvm").glob("java-17-openjdk*"))
+    return found[0] if found else None
 
 
 def _readline(stream: IO[str] | None) -> str:

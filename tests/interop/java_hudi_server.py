@@ -132,7 +132,8 @@ def main() -> int:
     jars, warehouse = sys.argv[1], sys.argv[2]
     spark = _session(jars, warehouse)
     spark.sparkContext.setLogLevel("ERROR")
-    out.write(json.dumps({"ready": True, "spark": spark.version}) + "\n")
+    java = spark._jvm.java.lang.System.getProperty("java.version")
+    out.write(json.dumps({"ready": True, "spark": spark.version, "java": java}) + "\n")
     for line in sys.stdin:
         if not line.strip():
             continue
