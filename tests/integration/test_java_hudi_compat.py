@@ -1,17 +1,19 @@
 """Java Hudi (Spark with the Hudi bundle, in the interop environment) returns exactly the rows
 hudi-rs and lakesink's reader return, for every kind of table lakesink writes: versions 6 and 8,
-many commits and partitions, a rollback, an inflight instant with its files, clustering, clean,
-archival into packs, a late backfill, and the golden fixtures. Queries: snapshot with the
-metadata table on and off, Spark SQL, time travel to every retained instant, incremental reads
-between instants. The tables are built once and all reads go to the JVM in one round trip."""
+many commits and partitions, unpartitioned and two-level partitioned, a rollback, an inflight
+instant with its files, clustering (done and pending), clean, archival into packs, a late
+backfill, and the golden fixtures. Queries: snapshot with the metadata table on and off, Spark
+SQL, time travel to every retained instant, incremental reads between instants. The tables are
+built once and all reads go to the JVM in one round trip."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
-from integration.test_hudi_rs_compat import build_table
+from integration.test_hudi_rs_compat import _Clock, _rows, build_table
 from integration.test_multi_writer import commit_one_batch, services_for
 from interop.compare import Query, check_tables, plan_reads
 from interop.java_hudi import JavaHudi
@@ -26,6 +28,7 @@ from lakesink.spark.coordinator import Coordinator
 from lakesink.table.config import TableConfig
 from lakesink.table.files import write_token
 from lakesink.table.hudi_table import HudiTable
+from lakesink.table.metadata import CommitMetadata
 from lakesink.table.writer import PartitionedWriter
 
 pytestmark = pytest.mark.integration
@@ -39,7 +42,10 @@ TABLES = [
     "services_v6",
     "services_v8",
     "backfill_v8",
+    "unpartitioned_v8",
+    "two_levels_v6",
 ]
+LIGHT = {"unpartitioned_v8", "two_levels_v6"}  # incremental reads from the start only
 
 
 def _svc_table(path: Path, version: int) -> HudiTable:
@@ -78,6 +84,25 @@ def _services_table(path: Path, version: int) -> set[tuple[str, str]]:
     assert pending is not None
     services.stop_heartbeat(table, pending.instant_time)
     return set(pending.file_groups)
+
+
+def _layout_table(path: Path, version: int, partition_fields: tuple[str, ...]) -> None:
+    """Three commits into a table with another layout: unpartitioned (lakesink's default) or
+    partitioned by two columns (a complex key generator)."""
+    keys = ("id",) if len(partition_fields) < 2 else ("id", "day")
+    cfg = TableConfig(path.name, keys, partition_fields, version=version)  # type: ignore[arg-type]
+    table = HudiTable.create(path, cfg)
+    clock = _Clock()
+    for c in range(1, 4):
+        t = clock.next()
+        inst = table.timeline().begin(Action.COMMIT, t)
+        data = _rows(c, 12)
+        data = data.set_column(2, "name", pa.array([f"g{i % 2}" for i in range(12)]))
+        writer = PartitionedWriter(table, t, "0-1-0")
+        writer.write(data)
+        writes = writer.close()
+        md = CommitMetadata("BULK_INSERT", tuple(writes), schema=writer.avro_schema or "")
+        table.timeline().publish(inst, md)
 
 
 def _backfill_table(path: Path) -> None:
@@ -122,7 +147,13 @@ def built(java_hudi: JavaHudi, tmp_path_factory: pytest.TempPathFactory) -> Buil
         out.pending_clustering[f"services_v{v}"] = _services_table(paths[f"services_v{v}"], v)
     _backfill_table(root / "backfill_v8")
     paths["backfill_v8"] = root / "backfill_v8"
-    queries: dict[str, list[Query]] = {name: plan_reads(paths[name]) for name in TABLES}
+    paths["unpartitioned_v8"] = root / "unpartitioned_v8"
+    _layout_table(paths["unpartitioned_v8"], 8, ())
+    paths["two_levels_v6"] = root / "two_levels_v6"
+    _layout_table(paths["two_levels_v6"], 6, ("day", "name"))
+    queries: dict[str, list[Query]] = {
+        name: plan_reads(paths[name], incremental_pairs=name not in LIGHT) for name in TABLES
+    }
     everything = [q for name in TABLES for q in queries[name]]
     found = check_tables(java_hudi, everything)
     out.problems = {n: [p for p in found if p.startswith(f"{paths[n].name}:")] for n in TABLES}
