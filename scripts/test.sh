@@ -6,6 +6,7 @@ cd "$(dirname "$0")/.."
 EXTRAS=test bash scripts/setup-venv.sh
 bash scripts/install-postgres.sh
 bash scripts/setup-kafka.sh
+bash scripts/setup-interop.sh   # Java Hudi (pyspark 3.5, Hudi Spark bundle) for the interop tests
 . .venv/bin/activate
 echo "== ruff"; ruff check lakesink tests benchmarks && ruff format --check lakesink tests benchmarks
 echo "== mypy"; mypy lakesink

@@ -42,6 +42,7 @@ from lakesink.spark.coordinator import CommitServices
 from lakesink.table.files import write_token
 from lakesink.table.hudi_table import HudiTable
 from lakesink.table.metadata import CommitMetadata
+from lakesink.table.plans import PlannedSlice, clustering_plan_bytes
 from lakesink.table.rollback import rollback
 from lakesink.table.view import FileSlice, FileSystemView
 from lakesink.table.writer import DEFAULT_TARGET_FILE_SIZE, BaseFileWriter
@@ -145,7 +146,7 @@ def schedule_clustering(
             plan_path(table, CLUSTERING_PLANS, t),
             {"file_groups": sorted(plan.file_groups), "files": [s.path for s in _all(plan)]},
         )
-        timeline.begin(Action.REPLACE_COMMIT, t)
+        timeline.begin(Action.REPLACE_COMMIT, t, requested_content=_java_plan(table, plan))
     log.info(
         "table %s: scheduled clustering %s of %d small files in %d partitions",
         table.config.name,
@@ -154,6 +155,17 @@ def schedule_clustering(
         len(chosen),
     )
     return plan
+
+
+def _java_plan(table: HudiTable, plan: ClusteringPlan) -> bytes:
+    """The plan as Hudi's `HoodieRequestedReplaceMetadata`, for Java Hudi writers."""
+    groups = {
+        p: [
+            PlannedSlice(s.partition_path, s.file_id, str(table.base_path / s.path)) for s in slices
+        ]
+        for p, slices in plan.slices.items()
+    }
+    return clustering_plan_bytes(groups, {"lakesink.clustering": "true"})
 
 
 def _all(plan: ClusteringPlan) -> list[FileSlice]:

@@ -44,6 +44,7 @@ class TableProperty(enum.StrEnum):
     DATABASE_NAME = "hoodie.database.name"
     CHECKSUM = "hoodie.table.checksum"
     METADATA_PARTITIONS = "hoodie.table.metadata.partitions"
+    CDC_ENABLED = "hoodie.table.cdc.enabled"
 
 
 TIMELINE_FOLDER = "timeline"  # layout 2: active timeline under .hoodie/timeline
@@ -169,38 +170,12 @@ class TableConfig:
             raise CorruptTableError(
                 f"{source}: {p.VERSION.value}={raw_version!r} is not a number"
             ) from None
-        if version not in SUPPORTED_VERSIONS:
+        unsupported = _unsupported(props, version)
+        if unsupported:
             raise UnsupportedTableError(
-                f"{source}: table version {version} is not supported; lakesink reads and writes "
-                + " and ".join(str(v) for v in SUPPORTED_VERSIONS)
+                f"{source}: lakesink cannot read and write this table: " + "; ".join(unsupported)
             )
         table_type = props.get(p.TYPE, "COPY_ON_WRITE")
-        if table_type not in SUPPORTED_TABLE_TYPES:
-            raise UnsupportedTableError(
-                f"{source}: table type {table_type!r} is not supported; valid types are "
-                + ", ".join(SUPPORTED_TABLE_TYPES)
-            )
-        expected_layout = 2 if version >= 8 else 1
-        layout = props.get(p.TIMELINE_LAYOUT_VERSION, str(expected_layout))
-        if layout != str(expected_layout):
-            raise UnsupportedTableError(
-                f"{source}: table version {version} needs timeline layout {expected_layout}, "
-                f"found {layout!r}"
-            )
-        if version >= 8 and props.get(p.TIMELINE_PATH, TIMELINE_FOLDER) != TIMELINE_FOLDER:
-            raise UnsupportedTableError(
-                f"{source}: {p.TIMELINE_PATH.value}={props[p.TIMELINE_PATH]!r}; lakesink supports "
-                f"only {TIMELINE_FOLDER!r}"
-            )
-        if props.get(p.DROP_PARTITION_COLUMNS, "false").lower() == "true":
-            raise UnsupportedTableError(
-                f"{source}: {p.DROP_PARTITION_COLUMNS.value}=true is not supported"
-            )
-        if props.get(p.METADATA_PARTITIONS, ""):
-            raise UnsupportedTableError(
-                f"{source}: the table has a metadata table ({p.METADATA_PARTITIONS.value}="
-                f"{props[p.METADATA_PARTITIONS]!r}); lakesink does not maintain it"
-            )
         record_keys = tuple(f for f in props.get(p.RECORD_KEY_FIELDS, "").split(",") if f)
         partitions = tuple(f for f in props.get(p.PARTITION_FIELDS, "").split(",") if f)
         hive = props.get(p.HIVE_STYLE_PARTITIONING, "false").lower() == "true"
@@ -213,6 +188,89 @@ class TableConfig:
             hive_style_partitioning=hive,
             database=props.get(p.DATABASE_NAME, ""),
         )
+
+
+_KEY_GENERATORS = {
+    "org.apache.hudi.keygen.SimpleKeyGenerator": "SIMPLE",
+    "org.apache.hudi.keygen.ComplexKeyGenerator": "COMPLEX",
+    "org.apache.hudi.keygen.NonpartitionedKeyGenerator": "NON_PARTITION",
+}
+
+
+def _unsupported(props: Mapping[str, str], version: int) -> list[str]:
+    """Every property of a table (often one another Hudi writer created) that lakesink does not
+    support, each named with what would be valid."""
+    p = TableProperty
+    out: list[str] = []
+    if version not in SUPPORTED_VERSIONS:
+        out.append(
+            f"table version {version} is not supported; lakesink reads and writes "
+            + " and ".join(str(v) for v in SUPPORTED_VERSIONS)
+        )
+    table_type = props.get(p.TYPE, "COPY_ON_WRITE")
+    if table_type not in SUPPORTED_TABLE_TYPES:
+        out.append(
+            f"table type {table_type!r} is not supported; valid types are "
+            + ", ".join(SUPPORTED_TABLE_TYPES)
+        )
+    expected_layout = 2 if version >= 8 else 1
+    layout = props.get(p.TIMELINE_LAYOUT_VERSION, str(expected_layout))
+    if layout != str(expected_layout):
+        out.append(
+            f"table version {version} needs timeline layout {expected_layout}, found {layout!r}"
+        )
+    if version >= 8 and props.get(p.TIMELINE_PATH, TIMELINE_FOLDER) != TIMELINE_FOLDER:
+        out.append(
+            f"{p.TIMELINE_PATH.value}={props[p.TIMELINE_PATH]!r}; lakesink supports only "
+            f"{TIMELINE_FOLDER!r}"
+        )
+    if props.get(p.DROP_PARTITION_COLUMNS, "false").lower() == "true":
+        out.append(f"{p.DROP_PARTITION_COLUMNS.value}=true is not supported")
+    if props.get(p.METADATA_PARTITIONS, ""):
+        out.append(
+            f"the table has a metadata table ({p.METADATA_PARTITIONS.value}="
+            f"{props[p.METADATA_PARTITIONS]!r}) that lakesink does not maintain; write it with "
+            "hoodie.metadata.enable=false"
+        )
+    keygen = props.get(p.KEY_GENERATOR_CLASS)
+    keys = [f for f in props.get(p.RECORD_KEY_FIELDS, "").split(",") if f]
+    parts = [f for f in props.get(p.PARTITION_FIELDS, "").split(",") if f]
+    if not parts:
+        ours = "org.apache.hudi.keygen.NonpartitionedKeyGenerator"
+    elif len(keys) == 1 and len(parts) == 1:
+        ours = "org.apache.hudi.keygen.SimpleKeyGenerator"
+    else:
+        ours = "org.apache.hudi.keygen.ComplexKeyGenerator"
+    if keygen is not None and keygen not in _KEY_GENERATORS:
+        out.append(
+            f"key generator {keygen!r} is not supported; valid: " + ", ".join(_KEY_GENERATORS)
+        )
+    elif keygen is not None and keygen != ours:
+        out.append(
+            f"key generator {keygen!r} with record key fields {keys} and partition fields "
+            f"{parts}: lakesink makes their record keys and partition paths as {ours} does"
+        )
+    keygen_type = props.get(p.KEY_GENERATOR_TYPE)
+    if keygen_type is not None and keygen_type not in _KEY_GENERATORS.values():
+        out.append(
+            f"key generator type {keygen_type!r} is not supported; valid: "
+            + ", ".join(_KEY_GENERATORS.values())
+        )
+    if props.get(p.PARTITION_PATH_URLENCODE, "false").lower() == "true":
+        out.append(f"{p.PARTITION_PATH_URLENCODE.value}=true is not supported")
+    if props.get(p.POPULATE_META_FIELDS, "true").lower() != "true":
+        out.append(
+            f"{p.POPULATE_META_FIELDS.value}=false (virtual keys) is not supported; lakesink "
+            "needs the _hoodie_* meta columns"
+        )
+    base_format = props.get(p.BASE_FILE_FORMAT, "PARQUET")
+    if base_format.upper() != "PARQUET":
+        out.append(f"base file format {base_format!r} is not supported; valid: PARQUET")
+    if props.get(p.CDC_ENABLED, "false").lower() == "true":
+        out.append(
+            f"{p.CDC_ENABLED.value}=true is not supported: lakesink does not write change logs"
+        )
+    return out
 
 
 # --- Java properties text (what Hudi reads and writes) --------------------------------------

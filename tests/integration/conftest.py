@@ -98,3 +98,15 @@ def run_cli_subprocess(
 @pytest.fixture
 def cli() -> Callable[..., subprocess.CompletedProcess[str]]:
     return run_cli_subprocess
+
+
+@pytest.fixture(scope="session")
+def java_hudi() -> Iterator[Any]:
+    """One Java Hudi session (Spark with the Hudi bundle, in the interop environment of
+    scripts/setup-interop.sh) for every interop test; a missing environment fails the test."""
+    from interop.java_hudi import JavaHudi
+
+    session = JavaHudi()
+    assert session.java_version.startswith("17."), session.java_version
+    yield session
+    session.close()

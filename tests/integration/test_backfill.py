@@ -71,7 +71,10 @@ def test_streaming_and_backfill_together_land_every_row_once(
     kafka_bootstrap: str,
     topic_factory: Callable[[str], str],
     tmp_path: Path,
+    java_hudi: Any,
 ) -> None:
+    from interop.compare import assert_java_hudi_agrees
+
     live, hist = topic_factory("live"), topic_factory("hist")
     source = tmp_path / "history"
     produce_sample_events(kafka_bootstrap, live, 500, 2)
@@ -131,6 +134,7 @@ def test_streaming_and_backfill_together_land_every_row_once(
     assert read_with_hudi_rs(str(table.base_path)).num_rows == 900
     report = audit_config(cfg)
     assert report.ok and report.kafka_records == 600, report.problems
+    assert_java_hudi_agrees(java_hudi, table.base_path)
 
 
 def test_backfill_command_line_arguments() -> None:

@@ -204,8 +204,14 @@ def test_avro_values_in_confluent_wire_format(
 
 
 def test_bad_record_goes_to_the_dead_letter_table_exactly_once(
-    spark: Any, kafka_bootstrap: str, topic_factory: Callable[[str], str], tmp_path: Path
+    spark: Any,
+    kafka_bootstrap: str,
+    topic_factory: Callable[[str], str],
+    tmp_path: Path,
+    java_hudi: Any,
 ) -> None:
+    from interop.compare import assert_java_hudi_agrees
+
     from lakesink.audit import dead_letter_table_coordinates
 
     topic = topic_factory("badtable")
@@ -232,3 +238,4 @@ def test_bad_record_goes_to_the_dead_letter_table_exactly_once(
     report = audit_config(cfg)
     assert report.ok, report.problems
     assert report.rows_hudi_rs == 19 and report.dead_letters == 1
+    assert_java_hudi_agrees(java_hudi, cfg["table.path"], dlq)

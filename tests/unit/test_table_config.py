@@ -84,3 +84,40 @@ def test_parse_properties_reads_what_hudi_writes() -> None:
     assert props["hoodie.table.create.schema"] == '{"type":"record"}'
     assert props["hoodie.x"] == "spaced"
     assert props["hoodie.long"] == "ab"
+
+
+def test_a_table_of_another_writer_is_refused_naming_everything_lakesink_cannot_keep() -> None:
+    props = TableConfig("t", ("id",), ("day",)).to_properties()
+    props.update(
+        {
+            "hoodie.table.version": "9",
+            "hoodie.table.metadata.partitions": "files,column_stats",
+            "hoodie.table.keygenerator.class": "org.apache.hudi.keygen.CustomKeyGenerator",
+            "hoodie.populate.meta.fields": "false",
+            "hoodie.table.cdc.enabled": "true",
+            "hoodie.datasource.write.partitionpath.urlencode": "true",
+        }
+    )
+    with pytest.raises(UnsupportedTableError) as err:
+        TableConfig.from_properties(props)
+    msg = str(err.value)
+    for named in (
+        "table version 9",
+        "metadata table",
+        "hoodie.metadata.enable=false",
+        "CustomKeyGenerator",
+        "SimpleKeyGenerator",
+        "hoodie.populate.meta.fields=false",
+        "hoodie.table.cdc.enabled=true",
+        "hoodie.datasource.write.partitionpath.urlencode=true",
+    ):
+        assert named in msg
+
+
+def test_a_key_generator_that_makes_other_keys_than_lakesink_is_refused() -> None:
+    props = TableConfig("t", ("id",), ("day",)).to_properties()
+    props["hoodie.table.keygenerator.class"] = "org.apache.hudi.keygen.ComplexKeyGenerator"
+    with pytest.raises(UnsupportedTableError, match=r"ComplexKeyGenerator.*\['id'\]"):
+        TableConfig.from_properties(props)
+    props["hoodie.table.keygenerator.class"] = "org.apache.hudi.keygen.SimpleKeyGenerator"
+    assert TableConfig.from_properties(props).record_key_fields == ("id",)
