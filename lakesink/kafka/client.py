@@ -308,6 +308,8 @@ def check_topic_access(
                 f"Kafka broker {bootstrap} ({purpose}): grant it {' and '.join(missing)} ACLs "
                 "on it"
             )
+
+
 NO_TOPIC_ID = "AAAAAAAAAAAAAAAAAAAAAA"
 """The all-zero topic id: what a broker that keeps no topic ids answers."""
 
