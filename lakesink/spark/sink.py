@@ -11,8 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
 
 from lakesink.config import LakesinkConfig
 from lakesink.errors import ConfigError, LakesinkError
@@ -67,6 +68,67 @@ def load_transform(cfg: LakesinkConfig) -> Callable[[DataFrame], DataFrame] | No
     return None
 
 
+def prepare_rows(
+    df: DataFrame,
+    cfg: LakesinkConfig,
+    transform: Callable[[DataFrame], DataFrame] | None,
+    partition_fields: tuple[str, ...],
+) -> DataFrame:
+    """The rows a batch writes: the user's transformation, then the date partition column."""
+    if transform is not None:
+        df = transform(df)
+    date_from = cfg["table.partition.date.from"]
+    if date_from:
+        if date_from not in df.columns:
+            raise ConfigError(
+                f"table.partition.date.from={date_from!r} is not a column; columns are "
+                f"{', '.join(df.columns)}"
+            )
+        df = df.withColumn(DATE_PARTITION_COLUMN, F.date_format(F.col(date_from), "yyyy-MM-dd"))
+    missing = [c for c in partition_fields if c not in df.columns]
+    if missing:
+        raise ConfigError(f"partition column(s) {missing} are not in the rows: {df.columns}")
+    return df
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error)
+    return next((ln.strip() for ln in text.splitlines() if ln.strip()), type(error).__name__)
+
+
+def analyze_rows(
+    cfg: LakesinkConfig, spark: SparkSession, partition_fields: tuple[str, ...]
+) -> StructType:
+    """The schema of the rows batches will write, found without reading Kafka: the
+    transformation and partitioning applied to an empty DataFrame of the declared source schema.
+    Spark analyzes the plan, so a syntax error, an unknown column or a type error in
+    `transform.sql` (or a `transform.python` that fails on the source columns) is a ConfigError
+    before anything is written. Non-nullable columns of the result are the ones the writer
+    keeps non-nullable (see `TaskWriter.required`)."""
+    from pyspark.errors import PySparkException
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    from lakesink.spark.source import declared_arrow_schema
+
+    transform = load_transform(cfg)
+    source = spark.createDataFrame([], from_arrow_schema(declared_arrow_schema(cfg)))
+    which = "transform.sql" if cfg["transform.sql"] else "transform.python"
+    try:
+        return prepare_rows(source, cfg, transform, partition_fields).schema
+    except LakesinkError:
+        raise
+    except PySparkException as e:
+        raise ConfigError(
+            f"{which} does not apply to the source columns "
+            f"({', '.join(source.columns)}): {_first_line(e)}"
+        ) from None
+    except Exception as e:  # a transform.python function failing on the source columns
+        raise ConfigError(
+            f"{which}={cfg[which]!r} fails on the source columns: "
+            f"{type(e).__name__}: {_first_line(e)}"
+        ) from None
+
+
 class BatchFailedError(LakesinkError):
     """What Spark sees of a failed batch; the pipeline raises the batch's own exception."""
 
@@ -88,8 +150,11 @@ class CommittingSink:
         coordinator: Coordinator,
         committer: AsyncCommitter | None = None,
         dead_letters: Coordinator | None = None,
+        *,
+        output_schema: StructType | None = None,
     ) -> None:
         self.cfg = cfg
+        self.output_schema = output_schema  # the rows' schema as declared (`analyze_rows`)
         self.coordinator = coordinator
         self.committer = committer
         self.dead_letters = dead_letters
@@ -103,20 +168,17 @@ class CommittingSink:
         self.current_batch: int | None = None
 
     def prepare(self, df: DataFrame) -> DataFrame:
-        if self.transform is not None:
-            df = self.transform(df)
-        date_from = self.cfg["table.partition.date.from"]
-        if date_from:
-            if date_from not in df.columns:
-                raise ConfigError(
-                    f"table.partition.date.from={date_from!r} is not a column; columns are "
-                    f"{', '.join(df.columns)}"
-                )
-            df = df.withColumn(DATE_PARTITION_COLUMN, F.date_format(F.col(date_from), "yyyy-MM-dd"))
-        missing = [c for c in self.coordinator.table.config.partition_fields if c not in df.columns]
-        if missing:
-            raise ConfigError(f"partition column(s) {missing} are not in the rows: {df.columns}")
-        return df
+        return prepare_rows(
+            df, self.cfg, self.transform, self.coordinator.table.config.partition_fields
+        )
+
+    def required_columns(self, spark: SparkSession) -> tuple[str, ...]:
+        """Top-level columns the rows keep non-nullable, as declared (analyzed once)."""
+        if self.output_schema is None:
+            self.output_schema = analyze_rows(
+                self.cfg, spark, self.coordinator.table.config.partition_fields
+            )
+        return tuple(f.name for f in self.output_schema.fields if not f.nullable)
 
     def avro_schema_of(self, df: DataFrame) -> str:
         """The Avro schema of rows as written, for a batch whose tasks wrote no rows: the
@@ -128,7 +190,7 @@ class CommittingSink:
         latest = self.coordinator.table.timeline().latest_schema()
         if latest:
             return latest
-        arrow: Any = to_arrow_schema(df.schema)
+        arrow: Any = to_arrow_schema(self.output_schema or df.schema)  # declared nullability
         return avro_schema_for(
             with_meta_columns(arrow), f"{self.coordinator.table.config.name}_record"
         )
@@ -187,7 +249,8 @@ class CommittingSink:
             return None
         try:
             out = self.prepare(batch_df)
-            statuses = self._write(self.coordinator, out, instant)
+            required = self.required_columns(batch_df.sparkSession)
+            statuses = self._write(self.coordinator, out, instant, required)
             schema = next((s.extra["schema"] for s in statuses if s.extra.get("schema")), None)
             schema = schema or self.avro_schema_of(out)
             if self.committer is None:
@@ -232,12 +295,19 @@ class CommittingSink:
             self._abort(self.dead_letters, instant, batch_id)
             raise
 
-    def _write(self, coordinator: Coordinator, df: DataFrame, instant: Any) -> list[WriteStatus]:
+    def _write(
+        self,
+        coordinator: Coordinator,
+        df: DataFrame,
+        instant: Any,
+        required: tuple[str, ...] = (),
+    ) -> list[WriteStatus]:
         writer = TaskWriter(
             str(coordinator.table.base_path),
             coordinator.table.config,
             instant.value,
             self.cfg["table.target.file.size.bytes"],
+            required=required,
         )
         return parse_statuses(df.mapInArrow(writer, STATUS_SCHEMA).collect())
 
