@@ -29,9 +29,10 @@ def progress_printer() -> object:
 
 
 def ingest(cfg: LakesinkConfig, *, once: bool) -> IngestionResult:
-    from lakesink.spark.pipeline import Ingestion
+    from lakesink.spark.pipeline import Ingestion, check_kafka
     from lakesink.spark.session import get_spark
 
+    check_kafka(cfg)  # before Spark starts: a refused broker or a missing topic is one line
     spark = get_spark(cfg["spark.master"], cfg.spark_conf)
     ingestion = Ingestion(cfg, spark, on_progress=progress_printer())  # type: ignore[arg-type]
     result = ingestion.run(once=once)
@@ -41,11 +42,21 @@ def ingest(cfg: LakesinkConfig, *, once: bool) -> IngestionResult:
 
 
 def run_ingest(cfg: LakesinkConfig, *, once: bool) -> int:
-    say(
-        f"lakesink: ingesting {', '.join(cfg['kafka.topics']) or cfg['kafka.topic.pattern']} "
-        f"into {cfg['table.path']} as writer {cfg.writer_id}"
-    )
+    from lakesink.spark.pipeline import check_kafka
+
+    topics = ", ".join(cfg["kafka.topics"]) or cfg["kafka.topic.pattern"]
+    check_kafka(cfg)
+    say(f"lakesink: ingesting {topics} into {cfg['table.path']} as writer {cfg.writer_id}")
     result = ingest(cfg, once=once)
+    if result.nothing_new or (result.records == 0 and result.dead_letters == 0):
+        # No query was needed, or its batches held only offsets without records (aborted
+        # transactions, markers): either way nothing new is in the table.
+        say(
+            f"lakesink: nothing new to ingest from {topics}: no records after the committed "
+            f"offsets (or kafka.starting.offsets={cfg['kafka.starting.offsets']} for a writer "
+            f"that has committed none); committed offsets {result.committed}"
+        )
+        return 0
     say(
         f"lakesink: {result.records:,} records in {result.batches} commits, "
         f"{result.elapsed_s:.1f}s; committed offsets {result.committed}"

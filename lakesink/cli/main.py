@@ -124,6 +124,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=logging.DEBUG if args.debug else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    from lakesink.kafka.client import LIBRDKAFKA_LOGGER
+
+    # librdkafka retries a refused broker many times a second, logging each try: shown with
+    # --debug only; the error that ends the command says what failed in one line.
+    logging.getLogger(LIBRDKAFKA_LOGGER).setLevel(logging.DEBUG if args.debug else logging.CRITICAL)
     try:
         return run(args)
     except LakesinkError as e:

@@ -28,6 +28,16 @@ RECEIVE_MESSAGE_MAX_BYTES = 1_000_000_000
 """Some brokers (noida-db) ignore fetch size limits; allow large fetch responses."""
 
 
+LIBRDKAFKA_LOGGER = "lakesink.kafka.librdkafka"
+"""librdkafka's own log lines go to this Python logger instead of straight to stderr; the CLI
+shows them only with --debug (a refused broker is otherwise ~200 lines of connection errors)."""
+
+
+def client_logging() -> dict[str, Any]:
+    """The confluent-kafka setting routing librdkafka's log lines to LIBRDKAFKA_LOGGER."""
+    return {"logger": logging.getLogger(LIBRDKAFKA_LOGGER)}
+
+
 def check_isolation_level(isolation_level: str) -> IsolationLevel:
     if isolation_level not in ISOLATION_LEVELS:
         raise ConfigError(
@@ -52,6 +62,7 @@ def consumer_config(
         "isolation.level": check_isolation_level(isolation_level),
         "receive.message.max.bytes": RECEIVE_MESSAGE_MAX_BYTES,
         "enable.partition.eof": True,
+        **client_logging(),
     }
     if extra:
         config.update(extra)
@@ -86,7 +97,7 @@ def create_topic(
 
     if partitions <= 0:
         raise ConfigError(f"a topic needs at least one partition, got {partitions} for {topic!r}")
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient({"bootstrap.servers": bootstrap, **client_logging()})
     new = NewTopic(topic, partitions, replication, config=dict(config or {}))
     futures = admin.create_topics([new], operation_timeout=timeout_s, request_timeout=timeout_s)
     created = True
@@ -148,13 +159,17 @@ def list_partitions(
             regex = re.compile(pattern)
         except re.error as e:
             raise ConfigError(f"topic pattern {pattern!r} is not a valid regex: {e}") from e
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient({"bootstrap.servers": bootstrap, **client_logging()})
     deadline = time.monotonic() + (wait_timeout_s or 0.0)
     while True:
         try:
             md = admin.list_topics(timeout=timeout_s)
         except Exception as e:
-            raise KafkaError(f"cannot list topics on {bootstrap}: {e}") from e
+            reason = e.args[0].str() if e.args and hasattr(e.args[0], "str") else str(e)
+            raise KafkaError(
+                f"cannot list topics on {bootstrap} (kafka.bootstrap.servers) within "
+                f"{timeout_s:.0f} s: {reason}"
+            ) from e
         found: dict[str, int] = {
             name: len(t.partitions)
             for name, t in md.topics.items()

@@ -137,6 +137,7 @@ class BatchFailedError(LakesinkError):
 class BatchStats:
     batches: int = 0
     records: int = 0
+    dead_letters: int = 0  # rows committed to the dead-letter table
     last_outcome: BatchOutcome | None = None
     last_batch_s: float = 0.0
 
@@ -190,7 +191,9 @@ class CommittingSink:
         latest = self.coordinator.table.timeline().latest_schema()
         if latest:
             return latest
-        arrow: Any = to_arrow_schema(self.output_schema or df.schema)  # declared nullability
+        # declared nullability; timestamps as Spark hands them to mapInArrow (session zone)
+        zone = df.sparkSession.conf.get("spark.sql.session.timeZone") or "UTC"
+        arrow: Any = to_arrow_schema(self.output_schema or df.schema, timezone=zone)
         return avro_schema_for(
             with_meta_columns(arrow), f"{self.coordinator.table.config.name}_record"
         )
@@ -286,11 +289,13 @@ class CommittingSink:
                 ]
             )
             statuses = self._write(self.dead_letters, bad, instant)
+            written = sum(s.records_written for s in statuses)
             schema = avro_schema_for(
                 with_meta_columns(DEAD_LETTER_SCHEMA),
                 f"{self.dead_letters.table.config.name}_record",
             )
             self.dead_letters.complete(instant, batch_id, ranges, statuses, schema)
+            self.stats.dead_letters += written
         except BaseException:
             self._abort(self.dead_letters, instant, batch_id)
             raise

@@ -248,10 +248,13 @@ class KafkaStreamReader(DataSourceStreamReader):
             dead_letter_topic=self.cfg["errors.deadletter.topic"],
             on_dead_letter=failed.append if to_table else None,
         )
-        if not to_table:
-            yield from batches
-            return
         schema = source_arrow_schema(self.cfg)
+        if not to_table:
+            # the same columns; only the value columns' nullability is relaxed (Spark wants
+            # the schema exactly)
+            for batch in batches:
+                yield pa.RecordBatch.from_arrays(batch.columns, schema=schema)
+            return
         for batch in batches:  # good rows: the dead-letter columns are null
             extra = [pa.nulls(batch.num_rows, f.type) for f in DEAD_LETTER_COLUMNS]
             yield pa.RecordBatch.from_arrays([*batch.columns, *extra], schema=schema)
