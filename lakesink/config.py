@@ -149,7 +149,8 @@ KEYS: tuple[Key, ...] = (
         "kafka.starting.offsets",
         _starting_offsets,
         "earliest",
-        "Where a writer with no committed offsets starts: earliest, latest or epoch ms.",
+        "Where a writer with no committed offsets starts: earliest, latest or epoch ms "
+        "(resolved at every start until the writer's first commit).",
     ),
     Key(
         "kafka.isolation.level",

@@ -3,6 +3,11 @@
 Starts a local Kafka-protocol broker (noida-db), creates a topic, produces sample events,
 ingests them exactly once with Spark into a Hudi table under ./lakehouse/, reads the table back
 with hudi-rs, and prints a summary and the exactly-once audit.
+
+The sample events are produced without transactions (an idempotent producer) and ingested into
+a new table from offset 0: noida-db 0.2.3 returns no committed records under read_committed to a
+consumer starting mid-log after an aborted transaction, and the demo never creates one
+(docs/kafka-brokers.md lists what lakesink relies on from a broker).
 """
 
 from __future__ import annotations

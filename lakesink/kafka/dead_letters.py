@@ -127,6 +127,8 @@ class DeadLetterSink:
     ) -> None:
         from confluent_kafka import Producer
 
+        from lakesink.kafka.client import client_logging
+
         if not topic:
             raise KafkaError("a dead-letter sink needs a topic name")
         config: dict[str, Any] = {
@@ -134,6 +136,7 @@ class DeadLetterSink:
             "acks": "all",
             "enable.idempotence": True,
             "linger.ms": 20,
+            **client_logging(),
         }
         config.update(producer_config or {})
         self.topic = topic

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from lakesink.errors import KafkaError
-from lakesink.kafka.client import create_topic
+from lakesink.kafka.client import client_logging, create_topic
 from lakesink.protocol.offsets import TopicPartition
 
 SAMPLE_EVENT_DDL = (
@@ -92,6 +92,7 @@ def _producer(bootstrap: str, extra: Mapping[str, Any] | None = None) -> Any:
         "batch.num.messages": 10_000,
         "queue.buffering.max.messages": 1_000_000,
         "compression.type": "none",
+        **client_logging(),
     }
     config.update(extra or {})
     return Producer(config)

@@ -30,6 +30,7 @@ from lakesink.table.hudi_table import HudiTable
 log = logging.getLogger(__name__)
 
 FINISH_BATCH_TIMEOUT_S = 60.0
+RECHECK_IDLE_S = 5.0  # `--once`: how often an idle wait asks the broker what is left to read
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,6 +233,7 @@ class Ingestion:
         )
         caught_up = False
         failure: BaseException | None = None
+        recheck_at = time.monotonic() + RECHECK_IDLE_S
         try:
             while query.isActive:
                 if query.exception() is not None or sink.failure is not None:
@@ -244,6 +246,10 @@ class Ingestion:
                     caught_up = True
                     self._let_batch_finish(query, sink)
                     break
+                if once and target is not None and time.monotonic() > recheck_at:
+                    recheck_at = time.monotonic() + RECHECK_IDLE_S
+                    if not sink.in_batch:
+                        target = self._still_to_read(target)
                 if timeout_s is not None and time.monotonic() - started > timeout_s:
                     raise LakesinkError(f"ingestion did not catch up within {timeout_s:.0f}s")
                 try:
@@ -324,6 +330,22 @@ class Ingestion:
                 )
                 return
             time.sleep(0.05)
+
+    def _still_to_read(self, target: dict[TopicPartition, int]) -> dict[TopicPartition, int]:
+        """`target` less the partitions with nothing left to read up to their target now: the
+        records between their start and the target expired (retention) after the start-up
+        check, so the source plans no batch that could reach the target."""
+        pending = offsets_to_read(
+            self.cfg, self.coordinator.committed, sorted(target, key=lambda tp: tp.key())
+        )
+        gone = [tp for tp in target if tp not in pending]
+        if gone:
+            log.info(
+                "writer %s: nothing left to read of %s (records expired); not waiting for them",
+                self.cfg.writer_id,
+                ", ".join(tp.key() for tp in gone),
+            )
+        return {tp: hi for tp, hi in target.items() if tp in pending}
 
     def _caught_up(self, target: dict[TopicPartition, int]) -> bool:
         committed = self.coordinator.committed

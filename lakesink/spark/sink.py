@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -91,6 +92,27 @@ def prepare_rows(
     return df
 
 
+@contextlib.contextmanager
+def _quiet_query_context_loggers() -> Iterator[None]:
+    """PySpark logs every analysis error with its query context (JSON lines, Java frames
+    included) on loggers of its own; while lakesink analyzes the transformation, the error it
+    raises says what is wrong in one line, so those stay quiet."""
+    from pyspark.logger import PySparkLogger
+
+    loggers = [
+        PySparkLogger.getLogger(name)
+        for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger")
+    ]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.CRITICAL + 1)
+    try:
+        yield
+    finally:
+        for lg, level in zip(loggers, levels, strict=True):
+            lg.setLevel(level)
+
+
 def _first_line(error: BaseException) -> str:
     text = str(error)
     return next((ln.strip() for ln in text.splitlines() if ln.strip()), type(error).__name__)
@@ -114,7 +136,8 @@ def analyze_rows(
     source = spark.createDataFrame([], from_arrow_schema(declared_arrow_schema(cfg)))
     which = "transform.sql" if cfg["transform.sql"] else "transform.python"
     try:
-        return prepare_rows(source, cfg, transform, partition_fields).schema
+        with _quiet_query_context_loggers():
+            return prepare_rows(source, cfg, transform, partition_fields).schema
     except LakesinkError:
         raise
     except PySparkException as e:
@@ -167,6 +190,7 @@ class CommittingSink:
         # The batch running now, else the last one that finished: the driver lets it reach
         # Spark's commit log before stopping the query.
         self.current_batch: int | None = None
+        self.in_batch = False  # a batch is running now
 
     def prepare(self, df: DataFrame) -> DataFrame:
         return prepare_rows(
@@ -207,6 +231,7 @@ class CommittingSink:
         query looks merely stopped. The stand-in carries no such text, and the driver re-raises
         the real exception from `self.failure`."""
         self.current_batch = batch_id
+        self.in_batch = True
         try:
             self._run_batch(batch_df, batch_id)
         except BaseException as e:
@@ -214,6 +239,8 @@ class CommittingSink:
             raise BatchFailedError(
                 f"batch {batch_id} failed with {type(e).__name__}; the driver re-raises it"
             ) from None
+        finally:
+            self.in_batch = False
 
     def _run_batch(self, batch_df: DataFrame, batch_id: int) -> None:
         started = time.perf_counter()
