@@ -203,7 +203,6 @@ class Ingestion:
         if once:
             target = offsets_to_read(self.cfg, self.coordinator.committed, self.partitions)
             if not target:
-                log.info("writer %s: nothing new to ingest", self.cfg.writer_id)
                 return self._result(IngestionResult(nothing_new=True), started)
         dead_letters = self._dead_letter_coordinator()
         sink = CommittingSink(
@@ -287,6 +286,14 @@ class Ingestion:
     def _result(self, result: IngestionResult, started: float) -> IngestionResult:
         result.elapsed_s = time.monotonic() - started
         result.committed = commit_state.committed_offsets(self.table, self.cfg.writer_id).to_json()
+        if result.records == 0 and result.dead_letters == 0:
+            log.info(
+                "table %s writer %s: nothing new to ingest%s; committed offsets %s",
+                self.table.config.name,
+                self.cfg.writer_id,
+                "" if result.nothing_new else " (only offsets without records)",
+                result.committed,
+            )
         return result
 
     def _dead_letter_coordinator(self) -> Coordinator | None:

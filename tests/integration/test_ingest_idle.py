@@ -5,6 +5,7 @@ healthy while idle and ingests what arrives later."""
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -47,7 +48,9 @@ def test_once_with_nothing_to_read_returns_at_once_and_says_nothing_new(
     kafka_bootstrap: str,
     topic_factory: Callable[[str], str],
     tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
+    caplog.set_level(logging.INFO, logger="lakesink.spark.pipeline")
     topic = topic_factory(f"idle-{case}")
     starting = {"latest": "latest", "future-timestamp": str(int(time.time() * 1000) + 3_600_000)}
     if case == "empty":
@@ -68,6 +71,7 @@ def test_once_with_nothing_to_read_returns_at_once_and_says_nothing_new(
     assert time.monotonic() - started < IDLE_WAIT_S
     assert result.committed == {}
     assert _no_commits(cfg["table.path"])
+    assert "writer test-writer: nothing new to ingest; committed offsets {}" in caplog.text
 
 
 def test_once_after_everything_is_committed_says_nothing_new(
@@ -83,8 +87,13 @@ def test_once_after_everything_is_committed_says_nothing_new(
 
 
 def test_once_over_only_aborted_transactions_commits_the_empty_range_and_returns(
-    spark: Any, kafka_bootstrap: str, topic_factory: Callable[[str], str], tmp_path: Path
+    spark: Any,
+    kafka_bootstrap: str,
+    topic_factory: Callable[[str], str],
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
+    caplog.set_level(logging.INFO, logger="lakesink.spark.pipeline")
     topic = topic_factory("idle-aborted")
     create_topic(kafka_bootstrap, topic, 1)
     committed, _producer = produce_transactional(kafka_bootstrap, topic, [(3, False), (2, False)])
@@ -95,6 +104,7 @@ def test_once_over_only_aborted_transactions_commits_the_empty_range_and_returns
     end = committed_offsets_at(cfg["table.path"], cfg.writer_id).to_json()
     # 5 aborted records and 2 abort markers: the range up to the last stable offset is done
     assert end == {f"{topic}:0": 7}
+    assert "nothing new to ingest (only offsets without records)" in caplog.text
     again = run_ingestion(cfg, spark, timeout_s=IDLE_WAIT_S)
     assert again.nothing_new
 
