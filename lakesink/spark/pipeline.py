@@ -102,12 +102,12 @@ def high_watermarks(cfg: LakesinkConfig) -> dict[TopicPartition, int]:
 def offsets_to_read(
     cfg: LakesinkConfig, committed: WriterOffsets, partitions: list[TopicPartition]
 ) -> dict[TopicPartition, int]:
-    """The high watermark (last stable offset under read_committed) of every partition that has
-    offsets to read now, from where the source starts it: the writer's committed offset, else
-    kafka.starting.offsets — as the source resolves them. A partition that is empty, at its
-    high watermark, or whose records all expired has none (nor one whose next records
-    are only aborted transactional ones once they are behind the last stable offset: those the
-    source reads as a range without rows, which is committed)."""
+    """The high watermark (last stable offset under read_committed) of every partition with
+    offsets to read now from where the source starts it: the writer's committed offset, else
+    kafka.starting.offsets, resolved as the source resolves them. An empty partition, one at
+    its high watermark or one whose records all expired has none. Offsets holding only aborted
+    transactional records and markers do count: the source reads them as a range without rows
+    and commits it."""
     from lakesink.kafka.client import OffsetClient
     from lakesink.kafka.planning import resolve_start
 

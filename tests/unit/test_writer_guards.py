@@ -1,5 +1,6 @@
-"""The base-file writer refuses strings that are not valid UTF-8, at any nesting depth, and
-writes no file of such rows; valid rows (and sliced batches around a bad row) pass."""
+"""What the writing tasks refuse: strings that are not valid UTF-8 at any nesting depth (no
+file of such rows survives; valid rows and slices around a bad row pass), and nulls in columns
+declared NOT NULL (the declared nullability is restored otherwise)."""
 
 from __future__ import annotations
 
@@ -87,3 +88,21 @@ def test_writer_refuses_the_rows_and_its_abort_leaves_no_base_file(tmp_path: Pat
 
 def test_valid_non_ascii_strings_pass() -> None:
     check_utf8(with_coordinates(name=pa.array(["é", "日本", "😀", ""])), "the batch")
+
+
+def test_required_columns_become_non_nullable_when_they_hold_no_null() -> None:
+    from lakesink.spark.task_writer import with_required
+
+    rows = with_coordinates(id=pa.array([1, 2, 3], pa.int64()), note=pa.array(["a", None, "c"]))
+    batch = with_required(rows.to_batches()[0], ("id",))
+    assert not batch.schema.field("id").nullable
+    assert batch.schema.field("note").nullable
+    assert batch.column(batch.schema.get_field_index("id")).to_pylist() == [1, 2, 3]
+
+
+def test_a_null_in_a_required_column_is_refused_naming_column_and_record() -> None:
+    from lakesink.spark.task_writer import with_required
+
+    rows = with_coordinates(id=pa.array([1, None, 3], pa.int64()))
+    with pytest.raises(RecordError, match=r"column 'id' is declared NOT NULL.*events:3 offset 101"):
+        with_required(rows.to_batches()[0], ("id",))
