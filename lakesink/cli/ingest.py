@@ -28,12 +28,15 @@ def progress_printer() -> object:
     return show
 
 
-def ingest(cfg: LakesinkConfig, *, once: bool) -> IngestionResult:
+def ingest(cfg: LakesinkConfig, *, once: bool, debug: bool = False) -> IngestionResult:
+    """Runs the ingestion. Spark's own log lines (a failed task's Python and Java stack, the
+    query's termination) stay off unless `debug`: the error lakesink raises names what failed."""
     from lakesink.spark.pipeline import Ingestion, check_kafka
     from lakesink.spark.session import get_spark
 
     check_kafka(cfg)  # before Spark starts: a refused broker or a missing topic is one line
     spark = get_spark(cfg["spark.master"], cfg.spark_conf)
+    spark.sparkContext.setLogLevel("WARN" if debug else "OFF")
     ingestion = Ingestion(cfg, spark, on_progress=progress_printer())  # type: ignore[arg-type]
     result = ingestion.run(once=once)
     if sys.stdout.isatty():
@@ -41,13 +44,13 @@ def ingest(cfg: LakesinkConfig, *, once: bool) -> IngestionResult:
     return result
 
 
-def run_ingest(cfg: LakesinkConfig, *, once: bool) -> int:
+def run_ingest(cfg: LakesinkConfig, *, once: bool, debug: bool = False) -> int:
     from lakesink.spark.pipeline import check_kafka
 
     topics = ", ".join(cfg["kafka.topics"]) or cfg["kafka.topic.pattern"]
     check_kafka(cfg)
     say(f"lakesink: ingesting {topics} into {cfg['table.path']} as writer {cfg.writer_id}")
-    result = ingest(cfg, once=once)
+    result = ingest(cfg, once=once, debug=debug)
     if result.nothing_new or (result.records == 0 and result.dead_letters == 0):
         # No query was needed, or its batches held only offsets without records (aborted
         # transactions, markers): either way nothing new is in the table.

@@ -272,7 +272,7 @@ class Ingestion:
             # did not record (its message is only in the Spark log). Never report success.
             raise LakesinkError(
                 "the streaming query stopped without an error before ingestion caught up; "
-                "the Spark driver log says why"
+                "the Spark driver log says why (lakesink --debug shows it)"
             )
         result.batches = sink.stats.batches
         result.records = sink.stats.records

@@ -345,7 +345,16 @@ class CommittingSink:
 
     @staticmethod
     def _abort(coordinator: Coordinator, instant: Any, batch_id: int) -> None:
-        log.exception("batch %s failed; rolling back instant %s", batch_id, instant)
+        # The failure itself reaches the caller (the driver re-raises it); its traceback here
+        # only with debug logging, so the command line shows one line for it.
+        log.info(
+            "table %s writer %s: batch %s failed; rolling back instant %s",
+            coordinator.table.config.name,
+            coordinator.writer_id,
+            batch_id,
+            instant,
+            exc_info=log.isEnabledFor(logging.DEBUG),
+        )
         try:
             coordinator.abort(instant)
         except Exception:  # recovery at the next start rolls it back

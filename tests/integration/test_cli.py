@@ -209,3 +209,31 @@ def test_ingest_once_with_nothing_new_exits_zero_and_says_so(
     run = cli(_ingest_args(kafka_bootstrap, topic, table, "kafka.starting.offsets=latest"))
     assert run.returncode == 0, run.stdout[-3000:]
     assert "nothing new to ingest" in run.stdout, run.stdout[-3000:]
+
+
+def test_required_column_with_a_bad_record_fails_in_one_line_then_dead_letters_it_once(
+    kafka_bootstrap: str,
+    topic_factory: Callable[[str], str],
+    tmp_path: Path,
+    cli: Callable[..., Any],
+) -> None:
+    from lakesink.kafka.client import create_topic
+    from lakesink.kafka.producer import produce_values
+    from lakesink.table.hudi_table import HudiTable
+    from lakesink.table.reader import TableReader
+
+    topic = topic_factory("required")
+    create_topic(kafka_bootstrap, topic, 1)
+    produce_values(kafka_bootstrap, topic, [b'{"id":1}', b"garbage"])
+    table, dead = tmp_path / "t", tmp_path / "dead"
+    args = _ingest_args(kafka_bootstrap, topic, table, "value.schema=id BIGINT NOT NULL")
+
+    refused = cli(args)
+    _assert_one_quiet_line(refused, 8, topic, "offset 1")
+
+    run = cli([*args, "--set", "errors.tolerance=all", "--set", f"errors.deadletter.table={dead}"])
+    assert run.returncode == 0, run.stdout[-3000:]
+    main = TableReader(HudiTable.open(table)).snapshot(columns=["kafka_offset", "id"])
+    assert main.to_pylist() == [{"kafka_offset": 0, "id": 1}]
+    letters = TableReader(HudiTable.open(dead)).snapshot(columns=["kafka_offset", "kafka_value"])
+    assert letters.to_pylist() == [{"kafka_offset": 1, "kafka_value": b"garbage"}]
