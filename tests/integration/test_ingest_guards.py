@@ -209,3 +209,28 @@ def test_required_columns_keep_their_nullability_in_the_table(
     assert sorted(rows.column("id").to_pylist()) == [1, 2]
     assert not rows.schema.field("id").nullable and not rows.schema.field("name").nullable
     assert rows.schema.field("kafka_key").nullable
+
+
+def test_tombstone_for_required_columns_goes_to_the_dead_letter_topic(
+    spark: Any, kafka_bootstrap: str, topic_factory: Callable[[str], str], tmp_path: Path
+) -> None:
+    from lakesink.kafka.dead_letters import dead_letter_sources
+
+    topic, dlq = topic_factory("required-tombstone-topic"), topic_factory("dlq")
+    create_topic(kafka_bootstrap, topic, 1)
+    create_topic(kafka_bootstrap, dlq, 1)
+    produce_values(kafka_bootstrap, topic, _values("json", None))
+    cfg = _config(
+        "json",
+        kafka_bootstrap,
+        topic,
+        tmp_path,
+        errors__tolerance="all",
+        errors__deadletter__topic=dlq,
+    )
+    assert run_ingestion(cfg, spark).records == 2
+    assert dead_letter_sources(kafka_bootstrap, dlq) == {(topic, 0, 1)}
+    assert not _table_field(cfg["table.path"], "id").nullable
+    report = audit_config(cfg)
+    assert report.ok, report.problems
+    assert report.rows_hudi_rs == 2 and report.dead_letters == 1
