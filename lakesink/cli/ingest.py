@@ -51,7 +51,7 @@ def run_ingest(cfg: LakesinkConfig, *, once: bool, debug: bool = False) -> int:
     check_kafka(cfg)
     say(f"lakesink: ingesting {topics} into {cfg['table.path']} as writer {cfg.writer_id}")
     result = ingest(cfg, once=once, debug=debug)
-    if result.nothing_new or (result.records == 0 and result.dead_letters == 0):
+    if result.nothing_new or result.only_empty_ranges:
         # No query was needed, or its batches held only offsets without records (aborted
         # transactions, markers): either way nothing new is in the table.
         say(

@@ -58,6 +58,8 @@ class IngestionResult:
     # `run(once=True)` found no record to read (nothing after the committed offsets or the
     # starting offsets; empty, expired or only aborted records) and started no query.
     nothing_new: bool = False
+    # Batches ran but held no records and no dead letters (aborted transactions, markers).
+    only_empty_ranges: bool = False
 
 
 def table_config_for(cfg: LakesinkConfig) -> TableConfig:
@@ -286,7 +288,14 @@ class Ingestion:
     def _result(self, result: IngestionResult, started: float) -> IngestionResult:
         result.elapsed_s = time.monotonic() - started
         result.committed = commit_state.committed_offsets(self.table, self.cfg.writer_id).to_json()
-        if result.records == 0 and result.dead_letters == 0:
+        # Dead letters sent to a topic are not counted here: only a table's are.
+        result.only_empty_ranges = (
+            result.batches > 0
+            and result.records == 0
+            and result.dead_letters == 0
+            and not self.cfg["errors.deadletter.topic"]
+        )
+        if result.nothing_new or result.only_empty_ranges:
             log.info(
                 "table %s writer %s: nothing new to ingest%s; committed offsets %s",
                 self.table.config.name,

@@ -100,7 +100,7 @@ def test_once_over_only_aborted_transactions_commits_the_empty_range_and_returns
     assert committed == []
     cfg = ingest_config(kafka_bootstrap, topic, tmp_path / "t", value__schema="n BIGINT")
     result = run_ingestion(cfg, spark, timeout_s=IDLE_WAIT_S)
-    assert result.records == 0 and result.dead_letters == 0
+    assert result.records == 0 and result.dead_letters == 0 and result.only_empty_ranges
     end = committed_offsets_at(cfg["table.path"], cfg.writer_id).to_json()
     # 5 aborted records and 2 abort markers: the range up to the last stable offset is done
     assert end == {f"{topic}:0": 7}
