@@ -56,8 +56,25 @@ def _bool(v: Any) -> bool:
     raise ValueError("expected true or false")
 
 
+def _whole_number(v: Any, expected: str) -> int:
+    """An integer from an int, an integral float (8.0) or a string of digits; anything else,
+    2.5 or "2.5" or true included, is refused with `expected` (never truncated)."""
+    if isinstance(v, bool):
+        raise ValueError(expected)
+    if isinstance(v, int):
+        return v
+    if isinstance(v, float):
+        if not v.is_integer():
+            raise ValueError(expected)
+        return int(v)
+    text = str(v).strip().replace("_", "")
+    if not re.fullmatch(r"[+-]?[0-9]+", text):
+        raise ValueError(expected)
+    return int(text)
+
+
 def _positive_int(v: Any) -> int:
-    n = int(v)
+    n = _whole_number(v, "expected a positive whole number")
     if n <= 0:
         raise ValueError("expected a positive whole number")
     return n
@@ -77,7 +94,7 @@ def _positive_float(v: Any) -> float:
 
 
 def _non_negative_int(v: Any) -> int:
-    n = int(v)
+    n = _whole_number(v, "expected 0 or a positive whole number")
     if n < 0:
         raise ValueError("expected 0 or a positive whole number")
     return n
@@ -119,7 +136,7 @@ def _starting_offsets(v: Any) -> str:
 
 
 def _table_version(v: Any) -> int:
-    n = int(v)
+    n = _whole_number(v, "expected 6 or 8")
     if n not in (6, 8):
         raise ValueError("expected 6 or 8")
     return n
@@ -169,7 +186,8 @@ KEYS: tuple[Key, ...] = (
         "kafka.starting.offsets",
         _starting_offsets,
         "earliest",
-        "Where a writer with no committed offsets starts: earliest, latest or epoch ms.",
+        "Where a writer with no committed offsets starts: earliest, latest or epoch ms "
+        "(resolved at every start until the writer's first commit).",
     ),
     Key(
         "kafka.isolation.level",

@@ -3,6 +3,11 @@
 Starts a local Kafka-protocol broker (noida-db), creates a topic, produces sample events,
 ingests them exactly once with Spark into a Hudi table under ./lakehouse/, reads the table back
 with hudi-rs, and prints a summary and the exactly-once audit.
+
+The sample events are produced without transactions (an idempotent producer) and ingested into
+a new table from offset 0: noida-db 0.2.3 returns no committed records under read_committed to a
+consumer starting mid-log after an aborted transaction, and the demo never creates one
+(docs/kafka-brokers.md lists what lakesink relies on from a broker).
 """
 
 from __future__ import annotations
@@ -54,7 +59,7 @@ def run_demo(args: argparse.Namespace) -> int:
             }
         )
         say(f"lakesink demo: ingesting with Spark {cfg['spark.master']} into {table_path} ...")
-        result = ingest(cfg, once=True)
+        result = ingest(cfg, once=True, debug=args.debug)
         rate = result.records / result.elapsed_s if result.elapsed_s else 0.0
         say(
             f"lakesink demo: {result.records:,} records in {result.batches} commits, "

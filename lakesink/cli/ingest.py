@@ -28,11 +28,15 @@ def progress_printer() -> object:
     return show
 
 
-def ingest(cfg: LakesinkConfig, *, once: bool) -> IngestionResult:
-    from lakesink.spark.pipeline import Ingestion
+def ingest(cfg: LakesinkConfig, *, once: bool, debug: bool = False) -> IngestionResult:
+    """Runs the ingestion. Spark's own log lines (a failed task's Python and Java stack, the
+    query's termination) stay off unless `debug`: the error lakesink raises names what failed."""
+    from lakesink.spark.pipeline import Ingestion, check_kafka
     from lakesink.spark.session import get_spark
 
+    check_kafka(cfg)  # before Spark starts: a refused broker or a missing topic is one line
     spark = get_spark(cfg["spark.master"], cfg.spark_conf)
+    spark.sparkContext.setLogLevel("WARN" if debug else "OFF")
     ingestion = Ingestion(cfg, spark, on_progress=progress_printer())  # type: ignore[arg-type]
     result = ingestion.run(once=once)
     if sys.stdout.isatty():
@@ -41,15 +45,15 @@ def ingest(cfg: LakesinkConfig, *, once: bool) -> IngestionResult:
 
 
 def check_brokers(cfg: LakesinkConfig) -> None:
-    """Before Spark starts: the brokers accept our credentials, show us the topics and let us
-    read them (and write the dead-letter topic). A refusal is then one line within about a
-    second, not a failed Spark job."""
+    """Before Spark starts: the brokers answer and accept our credentials, the topics exist and
+    we may read them (and write the dead-letter topic), the value schema is valid. A refusal is
+    then one line within about a second, not a failed Spark job."""
     from lakesink.kafka.client import check_topic_access
-    from lakesink.spark.pipeline import high_watermarks
+    from lakesink.spark.pipeline import check_kafka
 
-    marks = high_watermarks(cfg)
+    partitions = check_kafka(cfg)
     bootstrap, extra = cfg["kafka.bootstrap.servers"], cfg.kafka_client_config
-    topics = sorted({tp.topic for tp in marks})
+    topics = sorted({tp.topic for tp in partitions})
     check_topic_access(bootstrap, topics, ["READ"], purpose="to ingest it", extra=extra)
     if cfg["errors.deadletter.topic"]:
         check_topic_access(
@@ -61,13 +65,20 @@ def check_brokers(cfg: LakesinkConfig) -> None:
         )
 
 
-def run_ingest(cfg: LakesinkConfig, *, once: bool) -> int:
+def run_ingest(cfg: LakesinkConfig, *, once: bool, debug: bool = False) -> int:
+    topics = ", ".join(cfg["kafka.topics"]) or cfg["kafka.topic.pattern"]
     check_brokers(cfg)
-    say(
-        f"lakesink: ingesting {', '.join(cfg['kafka.topics']) or cfg['kafka.topic.pattern']} "
-        f"into {cfg['table.path']} as writer {cfg.writer_id}"
-    )
-    result = ingest(cfg, once=once)
+    say(f"lakesink: ingesting {topics} into {cfg['table.path']} as writer {cfg.writer_id}")
+    result = ingest(cfg, once=once, debug=debug)
+    if result.nothing_new or result.only_empty_ranges:
+        # No query was needed, or its batches held only offsets without records (aborted
+        # transactions, markers): either way nothing new is in the table.
+        say(
+            f"lakesink: nothing new to ingest from {topics}: no records after the committed "
+            f"offsets (or kafka.starting.offsets={cfg['kafka.starting.offsets']} for a writer "
+            f"that has committed none); committed offsets {result.committed}"
+        )
+        return 0
     say(
         f"lakesink: {result.records:,} records in {result.batches} commits, "
         f"{result.elapsed_s:.1f}s; committed offsets {result.committed}"

@@ -88,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
     if args.command == "ingest":
         from lakesink.cli.ingest import run_ingest
 
-        return run_ingest(load(args), once=args.once)
+        return run_ingest(load(args), once=args.once, debug=args.debug)
     if args.command == "status":
         from lakesink.cli.status import run_status
 
@@ -124,6 +124,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=logging.DEBUG if args.debug else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    from lakesink.kafka.security import LIBRDKAFKA_LOGGER
+
+    # librdkafka retries a refused broker many times a second, logging each try: shown with
+    # --debug only; the error that ends the command says what failed in one line.
+    logging.getLogger(LIBRDKAFKA_LOGGER).setLevel(logging.DEBUG if args.debug else logging.CRITICAL)
+    # py4j logs the stand-in error a failed batch raises to Spark, traceback and all; the
+    # batch's own error is what the command reports.
+    logging.getLogger("py4j").setLevel(logging.DEBUG if args.debug else logging.CRITICAL)
     try:
         return run(args)
     except LakesinkError as e:

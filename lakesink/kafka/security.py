@@ -27,7 +27,12 @@ from lakesink.errors import (
 from lakesink.security import reveal_all
 
 log = logging.getLogger(__name__)
-_librdkafka_log = logging.getLogger("lakesink.kafka.librdkafka")
+LIBRDKAFKA_LOGGER = "lakesink.kafka.librdkafka"
+"""librdkafka's own log lines go to this Python logger (at DEBUG) instead of straight to stderr;
+the CLI shows them only with --debug (a refused broker is otherwise ~200 lines of connection
+errors)."""
+
+_librdkafka_log = logging.getLogger(LIBRDKAFKA_LOGGER)
 
 _AUTHENTICATION = -169  # librdkafka: RD_KAFKA_RESP_ERR__AUTHENTICATION
 _SSL = -181  # RD_KAFKA_RESP_ERR__SSL

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import logging
 import re
+import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
@@ -17,11 +19,11 @@ from lakesink.commitlog.store import PendingCommitStore
 from lakesink.config import LakesinkConfig
 from lakesink.errors import LakesinkError
 from lakesink.kafka.client import TopicIds
-from lakesink.protocol.offsets import TopicPartition
+from lakesink.protocol.offsets import TopicPartition, WriterOffsets
 from lakesink.spark import commit_state
 from lakesink.spark.async_commit import AsyncCommitter
 from lakesink.spark.coordinator import BatchOutcome, CommitServices, Coordinator
-from lakesink.spark.sink import DATE_PARTITION_COLUMN, CommittingSink
+from lakesink.spark.sink import DATE_PARTITION_COLUMN, CommittingSink, analyze_rows
 from lakesink.spark.source import (
     CONFIG_OPTION,
     SECRETS_OPTION,
@@ -35,6 +37,7 @@ from lakesink.table.hudi_table import HudiTable
 log = logging.getLogger(__name__)
 
 FINISH_BATCH_TIMEOUT_S = 60.0
+RECHECK_IDLE_S = 5.0  # `--once`: how often an idle wait asks the broker what is left to read
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,9 +58,15 @@ class Progress:
 class IngestionResult:
     batches: int = 0
     records: int = 0
+    dead_letters: int = 0  # rows committed to the dead-letter table (errors.deadletter.table)
     elapsed_s: float = 0.0
     first_commit_s: float | None = None
     committed: dict[str, int] = field(default_factory=dict)
+    # `run(once=True)` found no record to read (nothing after the committed offsets or the
+    # starting offsets; empty, expired or only aborted records) and started no query.
+    nothing_new: bool = False
+    # Batches ran but held no records and no dead letters (aborted transactions, markers).
+    only_empty_ranges: bool = False
 
 
 def table_config_for(cfg: LakesinkConfig) -> TableConfig:
@@ -72,21 +81,77 @@ def table_config_for(cfg: LakesinkConfig) -> TableConfig:
     )
 
 
-def high_watermarks(cfg: LakesinkConfig) -> dict[TopicPartition, int]:
-    from lakesink.kafka.client import OffsetClient, list_partitions
+def check_kafka(cfg: LakesinkConfig) -> list[TopicPartition]:
+    """The partitions to ingest, checking before anything is written that the brokers answer
+    and the listed topics exist (KafkaError naming them otherwise), and that the value schema
+    is valid (ConfigError)."""
+    from lakesink.kafka.client import list_partitions
+    from lakesink.spark.source import declared_arrow_schema
 
-    parts = list_partitions(
+    declared_arrow_schema(cfg)
+    return list_partitions(
         cfg["kafka.bootstrap.servers"],
         topics=list(cfg["kafka.topics"]) or None,
         pattern=cfg["kafka.topic.pattern"],
         extra=cfg.kafka_client_config,
     )
+
+
+def high_watermarks(cfg: LakesinkConfig) -> dict[TopicPartition, int]:
+    from lakesink.kafka.client import OffsetClient
+
+    parts = check_kafka(cfg)
     with OffsetClient(
         cfg["kafka.bootstrap.servers"],
         isolation_level=cfg["kafka.isolation.level"],
         extra=cfg.consumer_config,
     ) as client:
         return {tp: hi for tp, (_lo, hi) in client.watermarks(parts).items()}
+
+
+def offsets_to_read(
+    cfg: LakesinkConfig, committed: WriterOffsets, partitions: list[TopicPartition]
+) -> dict[TopicPartition, int]:
+    """The high watermark (last stable offset under read_committed) of every partition with
+    offsets to read now from where the source starts it: the writer's committed offset, else
+    kafka.starting.offsets, resolved as the source resolves them. An empty partition, one at
+    its high watermark or one whose records all expired has none. Offsets holding only aborted
+    transactional records and markers do count: the source reads them as a range without rows
+    and commits it."""
+    from lakesink.kafka.client import OffsetClient
+    from lakesink.kafka.planning import resolve_start
+
+    with OffsetClient(
+        cfg["kafka.bootstrap.servers"],
+        isolation_level=cfg["kafka.isolation.level"],
+        extra=cfg.consumer_config,
+    ) as client:
+        marks = client.watermarks(partitions)
+        starts = resolve_start(
+            committed,
+            partitions,
+            cfg["kafka.starting.offsets"],
+            _KnownWatermarks(client, marks),
+            fail_on_data_loss=cfg["kafka.fail.on.data.loss"],
+        )
+    return {tp: marks[tp][1] for tp, start in starts.items() if marks[tp][1] > start}
+
+
+class _KnownWatermarks:
+    """An OffsetLookup answering watermarks from one reading, so that starts and ends agree."""
+
+    def __init__(self, client: Any, marks: dict[TopicPartition, tuple[int, int]]) -> None:
+        self.client, self.marks = client, marks
+
+    def watermarks(
+        self, partitions: Iterable[TopicPartition]
+    ) -> dict[TopicPartition, tuple[int, int]]:
+        return {tp: self.marks[tp] for tp in partitions}
+
+    def offsets_for_times(
+        self, timestamps_ms: Mapping[TopicPartition, int]
+    ) -> dict[TopicPartition, int | None]:
+        return dict(self.client.offsets_for_times(timestamps_ms))
 
 
 class Ingestion:
@@ -103,9 +168,16 @@ class Ingestion:
     ) -> None:
         self.cfg = cfg
         self.spark = spark
+        # Everything that can be checked is checked before anything is written: the brokers
+        # and topics, the value schema, the transformation against the source columns (Spark
+        # analyzes it over an empty DataFrame); only then is the table created.
+        self.partitions = check_kafka(cfg)
+        table_config = table_config_for(cfg)
+        self.output_schema = analyze_rows(cfg, spark, table_config.partition_fields)
         self.services = services or make_services(cfg)
         self.on_progress = on_progress
-        self.table = HudiTable.create(cfg["table.path"], table_config_for(cfg))
+        self._stop = threading.Event()
+        self.table = HudiTable.create(cfg["table.path"], table_config)
         self.coordinator = Coordinator(
             self.table, cfg.writer_id, query_id=str(uuid.uuid4()), services=self.services
         )
@@ -141,9 +213,15 @@ class Ingestion:
             self.coordinator.start(keep=committer.pending_instants())
             committer.recover()
             committer.start()
-        target = high_watermarks(self.cfg) if once else None
+        target = None
+        if once:
+            target = offsets_to_read(self.cfg, self.coordinator.committed, self.partitions)
+            if not target:
+                return self._result(IngestionResult(nothing_new=True), started)
         dead_letters = self._dead_letter_coordinator()
-        sink = CommittingSink(self.cfg, self.coordinator, committer, dead_letters)
+        sink = CommittingSink(
+            self.cfg, self.coordinator, committer, dead_letters, output_schema=self.output_schema
+        )
         result = IngestionResult()
 
         def on_batch(outcome: BatchOutcome) -> None:
@@ -169,14 +247,23 @@ class Ingestion:
         )
         caught_up = False
         failure: BaseException | None = None
+        recheck_at = time.monotonic() + RECHECK_IDLE_S
         try:
             while query.isActive:
                 if query.exception() is not None or sink.failure is not None:
+                    break
+                if self._stop.is_set():  # stop(): a continuous ingestion ends here
+                    caught_up = True
+                    self._let_batch_finish(query, sink)
                     break
                 if once and target is not None and self._caught_up(target):
                     caught_up = True
                     self._let_batch_finish(query, sink)
                     break
+                if once and target is not None and time.monotonic() > recheck_at:
+                    recheck_at = time.monotonic() + RECHECK_IDLE_S
+                    if not sink.in_batch:
+                        target = self._still_to_read(target)
                 if timeout_s is not None and time.monotonic() - started > timeout_s:
                     raise LakesinkError(f"ingestion did not catch up within {timeout_s:.0f}s")
                 try:
@@ -200,12 +287,35 @@ class Ingestion:
             # did not record (its message is only in the Spark log). Never report success.
             raise LakesinkError(
                 "the streaming query stopped without an error before ingestion caught up; "
-                "the Spark driver log says why"
+                "the Spark driver log says why (lakesink --debug shows it)"
             )
         result.batches = sink.stats.batches
         result.records = sink.stats.records
+        result.dead_letters = sink.stats.dead_letters
+        return self._result(result, started)
+
+    def stop(self) -> None:
+        """Ends a running ingestion after the batch in flight (from another thread)."""
+        self._stop.set()
+
+    def _result(self, result: IngestionResult, started: float) -> IngestionResult:
         result.elapsed_s = time.monotonic() - started
         result.committed = commit_state.committed_offsets(self.table, self.cfg.writer_id).to_json()
+        # Dead letters sent to a topic are not counted here: only a table's are.
+        result.only_empty_ranges = (
+            result.batches > 0
+            and result.records == 0
+            and result.dead_letters == 0
+            and not self.cfg["errors.deadletter.topic"]
+        )
+        if result.nothing_new or result.only_empty_ranges:
+            log.info(
+                "table %s writer %s: nothing new to ingest%s; committed offsets %s",
+                self.table.config.name,
+                self.cfg.writer_id,
+                "" if result.nothing_new else " (only offsets without records)",
+                result.committed,
+            )
         return result
 
     def _dead_letter_coordinator(self) -> Coordinator | None:
@@ -251,9 +361,25 @@ class Ingestion:
                 return
             time.sleep(0.05)
 
+    def _still_to_read(self, target: dict[TopicPartition, int]) -> dict[TopicPartition, int]:
+        """`target` less the partitions with nothing left to read up to their target now: the
+        records between their start and the target expired (retention) after the start-up
+        check, so the source plans no batch that could reach the target."""
+        pending = offsets_to_read(
+            self.cfg, self.coordinator.committed, sorted(target, key=lambda tp: tp.key())
+        )
+        gone = [tp for tp in target if tp not in pending]
+        if gone:
+            log.info(
+                "writer %s: nothing left to read of %s (records expired); not waiting for them",
+                self.cfg.writer_id,
+                ", ".join(tp.key() for tp in gone),
+            )
+        return {tp: hi for tp, hi in target.items() if tp in pending}
+
     def _caught_up(self, target: dict[TopicPartition, int]) -> bool:
         committed = self.coordinator.committed
-        return all((committed.get(tp) or 0) >= hi for tp, hi in target.items() if hi > 0)
+        return all((committed.get(tp) or 0) >= hi for tp, hi in target.items())
 
     def _lag(self, target: dict[TopicPartition, int] | None) -> int | None:
         if target is None:

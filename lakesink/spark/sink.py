@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
 
 from lakesink.config import LakesinkConfig
 from lakesink.errors import ConfigError, LakesinkError
@@ -67,6 +69,89 @@ def load_transform(cfg: LakesinkConfig) -> Callable[[DataFrame], DataFrame] | No
     return None
 
 
+def prepare_rows(
+    df: DataFrame,
+    cfg: LakesinkConfig,
+    transform: Callable[[DataFrame], DataFrame] | None,
+    partition_fields: tuple[str, ...],
+) -> DataFrame:
+    """The rows a batch writes: the user's transformation, then the date partition column."""
+    if transform is not None:
+        df = transform(df)
+    date_from = cfg["table.partition.date.from"]
+    if date_from:
+        if date_from not in df.columns:
+            raise ConfigError(
+                f"table.partition.date.from={date_from!r} is not a column; columns are "
+                f"{', '.join(df.columns)}"
+            )
+        df = df.withColumn(DATE_PARTITION_COLUMN, F.date_format(F.col(date_from), "yyyy-MM-dd"))
+    missing = [c for c in partition_fields if c not in df.columns]
+    if missing:
+        raise ConfigError(f"partition column(s) {missing} are not in the rows: {df.columns}")
+    return df
+
+
+@contextlib.contextmanager
+def _quiet_query_context_loggers() -> Iterator[None]:
+    """PySpark logs every analysis error with its query context (JSON lines, Java frames
+    included) on loggers of its own; while lakesink analyzes the transformation, the error it
+    raises says what is wrong in one line, so those stay quiet."""
+    from pyspark.logger import PySparkLogger
+
+    loggers = [
+        PySparkLogger.getLogger(name)
+        for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger")
+    ]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.CRITICAL + 1)
+    try:
+        yield
+    finally:
+        for lg, level in zip(loggers, levels, strict=True):
+            lg.setLevel(level)
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error)
+    return next((ln.strip() for ln in text.splitlines() if ln.strip()), type(error).__name__)
+
+
+def analyze_rows(
+    cfg: LakesinkConfig, spark: SparkSession, partition_fields: tuple[str, ...]
+) -> StructType:
+    """The schema of the rows batches will write, found without reading Kafka: the
+    transformation and partitioning applied to an empty DataFrame of the declared source schema.
+    Spark analyzes the plan, so a syntax error, an unknown column or a type error in
+    `transform.sql` (or a `transform.python` that fails on the source columns) is a ConfigError
+    before anything is written. Non-nullable columns of the result are the ones the writer
+    keeps non-nullable (see `TaskWriter.required`)."""
+    from pyspark.errors import PySparkException
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    from lakesink.spark.source import declared_arrow_schema
+
+    transform = load_transform(cfg)
+    source = spark.createDataFrame([], from_arrow_schema(declared_arrow_schema(cfg)))
+    which = "transform.sql" if cfg["transform.sql"] else "transform.python"
+    try:
+        with _quiet_query_context_loggers():
+            return prepare_rows(source, cfg, transform, partition_fields).schema
+    except LakesinkError:
+        raise
+    except PySparkException as e:
+        raise ConfigError(
+            f"{which} does not apply to the source columns "
+            f"({', '.join(source.columns)}): {_first_line(e)}"
+        ) from None
+    except Exception as e:  # a transform.python function failing on the source columns
+        raise ConfigError(
+            f"{which}={cfg[which]!r} fails on the source columns: "
+            f"{type(e).__name__}: {_first_line(e)}"
+        ) from None
+
+
 class BatchFailedError(LakesinkError):
     """What Spark sees of a failed batch; the pipeline raises the batch's own exception."""
 
@@ -75,6 +160,7 @@ class BatchFailedError(LakesinkError):
 class BatchStats:
     batches: int = 0
     records: int = 0
+    dead_letters: int = 0  # rows committed to the dead-letter table
     last_outcome: BatchOutcome | None = None
     last_batch_s: float = 0.0
 
@@ -88,8 +174,11 @@ class CommittingSink:
         coordinator: Coordinator,
         committer: AsyncCommitter | None = None,
         dead_letters: Coordinator | None = None,
+        *,
+        output_schema: StructType | None = None,
     ) -> None:
         self.cfg = cfg
+        self.output_schema = output_schema  # the rows' schema as declared (`analyze_rows`)
         self.coordinator = coordinator
         self.committer = committer
         self.dead_letters = dead_letters
@@ -101,22 +190,20 @@ class CommittingSink:
         # The batch running now, else the last one that finished: the driver lets it reach
         # Spark's commit log before stopping the query.
         self.current_batch: int | None = None
+        self.in_batch = False  # a batch is running now
 
     def prepare(self, df: DataFrame) -> DataFrame:
-        if self.transform is not None:
-            df = self.transform(df)
-        date_from = self.cfg["table.partition.date.from"]
-        if date_from:
-            if date_from not in df.columns:
-                raise ConfigError(
-                    f"table.partition.date.from={date_from!r} is not a column; columns are "
-                    f"{', '.join(df.columns)}"
-                )
-            df = df.withColumn(DATE_PARTITION_COLUMN, F.date_format(F.col(date_from), "yyyy-MM-dd"))
-        missing = [c for c in self.coordinator.table.config.partition_fields if c not in df.columns]
-        if missing:
-            raise ConfigError(f"partition column(s) {missing} are not in the rows: {df.columns}")
-        return df
+        return prepare_rows(
+            df, self.cfg, self.transform, self.coordinator.table.config.partition_fields
+        )
+
+    def required_columns(self, spark: SparkSession) -> tuple[str, ...]:
+        """Top-level columns the rows keep non-nullable, as declared (analyzed once)."""
+        if self.output_schema is None:
+            self.output_schema = analyze_rows(
+                self.cfg, spark, self.coordinator.table.config.partition_fields
+            )
+        return tuple(f.name for f in self.output_schema.fields if not f.nullable)
 
     def avro_schema_of(self, df: DataFrame) -> str:
         """The Avro schema of rows as written, for a batch whose tasks wrote no rows: the
@@ -128,9 +215,11 @@ class CommittingSink:
         latest = self.coordinator.table.timeline().latest_schema()
         if latest:
             return latest
-        # Hudi keeps timestamps in UTC (the session's time zone too); without a zone, pyspark
-        # refuses timestamp columns (a first batch of gaps only: compacted or aborted records)
-        arrow: Any = to_arrow_schema(df.schema, timezone="UTC")
+        # declared nullability; timestamps as Spark hands them to mapInArrow (the session's
+        # zone, UTC in lakesink's sessions). A zone is always given: without one pyspark refuses
+        # timestamp columns (a first batch of gaps only: compacted or aborted records).
+        zone = df.sparkSession.conf.get("spark.sql.session.timeZone") or "UTC"
+        arrow: Any = to_arrow_schema(self.output_schema or df.schema, timezone=zone)
         return avro_schema_for(
             with_meta_columns(arrow), f"{self.coordinator.table.config.name}_record"
         )
@@ -144,6 +233,7 @@ class CommittingSink:
         query looks merely stopped. The stand-in carries no such text, and the driver re-raises
         the real exception from `self.failure`."""
         self.current_batch = batch_id
+        self.in_batch = True
         try:
             self._run_batch(batch_df, batch_id)
         except BaseException as e:
@@ -151,6 +241,8 @@ class CommittingSink:
             raise BatchFailedError(
                 f"batch {batch_id} failed with {type(e).__name__}; the driver re-raises it"
             ) from None
+        finally:
+            self.in_batch = False
 
     def _run_batch(self, batch_df: DataFrame, batch_id: int) -> None:
         started = time.perf_counter()
@@ -189,7 +281,8 @@ class CommittingSink:
             return None
         try:
             out = self.prepare(batch_df)
-            statuses = self._write(self.coordinator, out, instant)
+            required = self.required_columns(batch_df.sparkSession)
+            statuses = self._write(self.coordinator, out, instant, required)
             schema = next((s.extra["schema"] for s in statuses if s.extra.get("schema")), None)
             schema = schema or self.avro_schema_of(out)
             if self.committer is None:
@@ -225,27 +318,45 @@ class CommittingSink:
                 ]
             )
             statuses = self._write(self.dead_letters, bad, instant)
+            written = sum(s.records_written for s in statuses)
             schema = avro_schema_for(
                 with_meta_columns(DEAD_LETTER_SCHEMA),
                 f"{self.dead_letters.table.config.name}_record",
             )
             self.dead_letters.complete(instant, batch_id, ranges, statuses, schema)
+            self.stats.dead_letters += written
         except BaseException:
             self._abort(self.dead_letters, instant, batch_id)
             raise
 
-    def _write(self, coordinator: Coordinator, df: DataFrame, instant: Any) -> list[WriteStatus]:
+    def _write(
+        self,
+        coordinator: Coordinator,
+        df: DataFrame,
+        instant: Any,
+        required: tuple[str, ...] = (),
+    ) -> list[WriteStatus]:
         writer = TaskWriter(
             str(coordinator.table.base_path),
             coordinator.table.config,
             instant.value,
             self.cfg["table.target.file.size.bytes"],
+            required=required,
         )
         return parse_statuses(df.mapInArrow(writer, STATUS_SCHEMA).collect())
 
     @staticmethod
     def _abort(coordinator: Coordinator, instant: Any, batch_id: int) -> None:
-        log.exception("batch %s failed; rolling back instant %s", batch_id, instant)
+        # The failure itself reaches the caller (the driver re-raises it); its traceback here
+        # only with debug logging, so the command line shows one line for it.
+        log.info(
+            "table %s writer %s: batch %s failed; rolling back instant %s",
+            coordinator.table.config.name,
+            coordinator.writer_id,
+            batch_id,
+            instant,
+            exc_info=log.isEnabledFor(logging.DEBUG),
+        )
         try:
             coordinator.abort(instant)
         except Exception:  # recovery at the next start rolls it back

@@ -103,13 +103,27 @@ DEAD_LETTER_COLUMNS = (
 )
 
 
-def source_arrow_schema(cfg: LakesinkConfig) -> pa.Schema:
-    """Kafka metadata columns followed by the decoded value columns; with a dead-letter table,
-    two more columns that are set only on records that failed to decode."""
+def declared_arrow_schema(cfg: LakesinkConfig) -> pa.Schema:
+    """The rows as the user declared them: Kafka metadata columns, then the value columns with
+    their declared nullability (a JSON `NOT NULL` column, an Avro field without a null union)."""
     from lakesink.kafka.deserializers import make_deserializer
     from lakesink.kafka.reader import output_schema
 
-    schema = output_schema(_deserializer(cfg, make_deserializer))
+    return output_schema(_deserializer(cfg, make_deserializer))
+
+
+def source_arrow_schema(cfg: LakesinkConfig) -> pa.Schema:
+    """What the source yields to Spark: the declared schema with every top-level value column
+    nullable, and with a dead-letter table two more columns set only on records that failed to
+    decode. Dead-letter rows carry nulls in the value columns, and Spark refuses a null in a
+    non-nullable column before any split; the writer restores the declared nullability on the
+    main rows (see `CommittingSink`) and refuses a null there, naming column and record."""
+    from lakesink.kafka.reader import METADATA_COLUMNS
+
+    declared = declared_arrow_schema(cfg)
+    schema = pa.schema(
+        [f if f.name in METADATA_COLUMNS else f.with_nullable(True) for f in declared]
+    )
     if cfg["errors.deadletter.table"]:
         schema = pa.schema([*schema, *DEAD_LETTER_COLUMNS])
     return schema
@@ -290,10 +304,13 @@ class KafkaStreamReader(DataSourceStreamReader):
             dead_letter_topic=self.cfg["errors.deadletter.topic"],
             on_dead_letter=failed.append if to_table else None,
         )
-        if not to_table:
-            yield from batches
-            return
         schema = source_arrow_schema(self.cfg)
+        if not to_table:
+            # the same columns; only the value columns' nullability is relaxed (Spark wants
+            # the schema exactly)
+            for batch in batches:
+                yield pa.RecordBatch.from_arrays(batch.columns, schema=schema)
+            return
         for batch in batches:  # good rows: the dead-letter columns are null
             extra = [pa.nulls(batch.num_rows, f.type) for f in DEAD_LETTER_COLUMNS]
             yield pa.RecordBatch.from_arrays([*batch.columns, *extra], schema=schema)

@@ -21,12 +21,21 @@ class TaskWriter:
     table under one instant and yields one row holding this attempt's WriteStatus as JSON."""
 
     def __init__(
-        self, table_path: str, config: TableConfig, instant_time: str, target_file_size: int
+        self,
+        table_path: str,
+        config: TableConfig,
+        instant_time: str,
+        target_file_size: int,
+        *,
+        required: tuple[str, ...] = (),
     ) -> None:
         self.table_path = table_path
         self.config = config
         self.instant_time = instant_time
         self.target_file_size = target_file_size
+        # Top-level columns that are non-nullable in the rows as declared: the source relaxes
+        # them (dead-letter rows), the writer restores them and refuses a null in them.
+        self.required = required
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext
@@ -53,7 +62,7 @@ class TaskWriter:
         rows = 0
         for batch in batches:
             if batch.num_rows:
-                writer.write(batch)
+                writer.write(with_required(batch, self.required))
                 rows += batch.num_rows
         schema = writer.avro_schema
         if ctx is not None:
@@ -70,6 +79,37 @@ class TaskWriter:
             extra={"schema": schema} if schema else {},
         )
         yield pa.RecordBatch.from_pylist([{"status": json.dumps(status.to_json())}], _STATUS_ARROW)
+
+
+def with_required(batch: pa.RecordBatch, required: Sequence[str]) -> pa.RecordBatch:
+    """`batch` with the `required` columns non-nullable, as declared; a null in one of them (a
+    tombstone or a transformation's null where the schema allows none) fails the batch naming the
+    column and the Kafka record."""
+    from lakesink.errors import RecordError
+    from lakesink.table.writer import COORDINATE_COLUMNS
+
+    if not required:
+        return batch
+    fields = list(batch.schema)
+    for i, f in enumerate(fields):
+        if f.name not in required or not f.nullable:
+            continue
+        column = batch.column(i)
+        if column.null_count:
+            row = column.is_null().index(True).as_py()
+            at = ""
+            if all(c in batch.schema.names for c in COORDINATE_COLUMNS):
+                topic, partition, offset = (
+                    batch.column(c)[row].as_py() for c in COORDINATE_COLUMNS
+                )
+                at = f" in the row of Kafka record {topic}:{partition} offset {offset}"
+            raise RecordError(
+                f"column {f.name!r} is declared NOT NULL (non-nullable) but is null{at}; "
+                "the batch is refused and nothing of it is published. Declare the column "
+                "nullable, or route such records to a dead-letter target (errors.tolerance=all)"
+            )
+        fields[i] = f.with_nullable(False)
+    return pa.RecordBatch.from_arrays(batch.columns, schema=pa.schema(fields))
 
 
 def parse_statuses(rows: Sequence[Any]) -> list[WriteStatus]:

@@ -94,3 +94,146 @@ def test_demo_ingests_its_sample_events_exactly_once(
     rows = read_with_hudi_rs(str(tmp_path / "lake" / "demo_events"))
     assert rows.num_rows == 3000
     assert len(set(zip(*(rows.column(c).to_pylist() for c in COORDINATES), strict=True))) == 3000
+
+
+def _error_lines(output: str) -> list[str]:
+    return [ln for ln in output.splitlines() if "error" in ln.lower()]
+
+
+def _assert_one_quiet_line(run: Any, code: int, *expected: str) -> None:
+    """The command failed with the class's exit code and said why in one line: no traceback,
+    no Java frames, no librdkafka log lines."""
+    assert run.returncode == code, run.stdout[-3000:]
+    errors = _error_lines(run.stdout)
+    assert len(errors) == 1 and errors[0].startswith("lakesink: error: "), run.stdout[-3000:]
+    for text in expected:
+        assert text in errors[0], errors[0]
+    for noise in ("Traceback", "\tat ", "rdkafka", "FAIL|", "Py4JJavaError"):
+        assert noise not in run.stdout, run.stdout[-3000:]
+
+
+def _ingest_args(bootstrap: str, topic: str, table: Path, *sets: str) -> list[str]:
+    args = [
+        "ingest",
+        "--once",
+        "--set",
+        f"kafka.bootstrap.servers={bootstrap}",
+        "--set",
+        f"kafka.topics={topic}",
+        "--set",
+        "value.schema=event_id BIGINT, amount DOUBLE",
+        "--set",
+        f"table.path={table}",
+    ]
+    for item in sets:
+        args += ["--set", item]
+    return args
+
+
+@pytest.mark.parametrize(
+    ("setting", "valid"),
+    [
+        ("kafka.max.records.per.batch=2.5", "positive whole number"),
+        ("table.version=8.5", "6 or 8"),
+    ],
+)
+def test_non_integral_value_for_an_integer_key_is_refused_before_anything_is_written(
+    setting: str, valid: str, tmp_path: Path, cli: Callable[..., Any]
+) -> None:
+    table = tmp_path / "t"
+    key, _, value = setting.partition("=")
+    run = cli(_ingest_args("127.0.0.1:1", "t", table, setting), timeout_s=60)
+    _assert_one_quiet_line(run, 2, f"{key}={value!r} is not valid", valid)
+    assert not table.exists()
+
+
+def test_refused_bootstrap_servers_end_in_one_line_before_anything_is_written(
+    tmp_path: Path, cli: Callable[..., Any]
+) -> None:
+    from lakesink.kafka.embedded_broker import free_port
+
+    table = tmp_path / "t"
+    bootstrap = f"127.0.0.1:{free_port()}"
+    run = cli(_ingest_args(bootstrap, "events", table), timeout_s=60)
+    _assert_one_quiet_line(run, 7, bootstrap, "kafka.bootstrap.servers")
+    assert len(run.stdout.strip().splitlines()) == 1, run.stdout
+    assert not table.exists()
+
+
+def test_missing_topic_is_named_before_anything_is_written(
+    kafka_bootstrap: str,
+    topic_factory: Callable[[str], str],
+    tmp_path: Path,
+    cli: Callable[..., Any],
+) -> None:
+    table = tmp_path / "t"
+    topic = topic_factory("absent")
+    run = cli(_ingest_args(kafka_bootstrap, topic, table), timeout_s=60)
+    _assert_one_quiet_line(run, 7, topic, "do not exist")
+    assert not table.exists()
+
+
+@pytest.mark.parametrize(
+    ("sql", "expected"),
+    [
+        ("SELECT * FORM source", "PARSE_SYNTAX_ERROR"),
+        ("SELECT *, amount_cents * 2 AS c FROM source", "amount_cents"),
+    ],
+    ids=["syntax", "unknown-column"],
+)
+def test_transform_sql_mistake_is_found_at_start_before_anything_is_written(
+    sql: str,
+    expected: str,
+    kafka_bootstrap: str,
+    topic_factory: Callable[[str], str],
+    tmp_path: Path,
+    cli: Callable[..., Any],
+) -> None:
+    topic = topic_factory("badsql")
+    produce_sample_events(kafka_bootstrap, topic, 5, 1)
+    table = tmp_path / "t"
+    run = cli(_ingest_args(kafka_bootstrap, topic, table, f"transform.sql={sql}"))
+    _assert_one_quiet_line(run, 2, "transform.sql", expected)
+    assert not table.exists()
+
+
+def test_ingest_once_with_nothing_new_exits_zero_and_says_so(
+    kafka_bootstrap: str,
+    topic_factory: Callable[[str], str],
+    tmp_path: Path,
+    cli: Callable[..., Any],
+) -> None:
+    topic = topic_factory("nothingnew")
+    produce_sample_events(kafka_bootstrap, topic, 5, 1)
+    table = tmp_path / "t"
+    run = cli(_ingest_args(kafka_bootstrap, topic, table, "kafka.starting.offsets=latest"))
+    assert run.returncode == 0, run.stdout[-3000:]
+    assert "nothing new to ingest" in run.stdout, run.stdout[-3000:]
+
+
+def test_required_column_with_a_bad_record_fails_in_one_line_then_dead_letters_it_once(
+    kafka_bootstrap: str,
+    topic_factory: Callable[[str], str],
+    tmp_path: Path,
+    cli: Callable[..., Any],
+) -> None:
+    from lakesink.kafka.client import create_topic
+    from lakesink.kafka.producer import produce_values
+    from lakesink.table.hudi_table import HudiTable
+    from lakesink.table.reader import TableReader
+
+    topic = topic_factory("required")
+    create_topic(kafka_bootstrap, topic, 1)
+    produce_values(kafka_bootstrap, topic, [b'{"id":1}', b"garbage"])
+    table, dead = tmp_path / "t", tmp_path / "dead"
+    args = _ingest_args(kafka_bootstrap, topic, table, "value.schema=id BIGINT NOT NULL")
+
+    refused = cli(args)
+    _assert_one_quiet_line(refused, 8, topic, "offset 1")
+
+    run = cli([*args, "--set", "errors.tolerance=all", "--set", f"errors.deadletter.table={dead}"])
+    assert run.returncode == 0, run.stdout[-3000:]
+    main = TableReader(HudiTable.open(table)).snapshot(columns=["kafka_offset", "id"])
+    assert main.to_pylist() == [{"kafka_offset": 0, "id": 1}]
+    letters = TableReader(HudiTable.open(dead)).snapshot(columns=["kafka_offset", "kafka_value"])
+    assert letters.to_pylist() == [{"kafka_offset": 1, "kafka_value": b"garbage"}]

@@ -90,3 +90,29 @@ def test_checked_in_reference_is_current() -> None:
     assert doc.read_text() == render_reference(), (
         "run: lakesink config docs > docs/configuration.md"
     )
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "valid"),
+    [
+        ("kafka.max.records.per.batch", 2.5, "positive whole number"),
+        ("kafka.max.records.per.batch", "2.5", "positive whole number"),
+        ("kafka.max.records.per.task", "1e3", "positive whole number"),
+        ("kafka.max.records.per.task", True, "positive whole number"),
+        ("table.version", 8.5, "6 or 8"),
+        ("table.version", "8.5", "6 or 8"),
+        ("table.services.inline.every.commits", 0.5, "0 or a positive whole number"),
+    ],
+)
+def test_integer_key_refuses_a_non_integral_value_naming_key_value_and_what_is_valid(
+    key: str, value: object, valid: str
+) -> None:
+    with pytest.raises(ConfigError) as caught:
+        build_config({**BASE, key: value})
+    message = str(caught.value)
+    assert f"{key}={value!r} is not valid" in message and valid in message
+
+
+@pytest.mark.parametrize(("value", "parsed"), [(8, 8), (8.0, 8), ("8", 8), (" 6 ", 6)])
+def test_integer_key_takes_whole_numbers_in_any_spelling(value: object, parsed: int) -> None:
+    assert build_config({**BASE, "table.version": value})["table.version"] == parsed
