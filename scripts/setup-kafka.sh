@@ -14,7 +14,14 @@ if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want" ] && compgen -G "$LIB/kafka_
   exit 0
 fi
 command -v java >/dev/null 2>&1 || { echo "Apache Kafka needs Java 17: apt-get install openjdk-17-jre-headless" >&2; exit 1; }
-command -v mvn >/dev/null 2>&1 || { echo "resolving Apache Kafka needs Maven: apt-get install maven" >&2; exit 1; }
+if ! command -v mvn >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "== installing Maven from Debian"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq maven >/dev/null
+  else
+    echo "resolving Apache Kafka needs Maven: apt-get install maven" >&2; exit 1
+  fi
+fi
 echo "== resolving Apache Kafka with Maven into $LIB"
 rm -rf "$LIB" "$STAMP"
 mkdir -p "$CACHE/maven"

@@ -4,6 +4,9 @@ errors."""
 
 from __future__ import annotations
 
+import socket
+from collections.abc import Iterator
+
 import pytest
 
 from lakesink.errors import KafkaError
@@ -70,8 +73,8 @@ def test_context_manager_removes_its_data_dir() -> None:
     assert not broker.running and not data_dir.exists()
 
 
-def test_fixed_port_in_use_is_a_clear_error(fresh_broker: EmbeddedBroker) -> None:
-    other = EmbeddedBroker(port=fresh_broker.port)
+def test_fixed_port_in_use_is_a_clear_error(taken_port: int) -> None:
+    other = EmbeddedBroker(port=taken_port)
     try:
         with pytest.raises(KafkaError, match="already in use"):
             other.start()
@@ -79,12 +82,19 @@ def test_fixed_port_in_use_is_a_clear_error(fresh_broker: EmbeddedBroker) -> Non
         other.close()
 
 
-def test_apache_kafka_on_a_port_in_use_is_a_clear_error_naming_it(
-    fresh_broker: EmbeddedBroker,
-) -> None:
-    other = KafkaServer(port=fresh_broker.port)
+def test_apache_kafka_on_a_port_in_use_is_a_clear_error_naming_it(taken_port: int) -> None:
+    other = KafkaServer(port=taken_port)
     try:
-        with pytest.raises(KafkaError, match=f"127.0.0.1:{fresh_broker.port}.*already in use"):
+        with pytest.raises(KafkaError, match=f"127.0.0.1:{taken_port}.*already in use"):
             other.start()
     finally:
         other.close()
+
+
+@pytest.fixture
+def taken_port() -> Iterator[int]:
+    """A loopback port a listening socket holds."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        yield int(s.getsockname()[1])
