@@ -361,7 +361,11 @@ class TopicIds:
         wanted = set(topics)
         new = wanted - self._asked
         if new:
-            self._known.update(topic_ids(self.bootstrap, new, extra=self.extra))
+            try:
+                self._known.update(topic_ids(self.bootstrap, new, extra=self.extra))
+            except KafkaError as e:  # recorded with a later commit then
+                log.warning("cannot look up topic ids on %s: %s", self.bootstrap, e)
+                return {t: self._known[t] for t in sorted(wanted) if t in self._known}
             self._asked |= new
         return {t: self._known[t] for t in sorted(wanted) if t in self._known}
 

@@ -135,7 +135,7 @@ class Coordinator:
         return self._committed
 
     def _base_for(
-        self, ranges: Sequence[OffsetRange]
+        self, ranges: Sequence[OffsetRange], *, warn: bool = False
     ) -> tuple[WriterOffsets, tuple[OffsetRange, ...]]:
         """The committed offsets a batch builds on, and the spans it skips. Only with
         `allow_data_loss` may a range start past the committed position (the source moved over
@@ -151,7 +151,7 @@ class Coordinator:
         )
         if not skipped:
             return committed, ()
-        for span in skipped:
+        for span in skipped if warn else ():
             log.warning(
                 "table %s writer %s: skipping %d offsets of %s [%d, %d): deleted from Kafka "
                 "before they were read (kafka.fail.on.data.loss=false)",
@@ -225,7 +225,7 @@ class Coordinator:
         """Everything a publish needs, with storage already reconciled (orphans deleted):
         the pre-commit of the two-phase commit."""
         crash_point("after-write")
-        base, skipped = self._base_for(ranges)
+        base, skipped = self._base_for(ranges, warn=True)
         decision = decide(base, ranges, statuses)
         ids = (
             self.topic_ids({tp.topic for tp in decision.next_offsets})
