@@ -10,26 +10,35 @@ noida-db keeps every record in memory and saves its state as files in the data d
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
-import shutil
-import socket
-import subprocess
-import tempfile
-import time
+from collections.abc import Sequence
 from importlib.util import find_spec
 from pathlib import Path
-from types import TracebackType
 
 from lakesink.errors import ConfigError, KafkaError
+from lakesink.kafka.broker_process import (
+    LOG_FILE_NAME,
+    BrokerProcess,
+    answers_metadata,
+    free_port,
+    port_open,
+)
+
+__all__ = [
+    "BINARY_ENV",
+    "LOG_FILE_NAME",
+    "EmbeddedBroker",
+    "answers_metadata",
+    "free_port",
+    "noida_db_binary",
+    "port_open",
+]
 
 log = logging.getLogger(__name__)
 
 BINARY_ENV = "LAKESINK_NOIDA_DB_BINARY"
 """Environment variable overriding the path of the `noida-db` executable."""
-
-LOG_FILE_NAME = "broker.log"
 
 
 def noida_db_binary() -> Path:
@@ -50,33 +59,11 @@ def noida_db_binary() -> Path:
     return path
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port that was free a moment ago (another process may still take it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
-
-
-def port_open(host: str, port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.settimeout(0.2)
-        return s.connect_ex((host, port)) == 0
-
-
-def answers_metadata(bootstrap: str, timeout: float) -> bool:
-    """Whether a broker at `bootstrap` answers a metadata request naming at least one broker."""
-    from confluent_kafka.admin import AdminClient
-
-    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
-    try:
-        metadata = admin.list_topics(timeout=timeout)
-    except Exception:
-        return False
-    return bool(metadata.brokers)
-
-
-class EmbeddedBroker:
+class EmbeddedBroker(BrokerProcess):
     """One noida-db process serving the Kafka protocol on `host:port`, data in `data_dir`."""
+
+    NAME = "noida-db"
+    READY_POLL_S = 0.05
 
     def __init__(
         self,
@@ -87,32 +74,22 @@ class EmbeddedBroker:
         startup_timeout_s: float = 30.0,
         stop_timeout_s: float = 30.0,
     ) -> None:
-        self._owns_data_dir = data_dir is None
-        self.data_dir = Path(
-            tempfile.mkdtemp(prefix="lakesink-broker-") if data_dir is None else data_dir
+        super().__init__(
+            data_dir=data_dir,
+            host=host,
+            temp_prefix="lakesink-broker-",
+            startup_timeout_s=startup_timeout_s,
+            stop_timeout_s=stop_timeout_s,
         )
-        self.host = host
         self._fixed_port = port is not None
         self.port = port if port is not None else free_port(host)
-        self.startup_timeout_s = startup_timeout_s
-        self.stop_timeout_s = stop_timeout_s
-        self._proc: subprocess.Popen[bytes] | None = None
 
     @property
     def bootstrap_servers(self) -> str:
         return f"{self.host}:{self.port}"
 
-    @property
-    def log_path(self) -> Path:
-        return self.data_dir / LOG_FILE_NAME
-
-    @property
-    def pid(self) -> int | None:
-        return self._proc.pid if self._proc is not None else None
-
-    @property
-    def running(self) -> bool:
-        return self._proc is not None and self._proc.poll() is None
+    def listening_ports(self) -> Sequence[int]:
+        return (self.port,)
 
     def start(self) -> EmbeddedBroker:
         """Start the process and wait until it answers metadata requests."""
@@ -130,9 +107,28 @@ class EmbeddedBroker:
                         f"{self.bootstrap_servers} is already in use"
                     )
                 continue
-            self._spawn()
+            self._spawn(
+                [
+                    str(noida_db_binary()),
+                    "start",
+                    "--only",
+                    "kafka",
+                    "--host",
+                    self.host,
+                    "--kafka-port",
+                    str(self.port),
+                    "--data-dir",
+                    str(self.data_dir),
+                ]
+            )
+            log.info(
+                "started noida-db pid %s on %s, data in %s",
+                self.pid,
+                self.bootstrap_servers,
+                self.data_dir,
+            )
             try:
-                self._wait_ready()
+                self._wait_ready(self.port)
                 return self
             except KafkaError:
                 exited = self._proc is not None and self._proc.poll() is not None
@@ -144,119 +140,8 @@ class EmbeddedBroker:
                 )
         raise KafkaError(f"cannot start the embedded broker; see {self.log_path}")
 
-    def _spawn(self) -> None:
-        binary = noida_db_binary()
-        cmd = [
-            str(binary),
-            "start",
-            "--only",
-            "kafka",
-            "--host",
-            self.host,
-            "--kafka-port",
-            str(self.port),
-            "--data-dir",
-            str(self.data_dir),
-        ]
-        with open(self.log_path, "ab") as out:
-            out.write(f"\n--- {time.strftime('%Y-%m-%dT%H:%M:%S')} {' '.join(cmd)}\n".encode())
-            out.flush()
-            self._proc = subprocess.Popen(
-                cmd,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,  # Ctrl-C in a terminal must not reach it before we stop it
-            )
-        log.info(
-            "started noida-db pid %d on %s, data in %s",
-            self._proc.pid,
-            self.bootstrap_servers,
-            self.data_dir,
-        )
-
-    def _wait_ready(self) -> None:
-        deadline = time.monotonic() + self.startup_timeout_s
-        while time.monotonic() < deadline:
-            if self._proc is None or self._proc.poll() is not None:
-                code = None if self._proc is None else self._proc.returncode
-                raise KafkaError(
-                    f"embedded broker exited with code {code} while starting on "
-                    f"{self.bootstrap_servers}; last log lines:\n{self.log_tail()}"
-                )
-            if port_open(self.host, self.port) and answers_metadata(self.bootstrap_servers, 1.0):
-                return
-            time.sleep(0.05)
-        raise KafkaError(
-            f"embedded broker on {self.bootstrap_servers} did not answer metadata requests within "
-            f"{self.startup_timeout_s:.0f} s; last log lines:\n{self.log_tail()}"
-        )
-
-    def log_tail(self, lines: int = 20) -> str:
-        try:
-            text = self.log_path.read_text(errors="replace")
-        except OSError:
-            return "(no log)"
-        return "\n".join(text.splitlines()[-lines:])
-
-    def stop(self) -> None:
-        """Terminate the process (SIGTERM), then kill it if it has not exited within the timeout."""
-        proc, self._proc = self._proc, None
-        if proc is None:
-            return
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=self.stop_timeout_s)
-            except subprocess.TimeoutExpired:
-                log.warning(
-                    "noida-db pid %d ignored SIGTERM for %.0f s; killing it",
-                    proc.pid,
-                    self.stop_timeout_s,
-                )
-                proc.kill()
-                proc.wait(timeout=self.stop_timeout_s)
-        # the port must be free before a restart on the same port
-        deadline = time.monotonic() + self.stop_timeout_s
-        while port_open(self.host, self.port) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        log.info("stopped noida-db pid %d (%s)", proc.pid, self.bootstrap_servers)
-
-    def kill(self) -> None:
-        """Kill the process at once (SIGKILL), as a crash would."""
-        if self._proc is not None and self._proc.poll() is None:
-            self._proc.kill()
-            self._proc.wait(timeout=self.stop_timeout_s)
-        self.stop()
-
     def restart(self) -> None:
         """Stop and start again on the same port with the same data directory."""
         self.stop()
         self._fixed_port = True
         self.start()
-
-    def close(self) -> None:
-        """Stop, and delete the data directory if this broker created it (then the process is
-        killed at once: a graceful noida-db shutdown saves its state, seconds per GB, for
-        nothing)."""
-        if self._owns_data_dir:
-            self.kill()
-            shutil.rmtree(self.data_dir, ignore_errors=True)
-        else:
-            self.stop()
-
-    def __enter__(self) -> EmbeddedBroker:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        with contextlib.suppress(Exception):
-            if self._proc is not None and self._proc.poll() is None:
-                self._proc.kill()

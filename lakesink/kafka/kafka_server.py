@@ -16,27 +16,19 @@ any server property as `server_properties`, extra `StorageTool format` arguments
 from __future__ import annotations
 
 import base64
-import contextlib
 import logging
 import os
 import shutil
 import subprocess
-import tempfile
 import time
 import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from types import TracebackType
 from typing import Protocol
 
 from lakesink.errors import ConfigError, KafkaError
-from lakesink.kafka.embedded_broker import (
-    LOG_FILE_NAME,
-    EmbeddedBroker,
-    answers_metadata,
-    free_port,
-    port_open,
-)
+from lakesink.kafka.broker_process import BrokerProcess, free_port, port_open
+from lakesink.kafka.embedded_broker import EmbeddedBroker
 
 log = logging.getLogger(__name__)
 
@@ -134,8 +126,10 @@ DEFAULT_JVM_OPTIONS: tuple[str, ...] = (
 )
 
 
-class KafkaServer:
+class KafkaServer(BrokerProcess):
     """One Apache Kafka process (KRaft, broker and controller) on `host`, data in `data_dir`."""
+
+    NAME = "Apache Kafka"
 
     def __init__(
         self,
@@ -150,11 +144,13 @@ class KafkaServer:
         startup_timeout_s: float = 60.0,
         stop_timeout_s: float = 30.0,
     ) -> None:
-        self._owns_data_dir = data_dir is None
-        self.data_dir = Path(
-            tempfile.mkdtemp(prefix="lakesink-kafka-") if data_dir is None else data_dir
+        super().__init__(
+            data_dir=data_dir,
+            host=host,
+            temp_prefix="lakesink-kafka-",
+            startup_timeout_s=startup_timeout_s,
+            stop_timeout_s=stop_timeout_s,
         )
-        self.host = host
         self.listeners: dict[str, str] = {
             BROKER_LISTENER: "PLAINTEXT",
             CONTROLLER_LISTENER: "PLAINTEXT",
@@ -172,9 +168,6 @@ class KafkaServer:
         self.server_properties = dict(server_properties or {})
         self.format_args = tuple(format_args)
         self.jvm_options = tuple(jvm_options)
-        self.startup_timeout_s = startup_timeout_s
-        self.stop_timeout_s = stop_timeout_s
-        self._proc: subprocess.Popen[bytes] | None = None
 
     @property
     def port(self) -> int:
@@ -186,13 +179,12 @@ class KafkaServer:
         """bootstrap.servers of the PLAINTEXT listener."""
         return self.address(BROKER_LISTENER)
 
+    def listening_ports(self) -> Sequence[int]:
+        return tuple(self.ports.values())
+
     def address(self, listener: str) -> str:
         """`host:port` of the named listener."""
         return f"{self.host}:{self.ports[listener.upper()]}"
-
-    @property
-    def log_path(self) -> Path:
-        return self.data_dir / LOG_FILE_NAME
 
     @property
     def properties_path(self) -> Path:
@@ -202,14 +194,6 @@ class KafkaServer:
     def log_dir(self) -> Path:
         """Where Kafka keeps the partitions' segments and the KRaft metadata log."""
         return self.data_dir / "kraft-logs"
-
-    @property
-    def pid(self) -> int | None:
-        return self._proc.pid if self._proc is not None else None
-
-    @property
-    def running(self) -> bool:
-        return self._proc is not None and self._proc.poll() is None
 
     def properties(self) -> dict[str, str]:
         """The server properties this broker runs with."""
@@ -291,9 +275,9 @@ class KafkaServer:
         started = time.monotonic()
         self._write_properties()
         self._format()
-        self._spawn()
+        self._spawn(self._java("kafka.Kafka", str(self.properties_path)))
         try:
-            self._wait_ready()
+            self._wait_ready(self.port)
         except KafkaError:
             self.kill()
             raise
@@ -304,104 +288,6 @@ class KafkaServer:
             time.monotonic() - started,
         )
         return self
-
-    def _spawn(self) -> None:
-        cmd = self._java("kafka.Kafka", str(self.properties_path))
-        with open(self.log_path, "ab") as out:
-            out.write(f"\n--- {time.strftime('%Y-%m-%dT%H:%M:%S')} {' '.join(cmd)}\n".encode())
-            out.flush()
-            self._proc = subprocess.Popen(
-                cmd,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,  # Ctrl-C in a terminal must not reach it before we stop it
-            )
-
-    def _wait_ready(self) -> None:
-        deadline = time.monotonic() + self.startup_timeout_s
-        while time.monotonic() < deadline:
-            if self._proc is None or self._proc.poll() is not None:
-                code = None if self._proc is None else self._proc.returncode
-                raise KafkaError(
-                    f"Apache Kafka exited with code {code} while starting on "
-                    f"{self.bootstrap_servers}; last log lines:\n{self.log_tail()}"
-                )
-            if port_open(self.host, self.port) and answers_metadata(self.bootstrap_servers, 1.0):
-                return
-            time.sleep(0.1)
-        raise KafkaError(
-            f"Apache Kafka on {self.bootstrap_servers} did not serve metadata within "
-            f"{self.startup_timeout_s:.0f} s; last log lines:\n{self.log_tail()}"
-        )
-
-    def log_tail(self, lines: int = 20) -> str:
-        try:
-            text = self.log_path.read_text(errors="replace")
-        except OSError:
-            return "(no log)"
-        return "\n".join(text.splitlines()[-lines:])
-
-    def stop(self) -> None:
-        """Shut down cleanly (SIGTERM), then kill the process if it has not exited in time."""
-        proc, self._proc = self._proc, None
-        if proc is None:
-            return
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=self.stop_timeout_s)
-            except subprocess.TimeoutExpired:
-                log.warning(
-                    "Apache Kafka pid %d ignored SIGTERM for %.0f s; killing it",
-                    proc.pid,
-                    self.stop_timeout_s,
-                )
-                proc.kill()
-                proc.wait(timeout=self.stop_timeout_s)
-        deadline = time.monotonic() + self.stop_timeout_s
-        while any(port_open(self.host, p) for p in self.ports.values()):
-            if time.monotonic() > deadline:
-                break
-            time.sleep(0.05)
-        log.info("stopped Apache Kafka pid %d (%s)", proc.pid, self.bootstrap_servers)
-
-    def kill(self) -> None:
-        """Kill the process at once (SIGKILL), as a crash would."""
-        if self._proc is not None and self._proc.poll() is None:
-            self._proc.kill()
-            self._proc.wait(timeout=self.stop_timeout_s)
-        self.stop()
-
-    def restart(self) -> None:
-        """Stop and start again with the same ports and data directory."""
-        self.stop()
-        self.start()
-
-    def close(self) -> None:
-        """Stop, and delete the data directory if this server created it (killed at once then:
-        nothing of it is kept)."""
-        if self._owns_data_dir:
-            self.kill()
-            shutil.rmtree(self.data_dir, ignore_errors=True)
-        else:
-            self.stop()
-
-    def __enter__(self) -> KafkaServer:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        with contextlib.suppress(Exception):
-            if self._proc is not None and self._proc.poll() is None:
-                self._proc.kill()
 
 
 BROKER_KINDS = ("kafka", "noida")
