@@ -14,7 +14,7 @@ from types import TracebackType
 from typing import Any, Literal
 
 from lakesink.errors import ConfigError, KafkaAuthorizationError, KafkaError
-from lakesink.kafka.security import ClientErrors, new_client, not_authorized
+from lakesink.kafka.security import ClientErrors, new_client, not_authorized, one_line
 from lakesink.protocol.offsets import TopicPartition
 
 log = logging.getLogger(__name__)
@@ -222,8 +222,11 @@ def _metadata(admin: Any, errors: ClientErrors, timeout_s: float) -> Any:
             admin.poll(0)  # serves the error callback
             errors.raise_failure()
             if time.monotonic() >= deadline:
+                err = e.args[0] if e.args else e
+                reason = one_line(err.str() if hasattr(err, "str") else str(err))
                 raise KafkaError(
-                    f"cannot list topics on {errors.bootstrap}: {e}"
+                    f"cannot list topics on {errors.bootstrap} (kafka.bootstrap.servers) within "
+                    f"{timeout_s:.0f} s: {reason}"
                     + (f" (last error: {errors.last})" if errors.last else "")
                 ) from e
 
