@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 
 from lakesink.errors import CorruptTableError
+from lakesink.extras import require
 from lakesink.protocol.instant import Action, Instant
 from lakesink.protocol.offsets import TopicPartition
 from lakesink.spark import commit_state as keys
@@ -149,7 +150,7 @@ _NO_ROWS = pa.schema(
 
 
 def read_with_hudi_rs(base_path: str) -> pa.Table:
-    import hudi
+    hudi = require("hudi", "reading a table with hudi-rs (the exactly-once audit)")
 
     table = hudi.HudiTableBuilder.from_base_uri(base_path).build()
     batches = table.read(hudi.HudiReadOptions(projection=COORDINATES))

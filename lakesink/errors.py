@@ -126,3 +126,8 @@ class PendingStoreError(LakesinkError):
 
     retriable = True
     exit_code = 9
+
+
+class MissingExtraError(ConfigError):
+    """An optional dependency is not installed; the message names the extra that brings it
+    (`pip install 'lakesink[verify]'`)."""

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Create ./.venv with Python 3.11 and install lakesink with the pinned dependencies of
-# pyproject.toml (EXTRAS="test" adds what the test suite needs). Idempotent.
+# Create ./.venv with Python 3.11 and install lakesink (editable) with the `demo` and `verify`
+# extras the README's commands use, plus EXTRAS (EXTRAS="test" adds what the test suite needs),
+# at the versions requirements/lock.txt pins (scripts/lock.sh regenerates it). Idempotent.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-python3.11}"
@@ -10,7 +11,7 @@ command -v java >/dev/null 2>&1 || { echo "lakesink needs Java 17 (Spark): apt-g
 if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
-spec="."
-[ -n "${EXTRAS:-}" ] && spec=".[${EXTRAS}]"
+extras="demo,verify${EXTRAS:+,${EXTRAS}}"
 .venv/bin/python -m pip install --quiet --disable-pip-version-check --upgrade pip >/dev/null
-.venv/bin/python -m pip install --quiet --disable-pip-version-check -e "$spec"
+.venv/bin/python -m pip install --quiet --disable-pip-version-check \
+  -c requirements/lock.txt -e ".[${extras}]"

@@ -19,14 +19,17 @@ from pathlib import Path
 
 from lakesink.cli.output import say, table
 from lakesink.config import build_config
+from lakesink.extras import require
 
 
 def run_demo(args: argparse.Namespace) -> int:
     from lakesink.cli.ingest import ingest
     from lakesink.cli.verify import audit_config, print_report
-    from lakesink.kafka.embedded_broker import EmbeddedBroker
+    from lakesink.kafka.embedded_broker import EmbeddedBroker, noida_db_binary
     from lakesink.kafka.producer import SAMPLE_EVENT_DDL, produce_sample_events
 
+    require("hudi", "lakesink demo (it reads the table back with hudi-rs)")
+    noida_db_binary()  # the embedded broker: fail before anything starts when it is missing
     table_path = Path(args.dir).resolve() / "demo_events"
     if table_path.exists():
         say(f"lakesink demo: removing the previous demo table {table_path}")
@@ -79,10 +82,10 @@ def run_demo(args: argparse.Namespace) -> int:
 
 
 def show_table(path: str) -> None:
-    import hudi
     import pyarrow as pa
     import pyarrow.compute as pc
 
+    hudi = require("hudi", "lakesink demo (it reads the table back with hudi-rs)")
     t = pa.Table.from_batches(hudi.HudiTableBuilder.from_base_uri(path).build().read())
     say(f"\nhudi-rs reads {t.num_rows:,} rows; per date partition and event type:")
     grouped = t.group_by(["dt", "event_type"]).aggregate([("amount", "sum"), ("event_id", "count")])

@@ -27,7 +27,7 @@ from lakesink.commitlog.store import (
     decide_pre_commit,
     epochs_to_prune,
 )
-from lakesink.errors import ConfigError
+from lakesink.extras import require
 
 if TYPE_CHECKING:
     import psycopg
@@ -36,13 +36,7 @@ log = logging.getLogger(__name__)
 
 
 def _psycopg() -> Any:
-    try:
-        import psycopg
-    except ImportError as e:
-        raise ConfigError(
-            "the PostgreSQL pending-commit store needs psycopg: pip install 'lakesink[postgres]'"
-        ) from e
-    return psycopg
+    return require("psycopg", "the PostgreSQL pending-commit store")
 
 
 def describe_dsn(dsn: str) -> str:

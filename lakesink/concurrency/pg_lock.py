@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from lakesink.concurrency.lock import Clock, Sleep, hold
 from lakesink.errors import ConfigError, LockError
+from lakesink.extras import require
 
 if TYPE_CHECKING:
     import psycopg
@@ -44,13 +45,7 @@ def describe_dsn(dsn: str) -> str:
 
 
 def _psycopg() -> Any:
-    try:
-        import psycopg
-    except ImportError as e:
-        raise ConfigError(
-            "lock.provider=postgres needs psycopg: pip install 'lakesink[postgres]'"
-        ) from e
-    return psycopg
+    return require("psycopg", "lock.provider=postgres")
 
 
 _HOLDS_SQL = (

@@ -17,6 +17,7 @@ from importlib.util import find_spec
 from pathlib import Path
 
 from lakesink.errors import ConfigError, KafkaError
+from lakesink.extras import is_installed, missing
 from lakesink.kafka.broker_process import (
     LOG_FILE_NAME,
     BrokerProcess,
@@ -47,11 +48,10 @@ def noida_db_binary() -> Path:
     if override:
         path = Path(override)
     else:
-        spec = find_spec("noida_db")
+        spec = find_spec("noida_db") if is_installed("noida_db") else None
         if spec is None or spec.origin is None:
-            raise ConfigError(
-                "the embedded broker needs the 'noida-db' package (pip install noida-db==0.2.3), "
-                f"or set {BINARY_ENV} to the noida-db executable"
+            raise missing(
+                "noida_db", f"the embedded broker (or {BINARY_ENV} set to the noida-db executable)"
             )
         path = Path(spec.origin).parent / "noida-db"
     if not path.is_file() or not os.access(path, os.X_OK):

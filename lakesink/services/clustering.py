@@ -173,7 +173,7 @@ def _all(plan: ClusteringPlan) -> list[FileSlice]:
 
 
 def _read_rows(table: HudiTable, slices: Sequence[FileSlice]) -> pa.Table:
-    parts = [pq.read_table(table.base_path / s.path) for s in slices]
+    parts = [pq.read_table(table.base_path / s.path, partitioning=None) for s in slices]
     rows = pa.concat_tables(parts, promote_options="default")
     order = pc.sort_indices(
         rows,

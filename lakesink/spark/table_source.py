@@ -59,7 +59,7 @@ class TableBatchReader(DataSourceReader):
         import pyarrow.parquet as pq
 
         assert isinstance(partition, BaseFilePartition)
-        table = pq.read_table(partition.path)
+        table = pq.read_table(partition.path, partitioning=None)
         yield from table.cast(self.schema).to_batches(max_chunksize=65_536)
 
 

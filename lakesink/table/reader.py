@@ -144,7 +144,7 @@ class TableReader:
         for s in chosen:
             path = self.table.base_path / s.path
             try:
-                t = pq.read_table(path)
+                t = pq.read_table(path, partitioning=None)  # pyarrow 18 adds col=value folders
             except FileNotFoundError:
                 raise CorruptTableError(
                     f"base file {path} of instant {s.instant_time} is missing; the table "

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Build the wheel and sdist with `python -m build` (build pinned below, in a venv cached under
+# $LAKESINK_CACHE/build-venv) into dist/, fail on any warning of the build, then install the
+# wheel into a new, empty venv with nothing but `pip install dist/lakesink-*.whl[demo,verify]`
+# and run a small `lakesink demo` there, outside the checkout (so nothing is imported from it).
+# pip's own cache keeps the second and later installs fast.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+CACHE="${LAKESINK_CACHE:-$PWD/.cache}"
+BUILD_VERSION=1.6.1
+PYTHON="${PYTHON:-python3.11}"
+command -v "$PYTHON" >/dev/null 2>&1 || PYTHON=python3
+bvenv="$CACHE/build-venv"
+if [ "$(cat "$bvenv/.lakesink-stamp" 2>/dev/null || true)" != "build==$BUILD_VERSION" ]; then
+  rm -rf "$bvenv"
+  "$PYTHON" -m venv "$bvenv"
+  "$bvenv/bin/python" -m pip install --quiet --disable-pip-version-check "build==$BUILD_VERSION"
+  echo "build==$BUILD_VERSION" > "$bvenv/.lakesink-stamp"
+fi
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+rm -rf dist
+t0=$SECONDS
+"$bvenv/bin/python" -m build --outdir dist . > "$work/build.log" 2>&1 \
+  || { cat "$work/build.log" >&2; echo "check-wheel: python -m build failed" >&2; exit 1; }
+if grep -inE "warn" "$work/build.log" >&2; then
+  echo "check-wheel: the build printed warnings (above)" >&2
+  exit 1
+fi
+wheel="$(ls dist/lakesink-*.whl)"
+ls dist/lakesink-*.tar.gz >/dev/null
+echo "check-wheel: built $(basename "$wheel") and the sdist in $((SECONDS - t0))s, no warnings"
+t0=$SECONDS
+"$PYTHON" -m venv "$work/venv"
+"$work/venv/bin/python" -m pip install --quiet --disable-pip-version-check "$PWD/${wheel}[demo,verify]"
+echo "check-wheel: installed into a clean venv in $((SECONDS - t0))s"
+t0=$SECONDS
+(cd "$work" && PATH="$work/venv/bin:$PATH" PYSPARK_PYTHON="$work/venv/bin/python" \
+  "$work/venv/bin/lakesink" demo --events 5000 --partitions 2 --dir "$work/lake" > "$work/demo.log" 2>&1) \
+  || { cat "$work/demo.log" >&2; echo "check-wheel: lakesink demo failed from the wheel" >&2; exit 1; }
+"$work/venv/bin/python" -c "import lakesink, sys; assert '$PWD' not in lakesink.__file__, lakesink.__file__"
+echo "check-wheel: lakesink demo from the wheel passed its audit in $((SECONDS - t0))s"
