@@ -3,6 +3,7 @@
 # $LAKESINK_CACHE/build-venv) into dist/, fail on any warning of the build, then install the
 # wheel into a new, empty venv with nothing but `pip install dist/lakesink-*.whl[demo,verify]`
 # and run a small `lakesink demo` there, outside the checkout (so nothing is imported from it).
+# (PYTHONDONTWRITEBYTECODE is unset for the build: setuptools warns that it skips byte-compiling.)
 # pip's own cache keeps the second and later installs fast.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,7 +22,7 @@ work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 rm -rf dist
 t0=$SECONDS
-"$bvenv/bin/python" -m build --outdir dist . > "$work/build.log" 2>&1 \
+env -u PYTHONDONTWRITEBYTECODE "$bvenv/bin/python" -m build --outdir dist . > "$work/build.log" 2>&1 \
   || { cat "$work/build.log" >&2; echo "check-wheel: python -m build failed" >&2; exit 1; }
 if grep -inE "warn" "$work/build.log" >&2; then
   echo "check-wheel: the build printed warnings (above)" >&2
@@ -38,5 +39,5 @@ t0=$SECONDS
 (cd "$work" && PATH="$work/venv/bin:$PATH" PYSPARK_PYTHON="$work/venv/bin/python" \
   "$work/venv/bin/lakesink" demo --events 5000 --partitions 2 --dir "$work/lake" > "$work/demo.log" 2>&1) \
   || { cat "$work/demo.log" >&2; echo "check-wheel: lakesink demo failed from the wheel" >&2; exit 1; }
-"$work/venv/bin/python" -c "import lakesink, sys; assert '$PWD' not in lakesink.__file__, lakesink.__file__"
+(cd "$work" && "$work/venv/bin/python" -c "import lakesink; assert '$PWD' not in lakesink.__file__, lakesink.__file__")
 echo "check-wheel: lakesink demo from the wheel passed its audit in $((SECONDS - t0))s"

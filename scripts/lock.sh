@@ -26,3 +26,11 @@ common=(--quiet --python-version 3.11 --universal --custom-compile-command "bash
   -o requirements/lock.txt
 "$tools/bin/uv" pip compile pyproject.toml "${common[@]}" --resolution lowest-direct \
   --extra test -o requirements/lock-oldest.txt
+# Record what the locks were resolved from; tests/unit/test_packaging.py recomputes it.
+digest="$("$PYTHON" -c 'import hashlib, json, tomllib
+p = tomllib.load(open("pyproject.toml", "rb"))["project"]
+keys = ("requires-python", "dependencies", "optional-dependencies")
+print(hashlib.sha256(json.dumps({k: p.get(k) for k in keys}, sort_keys=True).encode()).hexdigest())')"
+for f in requirements/lock.txt requirements/lock-oldest.txt; do
+  echo "# resolved from pyproject.toml dependencies sha256 $digest" >> "$f"
+done

@@ -4,6 +4,8 @@ lower bound (what scripts/check-oldest.sh proves in CI)."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import tomllib
 from pathlib import Path
 
@@ -81,3 +83,15 @@ def test_oldest_lock_pins_every_direct_dependency_at_its_lower_bound() -> None:
             f"lock-oldest.txt pins {req.name}=={pinned}, not the lower bound of {req}: "
             "run bash scripts/lock.sh"
         )
+
+
+@pytest.mark.parametrize("name", ["lock.txt", "lock-oldest.txt"])
+def test_locks_were_resolved_from_the_current_dependencies(name: str) -> None:
+    keys = ("requires-python", "dependencies", "optional-dependencies")
+    canonical = json.dumps({k: PROJECT.get(k) for k in keys}, sort_keys=True)
+    digest = hashlib.sha256(canonical.encode()).hexdigest()
+    lock = (ROOT / "requirements" / name).read_text()
+    assert f"# resolved from pyproject.toml dependencies sha256 {digest}" in lock, (
+        f"pyproject.toml's dependencies changed since requirements/{name} was resolved: "
+        "run bash scripts/lock.sh"
+    )
