@@ -88,8 +88,8 @@ TROUBLESHOOTING: dict[str, Remedy] = {
     "CorruptTableError": Remedy(
         "a timeline or commit file that cannot be parsed, or a file a completed instant "
         "references is missing (deleted by hand or by another tool)",
-        "do not delete files under the table by hand; restore the missing file or roll the "
-        "instant back with `lakesink table rollback PATH --instant TIME`",
+        "do not delete files under the table by hand; restore the missing file from a copy; "
+        "`lakesink table timeline PATH` and `lakesink verify` show what is affected",
     ),
     "SchemaMismatchError": Remedy(
         "the rows of a batch do not fit the table's schema (a changed `value.schema` or "
@@ -117,10 +117,10 @@ TROUBLESHOOTING: dict[str, Remedy] = {
         "restart: recovery looks for the commit id in the timeline before anything is rolled back",
     ),
     "OffsetError": Remedy(
-        "committed offsets would move backwards, leave a gap or overlap: a changed "
-        "`writer.id`, a reused checkpoint of another table, or a topic that was re-created",
-        "keep `writer.id` and the checkpoint location with the table; for a re-created topic "
-        "start a new writer id",
+        "Spark's checkpoint and the table disagree about a writer's offsets (a checkpoint of "
+        "another table or writer, a table restored from an older copy), or a re-created topic",
+        "keep `writer.id` and `checkpoint.location` with the table; deleting the checkpoint is "
+        "safe (offsets come from the table); for a re-created topic start a new `writer.id`",
     ),
     "DataLossError": Remedy(
         "retention or `DeleteRecords` removed records below the writer's committed offsets "
