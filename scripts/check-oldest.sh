@@ -18,16 +18,17 @@ if [ "$(cat "$venv/.lakesink-stamp" 2>/dev/null || true)" != "$want" ]; then
   "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -r requirements/lock-oldest.txt
   echo "$want" > "$venv/.lakesink-stamp"
 fi
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
 # lakesink itself from this checkout, no dependency resolution (the lock has them all)
-"$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps -e . 2>/dev/null
+"$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps -e . \
+  > "$work/install.log" 2>&1 || { cat "$work/install.log" >&2; exit 1; }
 "$venv/bin/python" - <<'PY'
 import importlib.metadata as md
 print("check-oldest:", ", ".join(f"{d} {md.version(d)}" for d in (
     "pyspark", "pyarrow", "pandas", "confluent-kafka", "fastavro", "pyyaml", "hudi", "noida-db")))
 PY
 "$venv/bin/python" -m pytest -q -p no:cacheprovider tests/unit -x
-work="$(mktemp -d)"
-trap 'rm -rf "$work"' EXIT
 PATH="$venv/bin:$PATH" PYSPARK_PYTHON="$venv/bin/python" \
   "$venv/bin/lakesink" demo --events 5000 --partitions 2 --dir "$work/lake" > "$work/demo.log" 2>&1 \
   || { cat "$work/demo.log" >&2; echo "check-oldest: lakesink demo failed on the oldest pins" >&2; exit 1; }
