@@ -36,12 +36,15 @@ class S3Server:
     access_key_id = "lakesink-test-key"
     secret_access_key = "lakesink-test-secret"
 
-    def __init__(self, log_dir: Path | None = None) -> None:
+    def __init__(self, log_dir: Path | None = None, *, authenticate: bool = False) -> None:
+        """`authenticate=True` makes moto check every request's credentials (moto's IAM
+        mode): unknown access keys are refused with 403, like a real store."""
         self.port = free_port()
         self.host = "127.0.0.1"
         self._proc: subprocess.Popen[bytes] | None = None
         self._log_dir = log_dir
         self._tag = uuid.uuid4().hex[:8]
+        self._authenticate = authenticate
 
     @property
     def endpoint_url(self) -> str:
@@ -61,6 +64,8 @@ class S3Server:
         )
         env = dict(os.environ)
         env.setdefault("MOTO_ALLOW_NONEXISTENT_REGION", "true")
+        if self._authenticate:
+            env["INITIAL_NO_AUTH_ACTION_COUNT"] = "0"
         self._proc = subprocess.Popen(
             [sys.executable, "-m", "moto.server", "-H", self.host, "-p", str(self.port)],
             stdout=log,
