@@ -42,6 +42,7 @@ __all__ = [
     "Storage",
     "StorageError",
     "StorageUnsupportedError",
+    "as_storage",
     "is_remote_uri",
     "join",
     "open_storage",
@@ -88,6 +89,13 @@ def options_from_config(config: Mapping[str, Any] | None) -> ObjectStoreOptions:
         connect_timeout_s=float(get("storage.connect.timeout.s", d.connect_timeout_s)),
         request_timeout_s=float(get("storage.request.timeout.s", d.request_timeout_s)),
     )
+
+
+def as_storage(where: Storage | str | Path) -> Storage:
+    """`where` as a Storage: a Storage as is, a path or URI opened with default options."""
+    if isinstance(where, Storage):
+        return where
+    return open_storage(where)
 
 
 def open_storage(
