@@ -6,6 +6,7 @@ configuration keys (`storage.s3.*`)."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -91,11 +92,13 @@ def options_from_config(config: Mapping[str, Any] | None) -> ObjectStoreOptions:
     )
 
 
-def as_storage(where: Storage | str | Path) -> Storage:
+def as_storage(where: Storage | str | os.PathLike[str]) -> Storage:
     """`where` as a Storage: a Storage as is, a path or URI opened with default options."""
     if isinstance(where, Storage):
         return where
-    return open_storage(where)
+    if isinstance(where, str):
+        return open_storage(where)
+    return LocalStorage(os.fspath(where))
 
 
 def open_storage(
