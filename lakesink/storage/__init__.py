@@ -74,12 +74,18 @@ def options_from_config(config: Mapping[str, Any] | None) -> ObjectStoreOptions:
         v = c.get(key)
         return default if v is None else v
 
+    def flag(key: str) -> bool:
+        v = c.get(key)
+        if isinstance(v, str):
+            return v.strip().lower() in ("true", "1", "yes", "on")
+        return bool(v)
+
     d = ObjectStoreOptions()
     return ObjectStoreOptions(
         endpoint=get("storage.s3.endpoint", None),
         region=get("storage.s3.region", None),
-        allow_http=bool(get("storage.s3.allow.http", False)),
-        path_style=bool(get("storage.s3.path.style", False)),
+        allow_http=flag("storage.s3.allow.http"),
+        path_style=flag("storage.s3.path.style"),
         access_key_id=_reveal(c.get("storage.s3.access.key.id")),
         secret_access_key=_reveal(c.get("storage.s3.secret.access.key")),
         session_token=_reveal(c.get("storage.s3.session.token")),

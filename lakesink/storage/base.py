@@ -144,6 +144,10 @@ class Storage(abc.ABC):
         _, root = self.arrow()
         return f"{root}/{key}" if key else root
 
+    def reader_options(self) -> dict[str, str]:
+        """Storage options for other readers of the table (hudi-rs); none for local tables."""
+        return {}
+
     @abc.abstractmethod
     def probe(self) -> None:
         """Check at start that the store is reachable and honours conditional writes;

@@ -125,6 +125,26 @@ class ObjectStoreStorage(Storage):
     def options(self) -> ObjectStoreOptions:
         return self._options
 
+    def reader_options(self) -> dict[str, str]:
+        """object_store configuration for other readers of the table (hudi-rs): the endpoint,
+        region and credentials. Holds secrets: hand it to a client, never log it."""
+        o = self._options
+        if split_uri(self._uri)[0] not in ("s3", "s3a"):
+            return {}
+        out = {"aws_allow_http": "true" if o.allow_http else "false"}
+        for name, value in (
+            ("aws_endpoint_url", o.endpoint),
+            ("aws_region", o.region),
+            ("aws_access_key_id", o.access_key_id),
+            ("aws_secret_access_key", o.secret_access_key),
+            ("aws_session_token", o.session_token),
+        ):
+            if value:
+                out[name] = value
+        if o.endpoint or o.path_style:
+            out["aws_virtual_hosted_style_request"] = "false"
+        return out
+
     def _url(self, key: str) -> str:
         return f"{self._uri}/{key}" if key else self._uri
 

@@ -22,6 +22,7 @@ import pyarrow.parquet as pq
 from lakesink.errors import CommitError, RecordError, SchemaMismatchError
 from lakesink.protocol.instant import InstantTime
 from lakesink.protocol.write_status import FileWrite
+from lakesink.storage import Storage
 from lakesink.table.avro_schema import (
     META_COLUMNS,
     avro_schema_for,
@@ -398,7 +399,7 @@ class PartitionedWriter:
 
     def __init__(
         self,
-        table: HudiTable | str | Path,
+        table: HudiTable | str | Path | Storage,
         instant_time: InstantTime | str,
         write_token: str,
         *,
