@@ -7,13 +7,16 @@ so the object-store storage, the lease lock and hudi-rs are tested against a rea
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 import uuid
 from pathlib import Path
@@ -45,6 +48,7 @@ class S3Server:
         self._log_dir = log_dir
         self._tag = uuid.uuid4().hex[:8]
         self._authenticate = authenticate
+        self._recording = Path(tempfile.gettempdir()) / f"moto-recording-{self._tag}.jsonl"
 
     @property
     def endpoint_url(self) -> str:
@@ -66,6 +70,7 @@ class S3Server:
         env.setdefault("MOTO_ALLOW_NONEXISTENT_REGION", "true")
         if self._authenticate:
             env["INITIAL_NO_AUTH_ACTION_COUNT"] = "0"
+        env["MOTO_RECORDER_FILEPATH"] = str(self._recording)
         self._proc = subprocess.Popen(
             [sys.executable, "-m", "moto.server", "-H", self.host, "-p", str(self.port)],
             stdout=log,
@@ -95,6 +100,38 @@ class S3Server:
         except subprocess.TimeoutExpired:
             os.kill(proc.pid, signal.SIGKILL)
             proc.wait(timeout=10)
+
+    def _api(self, path: str, method: str = "POST") -> bytes:
+        req = urllib.request.Request(self.endpoint_url + path, method=method)
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return bytes(r.read())
+
+    def start_recording(self) -> None:
+        """Record every S3 request from now on (moto's recorder)."""
+        self._api("/moto-api/recorder/reset-recording")
+        self._api("/moto-api/recorder/start-recording")
+
+    def stop_recording(self, bucket: str | None = None) -> list[tuple[str, str]]:
+        """Stop recording; the (kind, path) of each request recorded, kind one of LIST, GET,
+        HEAD, PUT, POST, DELETE; only those of `bucket` when given."""
+        self._api("/moto-api/recorder/stop-recording")
+        text = self._api("/moto-api/recorder/download-recording", "GET").decode()
+        out: list[tuple[str, str]] = []
+        for line in text.splitlines():
+            if not line.strip():
+                continue
+            entry = json.loads(line)
+            url = urllib.parse.urlsplit(entry["url"])
+            if bucket is not None and not url.path.lstrip("/").startswith(bucket):
+                continue
+            query = urllib.parse.parse_qs(url.query, keep_blank_values=True)
+            kind = entry["method"]
+            if kind == "GET" and (
+                "list-type" in query or "prefix" in query or url.path.rstrip("/").count("/") <= 1
+            ):
+                kind = "LIST"
+            out.append((kind, url.path))
+        return out
 
     def client(self) -> Any:
         """A boto3 S3 client for this server (boto3 comes with moto)."""

@@ -221,9 +221,11 @@ class FileLease:
                 f"it expires at {self._expires_at:.3f} and only {self._expires_at - now:.3f}s "
                 f"are left (safety margin {margin}s)"
             )
-        successor = p._newer_than(self.seq)
-        if successor is not None:
-            return f"lease {successor} was taken after it"
+        # Leases are numbered one after the other and a successor is only taken once this one
+        # ran out, so lease seq+1 is the one to look for: one HEAD, no LIST (the newest-lease
+        # listing was done when this lease was taken).
+        if p.storage.exists(p._lease_key(self.seq + 1)):
+            return f"lease {self.seq + 1} was taken after it"
         if not p.storage.exists(p._lease_key(self.seq)):
             return "its lease file is gone"
         return None
@@ -524,8 +526,8 @@ class FileLockProvider:
     def _prune(self, newest: int) -> None:
         """Delete the files of leases far older than `newest`; nobody can hold them."""
         floor = newest - self.keep_leases
-        if floor <= 0:
-            return
+        if floor <= 0 or newest % max(1, self.keep_leases // 2):
+            return  # pruning lists the lock folder: every keep_leases/2 leases is enough
         try:
             names = self._names()
             old = [n for n in names if (h := n.split(".", 1)[0]).isdigit() and int(h) < floor]

@@ -49,10 +49,12 @@ def last_commit_of(timeline: Timeline, writer_id: str) -> tuple[Instant, WriterO
     return None
 
 
-def committed_offsets(table: HudiTable, writer_id: str) -> WriterOffsets:
+def committed_offsets(
+    table: HudiTable, writer_id: str, timeline: Timeline | None = None
+) -> WriterOffsets:
     """From the newest active commit of the writer, else from the archive's index of writers
-    (archival moved its last commit away)."""
-    found = last_commit_of(table.timeline(), writer_id)
+    (archival moved its last commit away). `timeline`: a snapshot just taken (saves a LIST)."""
+    found = last_commit_of(timeline or table.timeline(), writer_id)
     if found:
         return found[1]
     from lakesink.services.archival import archived_offsets

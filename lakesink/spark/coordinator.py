@@ -286,7 +286,7 @@ class Coordinator:
                 log.info("table %s: instant %s is already published", self.table.config.name, t)
                 return BatchOutcome(prepared.batch_id, Verdict.ALREADY_COMMITTED, t)
             self.services.check_alive(self.table, t)
-            fresh = keys.committed_offsets(self.table, self.writer_id)
+            fresh = keys.committed_offsets(self.table, self.writer_id, timeline)
             if fresh != prepared.base_offsets:
                 raise CommitError(
                     f"writer {self.writer_id}'s committed offsets changed under instant {t} "
@@ -295,7 +295,7 @@ class Coordinator:
                 )
             self._check_conflicts(t, {w.path for w in prepared.metadata.writes})
             instant = Instant(t, Action.COMMIT, State.INFLIGHT)
-            self.table.timeline().publish(instant, prepared.metadata)
+            timeline.publish(instant, prepared.metadata, snapshot_is_fresh=True)  # under the lock
         publish_s = time.perf_counter() - started
         crash_point("after-publish")
         self.services.stop_heartbeat(self.table, t)

@@ -361,15 +361,22 @@ class Timeline:
         instant: Instant,
         metadata: CommitMetadata,
         completion_time: InstantTime | None = None,
+        *,
+        snapshot_is_fresh: bool = False,
     ) -> Instant:
         """Write the completed file of a commit or replacecommit atomically (never partial,
-        never empty, never twice). Returns the completed instant."""
+        never empty, never twice). Returns the completed instant. `snapshot_is_fresh`: this
+        timeline was listed just now, under the lock: it is not listed again before publishing
+        (one LIST less per commit on an object store)."""
         if not instant.action.writes_data:
             raise CommitError(f"publish() completes commits and replacecommits, not {instant}")
         if instant.action is Action.COMMIT and metadata.replaced_file_ids:
             raise CommitError(f"{instant}: only a replacecommit may replace file groups")
         return self._complete(
-            instant, metadata.to_bytes(self.layout, instant.action), completion_time
+            instant,
+            metadata.to_bytes(self.layout, instant.action),
+            completion_time,
+            snapshot_is_fresh=snapshot_is_fresh,
         )
 
     def complete_rollback(
@@ -383,9 +390,14 @@ class Timeline:
         return self._complete(instant, metadata.to_bytes(), completion_time)
 
     def _complete(
-        self, instant: Instant, content: bytes, completion_time: InstantTime | None
+        self,
+        instant: Instant,
+        content: bytes,
+        completion_time: InstantTime | None,
+        *,
+        snapshot_is_fresh: bool = False,
     ) -> Instant:
-        fresh = Timeline.load(self.storage, self.layout)
+        fresh = self if snapshot_is_fresh else Timeline.load(self.storage, self.layout)
         current = fresh.get(instant.time)
         if current is None or current.action is not instant.action:
             raise CommitError(

@@ -47,3 +47,48 @@ def test_s3_ingest_once_then_resume_is_exactly_once_for_hudi_rs_and_lakesink_rea
     table = HudiTable.open(cfg.table_storage)
     assert table.timeline().completed() and not table.timeline().inflight_or_requested()
     assert not (tmp_path / "t").exists()  # nothing of the table on local disk
+
+
+def _per_commit(requests: list[tuple[str, str]], commits: int) -> dict[str, float]:
+    kinds = ("LIST", "GET", "HEAD", "PUT", "POST", "DELETE")
+    return {k: round(sum(1 for kind, _ in requests if kind == k) / commits, 1) for k in kinds}
+
+
+def test_s3_requests_per_commit_do_not_grow_with_the_timeline(
+    spark: Any,
+    kafka_bootstrap: str,
+    topic_factory: Callable[[str], str],
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+    s3_server: S3Server,
+) -> None:
+    """Two recorded runs of the same number of commits, the second on a table with more
+    commits: LIST requests per commit stay flat (the timeline is listed, never data folders)."""
+    where = table_at("s3", tmp_path, request)
+    bucket = where.path.split("/")[2]
+    topic = topic_factory("reqs")
+    produce_sample_events(kafka_bootstrap, topic, 100, 2)
+    cfg = ingest_config(
+        kafka_bootstrap,
+        topic,
+        where.path,  # type: ignore[arg-type]
+        kafka__max__records__per__batch=50,
+        **where.overrides,
+    )
+    run_ingestion(cfg, spark)  # creates the table; not recorded
+    figures = []
+    for run in range(2):
+        produce_sample_events(
+            kafka_bootstrap, topic, 300, 2, first_event_id=100 + 300 * run, create=False
+        )
+        before = len(HudiTable.open(cfg.table_storage).timeline().completed())
+        s3_server.start_recording()
+        assert run_ingestion(cfg, spark).records == 300
+        recorded = s3_server.stop_recording(bucket)
+        commits = len(HudiTable.open(cfg.table_storage).timeline().completed()) - before
+        assert commits >= 6
+        figures.append({"commits": commits, **_per_commit(recorded, commits)})
+    print("requests per commit:", json.dumps(figures))  # the figures the docs quote
+    first, second = figures
+    assert second["LIST"] <= first["LIST"] * 1.25 + 1, figures
+    assert audit_config(cfg).ok
