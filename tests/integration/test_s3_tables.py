@@ -16,6 +16,11 @@ from integration.table_stores import table_at
 from s3_server import S3Server
 
 from lakesink.kafka.producer import produce_sample_events
+from lakesink.services.archival import ArchivePolicy, archive
+from lakesink.services.clean import RetainPolicy, clean
+from lakesink.services.clustering import ClusteringOptions, cluster
+from lakesink.services.host import StandaloneServices
+from lakesink.table.archive import ARCHIVE_KEY
 from lakesink.table.hudi_table import HudiTable
 
 pytestmark = pytest.mark.integration
@@ -27,7 +32,7 @@ def _moto_requests(server: S3Server) -> list[dict[str, Any]]:
         return json.loads(r.read())  # type: ignore[no-any-return]
 
 
-def test_s3_ingest_once_then_resume_is_exactly_once_for_hudi_rs_and_lakesink_reader(
+def test_s3_ingest_resume_then_cluster_clean_archive_with_packs_stays_exactly_once(
     spark: Any,
     kafka_bootstrap: str,
     topic_factory: Callable[[str], str],
@@ -37,7 +42,13 @@ def test_s3_ingest_once_then_resume_is_exactly_once_for_hudi_rs_and_lakesink_rea
     where = table_at("s3", tmp_path, request)
     topic = topic_factory("s3")
     produce_sample_events(kafka_bootstrap, topic, 600, 3)
-    cfg = ingest_config(kafka_bootstrap, topic, where.path, **where.overrides)  # type: ignore[arg-type]
+    cfg = ingest_config(
+        kafka_bootstrap,
+        topic,
+        where.path,  # type: ignore[arg-type]
+        kafka__max__records__per__batch=100,
+        **where.overrides,
+    )
     assert run_ingestion(cfg, spark).records == 600
     produce_sample_events(kafka_bootstrap, topic, 200, 3, first_event_id=600, create=False)
     assert run_ingestion(cfg, spark).records == 200
@@ -45,8 +56,27 @@ def test_s3_ingest_once_then_resume_is_exactly_once_for_hudi_rs_and_lakesink_rea
     assert report.ok, report.problems
     assert report.rows_hudi_rs == report.rows_lakesink == report.kafka_records == 800
     table = HudiTable.open(cfg.table_storage)
-    assert table.timeline().completed() and not table.timeline().inflight_or_requested()
+    commits = table.timeline().completed()
+    assert len(commits) >= 8 and not table.timeline().inflight_or_requested()
     assert not (tmp_path / "t").exists()  # nothing of the table on local disk
+
+    # table services on S3: clustering rewrites the small files, the cleaner deletes the
+    # replaced ones, archival moves old instants into packs; readers and Kafka still agree
+    services = StandaloneServices(cfg.table_storage, writer_id="svc", lock_lease_s=10)
+    clustered = cluster(table, services, ClusteringOptions(min_files=2))
+    assert clustered.files_after < clustered.files_before
+    assert clean(table, services, RetainPolicy(commits=1)).deleted
+    produce_sample_events(kafka_bootstrap, topic, 150, 3, first_event_id=800, create=False)
+    assert run_ingestion(cfg, spark).records == 150
+    policy = ArchivePolicy(min_instants=2, max_instants=3, pack_files=4, pack_fan_in=2)
+    assert archive(table, services, policy).archived
+    packs = [m.key for m in cfg.table_storage.list_prefix(f"{ARCHIVE_KEY}/timeline")]
+    assert any(k.rsplit("/", 1)[-1].startswith("pack-L") for k in packs), packs
+    produce_sample_events(kafka_bootstrap, topic, 50, 3, first_event_id=950, create=False)
+    assert run_ingestion(cfg, spark).records == 50  # resumes from the archived offsets
+    report = audit_config(cfg)
+    assert report.ok, report.problems
+    assert report.rows_hudi_rs == report.rows_lakesink == report.kafka_records == 1000
 
 
 def _per_commit(requests: list[tuple[str, str]], commits: int) -> dict[str, float]:
