@@ -6,6 +6,7 @@ Parquet goes through pyarrow's native filesystems (multipart uploads, ranged rea
 from __future__ import annotations
 
 import logging
+import re
 import uuid
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -82,7 +83,17 @@ def _translate(err: BaseException, what: str, uri: str) -> StorageError:
             f"{what}: the store refused the credentials for {uri} ({name}); check "
             "storage.s3.access.key.id / AWS_ACCESS_KEY_ID and the secret key"
         )
-    if any(w in lowered for w in ("connect", "dns", "timed out", "timeout", "refused")):
+    status = re.search(r"status code: (5\d\d)[^:]*", text)
+    if status is not None:  # the store answered, with an error, until the retries ran out
+        code = re.search(r"<Code>([A-Za-z]+)</Code>", str(err))
+        detail = f"{status.group(0)[13:]}{f' ({code.group(1)})' if code else ''}"
+        return StorageError(
+            f"{what}: the store for {uri} kept answering {detail} (after retries); "
+            "try again later, or raise storage.retry.max / storage.retry.timeout.s"
+        )
+    if any(w in lowered for w in ("connect", "dns", "timed out", "refused")) or (
+        "timeout" in lowered.replace("retry_timeout", "")
+    ):
         return StorageError(
             f"{what}: cannot reach the store for {uri} (after retries): {text[:200]}; check "
             "storage.s3.endpoint and the network"
