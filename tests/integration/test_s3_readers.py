@@ -5,14 +5,19 @@ reads."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from integration.conftest import audit_config, ingest_config, run_ingestion
+from integration.table_stores import table_at
 from integration.test_hudi_rs_compat import build_table
 from interop.compare import Query, Remote, check_tables, plan_reads
 from interop.java_hudi import JavaHudi
 from s3_server import S3Server
+
+from lakesink.kafka.producer import produce_sample_events
 
 pytestmark = pytest.mark.integration
 
@@ -73,5 +78,35 @@ def test_java_hudi_via_s3a_and_hudi_rs_via_s3_read_uploaded_tables_as_lakesink_r
             remote.storage_options,
         )
         queries += _some(plan_reads(local, remote=at), wanted)
+    problems = check_tables(java_hudi, queries)
+    assert problems == [], "\n".join(problems)
+
+
+def test_java_hudi_via_s3a_and_hudi_rs_read_a_table_lakesink_ingested_into_s3(
+    java_hudi: JavaHudi,
+    spark: Any,
+    kafka_bootstrap: str,
+    topic_factory: Callable[[str], str],
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+    s3_server: S3Server,
+) -> None:
+    where = table_at("s3", tmp_path, request)
+    topic = topic_factory("s3read")
+    produce_sample_events(kafka_bootstrap, topic, 300, 3)
+    cfg = ingest_config(
+        kafka_bootstrap,
+        topic,
+        where.path,  # type: ignore[arg-type]
+        kafka__max__records__per__batch=100,
+        **where.overrides,
+    )
+    assert run_ingestion(cfg, spark).records == 300
+    report = audit_config(cfg)
+    assert report.ok and report.rows_lakesink == report.kafka_records == 300, report.problems
+    bucket, prefix = where.path.removeprefix("s3://").split("/", 1)
+    remote = remote_readers(java_hudi, s3_server, bucket, prefix)
+    queries = plan_reads(cfg.table_storage, remote=remote)
+    queries = _some(queries, ("snapshot", "snapshot, metadata table off", "as of", "incremental"))
     problems = check_tables(java_hudi, queries)
     assert problems == [], "\n".join(problems)

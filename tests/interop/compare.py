@@ -20,6 +20,7 @@ import pyarrow as pa
 from interop.java_hudi import JavaHudi, JavaHudiError, Read, Sql
 
 from lakesink.protocol.instant import TimelineLayout
+from lakesink.storage.base import Storage
 from lakesink.table.hudi_table import HudiTable
 from lakesink.table.reader import TableReader
 
@@ -63,13 +64,14 @@ def _hudi_rs(
 
 
 def plan_reads(
-    path: Path, *, incremental_pairs: bool = True, remote: Remote | None = None
+    path: Path | Storage, *, incremental_pairs: bool = True, remote: Remote | None = None
 ) -> list[Query]:
     """Every query the interop check runs on the table at `path`; with `remote`, Java Hudi and
     hudi-rs read the copy of the table there while lakesink's reader reads `path`."""
     table = HudiTable.open(path)
     reader = TableReader(table)
-    p = table.base_path
+    # a table on an object store is named by its last path segment
+    p = Path(table.uri.rsplit("/", 1)[-1]) if remote is not None else table.base_path
     jp: Path | str = remote.java_uri if remote is not None else p
     rp: Path | str = remote.hudi_rs_uri if remote is not None else p
     so = remote.storage_options if remote is not None else None
@@ -151,7 +153,7 @@ def _first_start(table: HudiTable) -> str:
     """The earliest start an incremental read accepts: the epoch, or where the archive ends."""
     from lakesink.table.archive import load_archived_view
 
-    archived = load_archived_view(table.base_path)
+    archived = load_archived_view(table.storage)
     if archived is None:
         return EPOCH
     v2 = table.layout is TimelineLayout.V2
