@@ -132,7 +132,7 @@ def test_s3_fault_outlasting_the_retries_ends_in_one_line_and_the_next_run_is_ex
     _assert_exactly_once(direct, 500)
 
 
-def test_s3_publish_whose_response_is_lost_is_recognised_and_never_published_twice(
+def test_s3_publish_whose_response_is_lost_fails_the_run_and_the_next_run_replays_it_once(
     spark: Any,
     kafka_bootstrap: str,
     topic_factory: Callable[[str], str],
