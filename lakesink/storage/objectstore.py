@@ -215,7 +215,6 @@ class ObjectStoreStorage(Storage):
             if scheme in ("s3", "s3a"):
                 o = self._options
                 kwargs: dict[str, Any] = {
-                    "region": o.region or "us-east-1",
                     "connect_timeout": o.connect_timeout_s,
                     "request_timeout": o.request_timeout_s,
                     "retry_strategy": pafs.AwsStandardS3RetryStrategy(
@@ -223,6 +222,8 @@ class ObjectStoreStorage(Storage):
                     ),
                     "check_directory_existence_before_creation": False,
                 }
+                if o.region:  # else pyarrow resolves it like the AWS SDK does
+                    kwargs["region"] = o.region
                 if o.endpoint:
                     parts = urlsplit(o.endpoint)
                     kwargs["endpoint_override"] = parts.netloc or o.endpoint
