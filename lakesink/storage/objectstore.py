@@ -303,7 +303,9 @@ class ObjectStoreStorage(Storage):
             if isinstance(err, ObjectNotFoundError):
                 return None
             raise err from None
-        return ObjectMeta(key, int(m["size"]), str(m.get("e_tag") or ""))
+        modified = m.get("last_modified")
+        stamp = modified.timestamp() if modified is not None else 0.0
+        return ObjectMeta(key, int(m["size"]), str(m.get("e_tag") or ""), stamp)
 
     def list_prefix(self, prefix: str) -> list[ObjectMeta]:
         import obstore
