@@ -778,7 +778,7 @@ def storage_settings(environ: Mapping[str, str] | None = None) -> dict[str, Any]
             continue
         key = KEYS_BY_NAME[name]
         try:
-            out[name] = key.parse(raw)
+            out[name] = security.resolve_secret(raw, environ) if key.secret else key.parse(raw)
         except (ValueError, TypeError) as e:
             shown = MASK if key.secret else repr(raw)
             raise ConfigError(f"{name}={shown} is not valid: {e}") from None

@@ -65,14 +65,14 @@ def operation_of(instant: Instant, md: CommitMetadata) -> Operation:
 
 
 def _mtime(timeline: Timeline, instant: Instant) -> float | None:
-    """When a local timeline file was written; None on an object store (then the instant
-    counts as completed after: more checks, never fewer)."""
-    if not timeline.storage.is_local:
-        return None
-    try:
-        return os.stat(timeline.path_of(instant)).st_mtime
-    except FileNotFoundError:
-        return None
+    """When a timeline file was written (the file's or the object's modification time)."""
+    if timeline.storage.is_local:
+        try:
+            return os.stat(timeline.path_of(instant)).st_mtime
+        except FileNotFoundError:
+            return None
+    meta = timeline.storage.head(timeline.key_of(instant))
+    return meta.modified if meta is not None and meta.modified else None
 
 
 def completed_after(timeline: Timeline, began: InstantTime, other: Instant) -> bool:

@@ -48,6 +48,7 @@ __all__ = [
     "join",
     "open_storage",
     "options_from_config",
+    "settings_from_env",
 ]
 
 
@@ -98,6 +99,38 @@ def options_from_config(config: Mapping[str, Any] | None) -> ObjectStoreOptions:
     )
 
 
+_STORAGE_KEYS = (
+    "storage.s3.endpoint",
+    "storage.s3.region",
+    "storage.s3.allow.http",
+    "storage.s3.path.style",
+    "storage.s3.access.key.id",
+    "storage.s3.secret.access.key",
+    "storage.s3.session.token",
+    "storage.retry.max",
+    "storage.retry.timeout.s",
+    "storage.retry.backoff.initial.s",
+    "storage.retry.backoff.max.s",
+    "storage.connect.timeout.s",
+    "storage.request.timeout.s",
+)
+
+
+def settings_from_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The storage.* settings of the environment (`LAKESINK_STORAGE_S3_ENDPOINT`, ...): what a
+    table path opened without a configuration uses. `env:NAME` values are read from NAME."""
+    env = os.environ if environ is None else environ
+    out: dict[str, str] = {}
+    for key in _STORAGE_KEYS:
+        value = env.get("LAKESINK_" + key.upper().replace(".", "_"))
+        if value is None:
+            continue
+        if value.startswith("env:") and value[4:] in env:
+            value = env[value[4:]]
+        out[key] = value
+    return out
+
+
 def as_storage(where: Storage | str | os.PathLike[str]) -> Storage:
     """`where` as a Storage: a Storage as is, a path or URI opened with default options."""
     if isinstance(where, Storage):
@@ -119,6 +152,8 @@ def open_storage(
     parts = urlsplit(text)
     scheme = parts.scheme.lower()
     if scheme in OBJECT_STORE_SCHEMES:
+        if config is None:
+            config = settings_from_env()
         options = config if isinstance(config, ObjectStoreOptions) else options_from_config(config)
         return ObjectStoreStorage(text, options)
     if scheme == "file":

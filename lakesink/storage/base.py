@@ -52,6 +52,8 @@ class ObjectMeta:
     key: str
     size: int
     etag: str
+    modified: float = 0.0
+    """When the object was last written (seconds since the epoch, the store's clock)."""
 
 
 @dataclass(frozen=True, slots=True)

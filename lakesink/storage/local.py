@@ -180,7 +180,7 @@ class LocalStorage(Storage):
             return None
         if not os.path.isfile(self.path(key)):
             return None
-        return ObjectMeta(key, st.st_size, _etag(st))
+        return ObjectMeta(key, st.st_size, _etag(st), st.st_mtime)
 
     def list_prefix(self, prefix: str) -> list[ObjectMeta]:
         base = self.path(prefix)

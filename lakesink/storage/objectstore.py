@@ -226,7 +226,6 @@ class ObjectStoreStorage(Storage):
             if scheme in ("s3", "s3a"):
                 o = self._options
                 kwargs: dict[str, Any] = {
-                    "region": o.region or "us-east-1",
                     "connect_timeout": o.connect_timeout_s,
                     "request_timeout": o.request_timeout_s,
                     "retry_strategy": pafs.AwsStandardS3RetryStrategy(
@@ -234,6 +233,8 @@ class ObjectStoreStorage(Storage):
                     ),
                     "check_directory_existence_before_creation": False,
                 }
+                if o.region:  # else pyarrow resolves it like the AWS SDK does
+                    kwargs["region"] = o.region
                 if o.endpoint:
                     parts = urlsplit(o.endpoint)
                     kwargs["endpoint_override"] = parts.netloc or o.endpoint
@@ -313,7 +314,9 @@ class ObjectStoreStorage(Storage):
             if isinstance(err, ObjectNotFoundError):
                 return None
             raise err from None
-        return ObjectMeta(key, int(m["size"]), str(m.get("e_tag") or ""))
+        modified = m.get("last_modified")
+        stamp = modified.timestamp() if modified is not None else 0.0
+        return ObjectMeta(key, int(m["size"]), str(m.get("e_tag") or ""), stamp)
 
     def list_prefix(self, prefix: str) -> list[ObjectMeta]:
         import obstore

@@ -38,3 +38,18 @@ def table_at(
     overrides = {k.replace(".", "__"): v for k, v in server.storage_config().items()}
     overrides["checkpoint__location"] = str(tmp_path / f"{name}-checkpoint")
     return TableAt(f"s3://{bucket}/{name}", overrides)
+
+
+def table_uri_in_env(
+    store: str, tmp_path: Path, request: pytest.FixtureRequest, name: str = "t"
+) -> str:
+    """A fresh table location in `store` that a bare path or URI reaches, also from spawned
+    processes: an S3 table's storage.* settings go into LAKESINK_STORAGE_* variables."""
+    if store == "local":
+        return str(tmp_path / name)
+    server: S3Server = request.getfixturevalue("s3_server")
+    monkeypatch: pytest.MonkeyPatch = request.getfixturevalue("monkeypatch")
+    for key, value in server.storage_config().items():
+        var = "LAKESINK_" + key.upper().replace(".", "_")
+        monkeypatch.setenv(var, str(value).lower() if isinstance(value, bool) else str(value))
+    return f"s3://{server.new_bucket()}/{name}"

@@ -122,3 +122,66 @@ def test_s3_requests_per_commit_do_not_grow_with_the_timeline(
     first, second = figures
     assert second["LIST"] <= first["LIST"] * 1.25 + 1, figures
     assert audit_config(cfg).ok
+
+
+def _table_show(cli: Callable[..., Any], uri: str, settings: dict[str, Any]) -> Any:
+    env = {
+        "LAKESINK_" + k.upper().replace(".", "_"): str(v).lower() if isinstance(v, bool) else str(v)
+        for k, v in settings.items()
+    }
+    return cli(["table", "show", uri], env=env, timeout_s=60)
+
+
+@pytest.mark.parametrize(
+    ("fault", "expected"),
+    [
+        ("unreachable endpoint", "cannot reach the store"),
+        ("missing bucket", "does not exist; create it first"),
+        ("wrong credentials", "refused the credentials"),
+    ],
+)
+def test_s3_store_fault_ends_in_one_line_without_the_secret(
+    fault: str,
+    expected: str,
+    s3_server: S3Server,
+    tmp_path: Path,
+    cli: Callable[..., Any],
+) -> None:
+    settings: dict[str, Any] = {
+        **s3_server.storage_config(),
+        "storage.s3.secret.access.key": "s3cr3t-never-shown",
+        "storage.retry.max": 1,
+        "storage.retry.timeout.s": 2,
+    }
+    uri = f"s3://{s3_server.new_bucket()}/t"
+    if fault == "unreachable endpoint":
+        from s3_server import free_port
+
+        settings["storage.s3.endpoint"] = f"http://127.0.0.1:{free_port()}"
+        run = _table_show(cli, uri, settings)
+    elif fault == "missing bucket":
+        run = _table_show(cli, uri.replace("/t", "-gone/t"), settings)
+    else:
+        with S3Server(tmp_path, authenticate=True) as strict:
+            settings["storage.s3.endpoint"] = strict.endpoint_url
+            run = _table_show(cli, "s3://lakesink-any/t", settings)
+    lines = [ln for ln in run.stdout.splitlines() if ln.strip()]
+    assert run.returncode == 3, run.stdout[-2000:]
+    assert len(lines) == 1 and lines[0].startswith("lakesink: error:"), lines
+    assert expected in lines[0] and "s3cr3t-never-shown" not in run.stdout
+
+
+def test_store_that_ignores_conditional_creates_is_refused_at_start(s3_server: S3Server) -> None:
+    """A client that drops If-None-Match stands in for a store without conditional writes."""
+    from lakesink.storage import ObjectStoreStorage, StorageUnsupportedError, open_storage
+
+    class NoConditionalCreate(ObjectStoreStorage):
+        def create(self, key: str, data: bytes) -> str:
+            self.write(key, data)
+            return ""
+
+    real = open_storage(f"s3://{s3_server.new_bucket()}/t", s3_server.storage_config())
+    assert isinstance(real, ObjectStoreStorage)
+    store = NoConditionalCreate(real.uri, real.options)
+    with pytest.raises(StorageUnsupportedError, match="ignores If-None-Match"):
+        store.probe()
