@@ -28,6 +28,7 @@ from lakesink.extras import require
 from lakesink.protocol.instant import Action, Instant
 from lakesink.protocol.offsets import TopicPartition
 from lakesink.spark import commit_state as keys
+from lakesink.storage import Storage
 from lakesink.table.hudi_table import HudiTable
 from lakesink.table.metadata import CommitMetadata
 
@@ -125,7 +126,7 @@ def completed_commits(table: HudiTable) -> list[tuple[Instant, CommitMetadata]]:
         if i.action is Action.COMMIT and i.time not in active
     }
     unread = set(archived)
-    for name, content in iter_archived_files(table.base_path, set(archived)):
+    for name, content in iter_archived_files(table.storage, set(archived)):
         unread.discard(name)
         instant = archived[name]
         out.append((instant, CommitMetadata.from_bytes(content, table.layout, instant.action)))
@@ -149,10 +150,14 @@ _NO_ROWS = pa.schema(
 )
 
 
-def read_with_hudi_rs(base_path: str) -> pa.Table:
+def read_with_hudi_rs(base_path: str, storage_options: Mapping[str, str] | None = None) -> pa.Table:
+    """The coordinates of every row hudi-rs reads, straight from the table's storage."""
     hudi = require("hudi", "reading a table with hudi-rs (the exactly-once audit)")
 
-    table = hudi.HudiTableBuilder.from_base_uri(base_path).build()
+    builder = hudi.HudiTableBuilder.from_base_uri(base_path)
+    if storage_options:
+        builder = builder.with_storage_options(dict(storage_options))
+    table = builder.build()
     batches = table.read(hudi.HudiReadOptions(projection=COORDINATES))
     if not batches:
         return _NO_ROWS.empty_table()
@@ -213,7 +218,7 @@ def check_rows(name: str, rows: Iterable[Coordinate], report: AuditReport) -> se
 
 
 def audit(
-    table_path: str,
+    table_path: str | Storage,
     writer_id: str,
     *,
     bootstrap: str | None,
@@ -228,9 +233,10 @@ def audit(
     spans = writer_ranges(table, writer_id, report)
     topics = {tp.topic for tp in spans}
     try:
-        by_hudi_rs = read_with_hudi_rs(str(table.base_path))
+        by_hudi_rs = read_with_hudi_rs(table.uri, table.storage.reader_options())
     except Exception as e:  # hudi-rs raises its own error types
-        raise CorruptTableError(f"hudi-rs cannot read {table.base_path}: {e}") from e
+        first = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise CorruptTableError(f"hudi-rs cannot read {table.uri}: {first}") from e
     by_lakesink = read_with_lakesink(table)
     rows_rs = _coordinates(by_hudi_rs, topics)
     rows_ls = _coordinates(by_lakesink, topics)
@@ -276,7 +282,7 @@ def audit(
     return report
 
 
-def dead_letter_table_coordinates(path: str) -> set[Coordinate]:
+def dead_letter_table_coordinates(path: str | Storage) -> set[Coordinate]:
     """The Kafka coordinates of the records in a dead-letter table (none if it does not exist)."""
     from lakesink.errors import TableNotFoundError
 

@@ -15,10 +15,18 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from lakesink import security
 from lakesink.errors import ConfigError
 from lakesink.security import MASK
+from lakesink.storage import (
+    LocalStorage,
+    Storage,
+    StorageError,
+    is_remote_uri,
+    open_storage,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +112,23 @@ def _optional_positive_float(v: Any) -> float | None:
     if v is None or str(v).strip() == "":
         return None
     return _positive_float(v)
+
+
+def _optional_secret(v: Any) -> security.Secret | None:
+    if v is None or (isinstance(v, str) and not v.strip()):
+        return None
+    return security.resolve_secret(v)
+
+
+def _table_uri(v: Any) -> str:
+    text = str(v).strip()
+    if not text:
+        raise ValueError("expected a path or a URI such as s3://bucket/prefix")
+    try:
+        open_storage(text)
+    except StorageError as e:
+        raise ValueError(str(e)) from None
+    return text
 
 
 def _str_list(v: Any) -> tuple[str, ...]:
@@ -273,7 +298,12 @@ KEYS: tuple[Key, ...] = (
     ),
     # Table
     Key(
-        "table.path", str, None, "Directory of the Hudi table (created if missing).", required=True
+        "table.path",
+        _table_uri,
+        None,
+        "Where the Hudi table is (created if missing): a local path, file:///path, "
+        "s3://bucket/prefix, gs://bucket/prefix or abfss://container@account/prefix.",
+        required=True,
     ),
     Key("table.name", _optional_str, None, "Table name (default: the last folder of table.path)."),
     Key("table.version", _table_version, 8, "Hudi table version to create: 6 or 8."),
@@ -365,7 +395,90 @@ KEYS: tuple[Key, ...] = (
         "checkpoint.location",
         _optional_str,
         None,
-        "Spark checkpoint (default: <table.path>/.hoodie/.lakesink/checkpoints/<writer.id>).",
+        "Spark checkpoint, always on a local (or Hadoop) file system (default: "
+        "<table.path>/.hoodie/.lakesink/checkpoints/<writer.id> for a local table, "
+        "~/.lakesink/checkpoints/<bucket>/<prefix>/<writer.id> for a table on an object store: "
+        "the table is the source of truth, a lost checkpoint loses nothing).",
+    ),
+    # Object storage
+    Key(
+        "storage.s3.endpoint",
+        _optional_str,
+        None,
+        "S3 endpoint override for S3-compatible stores (MinIO, Ceph, R2), e.g. "
+        "http://127.0.0.1:9000 (default: AWS from the region).",
+    ),
+    Key(
+        "storage.s3.region",
+        _optional_str,
+        None,
+        "S3 region (default: AWS_REGION / AWS_DEFAULT_REGION from the environment).",
+    ),
+    Key("storage.s3.allow.http", _bool, False, "Allow plain http:// endpoints (tests, MinIO)."),
+    Key(
+        "storage.s3.path.style",
+        _bool,
+        False,
+        "Path-style requests (endpoint/bucket/key) instead of virtual-hosted buckets; an "
+        "endpoint override implies them.",
+    ),
+    Key(
+        "storage.s3.access.key.id",
+        _optional_secret,
+        None,
+        "S3 access key id (default: the standard AWS chain: AWS_ACCESS_KEY_ID, web identity, "
+        "container and instance credentials); env:NAME and file:/path references work.",
+        secret=True,
+    ),
+    Key(
+        "storage.s3.secret.access.key",
+        _optional_secret,
+        None,
+        "S3 secret access key (default: the standard AWS chain); env:NAME or file:/path.",
+        secret=True,
+    ),
+    Key(
+        "storage.s3.session.token",
+        _optional_secret,
+        None,
+        "S3 session token of temporary credentials; env:NAME or file:/path.",
+        secret=True,
+    ),
+    Key(
+        "storage.retry.max",
+        _non_negative_int,
+        10,
+        "Retries of a failed object-store request (5xx, throttling, timeouts), with backoff.",
+    ),
+    Key(
+        "storage.retry.timeout.s",
+        _positive_float,
+        180.0,
+        "Give up retrying an object-store request after this many seconds.",
+    ),
+    Key(
+        "storage.retry.backoff.initial.s",
+        _positive_float,
+        0.1,
+        "First backoff between object-store retries (doubles each time).",
+    ),
+    Key(
+        "storage.retry.backoff.max.s",
+        _positive_float,
+        15.0,
+        "Longest backoff between object-store retries.",
+    ),
+    Key(
+        "storage.connect.timeout.s",
+        _positive_float,
+        5.0,
+        "Seconds to connect to the object store.",
+    ),
+    Key(
+        "storage.request.timeout.s",
+        _positive_float,
+        30.0,
+        "Seconds one object-store request may take.",
     ),
     Key(
         "table.services.clean.retain.commits",
@@ -470,7 +583,13 @@ class LakesinkConfig:
 
     @property
     def table_name(self) -> str:
-        return str(self["table.name"] or Path(self["table.path"]).resolve().name)
+        if self["table.name"]:
+            return str(self["table.name"])
+        table = str(self["table.path"])
+        if is_remote_uri(table):
+            parts = urlsplit(table)
+            return (parts.path.strip("/").rsplit("/", 1)[-1]) or parts.netloc
+        return Path(open_storage(table).uri).resolve().name
 
     @property
     def writer_id(self) -> str:
@@ -483,7 +602,23 @@ class LakesinkConfig:
     def checkpoint_location(self) -> Path:
         if self["checkpoint.location"]:
             return Path(self["checkpoint.location"])
-        return Path(self["table.path"]) / ".hoodie" / ".lakesink" / "checkpoints" / self.writer_id
+        table = str(self["table.path"])
+        if is_remote_uri(table):  # Spark's checkpoint stays local; the table holds the truth
+            parts = urlsplit(table)
+            folder = Path.home() / ".lakesink" / "checkpoints" / parts.scheme / parts.netloc
+            return folder / parts.path.strip("/") / self.writer_id
+        local = open_storage(table)
+        assert isinstance(local, LocalStorage)
+        return local.root / ".hoodie" / ".lakesink" / "checkpoints" / self.writer_id
+
+    @property
+    def table_storage(self) -> Storage:
+        """The storage of table.path, with the storage.* settings (builds no client yet)."""
+        return open_storage(str(self["table.path"]), self.values)
+
+    def storage_for(self, path: str) -> Storage:
+        """The storage of another table (a dead-letter table) with the storage.* settings."""
+        return open_storage(path, self.values)
 
     @property
     def kafka_client_config(self) -> dict[str, Any]:
@@ -536,6 +671,17 @@ def build_config(raw: Mapping[str, Any]) -> LakesinkConfig:
 
 
 def _check_combinations(cfg: LakesinkConfig) -> None:
+    if (
+        cfg["commit.mode"] == "async"
+        and cfg["commit.pending.store"] == "sqlite"
+        and is_remote_uri(str(cfg["table.path"]))
+    ):
+        raise ConfigError(
+            f"commit.mode=async with commit.pending.store=sqlite cannot keep its pending store "
+            f"beside the table {cfg['table.path']} on an object store (SQLite needs a local "
+            "file system): set commit.pending.store=postgres (and postgres.dsn), or "
+            "commit.mode=sync"
+        )
     if not cfg["kafka.topics"] and not cfg["kafka.topic.pattern"]:
         raise ConfigError("set kafka.topics (comma-separated) or kafka.topic.pattern")
     if cfg["kafka.topics"] and cfg["kafka.topic.pattern"]:
@@ -621,6 +767,30 @@ def env_overrides(environ: Mapping[str, str] | None = None) -> dict[str, str]:
         if var in env:
             out[key.name] = env[var]
     return out
+
+
+def storage_settings(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The storage.* settings from the environment (LAKESINK_STORAGE_S3_ENDPOINT, ...), parsed:
+    for commands that take a table path but no configuration file (`lakesink table ...`)."""
+    out: dict[str, Any] = {}
+    for name, raw in env_overrides(environ).items():
+        if not name.startswith("storage."):
+            continue
+        key = KEYS_BY_NAME[name]
+        try:
+            out[name] = security.resolve_secret(raw, environ) if key.secret else key.parse(raw)
+        except (ValueError, TypeError) as e:
+            shown = MASK if key.secret else repr(raw)
+            raise ConfigError(f"{name}={shown} is not valid: {e}") from None
+    return out
+
+
+def table_storage_at(path: str, environ: Mapping[str, str] | None = None) -> Storage:
+    """The storage of a table path or URI with the storage.* settings of the environment."""
+    try:
+        return open_storage(path, storage_settings(environ))
+    except StorageError as e:
+        raise ConfigError(str(e)) from None
 
 
 def load_config(

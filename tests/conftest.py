@@ -13,6 +13,7 @@ import uuid
 from collections.abc import Callable, Iterator
 
 import pytest
+from s3_server import S3Server
 
 from lakesink.kafka.kafka_server import BROKER_KINDS, LocalBroker, local_broker
 
@@ -72,3 +73,20 @@ def fresh_broker(broker_kind: str) -> Iterator[LocalBroker]:
         yield broker
     finally:
         broker.close()
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
+    """One moto S3 server over HTTP on loopback for the whole test session."""
+    server = S3Server(log_dir=tmp_path_factory.mktemp("moto"))
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def s3_bucket(s3_server: S3Server) -> str:
+    """A fresh, empty bucket on the session's S3 server."""
+    return s3_server.new_bucket()

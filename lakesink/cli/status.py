@@ -18,7 +18,7 @@ def collect_status(cfg: LakesinkConfig) -> dict[str, Any]:
     from lakesink.table.hudi_table import HudiTable
     from lakesink.table.view import FileSystemView
 
-    committed = committed_offsets_at(cfg["table.path"], cfg.writer_id)
+    committed = committed_offsets_at(cfg.table_storage, cfg.writer_id)
     marks = high_watermarks(cfg)
     partitions = []
     for tp in sorted(set(marks) | set(committed.next_offsets)):
@@ -39,16 +39,16 @@ def collect_status(cfg: LakesinkConfig) -> dict[str, Any]:
         finally:
             store.close()
     try:
-        tbl = HudiTable.open(cfg["table.path"])
+        tbl = HudiTable.open(cfg.table_storage)
     except TableNotFoundError:
         out["table"] = None
         return out
     out["skipped"] = skipped_spans(tbl, cfg.writer_id)
     timeline = tbl.timeline()
     files = FileSystemView(tbl).latest_base_files()
-    archived = load_archived_view(tbl.base_path)
+    archived = load_archived_view(tbl.storage)
     out["table"] = {
-        "path": str(tbl.base_path),
+        "path": tbl.uri,
         "version": tbl.config.version,
         "files": len(files),
         "active_instants": len(timeline.instants),

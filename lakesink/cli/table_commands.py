@@ -76,10 +76,11 @@ def add_backfill_parser(sub: Any) -> None:
 
 
 def _services(args: argparse.Namespace) -> Any:
+    from lakesink.config import table_storage_at
     from lakesink.services.host import StandaloneServices
 
     return StandaloneServices(
-        args.path if hasattr(args, "path") else args.table,
+        table_storage_at(args.path if hasattr(args, "path") else args.table),
         lock_provider=args.lock_provider or ("postgres" if args.postgres_dsn else "filesystem"),
         postgres_dsn=args.postgres_dsn,
         lock_timeout_s=args.lock_timeout_s,
@@ -131,12 +132,13 @@ def _split(text: str) -> tuple[str, ...]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from lakesink.config import table_storage_at
     from lakesink.table.config import TableConfig
     from lakesink.table.hudi_table import HudiTable
 
     if args.table_command == "create":
         t = HudiTable.create(
-            args.path,
+            table_storage_at(args.path),
             TableConfig(
                 name=args.name,
                 version=args.table_version,
@@ -144,9 +146,9 @@ def run(args: argparse.Namespace) -> int:
                 partition_fields=_split(args.partition_by),
             ),
         )
-        say(f"created {t.config.name} (version {t.config.version}) at {t.base_path}")
+        say(f"created {t.config.name} (version {t.config.version}) at {t.uri}")
         return 0
-    tbl = HudiTable.open(args.path)
+    tbl = HudiTable.open(table_storage_at(args.path))
     if args.table_command in ("clean", "cluster", "archive", "rollback"):
         return _service(tbl, args)
     if args.table_command == "show":
@@ -163,7 +165,7 @@ def _show(tbl: Any, as_json: bool) -> int:
     files = FileSystemView(tbl).latest_base_files()
     last = timeline.last_completed()
     info = {
-        "path": str(tbl.base_path),
+        "path": str(tbl.uri),
         "name": tbl.config.name,
         "version": tbl.config.version,
         "record_key_fields": list(tbl.config.record_key_fields),
@@ -304,7 +306,7 @@ def _service(tbl: Any, args: argparse.Namespace) -> int:
         if args.instant:
             target = tbl.timeline().get(args.instant)
             if target is None or target.is_completed:
-                raise CommitError(f"{args.instant} is not an inflight instant of {tbl.base_path}")
+                raise CommitError(f"{args.instant} is not an inflight instant of {tbl.uri}")
             rolled = [rollback(tbl, target)]
         else:
             rolled = rollback_failed_writes(tbl, services)

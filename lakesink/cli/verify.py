@@ -14,7 +14,7 @@ def audit_config(cfg: LakesinkConfig) -> AuditReport:
     if cfg["errors.deadletter.table"]:
         from lakesink.audit import dead_letter_table_coordinates
 
-        dead = dead_letter_table_coordinates(cfg["errors.deadletter.table"])
+        dead = dead_letter_table_coordinates(cfg.storage_for(cfg["errors.deadletter.table"]))
     elif cfg["errors.deadletter.topic"]:
         from lakesink.errors import (
             KafkaAuthenticationError,
@@ -35,7 +35,7 @@ def audit_config(cfg: LakesinkConfig) -> AuditReport:
         except KafkaError:
             dead = set()  # no dead-letter topic yet: nothing was dead-lettered
     return audit(
-        cfg["table.path"],
+        cfg.table_storage,
         cfg.writer_id,
         bootstrap=cfg["kafka.bootstrap.servers"],
         isolation_level=cfg["kafka.isolation.level"],

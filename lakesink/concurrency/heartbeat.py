@@ -13,21 +13,26 @@ same one); an incarnation that sees a newer one is fenced (`check()` raises Fenc
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
 import re
 import threading
 import time
-import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from lakesink.concurrency.lock import Clock
 from lakesink.errors import ConfigError, FencedError, HeartbeatExpiredError
 from lakesink.protocol.instant import InstantTime
+from lakesink.storage import (
+    LocalStorage,
+    ObjectExistsError,
+    ObjectNotFoundError,
+    Storage,
+    StorageError,
+    as_storage,
+)
 
 log = logging.getLogger(__name__)
 
@@ -46,40 +51,41 @@ def _instant_str(instant_time: InstantTime | str) -> str:
     )
 
 
+Where = Storage | str | os.PathLike[str]
+"""A table root: its storage, or the folder of a local table."""
+
+
+def heartbeat_key(instant_time: InstantTime | str) -> str:
+    return f"{HEARTBEAT_DIR}/{_instant_str(instant_time)}"
+
+
 def heartbeat_path(
     table_base_path: str | os.PathLike[str], instant_time: InstantTime | str
 ) -> Path:
-    return Path(table_base_path) / HEARTBEAT_DIR / _instant_str(instant_time)
+    return Path(table_base_path) / heartbeat_key(instant_time)
 
 
-def _write_replace(table_base_path: Path, target: Path, payload: dict[str, Any]) -> None:
-    """Write JSON to `target` all at once; the temp file lives under `.hoodie/.lakesink/tmp`
-    so that no reader (Hudi lists the heartbeat folder) ever sees a half-written name."""
-    tmp_dir = table_base_path / TMP_DIR
-    tmp_dir.mkdir(parents=True, exist_ok=True)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = tmp_dir / f"{uuid.uuid4().hex}.tmp"
+def last_heartbeat(table_base_path: Where, instant_time: InstantTime | str) -> float | None:
+    """When the instant's heartbeat last beat (seconds since the epoch), None if it has none.
+    Locally the file's modification time (as Hudi); on an object store the beat time the
+    writer recorded in it (an object's time cannot be set)."""
+    storage = as_storage(table_base_path)
+    key = heartbeat_key(instant_time)
+    if isinstance(storage, LocalStorage):
+        try:
+            return storage.path(key).stat().st_mtime
+        except FileNotFoundError:
+            return None
     try:
-        with open(tmp, "x") as f:
-            json.dump(payload, f)
-        os.replace(tmp, target)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-
-
-def last_heartbeat(
-    table_base_path: str | os.PathLike[str], instant_time: InstantTime | str
-) -> float | None:
-    """When the instant's heartbeat last beat (seconds since the epoch), None if it has none."""
-    try:
-        return heartbeat_path(table_base_path, instant_time).stat().st_mtime
-    except FileNotFoundError:
+        return float(json.loads(storage.read(key))["at"])
+    except ObjectNotFoundError:
         return None
+    except (ValueError, KeyError, TypeError):
+        return 0.0  # not lakesink's: as old as can be
 
 
 def heartbeat_expired(
-    table_base_path: str | os.PathLike[str],
+    table_base_path: Where,
     instant_time: InstantTime | str,
     tolerance_s: float,
     now: float | None = None,
@@ -93,12 +99,9 @@ def heartbeat_expired(
     return current - beat > tolerance_s
 
 
-def delete_heartbeat(
-    table_base_path: str | os.PathLike[str], instant_time: InstantTime | str
-) -> None:
+def delete_heartbeat(table_base_path: Where, instant_time: InstantTime | str) -> None:
     """Remove an instant's heartbeat (after it completed or was rolled back)."""
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(heartbeat_path(table_base_path, instant_time))
+    as_storage(table_base_path).delete(heartbeat_key(instant_time))
 
 
 class Heartbeat:
@@ -111,7 +114,7 @@ class Heartbeat:
 
     def __init__(
         self,
-        table_base_path: str | os.PathLike[str],
+        table_base_path: Where,
         instant_time: InstantTime | str,
         *,
         writer_id: str = "",
@@ -130,14 +133,15 @@ class Heartbeat:
         margin = default_margin if safety_margin_s is None else safety_margin_s
         if not 0 <= margin < tolerance_s:
             raise ConfigError(f"heartbeat safety margin {margin}s not in [0, {tolerance_s}s)")
-        self.table_base_path = Path(table_base_path)
+        self.storage = as_storage(table_base_path)
+        self.table_base_path = self.storage.uri
         self.instant_time = _instant_str(instant_time)
         self.writer_id = writer_id
         self.interval_s = interval_s
         self.tolerance_s = tolerance_s
         self.safety_margin_s = margin
         self.clock = clock
-        self.path = heartbeat_path(table_base_path, self.instant_time)
+        self.key = heartbeat_key(self.instant_time)
         self.last_success: float | None = None
         self.last_error: BaseException | None = None
         self._stop = threading.Event()
@@ -146,12 +150,10 @@ class Heartbeat:
     def beat(self) -> None:
         """Refresh the heartbeat once; its mtime is set to the beat time."""
         now = self.clock()
-        _write_replace(
-            self.table_base_path,
-            self.path,
-            {"instant_time": self.instant_time, "writer_id": self.writer_id, "at": now},
-        )
-        os.utime(self.path, (now, now))
+        payload = {"instant_time": self.instant_time, "writer_id": self.writer_id, "at": now}
+        self.storage.write(self.key, json.dumps(payload).encode())
+        if isinstance(self.storage, LocalStorage):
+            os.utime(self.storage.path(self.key), (now, now))
         self.last_success = now
 
     def start(self) -> Heartbeat:
@@ -169,7 +171,7 @@ class Heartbeat:
             try:
                 self.beat()
                 self.last_error = None
-            except OSError as e:
+            except (OSError, StorageError) as e:
                 self.last_error = e
                 log.warning(
                     "heartbeat of instant %s (writer %s, table %s) not refreshed: %s",
@@ -186,7 +188,7 @@ class Heartbeat:
         if t is not None and t is not threading.current_thread():
             t.join(timeout=max(self.interval_s, 5.0))
         if delete:
-            delete_heartbeat(self.table_base_path, self.instant_time)
+            delete_heartbeat(self.storage, self.instant_time)
 
     def is_expired(self, now: float | None = None) -> bool:
         """True if this writer must no longer trust its instant (own view, with margin)."""
@@ -208,10 +210,11 @@ class Heartbeat:
                 f"minus margin {self.safety_margin_s}s; another writer may roll it back: abort "
                 "this instant and start a new one"
             )
-        if not self.path.exists():
+        if not self.storage.exists(self.key):
             raise HeartbeatExpiredError(
                 f"heartbeat file of instant {self.instant_time} (writer {self.writer_id!r}) is "
-                f"gone from {self.path.parent}; the instant was probably rolled back: abort it"
+                f"gone from {self.storage.uri}/{HEARTBEAT_DIR}; the instant was probably rolled "
+                "back: abort it"
             )
 
     def __enter__(self) -> Heartbeat:
@@ -238,11 +241,8 @@ def _incarnation_name(n: int) -> str:
     return f"{n:010d}.json"
 
 
-def _incarnations(writer_dir: Path) -> list[int]:
-    try:
-        names = os.listdir(writer_dir)
-    except FileNotFoundError:
-        return []
+def _incarnations(storage: Storage, writer_dir: str) -> list[int]:
+    names = [m.key.rsplit("/", 1)[-1] for m in storage.list_folder(writer_dir).objects]
     return sorted(int(n[:-5]) for n in names if n.endswith(".json") and n[:-5].isdigit())
 
 
@@ -254,16 +254,21 @@ class WriterIncarnation:
     writer_id: str
     incarnation: int
     claimed_at: float
+    storage: Storage = field(default=None, repr=False, compare=False)  # type: ignore[assignment]
+
+    def __post_init__(self) -> None:
+        if self.storage is None:
+            object.__setattr__(self, "storage", as_storage(self.table_base_path))
 
     @property
-    def writer_dir(self) -> Path:
-        return Path(self.table_base_path) / WRITERS_DIR / self.writer_id
+    def writer_dir(self) -> str:
+        return f"{WRITERS_DIR}/{self.writer_id}"
 
     def newest(self) -> int:
         """The newest incarnation claimed so far (at least this one)."""
-        if not (self.writer_dir / _incarnation_name(self.incarnation + 1)).exists():
+        if not self.storage.exists(f"{self.writer_dir}/{_incarnation_name(self.incarnation + 1)}"):
             return self.incarnation
-        return max([self.incarnation, *_incarnations(self.writer_dir)])
+        return max([self.incarnation, *_incarnations(self.storage, self.writer_dir)])
 
     def is_current(self) -> bool:
         return self.newest() == self.incarnation
@@ -280,40 +285,30 @@ class WriterIncarnation:
 
 
 def claim_writer(
-    table_base_path: str | os.PathLike[str], writer_id: str, *, clock: Clock = time.time
+    table_base_path: Where, writer_id: str, *, clock: Clock = time.time
 ) -> WriterIncarnation:
     """Claim the next incarnation of `writer_id`: create `<n+1>.json` exclusively (retrying if
     another start won that number) and update the summary `<writer_id>.json`."""
     _check_writer_id(writer_id)
-    base = Path(table_base_path)
-    writer_dir = base / WRITERS_DIR / writer_id
-    writer_dir.mkdir(parents=True, exist_ok=True)
-    tmp_dir = base / TMP_DIR
-    tmp_dir.mkdir(parents=True, exist_ok=True)
+    storage = as_storage(table_base_path)
+    writer_dir = f"{WRITERS_DIR}/{writer_id}"
     while True:
-        existing = _incarnations(writer_dir)
+        existing = _incarnations(storage, writer_dir)
         n = (existing[-1] if existing else 0) + 1
         now = clock()
         payload = {"writer_id": writer_id, "incarnation": n, "claimed_at": now, "pid": os.getpid()}
-        tmp = tmp_dir / f"{uuid.uuid4().hex}.tmp"
         try:
-            with open(tmp, "x") as f:
-                json.dump(payload, f)
-            try:
-                os.link(tmp, writer_dir / _incarnation_name(n))
-            except FileExistsError:
-                continue
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
-        break  # the number is ours: link() creates a name once (a newer start fences us)
-    inc = WriterIncarnation(os.fspath(table_base_path), writer_id, n, now)
-    summary = base / WRITERS_DIR / f"{writer_id}.json"
+            storage.create(f"{writer_dir}/{_incarnation_name(n)}", json.dumps(payload).encode())
+        except ObjectExistsError:
+            continue
+        break  # the number is ours: a conditional create makes a name once
+    inc = WriterIncarnation(storage.uri, writer_id, n, now, storage)
+    summary = f"{WRITERS_DIR}/{writer_id}.json"
     try:
-        previous = json.loads(summary.read_text()).get("incarnation", 0)
-    except (FileNotFoundError, ValueError, AttributeError):
+        previous = json.loads(storage.read(summary)).get("incarnation", 0)
+    except (ObjectNotFoundError, ValueError, AttributeError):
         previous = 0
     if n > previous:  # informational; the numbered files are the authority
-        _write_replace(base, summary, payload)
+        storage.write(summary, json.dumps(payload).encode())
     log.info("writer %s claimed incarnation %d on %s", writer_id, n, table_base_path)
     return inc

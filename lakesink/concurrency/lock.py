@@ -5,7 +5,8 @@ until `expires_at`; `check()` must pass right before anything is published, beca
 that stalled (GC pause, SIGSTOP, slow disk) past its expiry may already have been taken over.
 
 Providers:
-- `FileLockProvider`: lease files on the table's own file system (seed 003, option 2).
+- `FileLockProvider`: lease files on the table's own storage (seed 003, option 2): a local
+  file system, or an object store with conditional creates and If-Match renewals.
 - `PostgresLockProvider` (`lakesink.concurrency.pg_lock`): a PostgreSQL advisory lock.
 - `NoLockProvider`: one writer only; serialises the threads of this process and nothing more.
 """
@@ -28,6 +29,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 from lakesink.errors import ConfigError, LockError
+from lakesink.storage import (
+    LocalStorage,
+    ObjectChangedError,
+    ObjectExistsError,
+    ObjectNotFoundError,
+    Storage,
+    StorageError,
+    as_storage,
+)
 
 if TYPE_CHECKING:
     from lakesink.concurrency.pg_lock import PostgresLockProvider
@@ -211,17 +221,19 @@ class FileLease:
                 f"it expires at {self._expires_at:.3f} and only {self._expires_at - now:.3f}s "
                 f"are left (safety margin {margin}s)"
             )
-        successor = p._newer_than(self.seq)
-        if successor is not None:
-            return f"lease {successor} was taken after it"
-        if not p._lease_path(self.seq).exists():
+        # Leases are numbered one after the other and a successor is only taken once this one
+        # ran out, so lease seq+1 is the one to look for: one HEAD, no LIST (the newest-lease
+        # listing was done when this lease was taken).
+        if p.storage.exists(p._lease_key(self.seq + 1)):
+            return f"lease {self.seq + 1} was taken after it"
+        if not p.storage.exists(p._lease_key(self.seq)):
             return "its lease file is gone"
         return None
 
     def is_valid(self) -> bool:
         try:
             return self._why_invalid() is None
-        except OSError:
+        except (OSError, StorageError):
             return False
 
     def check(self) -> None:
@@ -230,7 +242,7 @@ class FileLease:
     def _raise_if_invalid(self, margin_s: float | None) -> None:
         try:
             why = self._why_invalid(margin_s)
-        except OSError as e:
+        except (OSError, StorageError) as e:
             raise LockError(f"cannot verify lease {self.seq} of {self.owner!r}: {e}") from e
         if why is not None:
             raise LockError(
@@ -261,7 +273,7 @@ class FileLease:
             while not self._stop.wait(every_s):
                 try:
                     self.renew()
-                except (LockError, OSError) as e:
+                except (LockError, OSError, StorageError) as e:
                     log.warning("lock lease %s of %s not renewed: %s", self.seq, self.owner, e)
                     if not self.is_valid():
                         return
@@ -281,12 +293,15 @@ class FileLease:
 
 
 class FileLockProvider:
-    """A lease lock made of files under `<table>/.hoodie/.lakesink/lock/` (seed 003, option 2).
+    """A lease lock made of files under `<table>/.hoodie/.lakesink/lock/` (seed 003, option 2),
+    on a local file system or an object store.
 
-    Lease number n is the file `<n:012d>.lease`, created at once with its content (write a temp
-    file, then `link()` it, which fails if the name exists, like O_EXCL) and never rewritten:
-    `{seq, owner, token, acquired_at, expires_at}`. The holder extends it by writing
-    `<n>.renewed` (only the holder writes it) and ends it with `<n>.released`.
+    Lease number n is the file `<n:012d>.lease`, created at once with its content (a
+    create-if-absent: a temp file `link()`ed locally, `If-None-Match: *` on an object store; it
+    fails if the name exists) and never rewritten: `{seq, owner, token, acquired_at,
+    expires_at}`. The holder extends it by writing `<n>.renewed` (created once, then replaced
+    only if unchanged since its last renewal, `If-Match` on an object store: a renewal never
+    overwrites a write it did not see) and ends it with `<n>.released`.
 
     To take the lock, a contender reads the newest lease n. If it is released, or expired (its
     expiry and any renewal lie in the past), the contender creates lease n+1; the name can be
@@ -297,7 +312,7 @@ class FileLockProvider:
 
     def __init__(
         self,
-        table_base_path: str | os.PathLike[str],
+        table_base_path: str | os.PathLike[str] | Storage,
         owner: str,
         *,
         lease_s: float = 30.0,
@@ -313,8 +328,13 @@ class FileLockProvider:
         margin = lease_s / 6 if safety_margin_s is None else safety_margin_s
         if not 0 <= margin < lease_s:
             raise ConfigError(f"lock safety margin {margin}s must be in [0, lease {lease_s}s)")
-        self.table_base_path = os.fspath(table_base_path)
-        self.lock_dir = Path(self.table_base_path) / LOCK_DIR
+        self.storage = as_storage(
+            table_base_path if isinstance(table_base_path, Storage) else os.fspath(table_base_path)
+        )
+        self.table_base_path = self.storage.uri
+        self.lock_dir = f"{self.storage.uri}/{LOCK_DIR}"
+        """The lease folder as a path or URI, for messages."""
+        self._renewal_etags: dict[int, str] = {}
         self.owner = owner
         self.lease_s = lease_s
         self.safety_margin_s = margin
@@ -326,18 +346,17 @@ class FileLockProvider:
 
     # paths and records
 
-    def _lease_path(self, seq: int) -> Path:
-        return self.lock_dir / f"{seq:012d}.lease"
+    def _lease_key(self, seq: int) -> str:
+        return f"{LOCK_DIR}/{seq:012d}.lease"
+
+    def _names(self) -> list[str]:
+        return [m.key.rsplit("/", 1)[-1] for m in self.storage.list_folder(LOCK_DIR).objects]
 
     def _seqs(self) -> list[int]:
-        try:
-            names = os.listdir(self.lock_dir)
-        except FileNotFoundError:
-            return []
-        return sorted(int(m.group(1)) for n in names if (m := _LEASE_RE.match(n)))
+        return sorted(int(m.group(1)) for n in self._names() if (m := _LEASE_RE.match(n)))
 
     def _newer_than(self, seq: int) -> int | None:
-        if self._lease_path(seq + 1).exists():
+        if self.storage.exists(self._lease_key(seq + 1)):
             return seq + 1
         newer = [s for s in self._seqs() if s > seq]
         return newer[-1] if newer else None
@@ -345,25 +364,29 @@ class FileLockProvider:
     def read_lease(self, seq: int) -> LeaseRecord | None:
         """The lease file `seq` (None if absent). An unreadable file (being written, or its
         writer died mid-write) counts as a lease taken at its modification time."""
-        path = self._lease_path(seq)
+        key = self._lease_key(seq)
         try:
-            data = path.read_text()
-        except FileNotFoundError:
+            data = self.storage.read(key)
+        except ObjectNotFoundError:
             return None
         try:
             return LeaseRecord.from_json(json.loads(data))
         except (ValueError, KeyError, TypeError):
-            mtime = path.stat().st_mtime
+            if isinstance(self.storage, LocalStorage):
+                mtime = self.storage.path(key).stat().st_mtime
+            else:  # an object appears whole: garbage is not a lease being written; be careful
+                mtime = self.clock()
             return LeaseRecord(seq, "<unreadable>", "", mtime, mtime + self.lease_s)
 
     def _renewed_until(self, seq: int) -> float | None:
         try:
-            return float(json.loads((self.lock_dir / f"{seq:012d}.renewed").read_text())["until"])
-        except (FileNotFoundError, ValueError, KeyError, TypeError):
+            data = self.storage.read(f"{LOCK_DIR}/{seq:012d}.renewed")
+            return float(json.loads(data)["until"])
+        except (ObjectNotFoundError, ValueError, KeyError, TypeError):
             return None
 
     def _is_released(self, seq: int) -> bool:
-        return (self.lock_dir / f"{seq:012d}.released").exists()
+        return self.storage.exists(f"{LOCK_DIR}/{seq:012d}.released")
 
     def lease_expiry(self, seq: int) -> float | None:
         """When lease `seq` runs out, taking renewals into account (None if no such lease)."""
@@ -381,9 +404,24 @@ class FileLockProvider:
     def _write_atomic(self, name: str, payload: dict[str, Any], *, exclusive: bool) -> bool:
         """Write `payload` as JSON to `name` in the lock dir, all at once. With `exclusive`,
         fail (return False) if `name` exists; else replace it."""
-        os.makedirs(self.lock_dir, exist_ok=True)
-        target = self.lock_dir / name
-        tmp = self.lock_dir / f".{uuid.uuid4().hex}.tmp"
+        if isinstance(self.storage, LocalStorage):
+            return self._write_local(name, payload, exclusive=exclusive)
+        data = json.dumps(payload).encode()
+        if not exclusive:
+            self.storage.write(f"{LOCK_DIR}/{name}", data)
+            return True
+        try:
+            self.storage.create(f"{LOCK_DIR}/{name}", data)
+        except ObjectExistsError:
+            return False
+        return True
+
+    def _write_local(self, name: str, payload: dict[str, Any], *, exclusive: bool) -> bool:
+        assert isinstance(self.storage, LocalStorage)
+        lock_dir = self.storage.path(LOCK_DIR)
+        os.makedirs(lock_dir, exist_ok=True)
+        target = lock_dir / name
+        tmp = lock_dir / f".{uuid.uuid4().hex}.tmp"
         try:
             with open(tmp, "x") as f:
                 json.dump(payload, f)
@@ -393,14 +431,28 @@ class FileLockProvider:
                 os.replace(tmp, target)
             elif not _link_exclusive(tmp, target, payload):
                 return False
-            _fsync_dir(self.lock_dir)
+            _fsync_dir(lock_dir)
             return True
         finally:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
 
     def _write_renewal(self, seq: int, token: str, until: float) -> None:
-        self._write_atomic(f"{seq:012d}.renewed", {"token": token, "until": until}, exclusive=False)
+        """Create `<seq>.renewed`, then replace it only if unchanged since this holder's last
+        renewal (If-Match): a renewal never overwrites a write it did not see."""
+        key = f"{LOCK_DIR}/{seq:012d}.renewed"
+        data = json.dumps({"token": token, "until": until}).encode()
+        etag = self._renewal_etags.get(seq)
+        try:
+            if etag is None:
+                self._renewal_etags[seq] = self.storage.create(key, data)
+            else:
+                self._renewal_etags[seq] = self.storage.replace_if_unchanged(key, data, etag)
+        except (ObjectExistsError, ObjectChangedError) as e:
+            raise LockError(
+                f"renewal of lease {seq} on {self.lock_dir} was changed by someone else; "
+                "the lease is lost: do not publish"
+            ) from e
 
     # acquiring
 
@@ -434,7 +486,7 @@ class FileLockProvider:
         while True:
             try:
                 lease = self.try_acquire()
-            except OSError as e:
+            except (OSError, StorageError) as e:
                 raise LockError(f"cannot take the lock under {self.lock_dir}: {e}") from e
             if lease is not None:
                 return lease
@@ -463,7 +515,7 @@ class FileLockProvider:
                     {"token": lease.record.token, "at": self.clock()},
                     exclusive=False,
                 )
-        except OSError as e:
+        except (OSError, StorageError) as e:
             log.warning(
                 "lock lease %d of %s not released (it will expire): %s", lease.seq, self.owner, e
             )
@@ -474,17 +526,16 @@ class FileLockProvider:
     def _prune(self, newest: int) -> None:
         """Delete the files of leases far older than `newest`; nobody can hold them."""
         floor = newest - self.keep_leases
-        if floor <= 0:
-            return
+        if floor <= 0 or newest % max(1, self.keep_leases // 2):
+            return  # pruning lists the lock folder: every keep_leases/2 leases is enough
         try:
-            names = os.listdir(self.lock_dir)
-        except OSError:
+            names = self._names()
+            old = [n for n in names if (h := n.split(".", 1)[0]).isdigit() and int(h) < floor]
+            self.storage.delete_many([f"{LOCK_DIR}/{n}" for n in old])
+        except (OSError, StorageError):
             return
-        for name in names:
-            head = name.split(".", 1)[0]
-            if head.isdigit() and int(head) < floor:
-                with contextlib.suppress(OSError):
-                    os.unlink(self.lock_dir / name)
+        for n in old:
+            self._renewal_etags.pop(int(n.split(".", 1)[0]), None)
 
 
 _NO_HARD_LINKS = {errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK}
@@ -536,7 +587,7 @@ def make_lock_provider(
     kind: str,
     *,
     owner: str,
-    table_base_path: str | os.PathLike[str] | None = None,
+    table_base_path: str | os.PathLike[str] | Storage | None = None,
     dsn: str | None = None,
     lock_key: str | None = None,
     lease_s: float = 30.0,
@@ -552,7 +603,7 @@ def make_lock_provider(
             raise ConfigError("lock.provider=postgres needs a PostgreSQL DSN (lock.postgres.dsn)")
         from lakesink.concurrency.pg_lock import PostgresLockProvider
 
-        key = lock_key or (os.fspath(table_base_path) if table_base_path is not None else None)
+        key = lock_key or (as_storage(table_base_path).uri if table_base_path is not None else None)
         if not key:
             raise ConfigError("lock.provider=postgres needs a lock key or the table base path")
         return PostgresLockProvider(dsn, key, owner, clock=clock)

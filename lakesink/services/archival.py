@@ -28,10 +28,8 @@ import contextlib
 import json
 import logging
 import os
-import shutil
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from lakesink.errors import CorruptTableError
@@ -43,13 +41,14 @@ from lakesink.services.conflict_check import completed_after
 from lakesink.services.instants import read_json, write_json
 from lakesink.spark import commit_state as keys
 from lakesink.spark.coordinator import CommitServices
+from lakesink.storage import ObjectNotFoundError, Storage
 from lakesink.table.archive import (
+    ARCHIVE_KEY,
     PACK_FAN_IN,
     PACK_LOOSE_FILES,
+    TIMELINE_KEY,
     ArchivedView,
-    archive_folder,
     archived_file_names,
-    archived_timeline_folder,
     load_archived_view,
     pack_archived_timeline,
     write_archived_view,
@@ -199,8 +198,8 @@ def _last_prefix_keeping(entries: Sequence[Entry], n: int, path: str, time_: Ins
 def _update_writers_index(table: HudiTable, timeline: Timeline, chosen: Sequence[Instant]) -> None:
     """Before the move: record the archived writers' newest offsets and the archived backfills
     (a backfill of the same files must stay done)."""
-    path = archive_folder(table.base_path) / WRITERS_INDEX
-    index: dict[str, Any] = read_json(path) or {}
+    path = f"{ARCHIVE_KEY}/{WRITERS_INDEX}"
+    index: dict[str, Any] = read_json(table, path) or {}
     backfills = archived_backfill_ids(table)
     for inst in chosen:
         if inst.action is not Action.COMMIT:
@@ -217,19 +216,19 @@ def _update_writers_index(table: HudiTable, timeline: Timeline, chosen: Sequence
                 "instant": inst.time.value,
                 "offsets": json.loads(extra[keys.OFFSETS_KEY]),
             }
-    write_json(path, index)
-    write_json(archive_folder(table.base_path) / BACKFILLS_INDEX, sorted(backfills))
+    write_json(table, path, index)
+    write_json(table, f"{ARCHIVE_KEY}/{BACKFILLS_INDEX}", sorted(backfills))
 
 
 def archived_backfill_ids(table: HudiTable) -> set[str]:
     """The backfill ids (`lakesink.backfill.id`) of archived commits."""
-    ids: Any = read_json(archive_folder(table.base_path) / BACKFILLS_INDEX)
+    ids: Any = read_json(table, f"{ARCHIVE_KEY}/{BACKFILLS_INDEX}")
     return {str(i) for i in ids} if isinstance(ids, list) else set()
 
 
 def archived_offsets(table: HudiTable, writer_id: str) -> WriterOffsets | None:
     """The offsets of `writer_id`'s newest archived commit, if one was archived."""
-    index: Any = read_json(archive_folder(table.base_path) / WRITERS_INDEX)
+    index: Any = read_json(table, f"{ARCHIVE_KEY}/{WRITERS_INDEX}")
     if not isinstance(index, dict) or writer_id not in index:
         return None
     return WriterOffsets.from_json(index[writer_id]["offsets"])
@@ -237,20 +236,19 @@ def archived_offsets(table: HudiTable, writer_id: str) -> WriterOffsets | None:
 
 def archived_instants(table: HudiTable) -> list[Instant]:
     """Completed instants in the archive, by instant time."""
-    listed = instants_named(
-        archived_file_names(table.base_path), archived_timeline_folder(table.base_path)
-    )
+    listed = instants_named(archived_file_names(table.storage), f"{table.uri}/{TIMELINE_KEY}")
     found = [i for _, i in listed if i.is_completed]
     return sorted(found, key=lambda i: i.time)
 
 
-def _move(src: Path, folder: Path) -> None:
-    if not src.exists():
+def _move(storage: Storage, src: str) -> None:
+    """Copy a timeline file into the archive (whole), then delete it from the timeline."""
+    try:
+        content = storage.read(src)
+    except ObjectNotFoundError:
         return
-    tmp = folder / f".{src.name}.tmp"
-    shutil.copyfile(src, tmp)
-    os.replace(tmp, folder / src.name)
-    src.unlink()
+    storage.write(f"{TIMELINE_KEY}/{src.rsplit('/', 1)[-1]}", content)
+    storage.delete(src)
 
 
 def _base_files_by_time(table: HudiTable) -> dict[str, InstantTime]:
@@ -280,7 +278,7 @@ def archive(
     policy = policy or ArchivePolicy()
     with services.locked(table):
         timeline = table.timeline()
-        previous = load_archived_view(table.base_path)
+        previous = load_archived_view(table.storage)
         if previous is not None:
             # an archival interrupted after writing its view: finish moving what it covers
             leftovers = [i for i in timeline.completed() if i.time <= previous.upto]
@@ -306,7 +304,7 @@ def archive(
         _update_writers_index(table, timeline, chosen)
         done_at = [i.completion_time or i.time for i in chosen]
         write_archived_view(
-            table.base_path,
+            table.storage,
             ArchivedView(
                 upto=chosen[-1].time,
                 completed_upto=max(done_at),
@@ -320,11 +318,11 @@ def archive(
         )
         _move_instants(timeline, chosen)
         packs = pack_archived_timeline(
-            table.base_path, loose_files=policy.pack_files, fan_in=policy.pack_fan_in
+            table.storage, loose_files=policy.pack_files, fan_in=policy.pack_fan_in
         )
         if packs:
             log.info("table %s: archive packed into %s", table.config.name, ", ".join(packs))
-    if table.layout is TimelineLayout.V1:
+    if table.layout is TimelineLayout.V1 and table.is_local:
         with contextlib.suppress(OSError):
             os.utime(timeline.folder)
     log.info(
@@ -346,12 +344,10 @@ def _move_instants(timeline: Timeline, instants: Sequence[Instant]) -> None:
     never sees a completed instant as pending), to the archive."""
     if not instants:
         return
-    folder = archived_timeline_folder(timeline.base_path)
-    folder.mkdir(parents=True, exist_ok=True)
     for k, inst in enumerate(instants):
         if k == 1:
             crash_point("during-archival")
         for state in (State.REQUESTED, State.INFLIGHT):
-            _move(timeline.path_of(inst.with_state(state)), folder)
+            _move(timeline.storage, timeline.key_of(inst.with_state(state)))
         if inst.is_completed:
-            _move(timeline.path_of(inst), folder)
+            _move(timeline.storage, timeline.key_of(inst))

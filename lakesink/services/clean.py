@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import io
 import logging
-import os
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -26,6 +25,7 @@ from lakesink.protocol.instant import Action, Instant, InstantTime
 from lakesink.services.instants import complete_instant
 from lakesink.services.lazy_rollback import rollback_failed_writes
 from lakesink.spark.coordinator import CommitServices
+from lakesink.storage import StorageError
 from lakesink.table.files import parse_base_file_name
 from lakesink.table.hudi_table import HudiTable
 from lakesink.table.view import CommitEntry, FileSlice, active_commits_and_base
@@ -167,11 +167,7 @@ def list_base_files(table: HudiTable) -> list[str]:
     """Relative paths of every base file in the table's partitions."""
     out: list[str] = []
     for partition in table.list_partitions_on_storage():
-        folder = table.base_path / partition if partition else table.base_path
-        try:
-            names = os.listdir(folder)
-        except FileNotFoundError:
-            continue
+        names = [m.key.rsplit("/", 1)[-1] for m in table.storage.list_folder(partition).objects]
         out.extend(f"{partition}/{n}" if partition else n for n in names if n.endswith(".parquet"))
     return out
 
@@ -284,11 +280,9 @@ def clean(
         failed: list[str] = []
         for rel in plan.files:
             try:
-                (table.base_path / rel).unlink()
+                table.storage.delete(rel)
                 deleted.append(rel)
-            except FileNotFoundError:
-                deleted.append(rel)
-            except OSError as e:
+            except (OSError, StorageError) as e:
                 log.warning(
                     "table %s: clean %s could not delete %s: %s", table.config.name, t, rel, e
                 )

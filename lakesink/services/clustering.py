@@ -143,6 +143,7 @@ def schedule_clustering(
         plan = ClusteringPlan(t, chosen)
         services.start_heartbeat(table, t)
         write_json(
+            table,
             plan_path(table, CLUSTERING_PLANS, t),
             {"file_groups": sorted(plan.file_groups), "files": [s.path for s in _all(plan)]},
         )
@@ -160,9 +161,7 @@ def schedule_clustering(
 def _java_plan(table: HudiTable, plan: ClusteringPlan) -> bytes:
     """The plan as Hudi's `HoodieRequestedReplaceMetadata`, for Java Hudi writers."""
     groups = {
-        p: [
-            PlannedSlice(s.partition_path, s.file_id, str(table.base_path / s.path)) for s in slices
-        ]
+        p: [PlannedSlice(s.partition_path, s.file_id, f"{table.uri}/{s.path}") for s in slices]
         for p, slices in plan.slices.items()
     }
     return clustering_plan_bytes(groups, {"lakesink.clustering": "true"})
@@ -173,7 +172,8 @@ def _all(plan: ClusteringPlan) -> list[FileSlice]:
 
 
 def _read_rows(table: HudiTable, slices: Sequence[FileSlice]) -> pa.Table:
-    parts = [pq.read_table(table.base_path / s.path, partitioning=None) for s in slices]
+    fs, root = table.storage.arrow()
+    parts = [pq.read_table(f"{root}/{s.path}", filesystem=fs, partitioning=None) for s in slices]
     rows = pa.concat_tables(parts, promote_options="default")
     order = pc.sort_indices(
         rows,
@@ -251,7 +251,7 @@ def execute_clustering(
         raise
     finally:
         services.stop_heartbeat(table, t)
-        plan_path(table, CLUSTERING_PLANS, t).unlink(missing_ok=True)
+        table.storage.delete(plan_path(table, CLUSTERING_PLANS, t))
     log.info(
         "table %s: clustering %s rewrote %d files into %d (%d rows)",
         table.config.name,

@@ -65,10 +65,14 @@ def operation_of(instant: Instant, md: CommitMetadata) -> Operation:
 
 
 def _mtime(timeline: Timeline, instant: Instant) -> float | None:
-    try:
-        return os.stat(timeline.path_of(instant)).st_mtime
-    except FileNotFoundError:
-        return None
+    """When a timeline file was written (the file's or the object's modification time)."""
+    if timeline.storage.is_local:
+        try:
+            return os.stat(timeline.path_of(instant)).st_mtime
+        except FileNotFoundError:
+            return None
+    meta = timeline.storage.head(timeline.key_of(instant))
+    return meta.modified if meta is not None and meta.modified else None
 
 
 def completed_after(timeline: Timeline, began: InstantTime, other: Instant) -> bool:
@@ -93,7 +97,7 @@ def pending_clustering_groups(
 ) -> frozenset[FileGroupId]:
     """The file groups a scheduled clustering plans to replace (empty if its plan is gone)."""
 
-    plan: Any = read_json(plan_path(table, CLUSTERING_PLANS, instant_time))
+    plan: Any = read_json(table, plan_path(table, CLUSTERING_PLANS, instant_time))
     if not isinstance(plan, dict):
         return frozenset()
     return frozenset((str(p), str(f)) for p, f in plan.get("file_groups", []))
@@ -122,7 +126,7 @@ def concurrent_operations(
             )
         else:
             try:
-                written = file_groups_of_paths(list_marked_files(table.base_path, inst.time))
+                written = file_groups_of_paths(list_marked_files(table.storage, inst.time))
             except CorruptTableError:  # a marker of something that is not a base file
                 written = frozenset()
             out.append(Operation(inst.time, OperationKind.INGESTION, written, phase=Phase.PENDING))

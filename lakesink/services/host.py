@@ -18,6 +18,7 @@ from lakesink.concurrency.lock import LockLease, LockProvider, make_lock_provide
 from lakesink.config import LakesinkConfig
 from lakesink.protocol.instant import InstantTime
 from lakesink.spark.coordinator import CommitServices
+from lakesink.storage import Storage
 from lakesink.table.hudi_table import HudiTable
 
 SERVICES_WRITER_ID = "lakesink-table-services"
@@ -42,7 +43,7 @@ class StandaloneServices(CommitServices):
 
     def __init__(
         self,
-        table_path: str | os.PathLike[str],
+        table_path: str | os.PathLike[str] | Storage,
         *,
         lock_provider: str = "filesystem",
         postgres_dsn: str | None = None,
@@ -85,7 +86,7 @@ class StandaloneServices(CommitServices):
 
     def start_heartbeat(self, table: HudiTable, t: InstantTime) -> None:
         hb = Heartbeat(
-            table.base_path,
+            table.storage,
             t,
             writer_id=self.writer_id,
             interval_s=self.heartbeat_interval_s,
@@ -99,7 +100,7 @@ class StandaloneServices(CommitServices):
             hb.stop(delete=True)
 
     def heartbeat_expired(self, table: HudiTable, t: InstantTime) -> bool:
-        return heartbeat_expired(table.base_path, t, self.heartbeat_tolerance_s)
+        return heartbeat_expired(table.storage, t, self.heartbeat_tolerance_s)
 
     def check_alive(self, table: HudiTable, t: InstantTime) -> None:
         if self._lease is not None:

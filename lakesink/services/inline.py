@@ -99,8 +99,8 @@ def run_inline_services(
 
 def _last_run(table: HudiTable) -> InstantTime | None:
     try:
-        return InstantTime((table.base_path / LAST_RUN_FILE).read_text().strip())
-    except (OSError, LakesinkError):
+        return InstantTime(table.storage.read(str(LAST_RUN_FILE)).decode().strip())
+    except (OSError, LakesinkError, UnicodeDecodeError):
         return None
 
 
@@ -121,9 +121,7 @@ def after_commit(table: HudiTable, services: Any, instant_time: InstantTime) -> 
         every = cfg["table.services.inline.every.commits"]
         if every <= 0 or commits_since_last_run(table) < every:
             return None
-        path = table.base_path / LAST_RUN_FILE
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(instant_time.value)
+        table.storage.write(str(LAST_RUN_FILE), instant_time.value.encode())
         return run_inline_services(table, cfg, services)
     except Exception:  # never fail a published commit
         log.exception("table %s: inline services after %s failed", table.config.name, instant_time)

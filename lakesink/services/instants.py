@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import time
 from pathlib import Path
 from typing import Any
 
 from lakesink.errors import CommitError
 from lakesink.protocol.instant import Instant, InstantTime, State, TimelineLayout
-from lakesink.table.atomic import create_exclusive
+from lakesink.storage import ObjectExistsError, StorageError
 from lakesink.table.hudi_table import HudiTable
 from lakesink.table.timeline import Timeline
 
@@ -35,13 +34,13 @@ def complete_instant(table: HudiTable, instant: Instant, content: bytes) -> Inst
     timeline = table.timeline()
     current = timeline.get(instant.time)
     if current is None or current.action is not instant.action or current.is_completed:
-        raise CommitError(f"cannot complete {instant} in {timeline.folder}: found {current}")
+        raise CommitError(f"cannot complete {instant} in {timeline.where}: found {current}")
     done = instant.with_state(State.COMPLETED)
     if table.layout is TimelineLayout.V2:
         done = instant.with_state(State.COMPLETED, completion_time_for(timeline, instant.time))
     try:
-        create_exclusive(table.base_path, timeline.path_of(done), content)
-    except FileExistsError:
+        table.storage.create(timeline.key_of(done), content)
+    except ObjectExistsError:
         raise CommitError(f"{done} is already completed") from None
     log.info("table %s: completed %s", table.config.name, done)
     return done
@@ -52,20 +51,18 @@ def abandon_pending(table: HudiTable, instant: Instant) -> None:
     table.timeline().remove_pending(instant)
 
 
-def plan_path(table: HudiTable, kind: str, instant_time: InstantTime) -> Path:
-    return table.base_path / SERVICES_DIR / kind / f"{instant_time.value}.json"
+def plan_path(table: HudiTable, kind: str, instant_time: InstantTime) -> str:
+    """The key of a service's plan file, relative to the table root."""
+    return f"{SERVICES_DIR}/{kind}/{instant_time.value}.json"
 
 
-def write_json(path: Path, data: Any) -> None:
-    """Write JSON all at once (temp file, then rename)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, sort_keys=True))
-    os.replace(tmp, path)
+def write_json(table: HudiTable, key: str, data: Any) -> None:
+    """Write JSON to `key` of the table, whole (readers see the old or the new one)."""
+    table.storage.write(key, json.dumps(data, sort_keys=True).encode())
 
 
-def read_json(path: Path) -> Any:
+def read_json(table: HudiTable, key: str) -> Any:
     try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
+        return json.loads(table.storage.read(key))
+    except (OSError, ValueError, StorageError):
         return None

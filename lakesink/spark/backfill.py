@@ -114,7 +114,8 @@ def _table_data_schema(table: HudiTable) -> Any | None:
     files = FileSystemView(table).latest_base_files()
     if not files:
         return None
-    schema = pq.read_schema(table.base_path / files[-1].path)
+    fs, root = table.storage.arrow()
+    schema = pq.read_schema(f"{root}/{files[-1].path}", filesystem=fs)
     data = [f for f in schema if f.name not in META_COLUMNS]
     import pyarrow as pa
 
@@ -165,7 +166,11 @@ def run_backfill(
     """Write the source files into the table as one commit of a backfill writer."""
     if fmt not in FORMATS:
         raise ConfigError(f"backfill format {fmt!r} is not known; valid: {', '.join(FORMATS)}")
-    table = HudiTable.open(table_path)
+    table = HudiTable.open(
+        cfg.storage_for(str(table_path))
+        if cfg is not None and isinstance(table_path, str)
+        else table_path
+    )
     files = source_files(source, fmt)
     bid = backfill_id(files)
     writer = writer_id or f"backfill-{bid}"
@@ -189,13 +194,13 @@ def run_backfill(
     instant = Instant(t, Action.COMMIT, State.INFLIGHT)
     log.info("table %s: backfill %s (writer %s) began %s", table.config.name, bid, writer, t)
     try:
-        task = TaskWriter(str(table.base_path), table.config, t.value, size)
+        task = TaskWriter(table.storage, table.config, t.value, size)
         statuses = parse_statuses(df.mapInArrow(task, STATUS_SCHEMA).collect())
         writes = tuple(f for s in statuses for f in s.files)
         kept = {w.path for w in writes}
-        delete_unreferenced_files(table.base_path, t, kept)
+        delete_unreferenced_files(table.storage, t, kept)
         for rel in kept:
-            if not (table.base_path / rel).is_file():
+            if not table.storage.exists(rel):
                 raise CorruptTableError(f"backfill {t}: written file {rel} is missing")
         schema = next((str(s.extra["schema"]) for s in statuses if s.extra.get("schema")), "")
         metadata = CommitMetadata(

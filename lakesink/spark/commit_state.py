@@ -8,6 +8,7 @@ from pathlib import Path
 from lakesink.errors import TableNotFoundError
 from lakesink.protocol.instant import Action, Instant
 from lakesink.protocol.offsets import WriterOffsets
+from lakesink.storage import Storage
 from lakesink.table.hudi_table import HudiTable
 from lakesink.table.timeline import Timeline
 
@@ -48,10 +49,12 @@ def last_commit_of(timeline: Timeline, writer_id: str) -> tuple[Instant, WriterO
     return None
 
 
-def committed_offsets(table: HudiTable, writer_id: str) -> WriterOffsets:
+def committed_offsets(
+    table: HudiTable, writer_id: str, timeline: Timeline | None = None
+) -> WriterOffsets:
     """From the newest active commit of the writer, else from the archive's index of writers
-    (archival moved its last commit away)."""
-    found = last_commit_of(table.timeline(), writer_id)
+    (archival moved its last commit away). `timeline`: a snapshot just taken (saves a LIST)."""
+    found = last_commit_of(timeline or table.timeline(), writer_id)
     if found:
         return found[1]
     from lakesink.services.archival import archived_offsets
@@ -59,7 +62,7 @@ def committed_offsets(table: HudiTable, writer_id: str) -> WriterOffsets:
     return archived_offsets(table, writer_id) or WriterOffsets.empty()
 
 
-def committed_offsets_at(table_path: str | Path, writer_id: str) -> WriterOffsets:
+def committed_offsets_at(table_path: str | Path | Storage, writer_id: str) -> WriterOffsets:
     """Committed offsets of a writer, or none when the table does not exist yet."""
     try:
         table = HudiTable.open(table_path)
@@ -68,7 +71,7 @@ def committed_offsets_at(table_path: str | Path, writer_id: str) -> WriterOffset
     return committed_offsets(table, writer_id)
 
 
-def committed_topic_ids_at(table_path: str | Path, writer_id: str) -> dict[str, str]:
+def committed_topic_ids_at(table_path: str | Path | Storage, writer_id: str) -> dict[str, str]:
     """The Kafka topic ids the writer's newest active commit recorded (none when it recorded
     none, the table does not exist or archival moved the commit away)."""
     try:

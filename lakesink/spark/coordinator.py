@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -27,6 +26,7 @@ from lakesink.protocol.offsets import OffsetRange, WriterOffsets
 from lakesink.protocol.write_status import WriteStatus
 from lakesink.services.conflict_check import check_ingestion_commit, strategy_for
 from lakesink.spark import commit_state as keys
+from lakesink.storage import StorageError
 from lakesink.table.archive import is_archived_completed
 from lakesink.table.hudi_table import HudiTable
 from lakesink.table.markers import delete_markers, list_marked_files
@@ -123,7 +123,7 @@ class Coordinator:
                     )
                     crash_point("during-rollback")
                     rollback(self.table, current)
-                    self._intent_path(instant.time).unlink(missing_ok=True)
+                    self.table.storage.delete(self._intent_key(instant.time))
                     rolled.append(instant)
         self._committed = None
         return rolled
@@ -281,12 +281,12 @@ class Coordinator:
             timeline = self.table.timeline()
             existing = timeline.get(t)
             if (existing is not None and existing.is_completed) or (
-                existing is None and is_archived_completed(self.table.base_path, t)
+                existing is None and is_archived_completed(self.table.storage, t)
             ):
                 log.info("table %s: instant %s is already published", self.table.config.name, t)
                 return BatchOutcome(prepared.batch_id, Verdict.ALREADY_COMMITTED, t)
             self.services.check_alive(self.table, t)
-            fresh = keys.committed_offsets(self.table, self.writer_id)
+            fresh = keys.committed_offsets(self.table, self.writer_id, timeline)
             if fresh != prepared.base_offsets:
                 raise CommitError(
                     f"writer {self.writer_id}'s committed offsets changed under instant {t} "
@@ -295,13 +295,12 @@ class Coordinator:
                 )
             self._check_conflicts(t, {w.path for w in prepared.metadata.writes})
             instant = Instant(t, Action.COMMIT, State.INFLIGHT)
-            self.table.timeline().publish(instant, prepared.metadata)
+            timeline.publish(instant, prepared.metadata, snapshot_is_fresh=True)  # under the lock
         publish_s = time.perf_counter() - started
         crash_point("after-publish")
         self.services.stop_heartbeat(self.table, t)
-        delete_markers(self.table.base_path, t.value)
-        self._intent_path(t).unlink(missing_ok=True)
-        self._intent_path(t).with_suffix(".precommitted").unlink(missing_ok=True)
+        delete_markers(self.table.storage, t.value)
+        self.table.storage.delete_many([self._intent_key(t), self._precommitted_key(t)])
         log.info(
             "table %s writer %s: published instant %s (batch %s, %d records, %d files, %.3fs)",
             self.table.config.name,
@@ -319,12 +318,10 @@ class Coordinator:
     def mark_precommitted(self, t: InstantTime) -> None:
         """Tell other writers' lazy rollback that instant `t` is durably pre-committed: its owner
         publishes it at restart, so it must not be rolled back even if its heartbeat expires."""
-        path = self._intent_path(t).with_suffix(".precommitted")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.touch()
+        self.table.storage.write(self._precommitted_key(t), b"")
 
     def is_precommitted(self, t: InstantTime) -> bool:
-        return self._intent_path(t).with_suffix(".precommitted").exists()
+        return self.table.storage.exists(self._precommitted_key(t))
 
     def accept_offsets(self, offsets: WriterOffsets) -> None:
         """Positions after a pre-committed (not yet published) batch, for replay detection."""
@@ -338,14 +335,14 @@ class Coordinator:
                 rollback(self.table, instant)
         if self.table.timeline().get(instant_time) is None:
             delete_leftovers(self.table, instant_time)  # rolled back under us: files are garbage
-        self._intent_path(instant_time).unlink(missing_ok=True)
+        self.table.storage.delete(self._intent_key(instant_time))
 
     # --- helpers -----------------------------------------------------------------------------
     def _reconcile(self, t: InstantTime, accepted: Sequence[WriteStatus]) -> set[str]:
         """Delete files of failed or duplicate task attempts (marked but in no accepted status)
         BEFORE publishing: hudi-rs would read them as part of the instant."""
         kept = {f.path for s in accepted for f in s.files}
-        marked = set(list_marked_files(self.table.base_path, t.value))
+        marked = set(list_marked_files(self.table.storage, t.value))
         missing = kept - marked
         if missing:
             raise CommitError(
@@ -353,9 +350,9 @@ class Coordinator:
             )
         for rel in sorted(marked - kept):
             log.info("table %s instant %s: deleting orphan file %s", self.table.config.name, t, rel)
-            (self.table.base_path / rel).unlink(missing_ok=True)
+            self.table.storage.delete(rel)
         for rel in kept:
-            if not (self.table.base_path / rel).is_file():
+            if not self.table.storage.exists(rel):
                 raise CorruptTableError(f"instant {t}: written file {rel} is missing on storage")
         return kept
 
@@ -366,14 +363,15 @@ class Coordinator:
             self.table, t, files, strategy_for(self.services), writer=self.writer_id
         )
 
-    def _intent_path(self, t: InstantTime) -> Path:
-        return self.table.base_path / INTENTS_DIR / f"{t.value}.json"
+    def _intent_key(self, t: InstantTime) -> str:
+        return f"{INTENTS_DIR}/{t.value}.json"
+
+    def _precommitted_key(self, t: InstantTime) -> str:
+        return f"{INTENTS_DIR}/{t.value}.precommitted"
 
     def _write_intent(self, t: InstantTime, batch_id: int, ranges: Sequence[OffsetRange]) -> None:
-        path = self._intent_path(t)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(
+        self.table.storage.write(
+            self._intent_key(t),
             json.dumps(
                 {
                     "writer_id": self.writer_id,
@@ -381,14 +379,13 @@ class Coordinator:
                     "batch_id": batch_id,
                     "ranges": [[r.partition.key(), r.start, r.end] for r in ranges],
                 }
-            )
+            ).encode(),
         )
-        os.replace(tmp, path)
 
     def _intent_owner(self, t: InstantTime) -> str | None:
         try:
-            data: dict[str, Any] = json.loads(self._intent_path(t).read_text())
-        except (OSError, ValueError):
+            data: dict[str, Any] = json.loads(self.table.storage.read(self._intent_key(t)))
+        except (OSError, ValueError, StorageError):
             return None
         owner = data.get("writer_id")
         return str(owner) if owner is not None else None

@@ -31,6 +31,7 @@ from lakesink.spark.source import (
     encode_config,
     encode_secrets,
 )
+from lakesink.storage import Storage
 from lakesink.table.config import TableConfig
 from lakesink.table.hudi_table import HudiTable
 
@@ -177,7 +178,7 @@ class Ingestion:
         self.services = services or make_services(cfg)
         self.on_progress = on_progress
         self._stop = threading.Event()
-        self.table = HudiTable.create(cfg["table.path"], table_config)
+        self.table = HudiTable.create(open_table_storage(cfg), table_config)
         self.coordinator = Coordinator(
             self.table, cfg.writer_id, query_id=str(uuid.uuid4()), services=self.services
         )
@@ -328,7 +329,7 @@ class Ingestion:
             {"table.path": path, "writer.id": f"{self.cfg.writer_id}.deadletters"}
         )
         table = HudiTable.create(
-            path,
+            open_table_storage(cfg),
             TableConfig(
                 name=re.sub(r"[^A-Za-z0-9_]", "_", cfg.table_name),
                 version=self.cfg["table.version"],
@@ -439,4 +440,19 @@ def make_services(cfg: LakesinkConfig) -> CommitServices:
 
 
 def committed_offsets(cfg: LakesinkConfig) -> dict[str, int]:
-    return commit_state.committed_offsets_at(cfg["table.path"], cfg.writer_id).to_json()
+    return commit_state.committed_offsets_at(cfg.table_storage, cfg.writer_id).to_json()
+
+
+def open_table_storage(cfg: LakesinkConfig) -> Storage:
+    """The storage of cfg's table.path, probed once: a store that is unreachable, refuses the
+    credentials or cannot do conditional writes stops the start with one clear line."""
+    storage = cfg.table_storage
+    storage.probe()
+    if not storage.is_local:
+        log.info(
+            "table %s is on an object store; Spark's checkpoint stays local at %s (the table "
+            "holds the committed offsets, a lost checkpoint loses nothing)",
+            storage.uri,
+            cfg.checkpoint_location,
+        )
+    return storage

@@ -16,13 +16,13 @@ class ConfiguredCommitServices(StandaloneServices):
 
     def __init__(self, cfg: LakesinkConfig) -> None:
         super().__init__(
-            cfg["table.path"], writer_id=cfg.writer_id, **lock_and_heartbeat_options(cfg)
+            cfg.table_storage, writer_id=cfg.writer_id, **lock_and_heartbeat_options(cfg)
         )
         self.cfg = cfg
         self.incarnation: WriterIncarnation | None = None
 
     def claim(self, table: HudiTable, writer_id: str) -> None:
-        self.incarnation = claim_writer(table.base_path, writer_id)
+        self.incarnation = claim_writer(table.storage, writer_id)
 
     def check_alive(self, table: HudiTable, t: InstantTime) -> None:
         super().check_alive(table, t)

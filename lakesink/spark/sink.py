@@ -337,7 +337,7 @@ class CommittingSink:
         required: tuple[str, ...] = (),
     ) -> list[WriteStatus]:
         writer = TaskWriter(
-            str(coordinator.table.base_path),
+            coordinator.table.storage,
             coordinator.table.config,
             instant.value,
             self.cfg["table.target.file.size.bytes"],

@@ -192,7 +192,7 @@ class KafkaStreamReader(DataSourceStreamReader):
             extra=self.cfg.kafka_client_config,
         )
         if self._topic_ids is None:
-            self._topic_ids = committed_topic_ids_at(self.cfg["table.path"], self.cfg.writer_id)
+            self._topic_ids = committed_topic_ids_at(self.cfg.table_storage, self.cfg.writer_id)
         for topic, now in sorted(current.items()):
             before = self._topic_ids.get(topic)
             if before is not None and before != now:
@@ -207,7 +207,7 @@ class KafkaStreamReader(DataSourceStreamReader):
     def _table_offsets(self) -> WriterOffsets:
         from lakesink.spark.commit_state import committed_offsets_at
 
-        return committed_offsets_at(self.cfg["table.path"], self.cfg.writer_id)
+        return committed_offsets_at(self.cfg.table_storage, self.cfg.writer_id)
 
     def _starts(
         self, known: Mapping[TopicPartition, int], partitions: Sequence[TopicPartition]

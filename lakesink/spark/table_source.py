@@ -14,11 +14,26 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
 from lakesink.errors import ConfigError
+from lakesink.storage import Storage
 
 
 class BaseFilePartition(InputPartition):
     def __init__(self, path: str) -> None:
         self.path = path
+
+
+def _storage(options: dict[str, str]) -> Storage:
+    """The table's storage: its path or URI, storage.* settings from the environment and the
+    reader's options (`.option("storage.s3.endpoint", ...)`)."""
+    from lakesink.config import storage_settings
+    from lakesink.storage import open_storage
+
+    path = options.get("path")
+    if not path:
+        raise ConfigError('spark.read.format("lakesink") needs a table path: .load(path)')
+    settings: dict[str, object] = dict(storage_settings())
+    settings.update({k: v for k, v in options.items() if k.startswith("storage.")})
+    return open_storage(path, settings)
 
 
 def _table_and_view(options: dict[str, str]):  # type: ignore[no-untyped-def]
@@ -29,7 +44,7 @@ def _table_and_view(options: dict[str, str]):  # type: ignore[no-untyped-def]
     path = options.get("path")
     if not path:
         raise ConfigError('spark.read.format("lakesink") needs a table path: .load(path)')
-    table = HudiTable.open(path)
+    table = HudiTable.open(_storage(options))
     as_of = options.get("as.of.instant")
     return table, FileSystemView(table, InstantTime(as_of) if as_of else None)
 
@@ -42,7 +57,8 @@ def _arrow_schema(options: dict[str, str]) -> pa.Schema:
     table, view = _table_and_view(options)
     files = view.latest_base_files()
     if files:
-        return pq.read_schema(table.base_path / files[0].path)
+        fs, root = table.storage.arrow()
+        return pq.read_schema(f"{root}/{files[0].path}", filesystem=fs)
     return TableReader(table).snapshot().schema
 
 
@@ -52,14 +68,15 @@ class TableBatchReader(DataSourceReader):
         self.schema = schema
 
     def partitions(self) -> Sequence[InputPartition]:
-        table, view = _table_and_view(self.options)
-        return [BaseFilePartition(str(table.base_path / f.path)) for f in view.latest_base_files()]
+        _table, view = _table_and_view(self.options)
+        return [BaseFilePartition(f.path) for f in view.latest_base_files()]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         import pyarrow.parquet as pq
 
         assert isinstance(partition, BaseFilePartition)
-        table = pq.read_table(partition.path, partitioning=None)
+        fs, root = _storage(self.options).arrow()
+        table = pq.read_table(f"{root}/{partition.path}", filesystem=fs, partitioning=None)
         yield from table.cast(self.schema).to_batches(max_chunksize=65_536)
 
 

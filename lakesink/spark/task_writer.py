@@ -10,6 +10,7 @@ from typing import Any
 import pyarrow as pa
 
 from lakesink.protocol.write_status import WriteStatus
+from lakesink.storage import Storage
 from lakesink.table.config import TableConfig
 
 STATUS_SCHEMA = "status string"
@@ -22,7 +23,7 @@ class TaskWriter:
 
     def __init__(
         self,
-        table_path: str,
+        table_path: str | Storage,
         config: TableConfig,
         instant_time: str,
         target_file_size: int,

@@ -19,7 +19,6 @@ committed, which is why archival first makes sure no other file that old is on s
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,7 +29,11 @@ import pyarrow.parquet as pq
 
 from lakesink.errors import CorruptTableError
 from lakesink.protocol.instant import InstantTime
+from lakesink.storage import ObjectNotFoundError, Storage, as_storage
 from lakesink.table.view import FileSlice
+
+Where = Storage | Path
+"""A table root: its storage, or the folder of a local table."""
 
 _T = TypeVar("_T")
 
@@ -69,6 +72,11 @@ class ArchivedView:
     """The Avro schema of the last archived data instant that recorded one."""
 
 
+ARCHIVE_KEY = ARCHIVE_DIR.as_posix()
+TIMELINE_KEY = f"{ARCHIVE_KEY}/timeline"
+VIEWS_KEY = f"{ARCHIVE_KEY}/views"
+
+
 def archive_folder(base_path: Path) -> Path:
     return base_path / ARCHIVE_DIR
 
@@ -77,7 +85,22 @@ def archived_timeline_folder(base_path: Path) -> Path:
     return base_path / ARCHIVE_DIR / "timeline"
 
 
-def is_archived_completed(base_path: Path, instant_time: InstantTime) -> bool:
+def _parquet_bytes(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink, compression="zstd")
+    return bytes(sink.getvalue().to_pybytes())
+
+
+def _read_parquet(storage: Storage, key: str, **kwargs: object) -> pa.Table:
+    """A Parquet object read whole (archive files are small); FileNotFoundError if gone."""
+    try:
+        data = storage.read(key)
+    except ObjectNotFoundError as e:
+        raise FileNotFoundError(key) from e
+    return pq.read_table(pa.BufferReader(data), **kwargs)
+
+
+def is_archived_completed(base_path: Where, instant_time: InstantTime) -> bool:
     """Whether instant `instant_time` completed and was archived (a slow listing: for the rare
     question of a publisher that finds its instant gone from the active timeline)."""
     names = archived_file_names(base_path)
@@ -89,15 +112,12 @@ def is_archived_completed(base_path: Path, instant_time: InstantTime) -> bool:
     )
 
 
-def _views_folder(base_path: Path) -> Path:
-    return base_path / ARCHIVE_DIR / "views"
+def _names_in(storage: Storage, folder_key: str) -> list[str]:
+    return [m.key.rsplit("/", 1)[-1] for m in storage.list_folder(folder_key).objects]
 
 
-def _view_names(base_path: Path) -> list[str]:
-    try:
-        names = os.listdir(_views_folder(base_path))
-    except FileNotFoundError:
-        return []
+def _view_names(base_path: Where) -> list[str]:
+    names = _names_in(as_storage(base_path), VIEWS_KEY)
     return sorted(n for n in names if n.endswith(VIEW_SUFFIX) and not n.startswith("."))
 
 
@@ -107,32 +127,36 @@ written once and never changed, and every file-system view of the table reads it
 newest is kept: an older one holds as many slices and is never asked for again."""
 
 
-def load_archived_view(base_path: Path) -> ArchivedView | None:
+def load_archived_view(base_path: Where) -> ArchivedView | None:
     """The newest archived view, or None when nothing was ever archived."""
+    storage = as_storage(base_path)
     for _ in range(3):  # archival may delete an old view between listing and reading
-        names = _view_names(base_path)
+        names = _view_names(storage)
         if not names:
             return None
-        path = _views_folder(base_path) / names[-1]
+        key = f"{VIEWS_KEY}/{names[-1]}"
+        meta = storage.head(key)
+        if meta is None:
+            continue
+        identity = (0, hash(meta.etag), meta.size)
+        hit = _CACHE.get(storage.uri)
+        if hit is not None and hit[0] == names[-1] and hit[1] == identity:
+            return hit[2]
         try:
-            st = path.stat()
-            identity = (st.st_ino, st.st_mtime_ns, st.st_size)
-            hit = _CACHE.get(str(base_path))
-            if hit is not None and hit[0] == names[-1] and hit[1] == identity:
-                return hit[2]
-            view = _read_view(path)
+            view = _read_view(storage, key)
         except FileNotFoundError:
             continue
         if len(_CACHE) >= 16:
             _CACHE.clear()
-        _CACHE[str(base_path)] = (names[-1], identity, view)
+        _CACHE[storage.uri] = (names[-1], identity, view)
         return view
-    raise CorruptTableError(f"archived views in {_views_folder(base_path)} keep disappearing")
+    raise CorruptTableError(f"archived views in {storage.uri}/{VIEWS_KEY} keep disappearing")
 
 
-def _read_view(path: Path) -> ArchivedView:
+def _read_view(storage: Storage, key: str) -> ArchivedView:
+    path = f"{storage.uri}/{key}"
     try:
-        t = pq.read_table(path)
+        t = _read_parquet(storage, key)
         meta = t.schema.metadata or {}
         upto = InstantTime(meta[_UPTO].decode())
         completed_upto = InstantTime(meta[_COMPLETED_UPTO].decode())
@@ -149,11 +173,10 @@ def _read_view(path: Path) -> ArchivedView:
     return ArchivedView(upto, completed_upto, slices, schema)
 
 
-def write_archived_view(base_path: Path, view: ArchivedView) -> Path:
-    """Write `view` as the newest archived view (temp file, then rename), and delete all but
-    the newest KEEP_VIEWS views."""
-    folder = _views_folder(base_path)
-    folder.mkdir(parents=True, exist_ok=True)
+def write_archived_view(base_path: Where, view: ArchivedView) -> str:
+    """Write `view` as the newest archived view (one whole-object write), and delete all but
+    the newest KEEP_VIEWS views. Returns its key."""
+    storage = as_storage(base_path)
     ordered = sorted(view.slices)
     columns = [
         pa.array([s.partition_path for s in ordered], pa.string()),
@@ -169,15 +192,10 @@ def write_archived_view(base_path: Path, view: ArchivedView) -> Path:
         _TABLE_SCHEMA: (view.table_schema or "").encode(),
     }
     table = pa.Table.from_arrays(columns, schema=_SCHEMA.with_metadata(meta))
-    target = folder / f"{view.upto.value}{VIEW_SUFFIX}"
-    tmp = folder / f".{target.name}.{os.getpid()}.tmp"
-    pq.write_table(table, tmp, compression="zstd")
-    with open(tmp, "rb") as f:
-        os.fsync(f.fileno())
-    os.replace(tmp, target)
-    for old in _view_names(base_path)[:-KEEP_VIEWS]:
-        with contextlib.suppress(FileNotFoundError):
-            (folder / old).unlink()
+    target = f"{VIEWS_KEY}/{view.upto.value}{VIEW_SUFFIX}"
+    storage.write(target, _parquet_bytes(table))
+    for old in _view_names(storage)[:-KEEP_VIEWS]:
+        storage.delete(f"{VIEWS_KEY}/{old}")
     return target
 
 
@@ -203,34 +221,36 @@ def _pack_level(name: str) -> int:
     return int(name[len(PACK_PREFIX) :].split("-", 1)[0])
 
 
-def _listing(folder: Path) -> tuple[list[str], list[str]]:
+def _listing(storage: Storage) -> tuple[list[str], list[str]]:
     """(loose file names, pack names) in the archived timeline folder, each sorted."""
-    try:
-        names = os.listdir(folder)
-    except FileNotFoundError:
-        return [], []
+    names = _names_in(storage, TIMELINE_KEY)
     loose = sorted(n for n in names if not n.startswith(".") and not _is_pack(n))
     return loose, sorted(n for n in names if _is_pack(n))
 
 
-def _pack_index(path: Path) -> frozenset[str]:
-    hit = _PACK_INDEX.get(str(path))
+def _pack_index(storage: Storage, pack: str) -> frozenset[str]:
+    path = f"{storage.uri}/{TIMELINE_KEY}/{pack}"
+    hit = _PACK_INDEX.get(path)
     if hit is None:
         try:
-            names = pq.read_table(path, columns=["name"]).column("name").to_pylist()
+            names = (
+                _read_parquet(storage, f"{TIMELINE_KEY}/{pack}", columns=["name"])
+                .column("name")
+                .to_pylist()
+            )
         except FileNotFoundError:
             raise  # merged away: the caller lists again (not a CorruptTableError below)
         except (pa.ArrowInvalid, OSError, KeyError) as e:
             raise CorruptTableError(f"archive pack {path} cannot be read: {e}") from e
         if len(_PACK_INDEX) >= 4096:
             _PACK_INDEX.clear()
-        hit = _PACK_INDEX[str(path)] = frozenset(names)
+        hit = _PACK_INDEX[path] = frozenset(names)
     return hit
 
 
-def _pack_files(path: Path) -> list[tuple[str, bytes]]:
+def _pack_files(storage: Storage, pack: str) -> list[tuple[str, bytes]]:
     """(name, content) of every file in a pack."""
-    rows = pq.read_table(path)
+    rows = _read_parquet(storage, f"{TIMELINE_KEY}/{pack}")
     return list(
         zip(rows.column("name").to_pylist(), rows.column("content").to_pylist(), strict=True)
     )
@@ -246,66 +266,68 @@ def _retrying(read: Callable[[], _T]) -> _T:
     raise CorruptTableError("archive packs keep disappearing while being read")
 
 
-def archived_file_names(base_path: Path) -> set[str]:
+def archived_file_names(base_path: Where) -> set[str]:
     """Names of every archived timeline file, loose or packed."""
-    folder = archived_timeline_folder(base_path)
+    storage = as_storage(base_path)
 
     def read() -> set[str]:
-        loose, packs = _listing(folder)
+        loose, packs = _listing(storage)
         names = set(loose)
         for pack in packs:
-            names |= _pack_index(folder / pack)
+            names |= _pack_index(storage, pack)
         return names
 
     return _retrying(read)
 
 
-def read_archived_file(base_path: Path, name: str) -> bytes | None:
+def read_archived_file(base_path: Where, name: str) -> bytes | None:
     """The content of archived timeline file `name`, or None when it is not archived."""
-    folder = archived_timeline_folder(base_path)
+    storage = as_storage(base_path)
 
     def read() -> bytes | None:
-        with contextlib.suppress(FileNotFoundError):
-            return (folder / name).read_bytes()
-        _, packs = _listing(folder)
+        with contextlib.suppress(ObjectNotFoundError):
+            return storage.read(f"{TIMELINE_KEY}/{name}")
+        _, packs = _listing(storage)
         for pack in reversed(packs):
-            if name in _pack_index(folder / pack):
-                rows = pq.read_table(folder / pack, filters=[("name", "=", name)])
+            if name in _pack_index(storage, pack):
+                rows = _read_parquet(
+                    storage, f"{TIMELINE_KEY}/{pack}", filters=[("name", "=", name)]
+                )
                 return bytes(rows.column("content")[0].as_py())
         return None
 
     return _retrying(read)
 
 
-def iter_archived_files(base_path: Path, names: set[str]) -> Iterator[tuple[str, bytes]]:
+def iter_archived_files(base_path: Where, names: set[str]) -> Iterator[tuple[str, bytes]]:
     """(name, content) of each archived file among `names` that exists, each once, reading
     every pack at most once."""
-    folder = archived_timeline_folder(base_path)
-    loose, packs = _listing(folder)
+    storage = as_storage(base_path)
+    loose, packs = _listing(storage)
     pending = set(names)
     for name in loose:
         if name in pending:
-            with contextlib.suppress(FileNotFoundError):  # packed meanwhile: found below
-                content = (folder / name).read_bytes()
+            with contextlib.suppress(ObjectNotFoundError):  # packed meanwhile: found below
+                content = storage.read(f"{TIMELINE_KEY}/{name}")
                 pending.discard(name)
                 yield name, content
     for pack in packs:
         try:
-            wanted = pending & _pack_index(folder / pack)
+            wanted = pending & _pack_index(storage, pack)
             if not wanted:
                 continue
-            files = _pack_files(folder / pack)
+            files = _pack_files(storage, pack)
         except FileNotFoundError:  # merged meanwhile: its files are in a newer pack
             continue
         for name, content in files:
             if name in wanted and name in pending:
                 pending.discard(name)
                 yield name, content
-    if pending and (_listing(folder)[1] != packs):
-        yield from iter_archived_files(base_path, pending)  # packs changed while reading
+    if pending and (_listing(storage)[1] != packs):
+        yield from iter_archived_files(storage, pending)  # packs changed while reading
 
 
-def _write_pack(folder: Path, level: int, files: list[tuple[str, bytes]]) -> str:
+def _write_pack(storage: Storage, level: int, files: list[tuple[str, bytes]]) -> str:
     files = sorted(dict(files).items())
     first, last = (files[0][0].split(".")[0], files[-1][0].split(".")[0])
     name = f"{PACK_PREFIX}{level}-{first}-{last}{PACK_SUFFIX}"
@@ -316,43 +338,35 @@ def _write_pack(folder: Path, level: int, files: list[tuple[str, bytes]]) -> str
         ],
         schema=_PACK_SCHEMA,
     )
-    tmp = folder / f".{name}.{os.getpid()}.tmp"
-    pq.write_table(table, tmp, compression="zstd")
-    with open(tmp, "rb") as f:
-        os.fsync(f.fileno())
-    os.replace(tmp, folder / name)
+    storage.write(f"{TIMELINE_KEY}/{name}", _parquet_bytes(table))
     return name
 
 
 def pack_archived_timeline(
-    base_path: Path, *, loose_files: int = PACK_LOOSE_FILES, fan_in: int = PACK_FAN_IN
+    base_path: Where, *, loose_files: int = PACK_LOOSE_FILES, fan_in: int = PACK_FAN_IN
 ) -> list[str]:
     """Under archival's lock: gather the loose archived files into a pack once there are
     `loose_files` of them, and merge `fan_in` packs of a level into one of the next level.
     Each new pack is in place before its sources are deleted, so a crash leaves at worst a
     file both loose (or in an old pack) and packed, which readers take once. Returns the names
     of the packs written."""
-    folder = archived_timeline_folder(base_path)
+    storage = as_storage(base_path)
     written: list[str] = []
-    loose, packs = _listing(folder)
+    loose, packs = _listing(storage)
     if len(loose) >= loose_files:
-        files = [(n, (folder / n).read_bytes()) for n in loose]
-        written.append(_write_pack(folder, 0, files))
-        for n in loose:
-            with contextlib.suppress(FileNotFoundError):
-                (folder / n).unlink()
-        loose, packs = _listing(folder)
+        files = [(n, storage.read(f"{TIMELINE_KEY}/{n}")) for n in loose]
+        written.append(_write_pack(storage, 0, files))
+        storage.delete_many([f"{TIMELINE_KEY}/{n}" for n in loose])
+        loose, packs = _listing(storage)
     level = 0
     while packs:
         at_level = [p for p in packs if _pack_level(p) == level]
         if len(at_level) >= fan_in:
             sources = at_level[:fan_in]
-            files = [f for pack in sources for f in _pack_files(folder / pack)]
-            written.append(_write_pack(folder, level + 1, files))
-            for pack in sources:
-                with contextlib.suppress(FileNotFoundError):
-                    (folder / pack).unlink()
-            _, packs = _listing(folder)
+            files = [f for pack in sources for f in _pack_files(storage, pack)]
+            written.append(_write_pack(storage, level + 1, files))
+            storage.delete_many([f"{TIMELINE_KEY}/{pack}" for pack in sources])
+            _, packs = _listing(storage)
             continue
         if all(_pack_level(p) <= level for p in packs):
             break

@@ -1,10 +1,10 @@
-"""A Hudi copy-on-write table on the local filesystem: its config, timeline and partitions."""
+"""A Hudi copy-on-write table on a local filesystem or an object store: its config, timeline
+and partitions."""
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import os
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
@@ -12,7 +12,13 @@ from typing import Any
 
 from lakesink.errors import SchemaMismatchError, TableError, TableNotFoundError
 from lakesink.protocol.instant import InstantTime, TimelineLayout
-from lakesink.table.atomic import create_exclusive
+from lakesink.storage import (
+    LocalStorage,
+    ObjectExistsError,
+    ObjectNotFoundError,
+    Storage,
+    as_storage,
+)
 from lakesink.table.config import (
     ARCHIVED_FOLDER,
     HISTORY_FOLDER,
@@ -40,30 +46,46 @@ def _format_partition_value(value: Any) -> str:
 
 
 class HudiTable:
-    """One table: `base_path` holds `.hoodie/` and the partition folders. Picklable (a path
-    and a config), so it can travel to Spark executors."""
+    """One table: its storage root holds `.hoodie/` and the partition folders (a local folder
+    or `s3://bucket/prefix`). Picklable (a storage and a config), so it can travel to Spark
+    executors."""
 
-    __slots__ = ("_base_path", "_config")
+    __slots__ = ("_config", "_storage")
 
-    def __init__(self, base_path: str | Path, config: TableConfig) -> None:
-        self._base_path = Path(base_path).absolute()
+    def __init__(self, base_path: str | Path | Storage, config: TableConfig) -> None:
+        self._storage = _storage_of(base_path)
         self._config = config
 
-    def __getstate__(self) -> tuple[str, TableConfig]:
-        return str(self._base_path), self._config
+    def __getstate__(self) -> tuple[Storage, TableConfig]:
+        return self._storage, self._config
 
-    def __setstate__(self, state: tuple[str, TableConfig]) -> None:
-        self._base_path = Path(state[0])
+    def __setstate__(self, state: tuple[Storage, TableConfig]) -> None:
+        self._storage = state[0]
         self._config = state[1]
 
     def __repr__(self) -> str:
-        return (
-            f"HudiTable({str(self._base_path)!r}, {self._config.name!r}, v{self._config.version})"
-        )
+        return f"HudiTable({self._storage.uri!r}, {self._config.name!r}, v{self._config.version})"
+
+    @property
+    def storage(self) -> Storage:
+        return self._storage
+
+    @property
+    def uri(self) -> str:
+        """The table root as a path or URI (no credentials): for messages and logs."""
+        return self._storage.uri
+
+    @property
+    def is_local(self) -> bool:
+        return self._storage.is_local
 
     @property
     def base_path(self) -> Path:
-        return self._base_path
+        """The table folder of a local table; TableError for a table on an object store (use
+        `storage`)."""
+        if isinstance(self._storage, LocalStorage):
+            return self._storage.root
+        raise TableError(f"table {self._storage.uri} is on an object store: it has no local folder")
 
     @property
     def config(self) -> TableConfig:
@@ -75,38 +97,44 @@ class HudiTable:
 
     @property
     def timeline_path(self) -> Path:
-        return timeline_folder(self._base_path, self.layout)
+        return timeline_folder(self.base_path, self.layout)
 
     # -- create / open -----------------------------------------------------------------------
 
     @classmethod
-    def create(cls, base_path: str | Path, config: TableConfig) -> HudiTable:
+    def create(cls, base_path: str | Path | Storage, config: TableConfig) -> HudiTable:
         """Create the table; if one exists with the identical config, return it (restarts are
         safe); TableError if one exists with another config."""
-        base = Path(base_path).absolute()
-        props_path = base / PROPERTIES_FILE
-        if props_path.exists():
-            return cls._open_expecting(base, config)
-        if base.exists() and not base.is_dir():
-            raise TableError(f"cannot create table at {base}: it is a file")
-        hoodie = base / ".hoodie"
-        for d in (hoodie, hoodie / ".temp", hoodie / ".aux", timeline_folder(base, config.layout)):
-            d.mkdir(parents=True, exist_ok=True)
-        if config.layout is TimelineLayout.V2:
-            (timeline_folder(base, config.layout) / HISTORY_FOLDER).mkdir(exist_ok=True)
-        else:
-            (hoodie / ARCHIVED_FOLDER).mkdir(exist_ok=True)
+        storage = _storage_of(base_path)
+        if storage.exists(PROPERTIES_FILE):
+            return cls._open_expecting(storage, config)
+        if isinstance(storage, LocalStorage):
+            base = storage.root
+            if base.exists() and not base.is_dir():
+                raise TableError(f"cannot create table at {base}: it is a file")
+            hoodie = base / ".hoodie"
+            for d in (
+                hoodie,
+                hoodie / ".temp",
+                hoodie / ".aux",
+                timeline_folder(base, config.layout),
+            ):
+                d.mkdir(parents=True, exist_ok=True)
+            if config.layout is TimelineLayout.V2:
+                (timeline_folder(base, config.layout) / HISTORY_FOLDER).mkdir(exist_ok=True)
+            else:
+                (hoodie / ARCHIVED_FOLDER).mkdir(exist_ok=True)
         text = render_properties(config.to_properties(), "Properties saved by lakesink")
         try:
-            create_exclusive(base, props_path, text.encode("utf-8"))
-        except FileExistsError:  # created concurrently
-            return cls._open_expecting(base, config)
-        log.info("table %s: created %s (version %d)", base, config.name, config.version)
-        return cls(base, config)
+            storage.create(PROPERTIES_FILE, text.encode("utf-8"))
+        except ObjectExistsError:  # created concurrently
+            return cls._open_expecting(storage, config)
+        log.info("table %s: created %s (version %d)", storage.uri, config.name, config.version)
+        return cls(storage, config)
 
     @classmethod
-    def _open_expecting(cls, base: Path, config: TableConfig) -> HudiTable:
-        table = cls.open(base)
+    def _open_expecting(cls, storage: Storage, config: TableConfig) -> HudiTable:
+        table = cls.open(storage)
         if table.config != config:
             mine, theirs = config.to_properties(), table.config.to_properties()
             diffs = [
@@ -115,38 +143,39 @@ class HudiTable:
                 if mine.get(k) != theirs.get(k)
             ]
             raise TableError(
-                f"a different table exists at {base}; refusing to overwrite it ({'; '.join(diffs)})"
+                f"a different table exists at {storage.uri}; refusing to overwrite it "
+                f"({'; '.join(diffs)})"
             )
         return table
 
     @classmethod
-    def open(cls, base_path: str | Path) -> HudiTable:
+    def open(cls, base_path: str | Path | Storage) -> HudiTable:
         """Open an existing table; TableNotFoundError naming the path if there is none,
         UnsupportedTableError for versions or types lakesink does not handle."""
-        base = Path(base_path).absolute()
-        props_path = base / PROPERTIES_FILE
+        storage = _storage_of(base_path)
+        where = f"{storage.uri}/{PROPERTIES_FILE}"
         try:
-            raw = props_path.read_bytes()
-        except (FileNotFoundError, NotADirectoryError):
+            raw = storage.read(PROPERTIES_FILE)
+        except ObjectNotFoundError:
             raise TableNotFoundError(
-                f"no Hudi table at {base}: {props_path} does not exist"
+                f"no Hudi table at {storage.uri}: {where} does not exist"
             ) from None
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError:
             text = raw.decode("latin-1")
         props = parse_properties(text)
-        return cls(base, TableConfig.from_properties(props, str(props_path)))
+        return cls(storage, TableConfig.from_properties(props, where))
 
     def properties(self) -> dict[str, str]:
         """The raw `hoodie.properties` entries."""
-        return parse_properties((self._base_path / PROPERTIES_FILE).read_text("utf-8"))
+        return parse_properties(self._storage.read(PROPERTIES_FILE).decode("utf-8"))
 
     # -- timeline ----------------------------------------------------------------------------
 
     def timeline(self) -> Timeline:
         """A fresh read of the active timeline."""
-        return Timeline.load(self._base_path, self.layout)
+        return Timeline.load(self._storage, self.layout)
 
     # -- partitions --------------------------------------------------------------------------
 
@@ -173,11 +202,13 @@ class HudiTable:
         self, partition_path: str, instant_time: InstantTime | None = None
     ) -> None:
         """Write the partition's `.hoodie_partition_metadata` once, atomically."""
-        folder = self._base_path / partition_path if partition_path else self._base_path
-        target = folder / PARTITION_METADATA_FILE
-        if target.exists():
+        key = (
+            f"{partition_path}/{PARTITION_METADATA_FILE}"
+            if partition_path
+            else (PARTITION_METADATA_FILE)
+        )
+        if self._storage.exists(key):
             return
-        folder.mkdir(parents=True, exist_ok=True)
         depth = len([p for p in partition_path.split("/") if p]) if partition_path else 0
         commit_time = (
             str(instant_time)
@@ -186,8 +217,8 @@ class HudiTable:
         )
         stamp = datetime.now(UTC).strftime("%a %b %d %H:%M:%S UTC %Y")
         text = f"#partition metadata\n#{stamp}\ncommitTime={commit_time}\npartitionDepth={depth}\n"
-        with contextlib.suppress(FileExistsError):
-            create_exclusive(self._base_path, target, text.encode("utf-8"))
+        with contextlib.suppress(ObjectExistsError):
+            self._storage.create(key, text.encode("utf-8"))
 
     def list_partitions_on_storage(self) -> list[str]:
         """Partition folders found on storage (those with partition metadata), for tools.
@@ -198,14 +229,15 @@ class HudiTable:
         for _ in self._config.partition_fields:
             deeper: list[str] = []
             for rel in level:
-                try:
-                    entries = list(os.scandir(self._base_path / rel))
-                except (FileNotFoundError, NotADirectoryError):
-                    continue
+                listing = self._storage.list_folder(rel)
                 deeper += [
-                    f"{rel}/{e.name}" if rel else e.name
-                    for e in entries
-                    if not e.name.startswith(".") and e.is_dir()
+                    f"{rel}/{name}" if rel else name
+                    for name in listing.folders
+                    if not name.startswith(".")
                 ]
             level = deeper
-        return sorted(r for r in level if (self._base_path / r / PARTITION_METADATA_FILE).exists())
+        return sorted(r for r in level if self._storage.exists(f"{r}/{PARTITION_METADATA_FILE}"))
+
+
+def _storage_of(where: str | Path | Storage) -> Storage:
+    return as_storage(where)

@@ -68,7 +68,7 @@ class TableReader:
         if by is None:
             by = "completion" if self.table.layout is TimelineLayout.V2 else "requested"
         start = InstantTime(str(start_exclusive))
-        archived = load_archived_view(self.table.base_path)
+        archived = load_archived_view(self.table.storage)
         if archived is not None:
             reach = archived.completed_upto if by == "completion" else archived.upto
             if start < reach:
@@ -142,9 +142,10 @@ class TableReader:
         chosen.sort(key=lambda s: (s.partition_path, s.file_id))
         tables: list[pa.Table] = []
         for s in chosen:
-            path = self.table.base_path / s.path
+            path = f"{self.table.uri}/{s.path}"
+            fs, root = self.table.storage.arrow()
             try:
-                t = pq.read_table(path, partitioning=None)  # pyarrow 18 adds col=value folders
+                t = pq.read_table(f"{root}/{s.path}", filesystem=fs, partitioning=None)
             except FileNotFoundError:
                 raise CorruptTableError(
                     f"base file {path} of instant {s.instant_time} is missing; the table "
@@ -169,7 +170,7 @@ class TableReader:
 
     def _empty(self) -> pa.Table:
         timeline = self.table.timeline()
-        archived = load_archived_view(self.table.base_path)
+        archived = load_archived_view(self.table.storage)
         newest_first = reversed(timeline.in_completion_order(timeline.completed_data_instants()))
         candidates = itertools.chain(
             (w.path for inst in newest_first for w in timeline.commit_metadata(inst).writes),
@@ -183,7 +184,7 @@ class TableReader:
             ),
         )
         for rel in candidates:
-            path = self.table.base_path / rel
-            if path.exists():
-                return pq.read_schema(path).empty_table()
+            if self.table.storage.exists(rel):
+                fs, root = self.table.storage.arrow()
+                return pq.read_schema(f"{root}/{rel}", filesystem=fs).empty_table()
         return META_SCHEMA.empty_table()

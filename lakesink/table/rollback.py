@@ -7,12 +7,11 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import time
 
 from lakesink.errors import CommitError, CorruptTableError
 from lakesink.protocol.instant import Action, Instant, InstantTime, State
-from lakesink.table.atomic import create_exclusive
+from lakesink.storage import ObjectExistsError, StorageError
 from lakesink.table.files import parse_base_file_name
 from lakesink.table.hudi_table import HudiTable
 from lakesink.table.markers import delete_markers, list_marked_files
@@ -49,15 +48,11 @@ def _find_rollback_of(timeline: Timeline, target: InstantTime) -> Instant | None
 def _files_of(table: HudiTable, instant_time: InstantTime) -> list[str]:
     """Relative paths of the instant's files: what the markers name plus any base file of the
     instant found in the partitions the markers name."""
-    marked = list_marked_files(table.base_path, instant_time)
+    marked = list_marked_files(table.storage, instant_time)
     found = set(marked)
     partitions = {m.rsplit("/", 1)[0] if "/" in m else "" for m in marked}
     for p in partitions:
-        folder = table.base_path / p if p else table.base_path
-        try:
-            names = os.listdir(folder)
-        except FileNotFoundError:
-            continue
+        names = [m.key.rsplit("/", 1)[-1] for m in table.storage.list_folder(p).objects]
         for n in names:
             try:
                 parsed = parse_base_file_name(n)
@@ -78,13 +73,13 @@ def rollback(
     existing = _find_rollback_of(timeline, instant.time)
     if current is not None and current.is_completed:
         raise CommitError(
-            f"cannot roll back {current} in {table.base_path}: it is completed and readers may "
+            f"cannot roll back {current} in {table.uri}: it is completed and readers may "
             "see it; only requested or inflight instants can be rolled back"
         )
     if current is not None and not current.action.writes_data:
         raise CommitError(f"cannot roll back {current}: only commits and replacecommits")
     if current is None and existing is None:
-        raise CommitError(f"instant {instant.time} is not on the timeline of {table.base_path}")
+        raise CommitError(f"instant {instant.time} is not on the timeline of {table.uri}")
     target = current or instant
     if existing is not None and existing.is_completed:
         _finish(table, timeline, target)
@@ -98,23 +93,21 @@ def rollback(
     else:
         rb = existing
         if rb.state is State.REQUESTED:
-            with contextlib.suppress(FileExistsError):
-                inflight = timeline.path_of(rb.with_state(State.INFLIGHT))
-                create_exclusive(table.base_path, inflight, b"")
+            with contextlib.suppress(ObjectExistsError):
+                table.storage.create(timeline.key_of(rb.with_state(State.INFLIGHT)), b"")
     deleted: dict[str, list[str]] = {}
     failed: dict[str, list[str]] = {}
     for rel in _files_of(table, instant.time):
         partition = rel.rsplit("/", 1)[0] if "/" in rel else ""
-        path = table.base_path / rel
         try:
-            path.unlink()
+            if not table.storage.exists(rel):
+                continue
+            table.storage.delete(rel)
             deleted.setdefault(partition, []).append(rel)
-        except FileNotFoundError:
-            pass
-        except OSError as e:
+        except (OSError, StorageError) as e:
             log.warning(
                 "table %s: rollback of %s could not delete %s: %s",
-                table.base_path,
+                table.uri,
                 instant.time,
                 rel,
                 e,
@@ -122,7 +115,7 @@ def rollback(
             failed.setdefault(partition, []).append(rel)
     if failed:
         raise CommitError(
-            f"rollback of {instant.time} in {table.base_path} could not delete "
+            f"rollback of {instant.time} in {table.uri} could not delete "
             f"{sum(len(v) for v in failed.values())} files; run it again"
         )
     metadata = RollbackMetadata(
@@ -133,7 +126,7 @@ def rollback(
     )
     done = table.timeline().complete_rollback(rb, metadata)
     _finish(table, table.timeline(), target)
-    log.info("table %s: rolled back %s with %s", table.base_path, instant.time, done)
+    log.info("table %s: rolled back %s with %s", table.uri, instant.time, done)
     return done
 
 
@@ -163,18 +156,18 @@ def delete_leftovers(table: HudiTable, instant_time: InstantTime) -> list[str]:
     files would be read as duplicates. Returns the relative paths deleted."""
     if table.timeline().get(instant_time) is not None:
         raise CommitError(
-            f"instant {instant_time} is on the timeline of {table.base_path}; roll it back instead"
+            f"instant {instant_time} is on the timeline of {table.uri}; roll it back instead"
         )
     deleted: list[str] = []
     for rel in _files_of(table, instant_time):
-        with contextlib.suppress(FileNotFoundError):
-            (table.base_path / rel).unlink()
+        if table.storage.exists(rel):
+            table.storage.delete(rel)
             deleted.append(rel)
-    delete_markers(table.base_path, instant_time)
+    delete_markers(table.storage, instant_time)
     if deleted:
         log.warning(
             "table %s: deleted %d files written for %s after it was rolled back",
-            table.base_path,
+            table.uri,
             len(deleted),
             instant_time,
         )
@@ -182,5 +175,5 @@ def delete_leftovers(table: HudiTable, instant_time: InstantTime) -> list[str]:
 
 
 def _finish(table: HudiTable, timeline: Timeline, instant: Instant) -> None:
-    delete_markers(table.base_path, instant.time)
+    delete_markers(table.storage, instant.time)
     timeline.remove_pending(instant)

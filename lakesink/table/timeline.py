@@ -5,7 +5,6 @@ instant along requested → inflight → completed."""
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -18,8 +17,14 @@ from lakesink.errors import (
     UnsupportedTableError,
 )
 from lakesink.protocol.instant import Action, Instant, InstantTime, State, TimelineLayout
+from lakesink.storage import (
+    LocalStorage,
+    ObjectExistsError,
+    ObjectNotFoundError,
+    Storage,
+    as_storage,
+)
 from lakesink.table.archive import load_archived_view, read_archived_file
-from lakesink.table.atomic import create_exclusive
 from lakesink.table.markers import delete_markers
 from lakesink.table.metadata import CommitMetadata, RollbackMetadata, RollbackPlan
 
@@ -29,9 +34,12 @@ _IGNORED_SUFFIXES = (".crc", ".tmp")
 
 
 def timeline_folder(base_path: Path, layout: TimelineLayout) -> Path:
-    return (
-        base_path / ".hoodie" / "timeline" if layout is TimelineLayout.V2 else base_path / ".hoodie"
-    )
+    return base_path / timeline_key(layout)
+
+
+def timeline_key(layout: TimelineLayout) -> str:
+    """The active timeline folder relative to the table root."""
+    return ".hoodie/timeline" if layout is TimelineLayout.V2 else ".hoodie"
 
 
 def _looks_like_instant(name: str) -> bool:
@@ -54,7 +62,7 @@ def _parse_name(name: str) -> Instant:
     return inst
 
 
-def instants_named(names: Iterable[str], where: Path) -> list[tuple[str, Instant]]:
+def instants_named(names: Iterable[str], where: Path | str) -> list[tuple[str, Instant]]:
     """The instant files among file `names` (of folder `where`, for errors), parsed."""
     out: list[tuple[str, Instant]] = []
     for name in names:
@@ -64,34 +72,31 @@ def instants_named(names: Iterable[str], where: Path) -> list[tuple[str, Instant
             out.append((name, _parse_name(name)))
         except CorruptTableError as err:
             raise UnsupportedTableError(
-                f"timeline file {where / name} is not one lakesink handles: {err}"
+                f"timeline file {where}/{name} is not one lakesink handles: {err}"
             ) from err
     return out
 
 
 def list_instant_files(folder: Path) -> list[tuple[str, Instant]]:
-    """Parse every instant file directly inside `folder` (no recursion)."""
-    try:
-        entries = list(os.scandir(folder))
-    except FileNotFoundError:
-        return []
-    return instants_named((e.name for e in entries if e.is_file()), folder)
+    """Parse every instant file directly inside local `folder` (no recursion)."""
+    listing = LocalStorage(folder).list_folder("")
+    return instants_named((m.key for m in listing.objects), folder)
 
 
-def _parse_names(folder: Path, names: Sequence[str]) -> list[tuple[str, Instant]]:
+def _parse_names(folder: str, names: Sequence[str]) -> list[tuple[str, Instant]]:
     """The instant files among the entry `names` of `folder` (what list_instant_files finds):
     a name seen before as an instant file is not parsed or checked again."""
     out: list[tuple[str, Instant]] = []
     for name in names:
         inst = _PARSED.get(name)
         if inst is None:
-            if not _looks_like_instant(name) or not (folder / name).is_file():
+            if not _looks_like_instant(name):
                 continue
             try:
                 inst = _parse_name(name)
             except CorruptTableError as err:
                 raise UnsupportedTableError(
-                    f"timeline file {folder / name} is not one lakesink handles: {err}"
+                    f"timeline file {folder}/{name} is not one lakesink handles: {err}"
                 ) from err
         out.append((name, inst))
     return out
@@ -110,7 +115,7 @@ _METADATA_MAX = 2048
 
 
 def _latest_states(
-    parsed: Iterable[tuple[str, Instant]], folder: Path, known: Sequence[Instant] = ()
+    parsed: Iterable[tuple[str, Instant]], folder: str, known: Sequence[Instant] = ()
 ) -> list[Instant]:
     """One instant per time at its latest state, sorted by time. `known` are the latest states
     of files already checked (the result is the same whatever order files are seen in)."""
@@ -139,32 +144,44 @@ class Timeline:
 
     def __init__(
         self,
-        base_path: Path,
+        base_path: Path | Storage,
         layout: TimelineLayout,
         instants: Sequence[Instant],
         *,
         presorted: bool = False,
     ) -> None:
-        self.base_path = base_path
+        self.storage = as_storage(base_path)
         self.layout = layout
-        self.folder = timeline_folder(base_path, layout)
+        self.folder_key = timeline_key(layout)
+        self.where = f"{self.storage.uri}/{self.folder_key}"
+        """The timeline folder as a path or URI, for messages."""
         self.instants: tuple[Instant, ...] = (
             tuple(instants) if presorted else tuple(sorted(instants, key=lambda i: i.time))
         )
         self._by_time = {i.time: i for i in self.instants}
         self._commit_cache: dict[Instant, CommitMetadata] = {}
 
+    @property
+    def base_path(self) -> Path:
+        """The table folder of a local table (TypeError-free only for local storage)."""
+        if isinstance(self.storage, LocalStorage):
+            return self.storage.root
+        raise CommitError(f"the timeline of {self.storage.uri} is on an object store")
+
+    @property
+    def folder(self) -> Path:
+        return self.base_path / self.folder_key
+
     @classmethod
-    def load(cls, base_path: str | Path, layout: TimelineLayout) -> Timeline:
-        """Read the active timeline (lists the timeline folder only, never data folders)."""
-        base = Path(base_path)
-        folder = timeline_folder(base, layout)
-        try:
-            names = os.listdir(folder)  # names only: one C call, no per-entry objects
-        except FileNotFoundError:
-            names = []
-        names.sort()
-        key = str(folder)
+    def load(cls, base_path: str | Path | Storage, layout: TimelineLayout) -> Timeline:
+        """Read the active timeline: one listing of the timeline folder (one LIST request per
+        1000 entries on an object store), never of data folders."""
+        base = as_storage(base_path)
+        folder = f"{base.uri}/{timeline_key(layout)}"
+        names = sorted(
+            m.key.rsplit("/", 1)[-1] for m in base.list_folder(timeline_key(layout)).objects
+        )
+        key = folder
         hit = _LOADED.get(key)
         if hit is not None and hit[0] == names:
             # the same entries as at the last load: the same instants at the same states
@@ -223,14 +240,19 @@ class Timeline:
         return len(self.instants)
 
     def path_of(self, instant: Instant) -> Path:
+        """The local path of an instant file (local tables only; see key_of)."""
         return self.folder / instant.file_name(self.layout)
 
+    def key_of(self, instant: Instant) -> str:
+        """The key of an instant file relative to the table root."""
+        return f"{self.folder_key}/{instant.file_name(self.layout)}"
+
     def _read(self, instant: Instant) -> bytes:
-        path = self.path_of(instant)
+        key = self.key_of(instant)
         try:
-            return path.read_bytes()
-        except FileNotFoundError:
-            raise CorruptTableError(f"timeline file {path} is missing") from None
+            return self.storage.read(key)
+        except ObjectNotFoundError:
+            raise CorruptTableError(f"timeline file {self.storage.uri}/{key} is missing") from None
 
     def commit_metadata(self, instant: Instant) -> CommitMetadata:
         """The metadata of a completed commit or replacecommit; CorruptTableError naming the
@@ -242,21 +264,27 @@ class Timeline:
             )
         cached = self._commit_cache.get(instant)
         if cached is None:
-            path = self.path_of(instant)
-            try:
-                st = path.stat()
-                key: tuple[str, int, int, int, str] | None = (
-                    str(path),
-                    st.st_ino,
-                    st.st_mtime_ns,
-                    st.st_size,
-                    instant.action.value,
-                )
-            except FileNotFoundError:
-                key = None  # archival moved it since this snapshot was listed
+            # A completed file is written once, whole, and never changed: its name identifies
+            # its content on an object store; a local file also by inode and mtime.
+            name = self.key_of(instant)
+            action = instant.action.value
+            key: tuple[str, int, int, int, str] | None = (
+                f"{self.storage.uri}/{name}",
+                0,
+                0,
+                0,
+                action,
+            )
+            if isinstance(self.storage, LocalStorage):
+                path = self.path_of(instant)
+                try:
+                    st = path.stat()
+                    key = (str(path), st.st_ino, st.st_mtime_ns, st.st_size, action)
+                except FileNotFoundError:
+                    key = None  # archival moved it since this snapshot was listed
             cached = _METADATA.get(key) if key is not None else None
             if cached is None:
-                content, source = self._commit_file(path)
+                content, source = self._commit_file(name)
                 cached = CommitMetadata.from_bytes(
                     content, self.layout, instant.action, source=source
                 )
@@ -267,27 +295,29 @@ class Timeline:
             self._commit_cache[instant] = cached
         return cached
 
-    def _commit_file(self, path: Path) -> tuple[bytes, str]:
+    def _commit_file(self, key: str) -> tuple[bytes, str]:
         """(content, where it was read) of a commit file, from the archive when archival
         moved it after this snapshot was listed."""
+        where = f"{self.storage.uri}/{key}"
         try:
-            return path.read_bytes(), str(path)
-        except FileNotFoundError:
-            content = read_archived_file(self.base_path, path.name)
+            return self.storage.read(key), where
+        except ObjectNotFoundError:
+            name = key.rsplit("/", 1)[-1]
+            content = read_archived_file(self.storage, name)
             if content is None:
-                raise CorruptTableError(f"timeline file {path} is missing") from None
-            return content, f"archived {path.name}"
+                raise CorruptTableError(f"timeline file {where} is missing") from None
+            return content, f"archived {name}"
 
     def rollback_metadata(self, instant: Instant) -> RollbackMetadata:
         if instant.action is not Action.ROLLBACK or not instant.is_completed:
             raise CorruptTableError(f"instant {instant} is not a completed rollback")
-        return RollbackMetadata.from_bytes(self._read(instant), source=str(self.path_of(instant)))
+        return RollbackMetadata.from_bytes(self._read(instant), source=self.key_of(instant))
 
     def rollback_plan(self, instant: Instant) -> RollbackPlan:
         if instant.action is not Action.ROLLBACK:
             raise CorruptTableError(f"instant {instant} is not a rollback")
         req = instant.with_state(State.REQUESTED)
-        return RollbackPlan.from_bytes(self._read(req), source=str(self.path_of(req)))
+        return RollbackPlan.from_bytes(self._read(req), source=self.key_of(req))
 
     def latest_schema(self) -> str | None:
         """The Avro schema of the last completed data instant that recorded one (archived
@@ -296,7 +326,7 @@ class Timeline:
             schema = self.commit_metadata(inst).schema
             if schema:
                 return schema
-        archived = load_archived_view(self.base_path)
+        archived = load_archived_view(self.storage)
         return archived.table_schema if archived is not None else None
 
     # -- writing -----------------------------------------------------------------------------
@@ -306,25 +336,24 @@ class Timeline:
     ) -> Instant:
         """Write the instant's requested then inflight file. CommitError if an instant with
         this time exists already (pick a new time and retry)."""
-        fresh = Timeline.load(self.base_path, self.layout)
+        fresh = Timeline.load(self.storage, self.layout)
         existing = fresh.get(time_)
         if existing is not None:
             raise CommitError(
-                f"instant time {time_} is taken by {existing} in {self.folder}; "
+                f"instant time {time_} is taken by {existing} in {self.where}; "
                 "generate a new instant time"
             )
-        self.folder.mkdir(parents=True, exist_ok=True)
         requested = Instant(time_, action, State.REQUESTED)
         try:
-            create_exclusive(self.base_path, self.path_of(requested), requested_content)
-        except FileExistsError:
+            self.storage.create(self.key_of(requested), requested_content)
+        except ObjectExistsError:
             raise CommitError(
-                f"instant time {time_} was begun concurrently in {self.folder}; "
+                f"instant time {time_} was begun concurrently in {self.where}; "
                 "generate a new instant time"
             ) from None
         inflight = requested.with_state(State.INFLIGHT)
-        create_exclusive(self.base_path, self.path_of(inflight), b"")
-        log.info("table %s: began %s", self.base_path, inflight)
+        self.storage.create(self.key_of(inflight), b"")
+        log.info("table %s: began %s", self.storage.uri, inflight)
         return inflight
 
     def publish(
@@ -332,15 +361,22 @@ class Timeline:
         instant: Instant,
         metadata: CommitMetadata,
         completion_time: InstantTime | None = None,
+        *,
+        snapshot_is_fresh: bool = False,
     ) -> Instant:
         """Write the completed file of a commit or replacecommit atomically (never partial,
-        never empty, never twice). Returns the completed instant."""
+        never empty, never twice). Returns the completed instant. `snapshot_is_fresh`: this
+        timeline was listed just now, under the lock: it is not listed again before publishing
+        (one LIST less per commit on an object store)."""
         if not instant.action.writes_data:
             raise CommitError(f"publish() completes commits and replacecommits, not {instant}")
         if instant.action is Action.COMMIT and metadata.replaced_file_ids:
             raise CommitError(f"{instant}: only a replacecommit may replace file groups")
         return self._complete(
-            instant, metadata.to_bytes(self.layout, instant.action), completion_time
+            instant,
+            metadata.to_bytes(self.layout, instant.action),
+            completion_time,
+            snapshot_is_fresh=snapshot_is_fresh,
         )
 
     def complete_rollback(
@@ -354,17 +390,22 @@ class Timeline:
         return self._complete(instant, metadata.to_bytes(), completion_time)
 
     def _complete(
-        self, instant: Instant, content: bytes, completion_time: InstantTime | None
+        self,
+        instant: Instant,
+        content: bytes,
+        completion_time: InstantTime | None,
+        *,
+        snapshot_is_fresh: bool = False,
     ) -> Instant:
-        fresh = Timeline.load(self.base_path, self.layout)
+        fresh = self if snapshot_is_fresh else Timeline.load(self.storage, self.layout)
         current = fresh.get(instant.time)
         if current is None or current.action is not instant.action:
             raise CommitError(
                 f"cannot publish {instant.time}.{instant.action.value}: it was never begun or "
-                f"was rolled back (not in {self.folder})"
+                f"was rolled back (not in {self.where})"
             )
         if current.is_completed:
-            raise CommitError(f"instant {current} is already completed in {self.folder}")
+            raise CommitError(f"instant {current} is already completed in {self.where}")
         done = instant.with_state(State.COMPLETED)
         if self.layout is TimelineLayout.V2:
             if completion_time is None:
@@ -375,23 +416,24 @@ class Timeline:
                     "instant time"
                 )
             done = instant.with_state(State.COMPLETED, completion_time)
-        target = self.path_of(done)
+        target = self.key_of(done)
+        # The one conditional create that publishes: whole, in one request, never twice.
         try:
-            create_exclusive(self.base_path, target, content)
-        except FileExistsError:
+            self.storage.create(target, content)
+        except ObjectExistsError:
             raise CommitError(
-                f"{target} exists: instant {instant.time} is already completed"
+                f"{self.storage.uri}/{target} exists: instant {instant.time} is already completed"
             ) from None
         # Two publishers racing with different completion times: keep exactly one.
-        others = _completed_files_of(self.folder, instant.time, target.name)
+        others = _completed_files_of(self.storage, self.folder_key, instant.time, target)
         if others:
-            target.unlink(missing_ok=True)
+            self.storage.delete(target)
             raise CommitConflictError(
-                f"instant {instant.time} was completed concurrently as {others[0]} in {self.folder}"
+                f"instant {instant.time} was completed concurrently as {others[0]} in {self.where}"
             )
-        log.info("table %s: completed %s", self.base_path, done)
+        log.info("table %s: completed %s", self.storage.uri, done)
         if done.action.writes_data:
-            delete_markers(self.base_path, done.time)
+            delete_markers(self.storage, done.time)
         return done
 
     def _next_completion_time(self, instant_time: InstantTime) -> InstantTime:
@@ -411,23 +453,26 @@ class Timeline:
     def remove_pending(self, instant: Instant) -> None:
         """Delete an instant's inflight then requested files (after its rollback completed)."""
         for state in (State.INFLIGHT, State.REQUESTED):
-            self.path_of(instant.with_state(state)).unlink(missing_ok=True)
+            self.storage.delete(self.key_of(instant.with_state(state)))
 
 
-def _completed_files_of(folder: Path, time_: InstantTime, except_name: str) -> list[str]:
-    """Names of completed timeline files of instant `time_` other than `except_name` (only the
+def _completed_files_of(
+    storage: Storage, folder_key: str, time_: InstantTime, except_key: str
+) -> list[str]:
+    """Names of completed timeline files of instant `time_` other than `except_key` (only the
     names starting with the instant time are parsed)."""
     prefix = time_.value
+    except_name = except_key.rsplit("/", 1)[-1]
     out = []
-    for e in os.scandir(folder):
-        n = e.name
+    for m in storage.list_folder(folder_key).objects:
+        n = m.key.rsplit("/", 1)[-1]
         if n == except_name or not n.startswith(prefix) or not _looks_like_instant(n):
             continue
         try:
             inst = _parse_name(n)
         except CorruptTableError:
             continue
-        if inst.time == time_ and inst.is_completed and e.is_file():
+        if inst.time == time_ and inst.is_completed:
             out.append(n)
     return out
 

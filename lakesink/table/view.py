@@ -204,13 +204,13 @@ def active_commits_and_base(
     one, and the active instants the view covers already are skipped."""
     from lakesink.table.archive import load_archived_view  # archive builds on FileSlice
 
-    archived = load_archived_view(timeline.base_path)
+    archived = load_archived_view(timeline.storage)
     done = timeline.completed_data_instants()
     if archived is None:
         return [(i, timeline.commit_metadata(i)) for i in done], ()
     if as_of is not None and as_of < archived.upto:
         raise InstantArchivedError(
-            f"instant {as_of} of {timeline.base_path} is archived; time travel reaches back to "
+            f"instant {as_of} of {timeline.storage.uri} is archived; time travel reaches back to "
             f"{archived.upto}"
         )
     active = [(i, timeline.commit_metadata(i)) for i in done if i.time > archived.upto]

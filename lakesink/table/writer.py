@@ -22,6 +22,7 @@ import pyarrow.parquet as pq
 from lakesink.errors import CommitError, RecordError, SchemaMismatchError
 from lakesink.protocol.instant import InstantTime
 from lakesink.protocol.write_status import FileWrite
+from lakesink.storage import Storage
 from lakesink.table.avro_schema import (
     META_COLUMNS,
     avro_schema_for,
@@ -231,7 +232,7 @@ class BaseFileWriter:
             return
         data = tbl.drop_columns([c for c in tbl.column_names if c in META_COLUMNS])
         self._check_schema(data.schema)
-        check_utf8(data, f"the batch of instant {self.instant_time} for {self.table.base_path}")
+        check_utf8(data, f"the batch of instant {self.instant_time} for {self.table.uri}")
         if self._schema is None:
             self._schema = with_meta_columns(data.schema)
         elif data.schema != pa.schema(list(self._schema)[len(META_COLUMNS) :]):
@@ -266,7 +267,7 @@ class BaseFileWriter:
         if self._file_name:
             paths.append(self._rel_path(self._file_name))
         for rel in paths:
-            (self.table.base_path / rel).unlink(missing_ok=True)
+            self.table.storage.delete(rel)
         self._done.clear()
         return sorted(set(paths))
 
@@ -275,7 +276,7 @@ class BaseFileWriter:
     def _check_schema(self, data_schema: pa.Schema) -> None:
         if self.table_schema is None:
             return
-        where = f"rows for instant {self.instant_time} in {self.table.base_path}"
+        where = f"rows for instant {self.instant_time} in {self.table.uri}"
         check_matches(self.table_schema, data_schema, f"{self.table.config.name}_record", where)
 
     def _with_meta_placeholder(self, data: pa.Table, kept: pa.Table | None) -> pa.Table:
@@ -313,9 +314,8 @@ class BaseFileWriter:
         self.table.ensure_partition(self.partition_path, self.instant_time)
         self._file_id = self.file_id_factory()
         self._file_name = base_file_name(self._file_id, self.write_token, self.instant_time)
-        create_marker(self.table.base_path, self.instant_time, self.partition_path, self._file_name)
-        path = self.table.base_path / self._rel_path(self._file_name)
-        self._file = open(path, "xb")  # noqa: SIM115 - closed in _close_file
+        create_marker(self.table.storage, self.instant_time, self.partition_path, self._file_name)
+        self._file = self.table.storage.open_output(self._rel_path(self._file_name))
         self._writer = pq.ParquetWriter(
             self._file,
             self._schema,
@@ -358,18 +358,19 @@ class BaseFileWriter:
             return
         self._writer.close()
         self._file.flush()
-        os.fsync(self._file.fileno())
-        self._file.close()
+        size = self._file.tell()
+        if self.table.is_local:
+            os.fsync(self._file.fileno())
+        self._file.close()  # on an object store the object appears whole here
         rel = self._rel_path(self._file_name)
         if is_rolled_back(self.table, self.instant_time):
             # hudi-rs would read this file of an instant that is no longer on the timeline
-            (self.table.base_path / rel).unlink(missing_ok=True)
+            self.table.storage.delete(rel)
             self._writer, self._file, self._file_name, self._file_rows = None, None, "", 0
             raise CommitError(
                 f"instant {self.instant_time} was rolled back while this task wrote {rel} "
                 "(a fenced or stalled writer?); the file is deleted, nothing of it is visible"
             )
-        size = (self.table.base_path / rel).stat().st_size
         self._done.append(
             FileWrite(
                 partition_path=self.partition_path,
@@ -384,7 +385,7 @@ class BaseFileWriter:
         )
         log.debug(
             "table %s instant %s: wrote %s (%d rows)",
-            self.table.base_path,
+            self.table.uri,
             self.instant_time,
             rel,
             self._file_rows,
@@ -398,7 +399,7 @@ class PartitionedWriter:
 
     def __init__(
         self,
-        table: HudiTable | str | Path,
+        table: HudiTable | str | Path | Storage,
         instant_time: InstantTime | str,
         write_token: str,
         *,

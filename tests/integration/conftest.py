@@ -59,11 +59,12 @@ def audit_config(cfg: LakesinkConfig) -> AuditReport:
 def write_config_file(cfg: LakesinkConfig, path: Path) -> Path:
     import json
 
-    lines = [
-        f'"{k}" = {json.dumps(list(v) if isinstance(v, tuple) else v)}'
-        for k, v in cfg.values.items()
-        if v is not None
-    ]
+    from lakesink.security import Secret
+
+    def plain(v: Any) -> Any:
+        return v.reveal() if isinstance(v, Secret) else list(v) if isinstance(v, tuple) else v
+
+    lines = [f'"{k}" = {json.dumps(plain(v))}' for k, v in cfg.values.items() if v is not None]
     path.write_text("\n".join(lines) + "\n")
     return path
 

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from integration.conftest import audit_config, ingest_config, run_ingestion
+from integration.table_stores import STORES, table_at
 
 from lakesink.errors import LakesinkError
 from lakesink.kafka.producer import produce_sample_events
@@ -34,12 +35,19 @@ def test_ingest_once_lands_every_record_once_and_hudi_rs_agrees(
     assert report.rows_hudi_rs == report.rows_lakesink == report.kafka_records == 1000
 
 
+@pytest.mark.parametrize("store", STORES)
 def test_second_run_continues_from_the_table_offsets(
-    spark: Any, kafka_bootstrap: str, topic_factory: Callable[[str], str], tmp_path: Path
+    store: str,
+    spark: Any,
+    kafka_bootstrap: str,
+    topic_factory: Callable[[str], str],
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
 ) -> None:
     topic = topic_factory("resume")
     produce_sample_events(kafka_bootstrap, topic, 300, 2)
-    cfg = ingest_config(kafka_bootstrap, topic, tmp_path / "t")
+    where = table_at(store, tmp_path, request)
+    cfg = ingest_config(kafka_bootstrap, topic, where.path, **where.overrides)  # type: ignore[arg-type]
     run_ingestion(cfg, spark)
     produce_sample_events(kafka_bootstrap, topic, 200, 2, first_event_id=300, create=False)
     assert run_ingestion(cfg, spark).records == 200
@@ -48,12 +56,19 @@ def test_second_run_continues_from_the_table_offsets(
     assert report.rows_hudi_rs == 500
 
 
+@pytest.mark.parametrize("store", STORES)
 def test_deleted_checkpoint_restarts_batch_ids_without_duplicates(
-    spark: Any, kafka_bootstrap: str, topic_factory: Callable[[str], str], tmp_path: Path
+    store: str,
+    spark: Any,
+    kafka_bootstrap: str,
+    topic_factory: Callable[[str], str],
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
 ) -> None:
     topic = topic_factory("nockpt")
     produce_sample_events(kafka_bootstrap, topic, 500, 2)
-    cfg = ingest_config(kafka_bootstrap, topic, tmp_path / "t")
+    where = table_at(store, tmp_path, request)
+    cfg = ingest_config(kafka_bootstrap, topic, where.path, **where.overrides)  # type: ignore[arg-type]
     run_ingestion(cfg, spark)
     shutil.rmtree(cfg.checkpoint_location)
     produce_sample_events(kafka_bootstrap, topic, 100, 2, first_event_id=500, create=False)
@@ -63,14 +78,21 @@ def test_deleted_checkpoint_restarts_batch_ids_without_duplicates(
     assert report.rows_hudi_rs == 600
 
 
+@pytest.mark.parametrize("store", STORES)
 def test_spark_replay_of_a_committed_batch_publishes_nothing(
-    spark: Any, kafka_bootstrap: str, topic_factory: Callable[[str], str], tmp_path: Path
+    store: str,
+    spark: Any,
+    kafka_bootstrap: str,
+    topic_factory: Callable[[str], str],
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
 ) -> None:
     """Delete Spark's record of the last batch (commits/N) as a crash after the table commit
     would leave it: Spark re-runs batch N with the same offsets; the table must not change."""
     topic = topic_factory("replay")
     produce_sample_events(kafka_bootstrap, topic, 300, 2)
-    cfg = ingest_config(kafka_bootstrap, topic, tmp_path / "t")
+    where = table_at(store, tmp_path, request)
+    cfg = ingest_config(kafka_bootstrap, topic, where.path, **where.overrides)  # type: ignore[arg-type]
     run_ingestion(cfg, spark)
     commits = sorted(
         (cfg.checkpoint_location / "commits").glob("[0-9]*"), key=lambda p: int(p.name)
@@ -78,25 +100,35 @@ def test_spark_replay_of_a_committed_batch_publishes_nothing(
     commits[-1].unlink()
     from lakesink.table.hudi_table import HudiTable
 
-    before = len(HudiTable.open(cfg["table.path"]).timeline().completed())
+    before = len(HudiTable.open(cfg.table_storage).timeline().completed())
     assert run_ingestion(cfg, spark).records == 0
-    assert len(HudiTable.open(cfg["table.path"]).timeline().completed()) == before
+    assert len(HudiTable.open(cfg.table_storage).timeline().completed()) == before
     assert audit_config(cfg).ok
 
 
+@pytest.mark.parametrize("store", STORES)
 def test_task_retries_leave_no_orphan_rows(
+    store: str,
     spark: Any,
     kafka_bootstrap: str,
     topic_factory: Callable[[str], str],
     tmp_path: Path,
     cli: Callable[..., Any],
+    request: pytest.FixtureRequest,
 ) -> None:
     """Every sink task's first attempt fails after writing files (local[2,3] retries it)."""
     from integration.conftest import write_config_file
 
     topic = topic_factory("retry")
     produce_sample_events(kafka_bootstrap, topic, 600, 3)
-    cfg = ingest_config(kafka_bootstrap, topic, tmp_path / "t", spark__master="local[2,3]")
+    where = table_at(store, tmp_path, request)
+    cfg = ingest_config(
+        kafka_bootstrap,
+        topic,
+        where.path,  # type: ignore[arg-type]
+        spark__master="local[2,3]",
+        **where.overrides,
+    )
     path = write_config_file(cfg, tmp_path / "c.toml")
     run = cli(["ingest", "--config", str(path), "--once"], env={"LAKESINK_FAIL_TASK_ATTEMPTS": "1"})
     assert run.returncode == 0, run.stdout[-3000:]

@@ -7,6 +7,8 @@ Scenarios (one comment per case):
 - a holder that stalled past its expiry (SIGSTOP) and was taken over fails `check()`;
 - a PostgreSQL session terminated under the holder fails `check()`;
 - an unreachable PostgreSQL is a clear, retriable LockError without the password.
+The lease-lock cases run on a local table and on an S3 table (moto over HTTP: conditional
+creates and If-Match renewals).
 """
 
 from __future__ import annotations
@@ -16,15 +18,20 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from integration.table_stores import STORES
+from s3_server import S3Server
 
-from lakesink.concurrency.lock import FileLockProvider
+from lakesink.concurrency.lock import LOCK_DIR, FileLockProvider
 from lakesink.concurrency.pg_lock import PostgresLockProvider
 from lakesink.errors import LockError
+from lakesink.storage import Storage, open_storage
 
 pytest_plugins = ["pg_fixture"]
 pytestmark = pytest.mark.integration
@@ -36,13 +43,16 @@ WORKER = textwrap.dedent(
     import os, sys, time
     from lakesink.concurrency.lock import FileLockProvider
     from lakesink.concurrency.pg_lock import PostgresLockProvider
+    from lakesink.config import table_storage_at
 
     kind, target, name, mode = sys.argv[1:5]
     lease_s = float(sys.argv[5])
 
     def make():
         if kind == "file":
-            return FileLockProvider(target, name, lease_s=lease_s, poll_s=0.005)
+            return FileLockProvider(
+                table_storage_at(target), name, lease_s=lease_s, poll_s=0.005
+            )
         return PostgresLockProvider(target, "table-x", name, poll_s=0.005)
 
     p = make()
@@ -73,8 +83,8 @@ WORKER = textwrap.dedent(
 )
 
 
-def spawn(*args: object) -> subprocess.Popen[str]:
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+def spawn(*args: object, env_extra: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    env = {**os.environ, "PYTHONPATH": str(REPO), **(env_extra or {})}
     return subprocess.Popen(
         [sys.executable, "-c", WORKER, *map(str, args)],
         stdin=subprocess.PIPE,
@@ -124,15 +134,51 @@ def ask(p: subprocess.Popen[str]) -> str:
     return read_line(p)
 
 
-# --- filesystem lease lock -------------------------------------------------------------------
+# --- lease lock on the table's storage (local file system or S3) ------------------------------
+
+
+@dataclass(frozen=True)
+class LockTable:
+    """A table root for the lease lock: `target` for the worker processes (with `env`),
+    `storage` for this process."""
+
+    target: str
+    env: dict[str, str]
+    storage: Storage
+
+
+@pytest.fixture(params=STORES)
+def lock_table(request: pytest.FixtureRequest, tmp_path: Path) -> LockTable:
+    if request.param == "local":
+        path = str(tmp_path / "table")
+        return LockTable(path, {}, open_storage(path))
+    server: S3Server = request.getfixturevalue("s3_server")
+    uri = f"s3://{server.new_bucket()}/table"
+    settings = server.storage_config()
+    env = {
+        "LAKESINK_" + k.upper().replace(".", "_"): str(v).lower() if isinstance(v, bool) else v
+        for k, v in settings.items()
+    }
+    return LockTable(uri, env, open_storage(uri, settings))
 
 
 def test_file_lock_two_processes_never_overlap_over_many_rounds(
-    tmp_path: Path, procs: list[subprocess.Popen[str]]
+    tmp_path: Path, procs: list[subprocess.Popen[str]], lock_table: LockTable
 ) -> None:
-    log, rounds = tmp_path / "log.txt", 40
+    log, rounds = tmp_path / "log.txt", 40 if lock_table.storage.is_local else 12
     for name in ("a", "b"):
-        procs.append(spawn("file", tmp_path / "table", name, "rounds", 10, log, rounds))
+        procs.append(
+            spawn(
+                "file",
+                lock_table.target,
+                name,
+                "rounds",
+                10,
+                log,
+                rounds,
+                env_extra=lock_table.env,
+            )
+        )
     for p in procs:
         assert read_line(p) == "DONE"
     seqs = assert_no_interleaving(log, ["a", "b"], rounds)
@@ -140,13 +186,12 @@ def test_file_lock_two_processes_never_overlap_over_many_rounds(
 
 
 def test_file_lock_of_killed_holder_is_taken_over_only_after_expiry(
-    tmp_path: Path, procs: list[subprocess.Popen[str]]
+    procs: list[subprocess.Popen[str]], lock_table: LockTable
 ) -> None:
-    table = tmp_path / "table"
-    holder = spawn("file", table, "victim", "hold", 3)
+    holder = spawn("file", lock_table.target, "victim", "hold", 3, env_extra=lock_table.env)
     procs.append(holder)
     seq = int(read_line(holder).split()[1])
-    me = FileLockProvider(table, "survivor", lease_s=5)
+    me = FileLockProvider(lock_table.storage, "survivor", lease_s=5)
     assert me.try_acquire() is None
     os.kill(holder.pid, signal.SIGKILL)
     holder.wait(timeout=10)
@@ -161,15 +206,14 @@ def test_file_lock_of_killed_holder_is_taken_over_only_after_expiry(
 
 
 def test_file_lock_holder_stalled_past_expiry_fails_check_after_takeover(
-    tmp_path: Path, procs: list[subprocess.Popen[str]]
+    procs: list[subprocess.Popen[str]], lock_table: LockTable
 ) -> None:
-    table = tmp_path / "table"
-    holder = spawn("file", table, "zombie", "hold", 1.0)
+    holder = spawn("file", lock_table.target, "zombie", "hold", 1.0, env_extra=lock_table.env)
     procs.append(holder)
     read_line(holder)
     assert ask(holder) == "VALID"
     os.kill(holder.pid, signal.SIGSTOP)  # a long GC pause: no renewals
-    me = FileLockProvider(table, "successor", lease_s=5)
+    me = FileLockProvider(lock_table.storage, "successor", lease_s=5)
     lease = me.acquire(timeout_s=10)
     os.kill(holder.pid, signal.SIGCONT)
     answer = ask(holder)
@@ -178,14 +222,48 @@ def test_file_lock_holder_stalled_past_expiry_fails_check_after_takeover(
     me.release(lease)
 
 
-def test_file_lock_expired_holder_in_process_check_raises(tmp_path: Path) -> None:
-    holder = FileLockProvider(tmp_path, "slow", lease_s=0.3, auto_renew=False)
+def test_file_lock_expired_holder_in_process_check_raises(lock_table: LockTable) -> None:
+    holder = FileLockProvider(lock_table.storage, "slow", lease_s=0.3, auto_renew=False)
     lease = holder.acquire(timeout_s=1)
-    other = FileLockProvider(tmp_path, "fast", lease_s=5)
+    other = FileLockProvider(lock_table.storage, "fast", lease_s=5)
     taken = other.acquire(timeout_s=5)
     with pytest.raises(LockError, match="lost"):
         lease.check()
     other.release(taken)
+
+
+def test_file_lock_contenders_racing_for_one_lease_exactly_one_wins(lock_table: LockTable) -> None:
+    contenders = [
+        FileLockProvider(lock_table.storage, f"c{i}", lease_s=5, auto_renew=False) for i in range(4)
+    ]
+    barrier = threading.Barrier(len(contenders))
+    won: list[object] = []
+
+    def contend(p: FileLockProvider) -> None:
+        barrier.wait()
+        lease = p.try_acquire()
+        if lease is not None:
+            won.append(lease)
+
+    threads = [threading.Thread(target=contend, args=(p,)) for p in contenders]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(won) == 1
+
+
+def test_file_lock_renewal_over_a_renewal_it_did_not_write_is_refused(
+    lock_table: LockTable,
+) -> None:
+    p = FileLockProvider(lock_table.storage, "holder", lease_s=5, auto_renew=False)
+    lease = p.acquire(timeout_s=1)
+    lease.renew()  # creates <seq>.renewed; the next renewal replaces it only if unchanged
+    lock_table.storage.write(
+        f"{LOCK_DIR}/{lease.seq:012d}.renewed", b'{"token": "someone else", "until": 0}'
+    )
+    with pytest.raises(LockError, match="changed by someone else"):
+        lease.renew()
 
 
 # --- PostgreSQL advisory lock ----------------------------------------------------------------

@@ -32,6 +32,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+from integration.table_stores import STORES, table_uri_in_env
 
 from lakesink.audit import audit, read_with_hudi_rs
 from lakesink.concurrency.lock import FileLockProvider
@@ -63,7 +64,7 @@ ROWS_PER_BATCH = 20
 # --- writers built on the table layer -------------------------------------------------------
 
 
-def create_table(path: Path) -> HudiTable:
+def create_table(path: Path | str) -> HudiTable:
     return HudiTable.create(
         path,
         TableConfig(
@@ -202,17 +203,17 @@ def run_together(mode: str, jobs: list[tuple[Callable[..., Any], tuple[Any, ...]
     assert [p.exitcode for p in procs] == [0] * len(procs)
 
 
-def assert_consistent(path: Path, writers: list[str], expected_rows: int) -> None:
+def assert_consistent(path: Path | str, writers: list[str], expected_rows: int) -> None:
     """hudi-rs and lakesink's reader see the same rows, once each; every writer's audit passes."""
     table = HudiTable.open(path)
-    by_rs = read_with_hudi_rs(str(path))
+    by_rs = read_with_hudi_rs(table.uri, table.storage.reader_options())
     by_ls = TableReader(table).snapshot(columns=COORDS)
     as_set = lambda t: sorted(zip(*(t.column(c).to_pylist() for c in COORDS), strict=True))  # noqa: E731
     assert as_set(by_rs) == as_set(by_ls)
     assert by_rs.num_rows == len(set(as_set(by_rs))) == expected_rows
     assert not table.timeline().inflight_or_requested(Action.COMMIT)
     for w in writers:
-        report = audit(str(path), w, bootstrap=None)
+        report = audit(table.storage, w, bootstrap=None)
         assert report.ok, report.problems
 
 
@@ -229,12 +230,17 @@ def lock(request: pytest.FixtureRequest) -> tuple[str, str | None]:
 # --- the scenarios ---------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("store", STORES)
 @pytest.mark.parametrize("mode", MODES)
 def test_append_vs_append_both_land_without_conflict(
-    mode: str, lock: tuple[str, str | None], tmp_path: Path
+    mode: str,
+    store: str,
+    lock: tuple[str, str | None],
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
 ) -> None:
     # two ingestion writers, separate topics, commit at the same time: appends never conflict
-    path = tmp_path / "t"
+    path = table_uri_in_env(store, tmp_path, request)
     create_table(path)
     kind, dsn = lock
     run_together(
@@ -489,13 +495,14 @@ time.sleep(60)
 """
 
 
+@pytest.mark.parametrize("store", STORES)
 @pytest.mark.parametrize("kind", ["filesystem", "postgres"])
 def test_lock_holder_killed_then_next_writer_gets_the_lock(
-    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+    kind: str, store: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     # a process holding the table lock is SIGKILLed: a file lease is taken over once it
     # expired, a PostgreSQL advisory lock is freed with the session; the next writer commits
-    path = tmp_path / "t"
+    path = table_uri_in_env(store, tmp_path, request)
     create_table(path)
     dsn = request.getfixturevalue("postgres_dsn") if kind == "postgres" else None
     if kind == "postgres":

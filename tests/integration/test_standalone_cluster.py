@@ -1,5 +1,7 @@
-"""The same ingestion on a Spark standalone cluster: master and a worker on loopback, executors
-in their own processes (one of them killed mid-run), still exactly once."""
+"""The same ingestion on a Spark standalone cluster with no shared disk: master and two workers
+on loopback, each worker and its executors in their own working folder, the table on the S3
+server (Spark's checkpoint stays on the driver), one executor killed mid-run: still exactly
+once."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from typing import Any
 import pytest
 from integration.conftest import audit_config, ingest_config, write_config_file
 from integration.spark_cluster import StandaloneCluster
+from integration.table_stores import table_at
 
 from lakesink.kafka.producer import produce_sample_events
 
@@ -22,26 +25,30 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneCluster]:
-    c = StandaloneCluster(tmp_path_factory.mktemp("spark-cluster")).start()
+    c = StandaloneCluster(tmp_path_factory.mktemp("spark-cluster"), workers=2, cores_per_worker=1)
+    c.start()
     yield c
     c.stop()
 
 
-def test_ingestion_on_a_standalone_cluster_survives_an_executor_kill(
+def test_ingestion_into_s3_on_a_cluster_without_shared_disk_survives_an_executor_kill(
     cluster: StandaloneCluster,
     kafka_bootstrap: str,
     topic_factory: Callable[[str], str],
     tmp_path: Path,
     cli: Callable[..., Any],
+    request: pytest.FixtureRequest,
 ) -> None:
+    where = table_at("s3", tmp_path, request)
     topic = topic_factory("cluster")
     produce_sample_events(kafka_bootstrap, topic, 3000, 4)
     cfg = ingest_config(
         kafka_bootstrap,
         topic,
-        tmp_path / "t",
+        where.path,  # type: ignore[arg-type]
         spark__master=cluster.master_url,
         kafka__max__records__per__batch=500,
+        **where.overrides,
     )
     conf = write_config_file(cfg, tmp_path / "c.toml")
     killed: list[int] = []
@@ -64,3 +71,7 @@ def test_ingestion_on_a_standalone_cluster_survives_an_executor_kill(
     report = audit_config(cfg)
     assert report.ok, report.problems
     assert report.rows_hudi_rs == report.rows_lakesink == 3000
+    # both workers ran executors, each in its own folder, and no table file is on local disk
+    assert all(list((cluster.work_dir / f"work{n}").glob("app-*/*")) for n in range(2))
+    assert not list(tmp_path.rglob("*.parquet"))
+    assert not list(cluster.work_dir.rglob("*.parquet"))

@@ -20,6 +20,7 @@ import pyarrow as pa
 from interop.java_hudi import JavaHudi, JavaHudiError, Read, Sql
 
 from lakesink.protocol.instant import TimelineLayout
+from lakesink.storage.base import Storage
 from lakesink.table.hudi_table import HudiTable
 from lakesink.table.reader import TableReader
 
@@ -39,25 +40,49 @@ class Query:
     hudi_rs: Callable[[], pa.Table] | None
 
 
-def _hudi_rs(path: Path, options: hudi.HudiReadOptions | None = None) -> pa.Table:
-    table = hudi.HudiTableBuilder.from_base_uri(str(path)).build()
+@dataclass(frozen=True)
+class Remote:
+    """Where the readers other than lakesink's find a copy of the table: Java Hudi at
+    `java_uri` (`s3a://...`), hudi-rs at `hudi_rs_uri` (`s3://...`) with `storage_options`."""
+
+    java_uri: str
+    hudi_rs_uri: str
+    storage_options: dict[str, str]
+
+
+def _hudi_rs(
+    path: Path | str,
+    options: hudi.HudiReadOptions | None = None,
+    storage_options: dict[str, str] | None = None,
+) -> pa.Table:
+    builder = hudi.HudiTableBuilder.from_base_uri(str(path))
+    if storage_options:
+        builder = builder.with_storage_options(storage_options)
+    table = builder.build()
     batches = table.read(options) if options is not None else table.read()
     return pa.Table.from_batches(batches) if batches else pa.table({})
 
 
-def plan_reads(path: Path, *, incremental_pairs: bool = True) -> list[Query]:
-    """Every query the interop check runs on the table at `path`."""
+def plan_reads(
+    path: Path | Storage, *, incremental_pairs: bool = True, remote: Remote | None = None
+) -> list[Query]:
+    """Every query the interop check runs on the table at `path`; with `remote`, Java Hudi and
+    hudi-rs read the copy of the table there while lakesink's reader reads `path`."""
     table = HudiTable.open(path)
     reader = TableReader(table)
-    p = table.base_path
+    # a table on an object store is named by its last path segment
+    p = Path(table.uri.rsplit("/", 1)[-1]) if remote is not None else table.base_path
+    jp: Path | str = remote.java_uri if remote is not None else p
+    rp: Path | str = remote.hudi_rs_uri if remote is not None else p
+    so = remote.storage_options if remote is not None else None
     sql_name = f"lakesink_interop_{next(_names)}"
-    create = f"CREATE TABLE IF NOT EXISTS {sql_name} USING hudi LOCATION '{p}'"
+    create = f"CREATE TABLE IF NOT EXISTS {sql_name} USING hudi LOCATION '{jp}'"
     out = [
-        Query(p, "snapshot", Read(p), reader.snapshot, lambda: _hudi_rs(p)),
+        Query(p, "snapshot", Read(jp), reader.snapshot, lambda: _hudi_rs(rp, None, so)),
         Query(
             p,
             "snapshot, metadata table off",
-            Read(p, {"hoodie.metadata.enable": "false"}),
+            Read(jp, {"hoodie.metadata.enable": "false"}),
             reader.snapshot,
             None,
         ),
@@ -88,9 +113,9 @@ def plan_reads(path: Path, *, incremental_pairs: bool = True) -> list[Query]:
             Query(
                 p,
                 f"as of {t}",
-                Read(p, {"as.of.instant": t}),
+                Read(jp, {"as.of.instant": t}),
                 lambda t=t: reader.as_of(t),  # type: ignore[misc]
-                lambda t=t: _hudi_rs(p, hudi.HudiReadOptions().with_as_of_timestamp(t)),  # type: ignore[misc]
+                lambda t=t: _hudi_rs(rp, hudi.HudiReadOptions().with_as_of_timestamp(t), so),  # type: ignore[misc]
             )
         )
     v2 = table.layout is TimelineLayout.V2
@@ -116,9 +141,9 @@ def plan_reads(path: Path, *, incremental_pairs: bool = True) -> list[Query]:
             Query(
                 p,
                 f"incremental ({start}, {end}]",
-                Read(p, opts),
+                Read(jp, opts),
                 lambda s=start, e=end: reader.incremental(s, e),  # type: ignore[misc]
-                lambda o=rs_opts: _hudi_rs(p, o),  # type: ignore[misc]
+                lambda o=rs_opts: _hudi_rs(rp, o, so),  # type: ignore[misc]
             )
         )
     return out
@@ -128,7 +153,7 @@ def _first_start(table: HudiTable) -> str:
     """The earliest start an incremental read accepts: the epoch, or where the archive ends."""
     from lakesink.table.archive import load_archived_view
 
-    archived = load_archived_view(table.base_path)
+    archived = load_archived_view(table.storage)
     if archived is None:
         return EPOCH
     v2 = table.layout is TimelineLayout.V2

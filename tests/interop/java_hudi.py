@@ -32,9 +32,10 @@ class JavaHudiError(RuntimeError):
 
 @dataclass(frozen=True)
 class Read:
-    """One Java Hudi read: `spark.read.format("hudi").options(options).load(path)`."""
+    """One Java Hudi read: `spark.read.format("hudi").options(options).load(path)`; the path
+    is a local one or a URI such as `s3a://bucket/prefix` (see `JavaHudi.configure_s3a`)."""
 
-    path: Path
+    path: Path | str
     options: Mapping[str, str] = field(default_factory=dict)
 
 
@@ -125,7 +126,7 @@ class JavaHudi:
                 ops.append(
                     {
                         "op": "read",
-                        "path": str(Path(r.path).resolve()),
+                        "path": location(r.path),
                         "options": dict(r.options),
                         "out": str(out),
                     }
@@ -141,7 +142,7 @@ class JavaHudi:
             shutil.rmtree(out, ignore_errors=True)
         return results
 
-    def read(self, path: Path, options: Mapping[str, str] | None = None) -> pa.Table:
+    def read(self, path: Path | str, options: Mapping[str, str] | None = None) -> pa.Table:
         (res,) = self.run([Read(path, options or {})])
         if isinstance(res, JavaHudiError):
             raise res
@@ -154,7 +155,7 @@ class JavaHudi:
         return res
 
     def write(
-        self, rows: pa.Table, path: Path, options: Mapping[str, str], mode: str = "append"
+        self, rows: pa.Table, path: Path | str, options: Mapping[str, str], mode: str = "append"
     ) -> None:
         """Write `rows` to the Hudi table at `path` with Java Hudi (`df.write.format("hudi")`)."""
         self._n += 1
@@ -165,7 +166,7 @@ class JavaHudi:
                 {
                     "op": "write",
                     "source": str(source),
-                    "path": str(Path(path).resolve()),
+                    "path": location(path),
                     "options": dict(options),
                     "mode": mode,
                 }
@@ -176,24 +177,42 @@ class JavaHudi:
             raise JavaHudiError(f"{res['error']}\n{res.get('trace', '')}")
 
     def time_read(
-        self, path: Path, options: Mapping[str, str] | None = None, repeat: int = 3
+        self, path: Path | str, options: Mapping[str, str] | None = None, repeat: int = 3
     ) -> tuple[list[float], int]:
         """Seconds of each of `repeat` full reads (every row materialised in the JVM) and the
         row count."""
-        op = {"op": "time", "path": str(Path(path).resolve()), "options": dict(options or {})}
+        op = {"op": "time", "path": location(path), "options": dict(options or {})}
         (res,) = self._call([{**op, "repeat": repeat}], 1800)
         if not res["ok"]:
             raise JavaHudiError(f"{res['error']}\n{res.get('trace', '')}")
         return [float(s) for s in res["seconds"]], int(res["rows"])
 
-    def pending_clustering(self, path: Path) -> dict[str, set[tuple[str, str]]]:
+    def pending_clustering(self, path: Path | str) -> dict[str, set[tuple[str, str]]]:
         """Java Hudi's view of the pending clustering plans (ClusteringUtils): instant time ->
         (partition path, file id) of each file group the plan rewrites."""
-        op = {"op": "pending_clustering", "path": str(Path(path).resolve())}
+        op = {"op": "pending_clustering", "path": location(path)}
         (res,) = self._call([op], 600)
         if not res["ok"]:
             raise JavaHudiError(f"{res['error']}\n{res.get('trace', '')}")
         return {t: {(p, f) for p, f in groups} for t, groups in res["plans"].items()}
+
+    def configure_s3a(
+        self, bucket: str, endpoint: str, access_key: str, secret_key: str, region: str
+    ) -> None:
+        """Read and write `s3a://bucket/...` at an S3-compatible `endpoint` (path-style access,
+        plain http for an http:// URL) with these credentials; they go to the JVM on its stdin
+        and are never logged."""
+        op = {
+            "op": "s3a",
+            "bucket": bucket,
+            "endpoint": endpoint,
+            "region": region,
+            "access_key": access_key,
+            "secret_key": secret_key,
+        }
+        (res,) = self._call([op], 60)
+        if not res["ok"]:
+            raise JavaHudiError(str(res["error"]))
 
     def close(self) -> None:
         if self._proc.poll() is None:
@@ -206,6 +225,13 @@ class JavaHudi:
                 self._proc.wait()
         self._stderr.close()
         shutil.rmtree(self._work, ignore_errors=True)
+
+
+def location(path: Path | str) -> str:
+    """A URI (`s3a://bucket/prefix`, `file:///...`) unchanged; a local path made absolute."""
+    if isinstance(path, str) and "://" in path:
+        return path
+    return str(Path(path).resolve())
 
 
 def _java_17_home() -> Path | None:

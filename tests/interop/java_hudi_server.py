@@ -5,10 +5,14 @@ One Spark session for the whole process. Requests come one per line on stdin as 
 
     {"ops": [{"op": "read", "path": P, "options": {...}, "out": DIR},
              {"op": "sql", "statements": [SQL, ...], "out": DIR},
-             {"op": "write", "source": PARQUET, "path": P, "options": {...}, "mode": "append"}]}
+             {"op": "write", "source": PARQUET, "path": P, "options": {...}, "mode": "append"},
+             {"op": "s3a", "bucket": B, "endpoint": URL, "region": R, "access_key": K,
+              "secret_key": S}]}
 
 A read writes the rows Java Hudi returns as Parquet under DIR; a write loads Parquet and writes
-it to a Hudi table with Java Hudi. The reply is one JSON line on the protocol descriptor:
+it to a Hudi table with Java Hudi; s3a points `s3a://B/...` paths at an S3-compatible endpoint
+(path-style, http when the URL says so) with the given credentials, which are never echoed.
+The reply is one JSON line on the protocol descriptor:
 {"results": [{"ok": true} | {"ok": false, "error": "..."}]}. Everything else Spark or the JVM
 prints goes to stderr.
 """
@@ -85,8 +89,34 @@ def _pending_clustering(spark: Any, path: str) -> dict[str, list[list[str]]]:
     return out
 
 
+def _configure_s3a(spark: Any, op: dict[str, Any]) -> None:
+    """Per-bucket s3a settings (fs.s3a.bucket.B.*), so buckets on different endpoints coexist
+    in one session; Hadoop caches one filesystem per bucket."""
+    conf = spark._jsc.hadoopConfiguration()
+    endpoint = str(op["endpoint"])
+    prefix = f"fs.s3a.bucket.{op['bucket']}."
+    settings = {
+        "endpoint": endpoint,
+        "endpoint.region": str(op.get("region") or "us-east-1"),
+        "path.style.access": "true",
+        "connection.ssl.enabled": str(endpoint.startswith("https://")).lower(),
+        "aws.credentials.provider": "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider",
+        "access.key": str(op["access_key"]),
+        "secret.key": str(op["secret_key"]),
+        "attempts.maximum": "3",
+        "retry.limit": "3",
+        "connection.establish.timeout": "5000",
+        "connection.timeout": "20000",
+    }
+    for key, value in settings.items():
+        conf.set(prefix + key, value)
+
+
 def _run(spark: Any, op: dict[str, Any]) -> dict[str, Any]:
     kind = op["op"]
+    if kind == "s3a":
+        _configure_s3a(spark, op)
+        return {"ok": True}
     if kind == "read":
         df = spark.read.format("hudi").options(**op.get("options", {})).load(op["path"])
         df.coalesce(1).write.mode("overwrite").parquet(op["out"])
@@ -115,7 +145,7 @@ def _run(spark: Any, op: dict[str, Any]) -> dict[str, Any]:
             op.get("mode", "append")
         ).save(op["path"])
         return {"ok": True}
-    valid = "read, sql, time, pending_clustering, write"
+    valid = "read, sql, time, pending_clustering, write, s3a"
     return {"ok": False, "error": f"unknown op {kind!r} (valid: {valid})"}
 
 

@@ -1,0 +1,400 @@
+"""Storage on an object store (S3 and S3-compatible stores, GCS, Azure) through `obstore`
+(the Rust object_store crate): whole-object PUTs, conditional creates (`If-None-Match: *`) and
+ETag-guarded replaces (`If-Match`), with retries and timeouts that the configuration sets.
+Parquet goes through pyarrow's native filesystems (multipart uploads, ranged reads)."""
+
+from __future__ import annotations
+
+import logging
+import re
+import uuid
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+from lakesink.storage.base import (
+    Listing,
+    ObjectChangedError,
+    ObjectExistsError,
+    ObjectMeta,
+    ObjectNotFoundError,
+    Storage,
+    StorageError,
+    StorageUnsupportedError,
+)
+
+if TYPE_CHECKING:
+    import pyarrow.fs
+
+log = logging.getLogger(__name__)
+
+OBJECT_STORE_SCHEMES = ("s3", "s3a", "gs", "abfss", "az", "azure")
+PROBE_FOLDER = ".hoodie/.aux/lakesink/probe"
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectStoreOptions:
+    """How to reach the store. Secrets are kept as plain strings here only after the
+    configuration resolved them; `__repr__` never shows them."""
+
+    endpoint: str | None = None
+    """Endpoint override for S3-compatible stores (MinIO, Ceph, R2, moto)."""
+    region: str | None = None
+    allow_http: bool = False
+    path_style: bool = False
+    """Path-style requests (`endpoint/bucket/key`) instead of virtual-hosted buckets."""
+    access_key_id: str | None = field(default=None, repr=False)
+    secret_access_key: str | None = field(default=None, repr=False)
+    session_token: str | None = field(default=None, repr=False)
+    max_retries: int = 10
+    retry_timeout_s: float = 180.0
+    init_backoff_s: float = 0.1
+    max_backoff_s: float = 15.0
+    connect_timeout_s: float = 5.0
+    request_timeout_s: float = 30.0
+
+
+def split_uri(uri: str) -> tuple[str, str, str]:
+    """`s3://bucket/some/prefix` -> ("s3", "bucket", "some/prefix")."""
+    parts = urlsplit(uri)
+    return parts.scheme.lower(), parts.netloc, parts.path.strip("/")
+
+
+def _translate(err: BaseException, what: str, uri: str) -> StorageError:
+    """An obstore error as a lakesink StorageError with one clear line, secrets never included."""
+    from obstore import exceptions as ox
+
+    name = type(err).__name__
+    text = str(err).splitlines()[0] if str(err) else name
+    lowered = str(err).lower()
+    if "nosuchbucket" in lowered:
+        return StorageError(f"{what}: the bucket of {uri} does not exist; create it first")
+    if isinstance(err, ox.NotFoundError | FileNotFoundError):
+        return ObjectNotFoundError(f"{what}: no object ({uri})")
+    if isinstance(err, ox.AlreadyExistsError):
+        return ObjectExistsError(f"{what}: exists already ({uri})")
+    if isinstance(err, ox.PreconditionError):
+        return ObjectChangedError(f"{what}: changed since it was read ({uri})")
+    if isinstance(err, ox.UnauthenticatedError | ox.PermissionDeniedError) or any(
+        w in lowered for w in ("invalidaccesskeyid", "signaturedoesnotmatch", "accessdenied", "403")
+    ):
+        return StorageError(
+            f"{what}: the store refused the credentials for {uri} ({name}); check "
+            "storage.s3.access.key.id / AWS_ACCESS_KEY_ID and the secret key"
+        )
+    status = re.search(r"status code: (5\d\d)[^:]*", text)
+    if status is not None:  # the store answered, with an error, until the retries ran out
+        code = re.search(r"<Code>([A-Za-z]+)</Code>", str(err))
+        detail = f"{status.group(0)[13:]}{f' ({code.group(1)})' if code else ''}"
+        return StorageError(
+            f"{what}: the store for {uri} kept answering {detail} (after retries); "
+            "try again later, or raise storage.retry.max / storage.retry.timeout.s"
+        )
+    if any(w in lowered for w in ("connect", "dns", "timed out", "refused")) or (
+        "timeout" in lowered.replace("retry_timeout", "")
+    ):
+        return StorageError(
+            f"{what}: cannot reach the store for {uri} (after retries): {text[:200]}; check "
+            "storage.s3.endpoint and the network"
+        )
+    return StorageError(f"{what} on {uri} failed: {name}: {text[:300]}")
+
+
+class ObjectStoreStorage(Storage):
+    """A table root `scheme://bucket/prefix` on an object store."""
+
+    __slots__ = ("_arrow", "_options", "_store", "_uri")
+
+    def __init__(self, uri: str, options: ObjectStoreOptions | None = None) -> None:
+        scheme, bucket, _prefix = split_uri(uri)
+        if scheme not in OBJECT_STORE_SCHEMES or not bucket:
+            raise StorageError(
+                f"{uri!r} is not an object-store URI; use s3://bucket/prefix, gs://, abfss://"
+            )
+        self._uri = uri.rstrip("/")
+        self._options = options or ObjectStoreOptions()
+        self._store: Any = None
+        self._arrow: tuple[pyarrow.fs.FileSystem, str] | None = None
+
+    def __getstate__(self) -> tuple[str, ObjectStoreOptions]:
+        return self._uri, self._options
+
+    def __setstate__(self, state: tuple[str, ObjectStoreOptions]) -> None:
+        self._uri, self._options = state
+        self._store = None
+        self._arrow = None
+
+    def __repr__(self) -> str:
+        return f"ObjectStoreStorage({self._uri!r})"
+
+    @property
+    def uri(self) -> str:
+        return self._uri
+
+    @property
+    def options(self) -> ObjectStoreOptions:
+        return self._options
+
+    def reader_options(self) -> dict[str, str]:
+        """object_store configuration for other readers of the table (hudi-rs): the endpoint,
+        region and credentials. Holds secrets: hand it to a client, never log it."""
+        o = self._options
+        if split_uri(self._uri)[0] not in ("s3", "s3a"):
+            return {}
+        out = {"aws_allow_http": "true" if o.allow_http else "false"}
+        for name, value in (
+            ("aws_endpoint_url", o.endpoint),
+            ("aws_region", o.region),
+            ("aws_access_key_id", o.access_key_id),
+            ("aws_secret_access_key", o.secret_access_key),
+            ("aws_session_token", o.session_token),
+        ):
+            if value:
+                out[name] = value
+        if o.endpoint or o.path_style:
+            out["aws_virtual_hosted_style_request"] = "false"
+        return out
+
+    def _url(self, key: str) -> str:
+        return f"{self._uri}/{key}" if key else self._uri
+
+    # -- clients -----------------------------------------------------------------------------
+
+    def _config(self) -> dict[str, Any]:
+        o = self._options
+        scheme = split_uri(self._uri)[0]
+        cfg: dict[str, Any] = {}
+        if scheme in ("s3", "s3a"):
+            if o.endpoint:
+                cfg["endpoint"] = o.endpoint
+            if o.region:
+                cfg["region"] = o.region
+            if o.access_key_id:
+                cfg["access_key_id"] = o.access_key_id
+            if o.secret_access_key:
+                cfg["secret_access_key"] = o.secret_access_key
+            if o.session_token:
+                cfg["session_token"] = o.session_token
+            cfg["virtual_hosted_style_request"] = not o.path_style and not o.endpoint
+            cfg["conditional_put"] = "etag"
+        return cfg
+
+    @property
+    def store(self) -> Any:
+        if self._store is None:
+            from obstore.store import from_url as _from_url
+
+            from_url: Any = _from_url
+            o = self._options
+            scheme, bucket, prefix = split_uri(self._uri)
+            url = f"{'s3' if scheme == 's3a' else scheme}://{bucket}"
+            if prefix:
+                url += f"/{prefix}"
+            try:
+                self._store = from_url(
+                    url,
+                    config=self._config(),
+                    client_options={
+                        "allow_http": o.allow_http,
+                        "connect_timeout": timedelta(seconds=o.connect_timeout_s),
+                        "timeout": timedelta(seconds=o.request_timeout_s),
+                    },
+                    retry_config={
+                        "max_retries": o.max_retries,
+                        "retry_timeout": timedelta(seconds=o.retry_timeout_s),
+                        "backoff": {
+                            "init_backoff": timedelta(seconds=o.init_backoff_s),
+                            "max_backoff": timedelta(seconds=o.max_backoff_s),
+                            "base": 2.0,
+                        },
+                    },
+                )
+            except Exception as e:
+                raise StorageError(
+                    f"cannot configure the object store for {self._uri}: {type(e).__name__}: "
+                    f"{str(e).splitlines()[0] if str(e) else ''}"
+                ) from None
+        return self._store
+
+    def arrow(self) -> tuple[pyarrow.fs.FileSystem, str]:
+        if self._arrow is None:
+            import pyarrow.fs as pafs
+
+            scheme, bucket, prefix = split_uri(self._uri)
+            root = f"{bucket}/{prefix}" if prefix else bucket
+            if scheme in ("s3", "s3a"):
+                o = self._options
+                kwargs: dict[str, Any] = {
+                    "connect_timeout": o.connect_timeout_s,
+                    "request_timeout": o.request_timeout_s,
+                    "retry_strategy": pafs.AwsStandardS3RetryStrategy(
+                        max_attempts=max(1, o.max_retries)
+                    ),
+                    "check_directory_existence_before_creation": False,
+                }
+                if o.region:  # else pyarrow resolves it like the AWS SDK does
+                    kwargs["region"] = o.region
+                if o.endpoint:
+                    parts = urlsplit(o.endpoint)
+                    kwargs["endpoint_override"] = parts.netloc or o.endpoint
+                    kwargs["scheme"] = parts.scheme or ("http" if o.allow_http else "https")
+                    kwargs["force_virtual_addressing"] = False
+                elif o.allow_http:
+                    kwargs["scheme"] = "http"
+                if o.access_key_id and o.secret_access_key:
+                    kwargs["access_key"] = o.access_key_id
+                    kwargs["secret_key"] = o.secret_access_key
+                    if o.session_token:
+                        kwargs["session_token"] = o.session_token
+                self._arrow = (pafs.S3FileSystem(**kwargs), root)
+            else:
+                fs, path = pafs.FileSystem.from_uri(self._uri)
+                self._arrow = (fs, path.rstrip("/"))
+        return self._arrow
+
+    def open_output(self, key: str) -> Any:
+        fs, root = self.arrow()
+        try:
+            return fs.open_output_stream(f"{root}/{key}")
+        except OSError as e:
+            raise StorageError(f"cannot write {self._url(key)}: {str(e).splitlines()[0]}") from None
+
+    # -- objects -----------------------------------------------------------------------------
+
+    def read(self, key: str) -> bytes:
+        return self.read_with_etag(key)[0]
+
+    def read_with_etag(self, key: str) -> tuple[bytes, str]:
+        import obstore
+
+        try:
+            res = obstore.get(self.store, key)
+            data = bytes(res.bytes())
+            return data, str(res.meta.get("e_tag") or "")
+        except Exception as e:
+            raise _translate(e, f"read {key}", self._url(key)) from None
+
+    def write(self, key: str, data: bytes) -> None:
+        import obstore
+
+        try:
+            obstore.put(self.store, key, data, mode="overwrite", use_multipart=False)
+        except Exception as e:
+            raise _translate(e, f"write {key}", self._url(key)) from None
+
+    def create(self, key: str, data: bytes) -> str:
+        import obstore
+
+        try:
+            res = obstore.put(self.store, key, data, mode="create", use_multipart=False)
+        except Exception as e:
+            raise _translate(e, f"create {key}", self._url(key)) from None
+        return str(res.get("e_tag") or "")
+
+    def replace_if_unchanged(self, key: str, data: bytes, etag: str) -> str:
+        import obstore
+
+        try:
+            res = obstore.put(self.store, key, data, mode={"e_tag": etag}, use_multipart=False)
+        except Exception as e:
+            err = _translate(e, f"replace {key}", self._url(key))
+            if isinstance(err, ObjectNotFoundError):
+                raise ObjectChangedError(f"replace {key}: gone ({self._url(key)})") from None
+            raise err from None
+        return str(res.get("e_tag") or "")
+
+    def head(self, key: str) -> ObjectMeta | None:
+        import obstore
+
+        try:
+            m = obstore.head(self.store, key)
+        except Exception as e:
+            err = _translate(e, f"head {key}", self._url(key))
+            if isinstance(err, ObjectNotFoundError):
+                return None
+            raise err from None
+        modified = m.get("last_modified")
+        stamp = modified.timestamp() if modified is not None else 0.0
+        return ObjectMeta(key, int(m["size"]), str(m.get("e_tag") or ""), stamp)
+
+    def list_prefix(self, prefix: str) -> list[ObjectMeta]:
+        import obstore
+
+        p = prefix.strip("/")
+        try:
+            metas = obstore.list(self.store, p + "/" if p else None).collect()
+        except Exception as e:
+            raise _translate(e, f"list {prefix}", self._url(prefix)) from None
+        return sorted(
+            (ObjectMeta(str(m["path"]), int(m["size"]), str(m.get("e_tag") or "")) for m in metas),
+            key=lambda m: m.key,
+        )
+
+    def list_folder(self, prefix: str) -> Listing:
+        import obstore
+
+        p = prefix.strip("/")
+        try:
+            res = obstore.list_with_delimiter(self.store, p or None)
+        except Exception as e:
+            raise _translate(e, f"list {prefix}", self._url(prefix)) from None
+        objects = tuple(
+            ObjectMeta(str(m["path"]), int(m["size"]), str(m.get("e_tag") or ""))
+            for m in res["objects"]
+        )
+        folders = tuple(str(c).rstrip("/").rsplit("/", 1)[-1] for c in res["common_prefixes"])
+        return Listing(tuple(sorted(objects, key=lambda m: m.key)), tuple(sorted(folders)))
+
+    def delete(self, key: str) -> None:
+        import obstore
+
+        try:
+            obstore.delete(self.store, key)
+        except Exception as e:
+            err = _translate(e, f"delete {key}", self._url(key))
+            if not isinstance(err, ObjectNotFoundError):
+                raise err from None
+
+    def delete_many(self, keys: list[str]) -> None:
+        import obstore
+
+        if not keys:
+            return
+        try:
+            obstore.delete(self.store, keys)
+        except Exception as e:
+            err = _translate(e, f"delete {len(keys)} objects", self._uri)
+            if not isinstance(err, ObjectNotFoundError):
+                raise err from None
+
+    def probe(self) -> None:
+        """Create a probe object twice (the second must be refused) and replace it with a stale
+        ETag (must be refused): a store without conditional writes cannot hold a table."""
+        key = f"{PROBE_FOLDER}/{uuid.uuid4().hex}"
+        etag = self.create(key, b"1")
+        try:
+            try:
+                self.create(key, b"2")
+            except ObjectExistsError:
+                pass
+            else:
+                raise StorageUnsupportedError(
+                    f"the store of {self._uri} ignores If-None-Match (create-if-absent): "
+                    "lakesink needs conditional writes to publish commits atomically; use a "
+                    "store that supports them (AWS S3, MinIO, R2, GCS, Azure)"
+                )
+            fresh = self.replace_if_unchanged(key, b"3", etag) if etag else ""
+            try:
+                self.replace_if_unchanged(key, b"4", etag or "stale")
+            except ObjectChangedError:
+                pass
+            else:
+                raise StorageUnsupportedError(
+                    f"the store of {self._uri} ignores If-Match (replace-if-unchanged): "
+                    "lakesink's lease lock needs it; use a store that supports conditional "
+                    "writes, or lock.provider=postgres"
+                )
+            _ = fresh
+        finally:
+            self.delete(key)
