@@ -31,6 +31,7 @@ EXTRAS: dict[str, Extra] = {
     for e in (
         Extra("hudi", "hudi", "verify"),
         Extra("noida_db", "noida-db", "demo"),
+        Extra("obstore", "obstore", "s3"),
         Extra("psycopg", "psycopg", "postgres"),
     )
 }

@@ -13,6 +13,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+from lakesink.extras import require
 from lakesink.storage.base import (
     Listing,
     ObjectChangedError,
@@ -183,6 +184,7 @@ class ObjectStoreStorage(Storage):
     @property
     def store(self) -> Any:
         if self._store is None:
+            require("obstore", f"tables on object stores ({self._uri})")
             from obstore.store import from_url as _from_url
 
             from_url: Any = _from_url

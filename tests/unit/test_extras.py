@@ -21,7 +21,8 @@ def _block(monkeypatch: pytest.MonkeyPatch, module: str) -> None:
 
 
 @pytest.mark.parametrize(
-    ("module", "extra"), [("hudi", "verify"), ("noida_db", "demo"), ("psycopg", "postgres")]
+    ("module", "extra"),
+    [("hudi", "verify"), ("noida_db", "demo"), ("psycopg", "postgres"), ("obstore", "s3")],
 )
 def test_require_missing_module_raises_missing_extra_naming_the_extra(
     monkeypatch: pytest.MonkeyPatch, module: str, extra: str
@@ -119,3 +120,12 @@ def test_every_lakesink_module_imports_without_the_optional_packages() -> None:
 def test_missing_extra_is_a_lakesink_error_with_the_configuration_exit_code() -> None:
     assert issubclass(MissingExtraError, LakesinkError)
     assert MissingExtraError.exit_code == 2 and not MissingExtraError.retriable
+
+
+def test_object_store_table_without_s3_extra_names_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    from lakesink.storage import open_storage
+
+    _block(monkeypatch, "obstore")
+    storage = open_storage("s3://bucket/events", {"storage.s3.region": "us-east-1"})
+    with pytest.raises(MissingExtraError, match=r"lakesink\[s3\]"):
+        storage.probe()
