@@ -227,12 +227,18 @@ def audit(fmt: str, path: str, ends_json: str) -> dict[str, Any]:
         for name, files in (("all_files", every), ("spark_metadata", committed)):
             ps: list[int] = []
             os_: list[int] = []
+            unreadable = 0
             for f in files:
-                t = pq.read_table(f, columns=cols)
+                try:
+                    t = pq.read_table(f, columns=cols)
+                except (OSError, ValueError):  # a file the SIGKILL cut short: no footer
+                    unreadable += 1
+                    continue
                 ps += t["kafka_partition"].to_pylist()
                 os_ += t["kafka_offset"].to_pylist()
             res[name] = count_coordinates(ps, os_, ends)
             res[name]["files"] = len(files)
+            res[name]["unreadable_files"] = unreadable
         # the figure for the table: what a reader that lists the folder (pyarrow, not Spark) sees
         res.update(res["all_files"])
         res["reader"] = "pyarrow (all files); spark_metadata: the files Spark's sink log lists"

@@ -206,7 +206,9 @@ def _fmt_audit(a: dict[str, Any] | None) -> str:
     txt = f"{a['duplicates']:,} dup / {a['missing']:,} missing"
     if "spark_metadata" in a:
         m = a["spark_metadata"]
-        txt += f" (Spark log: {m['duplicates']:,} / {m['missing']:,})"
+        bad = a["all_files"].get("unreadable_files", 0)
+        txt += f", {bad} torn files" if bad else ""
+        txt += f" (files in Spark's log: {m['duplicates']:,} / {m['missing']:,})"
     return txt
 
 
@@ -318,10 +320,13 @@ def main() -> None:
     ap.add_argument(
         "--out", default=None, help="JSON file (default benchmarks/results/<time>.json)"
     )
+    ap.add_argument("--print", dest="print_json", help="print the tables of a results JSON")
     ap.add_argument("--child", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         return child(args.child)
+    if args.print_json:
+        return print_throughput(json.loads(Path(args.print_json).read_text())["throughput"])
     skip = set(filter(None, args.skip.split(",")))
     report: dict[str, Any] = {
         "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
