@@ -34,6 +34,10 @@ from procmon import TreeMonitor  # noqa: E402
 # Ordered: a sample belongs to the first stage one of whose patterns a frame of its stack
 # matches, searched from the innermost frame outwards, so the most specific work wins.
 STAGES: list[tuple[str, tuple[str, ...]]] = [
+    (
+        "start-up (imports, session)",
+        (r"<module>", r"_find_and_load", r"zipimport", r"getOrCreate", r"get_spark"),
+    ),
     ("gc (PySpark daemon, after each task)", (r"daemon\.py:275\)", r"freeze_worker_heap")),
     (
         "Parquet write",
@@ -79,16 +83,16 @@ STAGES: list[tuple[str, tuple[str, ...]]] = [
     (
         "JVM round trip (Arrow/pickle serde, py4j)",
         (
-            r"pyspark/sql/pandas/serializers",
-            r"pyspark/serializers",
-            r"pyspark/sql/worker/plan_data_source_read",
-            r"pyspark/sql/conversion",
-            r"pyspark/worker\.py",
+            # py-spy names pyspark's files from the package root: serializers.py, worker.py
+            r"\(sql/pandas/serializers\.py",
+            r"\(serializers\.py",
+            r"\(sql/worker/plan_data_source_read\.py",
+            r"\(sql/conversion\.py",
+            r"\(worker\.py",
             r"py4j/",
             r"pyarrow/ipc",
         ),
     ),
-    ("start-up (imports, session)", (r"<module>", r"_find_and_load", r"getOrCreate", r"get_spark")),
     ("lakesink, other", (r"lakesink/",)),
 ]
 
@@ -111,9 +115,14 @@ def summarize(collapsed: Path) -> dict[str, Any]:
         if not count.isdigit():
             continue
         frames = stack.split(";")
-        role = "driver" if "--child" in frames[0] else "pyworkers"
-        by_role[role][stage_of(frames[1:])] += int(count)
-        top[frames[-1]] += int(count)
+        # subprocesses' stacks start with their ancestors: the last `process` frame is the one
+        procs = [i for i, f in enumerate(frames) if f.startswith("process ")]
+        own = procs[-1] if procs else 0
+        role = "driver" if "--child" in frames[own] else "pyworkers"
+        frames = frames[own + 1 :]
+        by_role[role][stage_of(frames)] += int(count)
+        if frames:
+            top[frames[-1]] += int(count)
     return {
         "samples": {r: dict(c.most_common()) for r, c in by_role.items()},
         "top_frames": top.most_common(25),
@@ -184,6 +193,10 @@ def main() -> None:
         broker.close()
         shutil.rmtree(work, ignore_errors=True)
     cpu = mon.stats.cpu_s
+    first_t = result["batches"][0][0]
+    steady = _role_cpu_at(mon, result["t_end"])
+    warm = _role_cpu_at(mon, first_t)
+    steady_cpu = {k: round(v - warm.get(k, 0.0), 1) for k, v in steady.items()}
     report = {
         "events": args.events,
         "size": args.size,
@@ -198,11 +211,21 @@ def main() -> None:
             "JVM": round(cpu.get("jvm", 0.0), 1),
             "Python workers": round(cpu.get("pyworkers", 0.0), 1),
         },
+        "steady_records": result["records"] - result["batches"][0][1],
+        "steady_cpu_s": {
+            "lakesink driver (Python)": steady_cpu.get("other", 0.0),
+            "JVM": steady_cpu.get("jvm", 0.0),
+            "Python workers": steady_cpu.get("pyworkers", 0.0),
+        },
         **summarize(collapsed),
     }
     (out_dir / f"profile-{args.size}-{stamp}.json").write_text(json.dumps(report, indent=2))
     print_report(report)
     print(f"collapsed stacks: {collapsed}")
+
+
+def _role_cpu_at(mon: TreeMonitor, t: float) -> dict[str, float]:
+    return min(mon.timeline, key=lambda s: abs(s[0] - t), default=(0.0, {}))[1]
 
 
 def print_report(r: dict[str, Any]) -> None:
@@ -215,11 +238,21 @@ def print_report(r: dict[str, Any]) -> None:
     for k, v in r["cpu_s"].items():
         print(f"  {k:<26} {v:>7.1f} s CPU  {1e6 * v / n:>7.1f} us/rec")
     print(f"  {'all but py-spy':<26} {total_cpu:>7.1f} s CPU  {1e6 * total_cpu / n:>7.1f} us/rec")
+    if "steady_cpu_s" in r:
+        sn = max(1, r["steady_records"])
+        print(f"  steady (after the first batch, {sn:,} records):")
+        for k, v in r["steady_cpu_s"].items():
+            print(f"    {k:<24} {v:>7.1f} s CPU  {1e6 * v / sn:>7.1f} us/rec")
+        tot = sum(r["steady_cpu_s"].values())
+        print(f"    {'all':<24} {tot:>7.1f} s CPU  {1e6 * tot / sn:>7.1f} us/rec")
+    print("\n  py-spy samples (share of all, and of all but start-up)")
     for role, stages in r["samples"].items():
         total = sum(stages.values()) or 1
-        print(f"\n  {role}: {total:,} samples")
+        work = sum(c for s, c in stages.items() if not s.startswith("start-up")) or 1
+        print(f"  {role}: {total:,} samples")
         for stage, c in stages.items():
-            print(f"    {stage:<44} {c:>7,} {100 * c / total:>5.1f} %")
+            rest = "" if stage.startswith("start-up") else f" {100 * c / work:>5.1f} %"
+            print(f"    {stage:<44} {c:>7,} {100 * c / total:>5.1f} %{rest}")
 
 
 if __name__ == "__main__":
