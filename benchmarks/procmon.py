@@ -92,9 +92,11 @@ class TreeMonitor:
         rss: dict[str, int] = {}
         for p in self._tree():
             try:
-                # a process keeps the role it was first seen with: an exiting worker whose
-                # command line can no longer be read must not move its CPU seconds to "other"
-                role = self._cpu[p.pid][0] if p.pid in self._cpu else role_of(p, self.pid)
+                role = role_of(p, self.pid)
+                if role == "other" and p.pid in self._cpu:
+                    # an exiting worker whose command line can no longer be read keeps its
+                    # role (a `bash spark-class` that execs java does change it: to jvm)
+                    role = self._cpu[p.pid][0]
                 with p.oneshot():
                     mem = p.memory_info().rss
                     t = p.cpu_times()

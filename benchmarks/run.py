@@ -1,8 +1,15 @@
-"""lakesink benchmarks, one command: throughput against the raw limit and at-least-once Spark,
-commit cost as the table grows, recovery after kill -9, peak memory.
+"""lakesink benchmarks, one command: throughput against the raw limit, at-least-once Spark and
+the peers (Spark Structured Streaming into Delta Lake and Parquet, Hudi's streaming sink), a
+correctness column (each writer SIGKILLed mid-batch, restarted, its table audited against
+Kafka), commit cost as the table grows, recovery after kill -9, peak memory.
 
-    python benchmarks/run.py                       # defaults: < 10 min on 2 cores
-    python benchmarks/run.py --events 2000000 --events-1k 500000 --skip recovery
+    python benchmarks/run.py                       # everything, peers included
+    python benchmarks/run.py --no-peers --skip correctness   # lakesink, raw, at-least-once
+    python benchmarks/run.py --events 200000 --events-1k 50000 --skip commit,recovery
+    python benchmarks/run.py --print benchmarks/results/<time>.json
+
+The peers run in their own environments, which scripts/setup-peers.sh builds once (cached under
+$LAKESINK_CACHE, default .cache/; the first run calls it).
 
 Prints a table and writes benchmarks/results/<time>.json. Every variant runs on the same topic
 of one local broker (Apache Kafka; `--broker noida` for noida-db), in the same run, on the same
@@ -333,6 +340,10 @@ def main() -> None:
         "cores": args.cores,
         "load_avg_at_start": os.getloadavg(),
     }
+    out = (
+        Path(args.out) if args.out else HERE / "results" / f"{time.strftime('%Y%m%d-%H%M%S')}.json"
+    )
+    out.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="lakesink-bench-"))
     try:
         if "throughput" not in skip or "recovery" not in skip:
@@ -363,6 +374,9 @@ def main() -> None:
                                 bs, topic, ends, size, work, args
                             )
                         print_throughput({str(size): results[str(size)]})
+                        sys.stdout.flush()
+                        report["throughput"] = results
+                        out.write_text(json.dumps(report, indent=2))  # a cut run keeps this much
                     report["throughput"] = results
                 if "recovery" not in skip:
                     from recovery import run_recovery
@@ -379,10 +393,6 @@ def main() -> None:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     report["load_avg_at_end"] = os.getloadavg()
-    out = (
-        Path(args.out) if args.out else HERE / "results" / f"{time.strftime('%Y%m%d-%H%M%S')}.json"
-    )
-    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2))
     if "throughput" in report:
         print("\nthroughput summary")
