@@ -36,7 +36,14 @@ from procmon import TreeMonitor  # noqa: E402
 STAGES: list[tuple[str, tuple[str, ...]]] = [
     (
         "start-up (imports, session)",
-        (r"<module>", r"_find_and_load", r"zipimport", r"getOrCreate", r"get_spark"),
+        # not `<module>`: a forked worker's stack starts in the daemon's module code
+        (
+            r"_find_and_load",
+            r"zipimport",
+            r"_call_with_frames_removed",
+            r"getOrCreate",
+            r"get_spark",
+        ),
     ),
     ("gc (PySpark daemon, after each task)", (r"daemon\.py:275\)", r"freeze_worker_heap")),
     (
@@ -116,7 +123,7 @@ def summarize(collapsed: Path) -> dict[str, Any]:
             continue
         frames = stack.split(";")
         # subprocesses' stacks start with their ancestors: the last `process` frame is the one
-        procs = [i for i, f in enumerate(frames) if f.startswith("process ")]
+        procs = [i for i, f in enumerate(frames) if re.match(r"process \d+:", f)]
         own = procs[-1] if procs else 0
         role = "driver" if "--child" in frames[own] else "pyworkers"
         frames = frames[own + 1 :]
