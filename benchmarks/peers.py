@@ -115,6 +115,7 @@ def kill_and_audit(
     log_dir: Path,
     audit: Any,
     kill_after_batches: int = 2,
+    restarts: int = 3,
 ) -> dict[str, Any]:
     """Run `cmd` until it printed `kill_after_batches` BENCH-BATCH lines, then, half a batch
     later, SIGKILL its process group; run it again to the end; `audit()` the table."""
@@ -142,19 +143,35 @@ def kill_and_audit(
         first.wait()
     if killed_at is None:
         raise RuntimeError(f"the writer finished before it could be killed (see {first_log})")
-    with (log_dir / "restart.log").open("w+") as log:
-        t0 = time.time()
-        code = subprocess.run(
-            cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-        ).returncode
-        took = time.time() - t0
-        if code != 0:
+    # A writer whose restart fails is started again, as a supervisor would, up to `restarts`
+    # times; each failure's cause is kept. (Spark 4.1.1's Kafka source fails the first batch
+    # after such a restart in progress reporting, after the batch committed: SPARK-55271.)
+    failures: list[str] = []
+    t0 = time.time()
+    for attempt in range(1, restarts + 1):
+        with (log_dir / f"restart-{attempt}.log").open("w+") as log:
+            code = subprocess.run(
+                cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            ).returncode
+            if code == 0:
+                break
             log.seek(0)
-            raise RuntimeError(f"restart after SIGKILL failed ({code}):\n{log.read()[-3000:]}")
+            failures.append(_cause(log.read()))
+    else:
+        raise RuntimeError(f"{restarts} restarts after SIGKILL failed: {failures}")
     res = dict(audit())
     res["killed_after_batches"] = len(seen)
-    res["restart_s"] = round(took, 1)
+    res["restart_s"] = round(time.time() - t0, 1)
+    res["failed_restarts"] = failures
     return res
+
+
+def _cause(log_text: str) -> str:
+    """The first line naming an exception in a failed run's output."""
+    for line in log_text.splitlines():
+        if "Exception" in line or "Error:" in line:
+            return line.strip()[:400]
+    return log_text.strip().splitlines()[-1][:400] if log_text.strip() else "no output"
 
 
 def audit_with_peer_python(mode: str, path: Path, ends: dict[int, int]) -> dict[str, Any]:

@@ -211,6 +211,8 @@ def _fmt_audit(a: dict[str, Any] | None) -> str:
     if "failed" in a:
         return "run failed"
     txt = f"{a['duplicates']:,} dup / {a['missing']:,} missing"
+    if a.get("failed_restarts"):
+        txt += f" ({len(a['failed_restarts'])} failed restart(s))"
     if "spark_metadata" in a:
         m = a["spark_metadata"]
         bad = a["all_files"].get("unreadable_files", 0)
@@ -226,9 +228,13 @@ def print_throughput(results: dict[str, Any]) -> None:
         f"{'lakesink/it':>11} {'its cpu/lakesink':>16}  after SIGKILL + restart"
     )
     for size, res in results.items():
+        audits = res.get("correctness", {})
+        if "raw" not in res["runs"]:  # a correctness-only run
+            for name, a in audits.items():
+                print(f"{size:>6} {name:<17} after SIGKILL + restart: {_fmt_audit(a)}")
+            continue
         raw = res["runs"]["raw"]
         ls = res["runs"]["lakesink"]
-        audits = res.get("correctness", {})
         for name, r in res["runs"].items():
             if "failed" in r:
                 print(f"{size:>6} {name:<17} failed: {r['failed'].splitlines()[0][:100]}")
@@ -354,30 +360,32 @@ def main() -> None:
             report["broker"] = args.broker
             try:
                 bs = broker.bootstrap_servers
-                if peers_to_run(args) and "throughput" not in skip:
+                measure = {"throughput", "correctness"} - skip
+                if peers_to_run(args) and measure:
                     from peers import ensure_envs
 
                     report["peers"] = ensure_envs()
-                if "throughput" not in skip:
+                if measure:
                     results: dict[str, Any] = {}
                     for size, events in ((250, args.events), (1024, args.events_1k)):
-                        if events <= 0:
+                        kill = "correctness" in measure and size == args.kill_size
+                        if events <= 0 or ("throughput" in skip and not kill):
                             continue
                         topic = f"bench-{size}"
                         t0 = time.perf_counter()
                         ends = produce(bs, topic, events, size)
                         took = time.perf_counter() - t0
                         print(f"produced {events:,} events of ~{size} B in {took:.1f}s", flush=True)
-                        results[str(size)] = throughput(bs, topic, ends, size, work, args)
-                        if "correctness" not in skip and size == args.kill_size:
-                            results[str(size)]["correctness"] = correctness(
-                                bs, topic, ends, size, work, args
-                            )
-                        print_throughput({str(size): results[str(size)]})
+                        entry: dict[str, Any] = {"events": events, "runs": {}, "ratios": {}}
+                        if "throughput" in measure:
+                            entry = throughput(bs, topic, ends, size, work, args)
+                        if kill:
+                            entry["correctness"] = correctness(bs, topic, ends, size, work, args)
+                        results[str(size)] = entry
+                        print_throughput({str(size): entry})
                         sys.stdout.flush()
                         report["throughput"] = results
                         out.write_text(json.dumps(report, indent=2))  # a cut run keeps this much
-                    report["throughput"] = results
                 if "recovery" not in skip:
                     from recovery import run_recovery
 
