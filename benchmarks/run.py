@@ -352,7 +352,7 @@ def main() -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="lakesink-bench-"))
     try:
-        if "throughput" not in skip or "recovery" not in skip:
+        if {"throughput", "correctness", "recovery"} - skip:
             from lakesink.kafka.kafka_server import local_broker
 
             broker = local_broker(args.broker, data_dir=work / "broker")
