@@ -50,6 +50,8 @@ class TreeMonitor:
         self.stats = TreeStats()
         self._cpu: dict[int, tuple[str, float]] = {}
         self._procs: dict[int, psutil.Process] = {}
+        self._gone: list[tuple[str, float]] = []
+        """(role, CPU seconds) of exited processes whose pid a new one took."""
         self.timeline: list[tuple[float, dict[str, float]]] = []
         """(time.time(), CPU seconds so far per role) at every sample."""
         self._stop = threading.Event()
@@ -63,7 +65,7 @@ class TreeMonitor:
         self._stop.set()
         self._thread.join()
         cpu: dict[str, float] = {}
-        for role, secs in self._cpu.values():
+        for role, secs in [*self._cpu.values(), *self._gone]:
             cpu[role] = cpu.get(role, 0.0) + secs
         self.stats.cpu_s = cpu
 
@@ -77,6 +79,10 @@ class TreeMonitor:
         for p in procs:
             known = self._procs.get(p.pid)
             if known is None or known.create_time() != p.create_time():
+                if known is not None:  # a new process under a reused pid
+                    old = self._cpu.pop(p.pid, None)
+                    if old is not None:
+                        self._gone.append(old)
                 self._procs[p.pid] = p
                 known = p
             out.append(known)
@@ -87,6 +93,10 @@ class TreeMonitor:
         for p in self._tree():
             try:
                 role = role_of(p, self.pid)
+                if role == "other" and p.pid in self._cpu:
+                    # an exiting worker whose command line can no longer be read keeps its
+                    # role (a `bash spark-class` that execs java does change it: to jvm)
+                    role = self._cpu[p.pid][0]
                 with p.oneshot():
                     mem = p.memory_info().rss
                     t = p.cpu_times()
@@ -95,7 +105,7 @@ class TreeMonitor:
                 continue
             rss[role] = rss.get(role, 0) + mem
         cpu: dict[str, float] = {}
-        for role, secs in self._cpu.values():
+        for role, secs in [*self._cpu.values(), *self._gone]:
             cpu[role] = cpu.get(role, 0.0) + secs
         self.timeline.append((time.time(), cpu))
         for role, v in rss.items():

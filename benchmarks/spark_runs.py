@@ -63,6 +63,8 @@ def run_spark(mode: str, cfg_values: dict[str, Any], expected: int) -> dict[str,
 
         def on_progress(p: Progress) -> None:
             batches.append((time.time(), p.outcome.records))
+            if p.outcome.records:  # the SIGKILL correctness run kills on these lines
+                print(f"BENCH-BATCH {len(batches)} {p.outcome.records}", flush=True)
 
         result = Ingestion(cfg, spark, on_progress=on_progress).run(once=True)
         records = result.records
