@@ -421,9 +421,14 @@ class Timeline:
         try:
             self.storage.create(target, content)
         except ObjectExistsError:
-            raise CommitError(
-                f"{self.storage.uri}/{target} exists: instant {instant.time} is already completed"
-            ) from None
+            # A store client retries a create whose response was lost and meets its own object:
+            # the same bytes mean this writer's publish landed, anything else is someone else's.
+            if self.storage.read(target) != content:
+                raise CommitError(
+                    f"{self.storage.uri}/{target} exists: instant {instant.time} is already "
+                    "completed"
+                ) from None
+            log.info("table %s: publish of %s had landed before its retry", self.storage.uri, done)
         # Two publishers racing with different completion times: keep exactly one.
         others = _completed_files_of(self.storage, self.folder_key, instant.time, target)
         if others:
