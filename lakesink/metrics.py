@@ -78,13 +78,14 @@ METRICS: tuple[MetricSpec, ...] = (
         "lakesink_batches",
         "counter",
         ("outcome",),
-        "Micro-batches by outcome: published, replayed (already committed) or empty.",
+        "Micro-batches by outcome: published, or skipped (empty, or already committed: a replay).",
     ),
     MetricSpec(
         "lakesink_dead_letters",
         "counter",
         ("topic",),
-        "Records that failed to decode, committed to the dead-letter table, per source topic.",
+        "Records that failed to decode, committed to the dead-letter table "
+        "(errors.deadletter.table), per source topic.",
     ),
     MetricSpec(
         "lakesink_partition_committed_offset",
