@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     config = {
         "kafka.bootstrap.servers": args.bootstrap_servers,
         "kafka.topics": args.topic,
-        "kafka.max.records.per.batch": 1000,
+        "kafka.max.records.per.batch": 500,
         "value.format": "json",
         "value.schema": EVENT_SCHEMA,
         "table.path": args.table,
@@ -66,11 +66,9 @@ def main(argv: list[str] | None = None) -> int:
             finally:
                 query.stop()
             sink.check()
-            log.info(
-                "ingested %d records in %d commits; committed offsets %s",
-                sink.stats.records,
-                sink.stats.batches,
-                sink.committed,
+            print(
+                f"ingested {sink.stats.records} records in {sink.stats.batches} commits; "
+                f"committed offsets {sink.committed}"
             )
     except lakesink.LakesinkError as e:
         log.error("lakesink: %s", e)

@@ -56,7 +56,7 @@ def render(st: dict[str, Any], state: WatchState, interval_s: float) -> Group:
     clock = time.strftime("%H:%M:%S", time.gmtime())
     title = Text.assemble(
         ("lakesink status", "bold"),
-        f"  writer {st['writer_id']}  ",
+        Text(f"  writer {st['writer_id']}  "),
         (f"{clock} UTC, every {interval_s:g}s, refresh {state.refreshes}", "dim"),
     )
     parts: Table = Table(title="partitions", title_justify="left", expand=False)
@@ -68,7 +68,7 @@ def render(st: dict[str, Any], state: WatchState, interval_s: float) -> Group:
         total_lag += lag or 0
         rate = state.rates.get(p["partition"])
         parts.add_row(
-            p["partition"],
+            Text(p["partition"]),
             _num(p["committed"]),
             _num(p["high_watermark"]),
             Text(_num(lag), style="yellow" if lag else "green"),
@@ -97,7 +97,7 @@ def render(st: dict[str, Any], state: WatchState, interval_s: float) -> Group:
         instants = Table(title="recent instants", title_justify="left", expand=False)
         instants.add_column("instant")
         for name in table["instants"][-RECENT_INSTANTS:][::-1]:
-            instants.add_row(name)
+            instants.add_row(Text(name))  # Text: no rich markup in "[completed ...]"
         body.append(instants)
         if table["inflight"]:
             body.append(Text("inflight: " + ", ".join(table["inflight"]), style="yellow"))

@@ -208,3 +208,33 @@ def test_api_errors_are_the_lakesink_error_classes_the_cli_maps_to_exit_codes(
         handle.stop()
     with pytest.raises(LakesinkError, match="already started"):
         handle.start()
+
+
+def test_continuous_ingest_keeps_ingesting_until_stopped_then_ends_without_error(
+    spark: Any, kafka_bootstrap: str, topic_factory: Callable[[str], str], tmp_path: Path
+) -> None:
+    topic = topic_factory("api-live")
+    produce_sample_events(kafka_bootstrap, topic, 100, 1)
+    cfg = ingest_config(kafka_bootstrap, topic, tmp_path / "t", trigger__interval__s=0.5)
+    with lakesink.ingest(spark, cfg) as handle:
+
+        def committed() -> int:
+            progress = handle.last_progress
+            return 0 if progress is None else progress.total_records
+
+        deadline = time.monotonic() + 120
+        while committed() < 100 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert committed() == 100
+        # records that arrive later are ingested by the same running query
+        produce_sample_events(kafka_bootstrap, topic, 30, 1, first_event_id=100, create=False)
+        while committed() < 130 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert committed() == 130
+        assert handle.is_active and not handle.await_termination(0.1)
+    assert not handle.is_active and handle.exception() is None
+    assert handle.await_termination(0)
+    assert handle.result is not None and handle.result.records == 130
+    report = audit_config(cfg)
+    assert report.ok, report.problems
+    assert report.rows_lakesink == 130
