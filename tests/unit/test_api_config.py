@@ -53,7 +53,7 @@ def test_load_config_reads_a_toml_file_and_no_environment_variables(
         ({**BASE, "metrics.port": 70000}, "metrics.port=70000"),
         ({**BASE, "metrics.port": "http"}, "metrics.port='http'"),
         ({**BASE, "metrics.lag.interval.s": 0}, "metrics.lag.interval.s=0"),
-        ({**BASE, "metrics.prot": 1}, "did you mean 'metrics.port'"),
+        ({**BASE, "metric.port": 1}, "did you mean 'metrics.port'"),
     ],
 )
 def test_load_config_names_a_bad_metrics_key_and_what_is_valid(
