@@ -238,3 +238,36 @@ def test_continuous_ingest_keeps_ingesting_until_stopped_then_ends_without_error
     report = audit_config(cfg)
     assert report.ok, report.problems
     assert report.rows_lakesink == 130
+
+
+def test_metrics_count_dead_letters_per_topic_and_async_commits(
+    spark: Any, kafka_bootstrap: str, topic_factory: Callable[[str], str], tmp_path: Path
+) -> None:
+    topic = topic_factory("api-dead")
+    produce_sample_events(kafka_bootstrap, topic, 20, 1)
+    produce_values(kafka_bootstrap, topic, [b"not json", b'{"event_id": "x"}'])
+    cfg = ingest_config(
+        kafka_bootstrap,
+        topic,
+        tmp_path / "t",
+        errors__tolerance="all",
+        errors__deadletter__table=str(tmp_path / "dead"),
+        commit__mode="async",
+    )
+    handle = lakesink.ingest(spark, cfg, once=True)
+    try:
+        assert handle.await_termination(180)
+        metrics = handle.status().metrics
+    finally:
+        handle.stop()
+    assert value_of(metrics, "lakesink_records_ingested_total", topic=topic) == 20
+    assert value_of(metrics, "lakesink_dead_letters_total", topic=topic) == 2
+    published = value_of(metrics, "lakesink_batches_total", outcome="published")
+    assert published >= 1
+    # async: every pre-committed epoch was published by the committer, none left pending
+    assert value_of(metrics, "lakesink_commit_duration_seconds_count") == published
+    assert value_of(metrics, "lakesink_pending_epochs") == 0
+    assert value_of(metrics, "lakesink_errors_total") == 0
+    report = audit_config(cfg)
+    assert report.ok, report.problems
+    assert report.rows_lakesink == 20 and report.dead_letters == 2
