@@ -259,24 +259,11 @@ def ingest(
 def read_stream(spark: SparkSession, config: ConfigSource) -> DataFrame:
     """The streaming DataFrame of lakesink's Kafka source: Kafka coordinates and the decoded
     value columns (the `kafka.*` and `value.*` keys), to write with `sink()`."""
-
-    from lakesink.spark.source import (
-        CONFIG_OPTION,
-        SECRETS_OPTION,
-        SOURCE_NAME,
-        encode_config,
-        encode_secrets,
-    )
+    from lakesink.spark.pipeline import source_stream
 
     cfg = load_config(config)
     _prepare(spark)
-    df: DataFrame = (
-        spark.readStream.format(SOURCE_NAME)
-        .option(CONFIG_OPTION, encode_config(cfg))
-        .option(SECRETS_OPTION, encode_secrets(cfg))
-        .load()
-    )
-    return df
+    return source_stream(spark, cfg)
 
 
 class LakesinkSink:

@@ -234,6 +234,8 @@ class Ingestion:
         if committer is None:
             self.coordinator.start()
         else:
+            # Recovery before the first new batch: keep and publish Pending epochs in order,
+            # roll back dirty instants (written but never pre-committed).
             self.coordinator.start(keep=committer.pending_instants())
             committer.recover()
             committer.start()
@@ -246,13 +248,7 @@ class Ingestion:
         )
 
     def source_stream(self) -> DataFrame:
-        """The streaming DataFrame of the lakesink-kafka source for this configuration."""
-        return (
-            self.spark.readStream.format(SOURCE_NAME)
-            .option(CONFIG_OPTION, encode_config(self.cfg))
-            .option(SECRETS_OPTION, encode_secrets(self.cfg))
-            .load()
-        )
+        return source_stream(self.spark, self.cfg)
 
     def _run(
         self,
@@ -452,6 +448,16 @@ def translate_query_error(error: BaseException | object) -> LakesinkError:
             return cls(message.strip())
     first = next((ln for ln in text.splitlines() if ln.strip()), text)
     return LakesinkError(f"the streaming query failed: {first}")
+
+
+def source_stream(spark: SparkSession, cfg: LakesinkConfig) -> DataFrame:
+    """The streaming DataFrame of the lakesink-kafka source for this configuration."""
+    return (
+        spark.readStream.format(SOURCE_NAME)
+        .option(CONFIG_OPTION, encode_config(cfg))
+        .option(SECRETS_OPTION, encode_secrets(cfg))
+        .load()
+    )
 
 
 def pending_store_for(cfg: LakesinkConfig) -> PendingCommitStore:
