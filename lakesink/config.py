@@ -108,6 +108,15 @@ def _non_negative_int(v: Any) -> int:
     return n
 
 
+def _optional_port(v: Any) -> int | None:
+    if v is None or str(v).strip() == "":
+        return None
+    n = _whole_number(v, "expected a TCP port from 0 to 65535")
+    if not 0 <= n <= 65535:
+        raise ValueError("expected a TCP port from 0 to 65535")
+    return n
+
+
 def _optional_positive_float(v: Any) -> float | None:
     if v is None or str(v).strip() == "":
         return None
@@ -480,6 +489,26 @@ KEYS: tuple[Key, ...] = (
         30.0,
         "Seconds one object-store request may take.",
     ),
+    # Metrics
+    Key(
+        "metrics.port",
+        _optional_port,
+        None,
+        "Serve Prometheus metrics on this port while ingesting (`/metrics`; 0 picks a free "
+        "port); unset: no endpoint. Metric names: docs/metrics.md.",
+    ),
+    Key(
+        "metrics.host",
+        str,
+        "127.0.0.1",
+        "Address the metrics endpoint listens on (0.0.0.0 for every interface).",
+    ),
+    Key(
+        "metrics.lag.interval.s",
+        _positive_float,
+        10.0,
+        "Seconds between readings of the high watermarks for the lag metrics.",
+    ),
     Key(
         "table.services.clean.retain.commits",
         _positive_int,
@@ -719,6 +748,12 @@ def _check_combinations(cfg: LakesinkConfig) -> None:
         raise ConfigError(
             "lock.provider=postgres or commit.pending.store=postgres needs postgres.dsn"
         )
+
+
+def flatten_keys(data: Mapping[str, Any]) -> dict[str, Any]:
+    """Nested tables as dotted keys (`{"kafka": {"topics": "t"}}` → `{"kafka.topics": "t"}`),
+    as a configuration file's are read."""
+    return _flatten(data)
 
 
 def _flatten(data: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:

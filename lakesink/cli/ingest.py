@@ -38,7 +38,13 @@ def ingest(cfg: LakesinkConfig, *, once: bool, debug: bool = False) -> Ingestion
     spark = get_spark(cfg["spark.master"], cfg.spark_conf)
     spark.sparkContext.setLogLevel("WARN" if debug else "OFF")
     ingestion = Ingestion(cfg, spark, on_progress=progress_printer())  # type: ignore[arg-type]
-    result = ingestion.run(once=once)
+    try:
+        url = ingestion.serve_metrics()
+        if url:
+            say(f"lakesink: metrics at {url}")
+        result = ingestion.run(once=once)
+    finally:
+        ingestion.close()
     if sys.stdout.isatty():
         sys.stdout.write("\n")
     return result

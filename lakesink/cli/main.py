@@ -25,6 +25,16 @@ def _add_config_args(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="lakesink", description=__doc__.splitlines()[0])
     parser.add_argument("--debug", action="store_true", help="verbose logs and tracebacks")
@@ -44,6 +54,14 @@ def build_parser() -> argparse.ArgumentParser:
     status = sub.add_parser("status", help="committed offsets, lag, recent instants")
     _add_config_args(status)
     status.add_argument("--json", action="store_true")
+    status.add_argument(
+        "--watch",
+        nargs="?",
+        const=2.0,
+        type=_positive_seconds,
+        metavar="SECONDS",
+        help="a live view, refreshed every SECONDS (default 2) until Ctrl-C",
+    )
 
     verify = sub.add_parser("verify", help="the exactly-once audit (hudi-rs and lakesink reader)")
     _add_config_args(verify)
@@ -92,7 +110,11 @@ def run(args: argparse.Namespace) -> int:
     if args.command == "status":
         from lakesink.cli.status import run_status
 
-        return run_status(load(args), as_json=args.json)
+        if args.watch is not None and args.json:
+            from lakesink.errors import ConfigError
+
+            raise ConfigError("status: --watch and --json cannot be combined")
+        return run_status(load(args), as_json=args.json, watch_s=args.watch)
     if args.command == "verify":
         from lakesink.cli.verify import run_verify
 

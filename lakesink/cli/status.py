@@ -1,5 +1,7 @@
 """`lakesink status`: committed offset, high watermark and lag per partition; recent instants;
-the offsets the writer passed over because Kafka deleted them before they were read."""
+the offsets the writer passed over because Kafka deleted them before they were read; the
+metrics (the partition gauges computed here, and what a running ingestion's endpoint serves
+when `metrics.port` is set). `--watch` shows it live (lakesink.cli.watch)."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from typing import Any
 from lakesink.cli.output import emit_json, say, table
 from lakesink.config import LakesinkConfig
 from lakesink.errors import TableNotFoundError
+from lakesink.metrics import Snapshot
 
 
 def collect_status(cfg: LakesinkConfig) -> dict[str, Any]:
@@ -38,6 +41,7 @@ def collect_status(cfg: LakesinkConfig) -> dict[str, Any]:
             out["pending"] = pending_summary(store, cfg.writer_id)
         finally:
             store.close()
+    out["metrics_source"], out["metrics"] = status_metrics(cfg, out)
     try:
         tbl = HudiTable.open(cfg.table_storage)
     except TableNotFoundError:
@@ -57,6 +61,50 @@ def collect_status(cfg: LakesinkConfig) -> dict[str, Any]:
         "inflight": [str(i) for i in timeline.inflight_or_requested()],
     }
     return out
+
+
+def metrics_url(cfg: LakesinkConfig) -> str | None:
+    """Where a running ingestion of this configuration serves its metrics (None when
+    `metrics.port` is unset or 0, a port only the ingestion knows)."""
+    port = cfg["metrics.port"]
+    if not port:
+        return None
+    host = cfg["metrics.host"]
+    host = "127.0.0.1" if host in ("0.0.0.0", "") else "[::1]" if host == "::" else host
+    return f"http://{host}:{port}/metrics"
+
+
+def status_metrics(cfg: LakesinkConfig, st: dict[str, Any]) -> tuple[str | None, Snapshot]:
+    """The metrics as the endpoint names them: the running ingestion's samples when its
+    endpoint answers, with the partition gauges and pending epochs computed here (fresher)."""
+    from lakesink.metrics import IngestionMetrics, scrape
+    from lakesink.protocol.offsets import TopicPartition
+
+    computed = IngestionMetrics(writer_id=cfg.writer_id, table=str(cfg["table.path"]))
+    for p in st["partitions"]:
+        tp = TopicPartition.parse(p["partition"])
+        computed.set_partition(tp.topic, tp.partition, p["committed"], p["high_watermark"])
+    if "pending" in st:
+        computed.set_pending_epochs(len(st["pending"]["pending_epochs"]))
+    ours = computed.snapshot()
+    computed.close()
+    url = metrics_url(cfg)
+    live: Snapshot = {}
+    if url is not None:
+        try:
+            live = scrape(url)
+        except OSError:  # no ingestion running (or not reachable): computed values only
+            url = None
+    partition_gauges = {
+        "lakesink_partition_committed_offset",
+        "lakesink_partition_high_watermark",
+        "lakesink_partition_lag",
+    }
+    if "pending" in st:
+        partition_gauges.add("lakesink_pending_epochs")
+    merged = {k: v for k, v in live.items() if k not in partition_gauges}
+    merged.update({k: v for k, v in ours.items() if k in partition_gauges})
+    return url, dict(sorted(merged.items()))
 
 
 def skipped_spans(table: Any, writer_id: str) -> list[dict[str, Any]]:
@@ -82,7 +130,12 @@ def skipped_spans(table: Any, writer_id: str) -> list[dict[str, Any]]:
     return out
 
 
-def run_status(cfg: LakesinkConfig, *, as_json: bool) -> int:
+def run_status(cfg: LakesinkConfig, *, as_json: bool, watch_s: float | None = None) -> int:
+    if watch_s is not None:
+        from lakesink.cli.watch import watch_status
+
+        watch_status(cfg, interval_s=watch_s)
+        return 0
     st = collect_status(cfg)
     if as_json:
         emit_json(st)

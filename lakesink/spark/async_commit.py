@@ -160,6 +160,7 @@ class AsyncCommitter:
             self._unpublished += 1
             if self.stats.oldest_pending_since is None:
                 self.stats.oldest_pending_since = time.time()
+            self._report_pending()
         self._queue.put(prepared)
         return BatchOutcome(
             prepared.batch_id,
@@ -218,7 +219,12 @@ class AsyncCommitter:
                 self._unpublished -= 1
                 if self._unpublished == 0:
                     self.stats.oldest_pending_since = None
+                self._report_pending()
                 self._cond.notify_all()
+
+    def _report_pending(self) -> None:
+        if self.coordinator.metrics is not None:
+            self.coordinator.metrics.set_pending_epochs(self._unpublished)
 
 
 def pending_summary(store: PendingCommitStore, writer_id: str) -> dict[str, object]:

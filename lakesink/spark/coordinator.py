@@ -9,17 +9,19 @@ logic is testable on its own.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from lakesink.errors import CommitError, CorruptTableError
 from lakesink.faults import crash_point
+from lakesink.metrics import IngestionMetrics
 from lakesink.protocol.commit import Verdict, classify_batch, decide
 from lakesink.protocol.instant import Action, Instant, InstantTime, State
 from lakesink.protocol.offsets import OffsetRange, WriterOffsets
@@ -84,6 +86,8 @@ class Coordinator:
         self.allow_data_loss = False
         # Kafka's id of each topic, recorded with the offsets: a re-created topic is told apart
         self.topic_ids: Callable[[Iterable[str]], Mapping[str, str]] | None = None
+        # Where commit latency, lock waits and rollbacks are recorded (None: nowhere)
+        self.metrics: IngestionMetrics | None = None
         self._committed: WriterOffsets | None = None
 
     # --- start-up ----------------------------------------------------------------------------
@@ -106,7 +110,7 @@ class Coordinator:
             if owner == self.writer_id or self.services.heartbeat_expired(self.table, instant.time):
                 # Under the lock, checked again: a publisher holds the lock from its liveness
                 # check to its completed file, so no instant completes while its files go.
-                with self.services.locked(self.table):
+                with self._locked():
                     current = self.table.timeline().get(instant.time)
                     if current is None or current.is_completed:
                         continue
@@ -125,6 +129,8 @@ class Coordinator:
                     rollback(self.table, current)
                     self.table.storage.delete(self._intent_key(instant.time))
                     rolled.append(instant)
+        if rolled and self.metrics is not None:
+            self.metrics.record_rollback("recovery", len(rolled))
         self._committed = None
         return rolled
 
@@ -180,7 +186,7 @@ class Coordinator:
             )
             return None
         crash_point("before-begin")
-        with self.services.locked(self.table):
+        with self._locked():
             t = self.services.next_instant_time(self.table)
             self._write_intent(t, batch_id, ranges)
             # Beat first: an instant without a heartbeat counts as failed to other writers.
@@ -277,7 +283,7 @@ class Coordinator:
         started = time.perf_counter()
         if self.publish_delay_s:
             time.sleep(self.publish_delay_s)  # commit.publish.delay.s: benchmarks only
-        with self.services.locked(self.table):
+        with self._locked():
             timeline = self.table.timeline()
             existing = timeline.get(t)
             if (existing is not None and existing.is_completed) or (
@@ -297,6 +303,8 @@ class Coordinator:
             instant = Instant(t, Action.COMMIT, State.INFLIGHT)
             timeline.publish(instant, prepared.metadata, snapshot_is_fresh=True)  # under the lock
         publish_s = time.perf_counter() - started
+        if self.metrics is not None:
+            self.metrics.record_commit(publish_s, time.time())
         crash_point("after-publish")
         self.services.stop_heartbeat(self.table, t)
         delete_markers(self.table.storage, t.value)
@@ -333,11 +341,22 @@ class Coordinator:
         for instant in self.table.timeline().inflight_or_requested():
             if instant.time == instant_time:
                 rollback(self.table, instant)
+                if self.metrics is not None:
+                    self.metrics.record_rollback("batch_failed")
         if self.table.timeline().get(instant_time) is None:
             delete_leftovers(self.table, instant_time)  # rolled back under us: files are garbage
         self.table.storage.delete(self._intent_key(instant_time))
 
     # --- helpers -----------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[Any]:
+        """The table lock, the time waited for it recorded in the metrics."""
+        started = time.perf_counter()
+        with self.services.locked(self.table) as lease:
+            if self.metrics is not None:
+                self.metrics.record_lock_wait(time.perf_counter() - started)
+            yield lease
+
     def _reconcile(self, t: InstantTime, accepted: Sequence[WriteStatus]) -> set[str]:
         """Delete files of failed or duplicate task attempts (marked but in no accepted status)
         BEFORE publishing: hudi-rs would read them as part of the instant."""

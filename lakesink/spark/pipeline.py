@@ -12,17 +12,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
 from lakesink.commitlog.store import PendingCommitStore
 from lakesink.config import LakesinkConfig
 from lakesink.errors import LakesinkError
 from lakesink.kafka.client import TopicIds
+from lakesink.metrics import IngestionMetrics
 from lakesink.protocol.offsets import TopicPartition, WriterOffsets
 from lakesink.spark import commit_state
 from lakesink.spark.async_commit import AsyncCommitter
 from lakesink.spark.coordinator import BatchOutcome, CommitServices, Coordinator
+from lakesink.spark.monitoring import LagMonitor
 from lakesink.spark.sink import DATE_PARTITION_COLUMN, CommittingSink, analyze_rows
 from lakesink.spark.source import (
     CONFIG_OPTION,
@@ -187,16 +189,67 @@ class Ingestion:
         self.coordinator.topic_ids = TopicIds(
             cfg["kafka.bootstrap.servers"], cfg.kafka_client_config
         )
+        self.metrics = IngestionMetrics(
+            writer_id=cfg.writer_id,
+            table=str(cfg["table.path"]),
+            topics=",".join(cfg["kafka.topics"]) or str(cfg["kafka.topic.pattern"]),
+        )
+        self.coordinator.metrics = self.metrics
+        self.monitor: LagMonitor | None = None  # lag readings while metrics are served
+
+    def serve_metrics(self) -> str | None:
+        """Start the Prometheus endpoint and the lag readings when `metrics.port` is set
+        (idempotent); the endpoint's URL, or None. `close()` stops them."""
+        if self.cfg["metrics.port"] is None:
+            return None
+        url = self.metrics.serve(self.cfg["metrics.host"], self.cfg["metrics.port"])
+        if self.monitor is None:
+            self.monitor = LagMonitor(self.cfg, self.coordinator, self.metrics, self.partitions)
+            self.monitor.start()
+        return url
+
+    def close(self) -> None:
+        """Stop the metrics endpoint and the lag readings."""
+        if self.monitor is not None:
+            self.monitor.stop()
+            self.monitor = None
+        self.metrics.close()
 
     def run(self, *, once: bool = False, timeout_s: float | None = None) -> IngestionResult:
         started = time.monotonic()
+        self.serve_metrics()
         committer = make_committer(self.cfg, self.coordinator)
         try:
             return self._run(started, committer, once=once, timeout_s=timeout_s)
+        except Exception as e:
+            self.metrics.record_error(translate_query_error(e))
+            raise
         finally:
             if committer is not None:
                 committer.close()
                 committer.store.close()
+
+    def start_commits(self, committer: AsyncCommitter | None) -> None:
+        """Claim the writer id and recover before the first new batch: roll back unfinished
+        instants; with an async committer, publish Pending epochs in order first."""
+        if committer is None:
+            self.coordinator.start()
+        else:
+            # Recovery before the first new batch: keep and publish Pending epochs in order,
+            # roll back dirty instants (written but never pre-committed).
+            self.coordinator.start(keep=committer.pending_instants())
+            committer.recover()
+            committer.start()
+
+    def make_sink(self, committer: AsyncCommitter | None) -> CommittingSink:
+        """The `foreachBatch` function of this ingestion (after `start_commits`)."""
+        dead_letters = self._dead_letter_coordinator()
+        return CommittingSink(
+            self.cfg, self.coordinator, committer, dead_letters, output_schema=self.output_schema
+        )
+
+    def source_stream(self) -> DataFrame:
+        return source_stream(self.spark, self.cfg)
 
     def _run(
         self,
@@ -206,39 +259,26 @@ class Ingestion:
         once: bool,
         timeout_s: float | None,
     ) -> IngestionResult:
-        if committer is None:
-            self.coordinator.start()
-        else:
-            # Recovery before the first new batch: keep and publish Pending epochs in order,
-            # roll back dirty instants (written but never pre-committed).
-            self.coordinator.start(keep=committer.pending_instants())
-            committer.recover()
-            committer.start()
+        self.start_commits(committer)
         target = None
         if once:
             target = offsets_to_read(self.cfg, self.coordinator.committed, self.partitions)
             if not target:
                 return self._result(IngestionResult(nothing_new=True), started)
-        dead_letters = self._dead_letter_coordinator()
-        sink = CommittingSink(
-            self.cfg, self.coordinator, committer, dead_letters, output_schema=self.output_schema
-        )
+        sink = self.make_sink(committer)
         result = IngestionResult()
 
         def on_batch(outcome: BatchOutcome) -> None:
             elapsed = time.monotonic() - started
             if result.first_commit_s is None:
                 result.first_commit_s = elapsed
+            if self.monitor is not None:
+                self.monitor.committed_changed()
             if self.on_progress:
                 self.on_progress(Progress(outcome, sink.stats.records, elapsed, self._lag(target)))
 
         sink.on_batch = on_batch
-        stream = (
-            self.spark.readStream.format(SOURCE_NAME)
-            .option(CONFIG_OPTION, encode_config(self.cfg))
-            .option(SECRETS_OPTION, encode_secrets(self.cfg))
-            .load()
-        )
+        stream = self.source_stream()
         interval = "0 seconds" if once else f"{self.cfg['trigger.interval.s']} seconds"
         query = (
             stream.writeStream.foreachBatch(sink)
@@ -409,6 +449,16 @@ def translate_query_error(error: BaseException | object) -> LakesinkError:
             return cls(message.strip())
     first = next((ln for ln in text.splitlines() if ln.strip()), text)
     return LakesinkError(f"the streaming query failed: {first}")
+
+
+def source_stream(spark: SparkSession, cfg: LakesinkConfig) -> DataFrame:
+    """The streaming DataFrame of the lakesink-kafka source for this configuration."""
+    return (
+        spark.readStream.format(SOURCE_NAME)
+        .option(CONFIG_OPTION, encode_config(cfg))
+        .option(SECRETS_OPTION, encode_secrets(cfg))
+        .load()
+    )
 
 
 def pending_store_for(cfg: LakesinkConfig) -> PendingCommitStore:

@@ -18,12 +18,13 @@ from pyspark.sql.types import StructType
 
 from lakesink.config import LakesinkConfig
 from lakesink.errors import ConfigError, LakesinkError
+from lakesink.metrics import IngestionMetrics
 from lakesink.protocol.offsets import OffsetRange
 from lakesink.protocol.write_status import WriteStatus
 from lakesink.spark.async_commit import AsyncCommitter
 from lakesink.spark.coordinator import BatchOutcome, Coordinator
 from lakesink.spark.source import ERROR_COLUMN, RAW_VALUE_COLUMN, offset_to_ranges
-from lakesink.spark.task_writer import STATUS_SCHEMA, TaskWriter, parse_statuses
+from lakesink.spark.task_writer import STATUS_SCHEMA, TOPICS_EXTRA, TaskWriter, parse_statuses
 
 log = logging.getLogger(__name__)
 
@@ -152,6 +153,24 @@ def analyze_rows(
         ) from None
 
 
+def rows_per_topic(
+    statuses: list[WriteStatus], ranges: list[OffsetRange]
+) -> dict[str, tuple[int, int]]:
+    """Rows and bytes the tasks wrote per Kafka topic. Rows whose topic the tasks could not
+    tell (a transformation dropped `kafka_topic`) count for the batch's topic when it read one
+    topic, else for `UNKNOWN_TOPIC`."""
+    from lakesink.metrics import UNKNOWN_TOPIC
+
+    read = {r.partition.topic for r in ranges}
+    out: dict[str, tuple[int, int]] = {}
+    for status in statuses:
+        for topic, (rows, nbytes) in dict(status.extra.get(TOPICS_EXTRA) or {}).items():
+            name = topic or (next(iter(read)) if len(read) == 1 else UNKNOWN_TOPIC)
+            had = out.get(name, (0, 0))
+            out[name] = (had[0] + int(rows), had[1] + int(nbytes))
+    return out
+
+
 class BatchFailedError(LakesinkError):
     """What Spark sees of a failed batch; the pipeline raises the batch's own exception."""
 
@@ -191,6 +210,8 @@ class CommittingSink:
         # Spark's commit log before stopping the query.
         self.current_batch: int | None = None
         self.in_batch = False  # a batch is running now
+        self.metrics: IngestionMetrics | None = coordinator.metrics
+        self._rows_by_topic: dict[str, tuple[int, int]] = {}
 
     def prepare(self, df: DataFrame) -> DataFrame:
         return prepare_rows(
@@ -246,6 +267,7 @@ class CommittingSink:
 
     def _run_batch(self, batch_df: DataFrame, batch_id: int) -> None:
         started = time.perf_counter()
+        self._rows_by_topic = {}
         ranges = planned_ranges(self.cfg.checkpoint_location, batch_id)
         if self.committer is not None:
             self.committer.wait_for_room()
@@ -264,11 +286,17 @@ class CommittingSink:
             finally:
                 cached.unpersist()
         if outcome is None:
+            if self.metrics is not None:
+                self.metrics.record_batch("skipped")
             return
         self.stats.batches += 1
         self.stats.records += outcome.records
         self.stats.last_outcome = outcome
         self.stats.last_batch_s = time.perf_counter() - started
+        if self.metrics is not None:
+            self.metrics.record_batch("published", self.stats.last_batch_s)
+            for topic, (rows, nbytes) in self._rows_by_topic.items():
+                self.metrics.record_rows(topic, rows, nbytes)
         if self.on_batch:
             self.on_batch(outcome)
 
@@ -283,6 +311,7 @@ class CommittingSink:
             out = self.prepare(batch_df)
             required = self.required_columns(batch_df.sparkSession)
             statuses = self._write(self.coordinator, out, instant, required)
+            self._rows_by_topic = rows_per_topic(statuses, ranges)
             schema = next((s.extra["schema"] for s in statuses if s.extra.get("schema")), None)
             schema = schema or self.avro_schema_of(out)
             if self.committer is None:
@@ -325,6 +354,9 @@ class CommittingSink:
             )
             self.dead_letters.complete(instant, batch_id, ranges, statuses, schema)
             self.stats.dead_letters += written
+            if self.metrics is not None:
+                for topic, (rows, _nbytes) in rows_per_topic(statuses, ranges).items():
+                    self.metrics.record_dead_letters(topic, rows)
         except BaseException:
             self._abort(self.dead_letters, instant, batch_id)
             raise

@@ -95,4 +95,5 @@ class LakesinkTableSource(DataSource):
     def reader(self, schema: StructType) -> DataSourceReader:
         from pyspark.sql.pandas.types import to_arrow_schema
 
-        return TableBatchReader(dict(self.options), to_arrow_schema(schema))
+        # Timestamps are instants (UTC in the files); without a zone pyspark refuses them.
+        return TableBatchReader(dict(self.options), to_arrow_schema(schema, timezone="UTC"))

@@ -14,6 +14,10 @@ from lakesink.storage import Storage
 from lakesink.table.config import TableConfig
 
 STATUS_SCHEMA = "status string"
+TOPICS_EXTRA = "topics"
+"""WriteStatus.extra key: rows and bytes (Arrow size) written per Kafka topic, for the metrics;
+rows without a `kafka_topic` column count under the topic ""."""
+TOPIC_COLUMN = "kafka_topic"
 _STATUS_ARROW = pa.schema([("status", pa.string())])
 
 
@@ -61,10 +65,15 @@ class TaskWriter:
             config=self.config,
         )
         rows = 0
+        topics: dict[str, list[int]] = {}
         for batch in batches:
             if batch.num_rows:
                 writer.write(with_required(batch, self.required))
                 rows += batch.num_rows
+                for topic, (n, nbytes) in topic_counts(batch).items():
+                    counts = topics.setdefault(topic, [0, 0])
+                    counts[0] += n
+                    counts[1] += nbytes
         schema = writer.avro_schema
         if ctx is not None:
             from lakesink.faults import task_fault
@@ -77,9 +86,27 @@ class TaskWriter:
             files=tuple(files),
             records_read=rows,
             records_written=sum(f.num_writes for f in files),
-            extra={"schema": schema} if schema else {},
+            extra={**({"schema": schema} if schema else {}), TOPICS_EXTRA: topics},
         )
         yield pa.RecordBatch.from_pylist([{"status": json.dumps(status.to_json())}], _STATUS_ARROW)
+
+
+def topic_counts(batch: pa.RecordBatch) -> dict[str, tuple[int, int]]:
+    """Rows and Arrow bytes of `batch` per value of its `kafka_topic` column (one pass over the
+    column; a batch of one topic, the usual case, is not split)."""
+    import pyarrow.compute as pc
+
+    if TOPIC_COLUMN not in batch.schema.names:
+        return {"": (batch.num_rows, batch.nbytes)}
+    column = batch.column(TOPIC_COLUMN)
+    topics = pc.unique(column).to_pylist()
+    if len(topics) == 1:
+        return {str(topics[0] or ""): (batch.num_rows, batch.nbytes)}
+    out: dict[str, tuple[int, int]] = {}
+    for topic in topics:
+        part = batch.filter(pc.is_null(column) if topic is None else pc.equal(column, topic))
+        out[str(topic or "")] = (part.num_rows, part.nbytes)
+    return out
 
 
 def with_required(batch: pa.RecordBatch, required: Sequence[str]) -> pa.RecordBatch:

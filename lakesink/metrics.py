@@ -1,0 +1,329 @@
+"""Prometheus metrics of one ingestion: what it ingested, how far behind it is, how long its
+batches, commits and lock waits take, and what went wrong.
+
+Every metric lakesink defines is listed once in `METRICS` (name, kind, labels, help); the
+Prometheus endpoint, `lakesink status --json`, the docs (docs/metrics.md) and the dashboard test
+all read that list. Each ingestion records into its own `IngestionMetrics` (its own registry, so
+two ingestions in one process never mix their counts); `serve()` exposes it over HTTP when
+`metrics.port` is set. This module imports no Spark and no Kafka client, so any layer can record.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
+from prometheus_client.exposition import start_http_server
+from prometheus_client.metrics_core import Metric
+
+log = logging.getLogger(__name__)
+
+Kind = Literal["counter", "gauge", "histogram", "info"]
+
+UNKNOWN_TOPIC = "unknown"
+"""The topic label of rows whose topic is not known (a transformation dropped `kafka_topic`
+and the batch read more than one topic)."""
+
+
+@dataclass(frozen=True, slots=True)
+class MetricSpec:
+    """One metric: its name as Prometheus shows it (without `_total`/`_bucket` suffixes), its
+    kind, its labels and one line of help."""
+
+    name: str
+    kind: Kind
+    labels: tuple[str, ...]
+    help: str
+    buckets: tuple[float, ...] = ()
+
+    @property
+    def series_names(self) -> tuple[str, ...]:
+        """The sample names a PromQL expression can use for this metric."""
+        if self.kind == "counter":
+            return (f"{self.name}_total",)
+        if self.kind == "histogram":
+            return tuple(f"{self.name}_{s}" for s in ("bucket", "sum", "count"))
+        if self.kind == "info":
+            return (f"{self.name}_info",)
+        return (self.name,)
+
+
+_LATENCY = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
+_WAIT = (0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+
+METRICS: tuple[MetricSpec, ...] = (
+    MetricSpec(
+        "lakesink_ingestion",
+        "info",
+        ("writer", "table", "topics"),
+        "The writer id, table path and topics of this ingestion (value 1).",
+    ),
+    MetricSpec(
+        "lakesink_records_ingested",
+        "counter",
+        ("topic",),
+        "Rows committed to the table, per Kafka topic.",
+    ),
+    MetricSpec(
+        "lakesink_bytes_ingested",
+        "counter",
+        ("topic",),
+        "Bytes of the rows committed to the table (Arrow in-memory size as written), per topic.",
+    ),
+    MetricSpec(
+        "lakesink_batches",
+        "counter",
+        ("outcome",),
+        "Micro-batches by outcome: published, or skipped (empty, or already committed: a replay).",
+    ),
+    MetricSpec(
+        "lakesink_dead_letters",
+        "counter",
+        ("topic",),
+        "Records that failed to decode, committed to the dead-letter table "
+        "(errors.deadletter.table), per source topic.",
+    ),
+    MetricSpec(
+        "lakesink_partition_committed_offset",
+        "gauge",
+        ("topic", "partition"),
+        "The writer's committed next offset per Kafka partition.",
+    ),
+    MetricSpec(
+        "lakesink_partition_high_watermark",
+        "gauge",
+        ("topic", "partition"),
+        "The partition's high watermark (last stable offset under read_committed).",
+    ),
+    MetricSpec(
+        "lakesink_partition_lag",
+        "gauge",
+        ("topic", "partition"),
+        "Offsets between the committed offset and the high watermark, per partition.",
+    ),
+    MetricSpec(
+        "lakesink_batch_duration_seconds",
+        "histogram",
+        (),
+        "Seconds one micro-batch takes in the sink: begin, write, reconcile, commit.",
+        _LATENCY,
+    ),
+    MetricSpec(
+        "lakesink_commit_duration_seconds",
+        "histogram",
+        (),
+        "Seconds one table commit takes: lock, checks, publish of the completed instant.",
+        _LATENCY,
+    ),
+    MetricSpec(
+        "lakesink_lock_wait_seconds",
+        "histogram",
+        (),
+        "Seconds spent waiting for the table lock.",
+        _WAIT,
+    ),
+    MetricSpec(
+        "lakesink_pending_epochs",
+        "gauge",
+        (),
+        "Pre-committed epochs not yet published (commit.mode=async; 0 otherwise).",
+    ),
+    MetricSpec(
+        "lakesink_rollbacks",
+        "counter",
+        ("reason",),
+        "Instants rolled back: batch_failed (this writer's batch failed) or recovery "
+        "(unfinished instants found at start).",
+    ),
+    MetricSpec(
+        "lakesink_errors",
+        "counter",
+        ("error",),
+        "Errors that failed a batch or the ingestion, by LakesinkError class.",
+    ),
+    MetricSpec(
+        "lakesink_last_commit_timestamp_seconds",
+        "gauge",
+        (),
+        "Unix time of the last published commit.",
+    ),
+)
+
+METRICS_BY_NAME: Mapping[str, MetricSpec] = {m.name: m for m in METRICS}
+
+
+def series_names() -> frozenset[str]:
+    """Every sample name lakesink exposes (what PromQL may reference)."""
+    return frozenset(n for m in METRICS for n in m.series_names)
+
+
+Sample = dict[str, Any]
+Snapshot = dict[str, list[Sample]]
+"""Sample name → its samples (`{"labels": {...}, "value": 1.0}`), as in `status --json`."""
+
+
+def snapshot_of(families: Iterable[Metric]) -> Snapshot:
+    """The samples of lakesink's metric families, keyed by sample name (`_created` left out)."""
+    out: Snapshot = {}
+    known = series_names()
+    for family in families:
+        for sample in family.samples:
+            if sample.name not in known:
+                continue
+            out.setdefault(sample.name, []).append(
+                {"labels": dict(sample.labels), "value": sample.value}
+            )
+    return out
+
+
+def parse_exposition(text: str) -> Snapshot:
+    """A snapshot from Prometheus text exposition (a scrape of a lakesink endpoint)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return snapshot_of(text_string_to_metric_families(text))
+
+
+def value_of(snapshot: Snapshot, sample: str, **labels: str) -> float:
+    """The sum of the samples named `sample` whose labels include `labels` (0 when none)."""
+    return sum(
+        float(s["value"])
+        for s in snapshot.get(sample, [])
+        if all(s["labels"].get(k) == v for k, v in labels.items())
+    )
+
+
+class IngestionMetrics:
+    """The metrics of one ingestion, in a registry of their own."""
+
+    def __init__(self, *, writer_id: str = "", table: str = "", topics: str = "") -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self._lock = threading.Lock()
+        self._server: Any = None
+        self._thread: threading.Thread | None = None
+        r = self.registry
+        self.info = Info(
+            "lakesink_ingestion", METRICS_BY_NAME["lakesink_ingestion"].help, registry=r
+        )
+        self.info.info({"writer": writer_id, "table": table, "topics": topics})
+
+        def counter(name: str) -> Counter:
+            spec = METRICS_BY_NAME[name]
+            return Counter(name, spec.help, spec.labels, registry=r)
+
+        def gauge(name: str) -> Gauge:
+            spec = METRICS_BY_NAME[name]
+            return Gauge(name, spec.help, spec.labels, registry=r)
+
+        def histogram(name: str) -> Histogram:
+            spec = METRICS_BY_NAME[name]
+            return Histogram(name, spec.help, spec.labels, registry=r, buckets=spec.buckets)
+
+        self.records = counter("lakesink_records_ingested")
+        self.bytes = counter("lakesink_bytes_ingested")
+        self.batches = counter("lakesink_batches")
+        self.dead_letters = counter("lakesink_dead_letters")
+        self.committed_offset = gauge("lakesink_partition_committed_offset")
+        self.high_watermark = gauge("lakesink_partition_high_watermark")
+        self.lag = gauge("lakesink_partition_lag")
+        self.batch_duration = histogram("lakesink_batch_duration_seconds")
+        self.commit_duration = histogram("lakesink_commit_duration_seconds")
+        self.lock_wait = histogram("lakesink_lock_wait_seconds")
+        self.pending_epochs = gauge("lakesink_pending_epochs")
+        self.rollbacks = counter("lakesink_rollbacks")
+        self.errors = counter("lakesink_errors")
+        self.last_commit = gauge("lakesink_last_commit_timestamp_seconds")
+
+    # --- recording -------------------------------------------------------------------------
+    def record_rows(self, topic: str, records: int, nbytes: int) -> None:
+        self.records.labels(topic or UNKNOWN_TOPIC).inc(records)
+        self.bytes.labels(topic or UNKNOWN_TOPIC).inc(nbytes)
+
+    def record_batch(self, outcome: str, seconds: float | None = None) -> None:
+        self.batches.labels(outcome).inc()
+        if seconds is not None:
+            self.batch_duration.observe(seconds)
+
+    def record_dead_letters(self, topic: str, count: int) -> None:
+        self.dead_letters.labels(topic or UNKNOWN_TOPIC).inc(count)
+
+    def record_commit(self, seconds: float, at_unix_s: float) -> None:
+        self.commit_duration.observe(seconds)
+        self.last_commit.set(at_unix_s)
+
+    def record_lock_wait(self, seconds: float) -> None:
+        self.lock_wait.observe(seconds)
+
+    def record_rollback(self, reason: str, count: int = 1) -> None:
+        self.rollbacks.labels(reason).inc(count)
+
+    def record_error(self, error: BaseException) -> None:
+        self.errors.labels(type(error).__name__).inc()
+
+    def set_pending_epochs(self, count: int) -> None:
+        self.pending_epochs.set(count)
+
+    def set_partition(
+        self, topic: str, partition: int, committed: int | None, high_watermark: int | None
+    ) -> None:
+        labels = (topic, str(partition))
+        if committed is not None:
+            self.committed_offset.labels(*labels).set(committed)
+        if high_watermark is not None:
+            self.high_watermark.labels(*labels).set(high_watermark)
+            self.lag.labels(*labels).set(max(0, high_watermark - (committed or 0)))
+
+    # --- reading ---------------------------------------------------------------------------
+    def snapshot(self) -> Snapshot:
+        return snapshot_of(self.registry.collect())
+
+    # --- serving ---------------------------------------------------------------------------
+    def serve(self, host: str, port: int) -> str:
+        """Start the HTTP endpoint (`/metrics`) on a daemon thread; returns its URL. Port 0
+        picks a free port."""
+        with self._lock:
+            if self._server is None:
+                try:
+                    self._server, self._thread = start_http_server(
+                        port, addr=host, registry=self.registry
+                    )
+                except OSError as e:
+                    from lakesink.errors import ConfigError
+
+                    raise ConfigError(
+                        f"metrics.port={port} on metrics.host={host} cannot be served: "
+                        f"{e.strerror or e}; choose a free port (0 picks one)"
+                    ) from e
+                log.info("metrics served at %s", self.url)
+            return str(self.url)
+
+    @property
+    def url(self) -> str | None:
+        if self._server is None:
+            return None
+        host, port = self._server.server_address[:2]
+        return f"http://{_url_host(str(host))}:{port}/metrics"
+
+    def close(self) -> None:
+        with self._lock:
+            if self._server is not None:
+                self._server.shutdown()
+                self._server.server_close()
+                if self._thread is not None:
+                    self._thread.join(timeout=5)
+                self._server = self._thread = None
+
+
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
+def scrape(url: str, timeout_s: float = 2.0) -> Snapshot:
+    """The lakesink samples of a running endpoint (raises OSError when it does not answer)."""
+    from urllib.request import urlopen
+
+    with urlopen(url, timeout=timeout_s) as response:
+        return parse_exposition(response.read().decode("utf-8"))
