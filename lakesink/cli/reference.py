@@ -16,6 +16,7 @@ from pathlib import Path
 
 from lakesink import errors
 from lakesink.errors import LakesinkError
+from lakesink.storage import base as storage_base
 
 __all__ = [
     "EXIT_CODES",
@@ -69,6 +70,35 @@ TROUBLESHOOTING: dict[str, Remedy] = {
         "the demo's embedded broker, psycopg for the PostgreSQL lock and pending-commit store",
         "install the extra the message names, e.g. `pip install 'lakesink[verify]'`, "
         "`'lakesink[demo]'` or `'lakesink[postgres]'`",
+    ),
+    "StorageError": Remedy(
+        "the object store (or the disk) failed a request: the endpoint cannot be reached, the "
+        "credentials are refused, the bucket does not exist, or the store kept answering 5xx / "
+        "throttling past the retries",
+        "check `storage.s3.endpoint`, the credentials and the bucket the message names; for "
+        "throttling, run again or raise `storage.retry.max` / `storage.retry.timeout.s`; "
+        "nothing half-written is visible, and a rerun resumes from the table's offsets",
+    ),
+    "StorageUnsupportedError": Remedy(
+        "the store does not honour conditional writes (create-if-absent, If-Match), which "
+        "lakesink needs to publish commits atomically and to hold its lease lock",
+        "use a store with conditional writes (see the object storage page), or a local path",
+    ),
+    "ObjectNotFoundError": Remedy(
+        "a file the table references is not in the store (deleted by hand or by a lifecycle rule)",
+        "restore the object or point lakesink at a new table path; `lakesink verify` shows "
+        "what the table references",
+    ),
+    "ObjectExistsError": Remedy(
+        "another writer created the same object first (a lost create-if-absent race)",
+        "nothing to do: lakesink retries or rolls back; seen alone it means two writers use one "
+        "writer id",
+    ),
+    "ObjectChangedError": Remedy(
+        "an object changed between read and replace (its ETag moved): another process renewed "
+        "or took over the lease lock",
+        "nothing to do for the lock: the writer stops and a restart takes the lock again; check "
+        "that two processes do not share a writer id",
     ),
     "TableError": Remedy(
         "the table on storage cannot be used as it is",
@@ -172,13 +202,16 @@ TROUBLESHOOTING: dict[str, Remedy] = {
 
 
 def error_classes() -> list[type[LakesinkError]]:
-    """Every error class of lakesink.errors, in the order the module defines them."""
-    found = [
-        c
-        for _, c in inspect.getmembers(errors, inspect.isclass)
-        if issubclass(c, LakesinkError) and c.__module__ == errors.__name__
-    ]
-    return sorted(found, key=lambda c: inspect.getsourcelines(c)[1])
+    """Every error class of lakesink.errors, then of the storage layer, in definition order."""
+    found: list[type[LakesinkError]] = []
+    for module in (errors, storage_base):
+        own = [
+            c
+            for _, c in inspect.getmembers(module, inspect.isclass)
+            if issubclass(c, LakesinkError) and c.__module__ == module.__name__
+        ]
+        found += sorted(own, key=lambda c: inspect.getsourcelines(c)[1])
+    return found
 
 
 def _doc(obj: object) -> str:

@@ -113,6 +113,7 @@ class ObjectStoreStorage(Storage):
             raise StorageError(
                 f"{uri!r} is not an object-store URI; use s3://bucket/prefix, gs://, abfss://"
             )
+        require("obstore", f"tables on object stores ({uri})")
         self._uri = uri.rstrip("/")
         self._options = options or ObjectStoreOptions()
         self._store: Any = None
@@ -184,7 +185,6 @@ class ObjectStoreStorage(Storage):
     @property
     def store(self) -> Any:
         if self._store is None:
-            require("obstore", f"tables on object stores ({self._uri})")
             from obstore.store import from_url as _from_url
 
             from_url: Any = _from_url

@@ -126,6 +126,5 @@ def test_object_store_table_without_s3_extra_names_it(monkeypatch: pytest.Monkey
     from lakesink.storage import open_storage
 
     _block(monkeypatch, "obstore")
-    storage = open_storage("s3://bucket/events", {"storage.s3.region": "us-east-1"})
     with pytest.raises(MissingExtraError, match=r"lakesink\[s3\]"):
-        storage.probe()
+        open_storage("s3://bucket/events", {"storage.s3.region": "us-east-1"})
