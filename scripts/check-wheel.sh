@@ -2,11 +2,14 @@
 # Build the wheel and sdist with `python -m build` (build pinned below, in a venv cached under
 # $LAKESINK_CACHE/build-venv) into dist/, fail on any warning of the build, then install the
 # wheel into a new, empty venv with nothing but `pip install dist/lakesink-*.whl[demo,verify]`
-# and run a small `lakesink demo` there, outside the checkout (so nothing is imported from it).
+# and run a small `lakesink demo` there, outside the checkout (so nothing is imported from it),
+# then the API examples (examples/notebook.py, examples/spark_submit_app.py under spark-submit)
+# against the embedded broker, with hudi-rs counting what they wrote (scripts/wheel_examples.py).
 # (PYTHONDONTWRITEBYTECODE is unset for the build: setuptools warns that it skips byte-compiling.)
 # pip's own cache keeps the second and later installs fast.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+repo="$PWD"
 CACHE="${LAKESINK_CACHE:-$PWD/.cache}"
 BUILD_VERSION=1.6.1
 PYTHON="${PYTHON:-python3.11}"
@@ -43,3 +46,9 @@ t0=$SECONDS
 (cd "$work" && "$work/venv/bin/python" -c \
   "import lakesink, sys; assert lakesink.__file__.startswith('$work/venv/'), lakesink.__file__")
 echo "check-wheel: lakesink demo from the wheel passed its audit in $((SECONDS - t0))s"
+t0=$SECONDS
+(cd "$work" && PATH="$work/venv/bin:$PATH" "$work/venv/bin/python" "$repo/scripts/wheel_examples.py" \
+  "$repo/examples" > "$work/examples.log" 2>&1) \
+  || { cat "$work/examples.log" >&2; echo "check-wheel: the API examples failed from the wheel" >&2; exit 1; }
+tail -1 "$work/examples.log"
+echo "check-wheel: the API examples from the wheel passed in $((SECONDS - t0))s"
