@@ -134,7 +134,7 @@ def run_status(cfg: LakesinkConfig, *, as_json: bool, watch_s: float | None = No
     if watch_s is not None:
         from lakesink.cli.watch import watch_status
 
-        watch_status(cfg, interval_s=watch_s)
+        watch_status(cfg, interval_s=watch_s, collect=collect_status)
         return 0
     st = collect_status(cfg)
     if as_json:

@@ -112,14 +112,12 @@ def watch_status(
     cfg: LakesinkConfig,
     *,
     interval_s: float,
+    collect: Callable[[LakesinkConfig], dict[str, Any]],
     console: Console | None = None,
     refreshes: int | None = None,
-    collect: Callable[[LakesinkConfig], dict[str, Any]] | None = None,
 ) -> int:
-    """Show the live view until Ctrl-C (or `refreshes` frames); returns the frames shown."""
-    from lakesink.cli.status import collect_status
-
-    collect = collect or collect_status
+    """Show the live view until Ctrl-C (or `refreshes` frames); returns the frames shown.
+    `collect` gathers one frame's status (the status command hands in its `collect_status`)."""
     state = WatchState()
     try:
         with Live(console=console, auto_refresh=False, transient=False) as live:

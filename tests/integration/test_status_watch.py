@@ -34,7 +34,7 @@ def test_status_watch_shows_lag_rates_and_recent_instants_on_each_refresh(
 
     out = io.StringIO()
     console = Console(file=out, force_terminal=True, width=140, color_system=None)
-    frames = watch_status(cfg, interval_s=0.2, console=console, refreshes=2)
+    frames = watch_status(cfg, interval_s=0.2, collect=collect_status, console=console, refreshes=2)
     text = out.getvalue()
     assert frames == 2
     assert "refresh 1" in text and "refresh 2" in text
