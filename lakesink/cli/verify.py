@@ -21,7 +21,7 @@ def audit_config(cfg: LakesinkConfig) -> AuditReport:
             KafkaAuthorizationError,
             KafkaError,
         )
-        from lakesink.kafka.dead_letters import dead_letter_sources
+        from lakesink.kafka.dead_letter_reader import dead_letter_sources
 
         try:
             dead = dead_letter_sources(

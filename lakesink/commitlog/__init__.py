@@ -1,5 +1,6 @@
 """The pending-commit store of the decoupled commit mode (seeds 001 and 004)."""
 
+from lakesink.commitlog.factory import make_pending_store
 from lakesink.commitlog.store import (
     PendingCommit,
     PendingCommitStore,
@@ -7,7 +8,6 @@ from lakesink.commitlog.store import (
     PendingEntryConflictError,
     PendingStatus,
     PendingStoreUnavailableError,
-    make_pending_store,
 )
 
 __all__ = [

@@ -8,7 +8,8 @@ One row per (writer id, epoch), as seed 001's `pending_sink_state`:
 
 `pre_commit` makes an epoch Pending and is durable when it returns; a committer publishes
 Pending epochs in order and marks them Committed; recovery aborts the dirty ones. Backends:
-`SqlitePendingCommitStore` (embedded default) and `PostgresPendingCommitStore` (clusters).
+`SqlitePendingCommitStore` (embedded default) and `PostgresPendingCommitStore` (clusters);
+`lakesink.commitlog.factory.make_pending_store` builds the one that the configuration names.
 """
 
 from __future__ import annotations
@@ -19,16 +20,12 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import Any, Literal, Protocol
 
 from lakesink.errors import ConfigError, PendingStoreError
 from lakesink.protocol.instant import InstantTime
 from lakesink.protocol.offsets import WriterOffsets
 from lakesink.protocol.write_status import WriteStatus
-
-if TYPE_CHECKING:
-    from lakesink.commitlog.postgres import PostgresPendingCommitStore
-    from lakesink.commitlog.sqlite import SqlitePendingCommitStore
 
 StoreKind = Literal["sqlite", "postgres"]
 STORE_KINDS: tuple[StoreKind, ...] = ("sqlite", "postgres")
@@ -208,42 +205,6 @@ def epochs_to_prune(rows: Iterable[tuple[int, PendingStatus]], keep_last: int) -
     return [e for e, s in rows if e < floor and s is not PendingStatus.PENDING]
 
 
-def make_pending_store(
-    kind: str,
-    *,
-    path: str | None = None,
-    dsn: str | None = None,
-    table: str = DEFAULT_TABLE,
-) -> PendingCommitStore:
-    """The store for `commit.pending_store` = `sqlite` (needs `path`) | `postgres` (`dsn`)."""
-    if kind == "sqlite":
-        if not path:
-            raise ConfigError("pending store 'sqlite' needs a database file path")
-        from lakesink.commitlog.sqlite import SqlitePendingCommitStore
-
-        return SqlitePendingCommitStore(path, table=table)
-    if kind == "postgres":
-        if not dsn:
-            raise ConfigError("pending store 'postgres' needs a PostgreSQL DSN")
-        from lakesink.commitlog.postgres import PostgresPendingCommitStore
-
-        return PostgresPendingCommitStore(dsn, table=table)
-    valid = ", ".join(repr(k) for k in STORE_KINDS)
-    raise ConfigError(f"pending store {kind!r} is not known; valid values are {valid}")
-
-
-def __getattr__(name: str) -> Any:
-    if name == "SqlitePendingCommitStore":
-        from lakesink.commitlog import sqlite
-
-        return sqlite.SqlitePendingCommitStore
-    if name == "PostgresPendingCommitStore":
-        from lakesink.commitlog import postgres
-
-        return postgres.PostgresPendingCommitStore
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 __all__ = [
     "DEFAULT_TABLE",
     "STORE_KINDS",
@@ -253,8 +214,5 @@ __all__ = [
     "PendingEntryConflictError",
     "PendingStatus",
     "PendingStoreUnavailableError",
-    "PostgresPendingCommitStore",
-    "SqlitePendingCommitStore",
     "StoreKind",
-    "make_pending_store",
 ]

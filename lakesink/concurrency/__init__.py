@@ -1,6 +1,7 @@
 """Concurrency control between writers of one table (seed 003): the table lock, unique instant
 times, heartbeats of inflight instants, and fencing of zombie writer incarnations."""
 
+from lakesink.concurrency.factory import make_lock_provider
 from lakesink.concurrency.heartbeat import (
     Heartbeat,
     WriterIncarnation,
@@ -15,7 +16,6 @@ from lakesink.concurrency.lock import (
     LockLease,
     LockProvider,
     NoLockProvider,
-    make_lock_provider,
 )
 
 __all__ = [

@@ -9,6 +9,8 @@ Providers:
   file system, or an object store with conditional creates and If-Match renewals.
 - `PostgresLockProvider` (`lakesink.concurrency.pg_lock`): a PostgreSQL advisory lock.
 - `NoLockProvider`: one writer only; serialises the threads of this process and nothing more.
+
+`lakesink.concurrency.factory.make_lock_provider` builds the one that `lock.provider` names.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from lakesink.errors import ConfigError, LockError
 from lakesink.storage import (
@@ -38,9 +40,7 @@ from lakesink.storage import (
     StorageError,
     as_storage,
 )
-
-if TYPE_CHECKING:
-    from lakesink.concurrency.pg_lock import PostgresLockProvider
+from lakesink.storage.local import fsync_dir
 
 log = logging.getLogger(__name__)
 
@@ -431,7 +431,7 @@ class FileLockProvider:
                 os.replace(tmp, target)
             elif not _link_exclusive(tmp, target, payload):
                 return False
-            _fsync_dir(lock_dir)
+            fsync_dir(lock_dir)
             return True
         finally:
             with contextlib.suppress(FileNotFoundError):
@@ -564,63 +564,6 @@ def _link_exclusive(tmp: Path, target: Path, payload: dict[str, Any]) -> bool:
     return True
 
 
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError as e:
-        if e.errno not in (errno.EINVAL, errno.EBADF):
-            raise
-    finally:
-        os.close(fd)
-
-
-# --------------------------------------------------------------------------------------------
-# factory
-# --------------------------------------------------------------------------------------------
-
-
-def make_lock_provider(
-    kind: str,
-    *,
-    owner: str,
-    table_base_path: str | os.PathLike[str] | Storage | None = None,
-    dsn: str | None = None,
-    lock_key: str | None = None,
-    lease_s: float = 30.0,
-    clock: Clock = time.time,
-) -> LockProvider:
-    """The provider for `lock.provider` = `filesystem` | `postgres` | `none`."""
-    if kind == "filesystem":
-        if table_base_path is None:
-            raise ConfigError("lock.provider=filesystem needs the table base path")
-        return FileLockProvider(table_base_path, owner, lease_s=lease_s, clock=clock)
-    if kind == "postgres":
-        if not dsn:
-            raise ConfigError("lock.provider=postgres needs a PostgreSQL DSN (lock.postgres.dsn)")
-        from lakesink.concurrency.pg_lock import PostgresLockProvider
-
-        key = lock_key or (as_storage(table_base_path).uri if table_base_path is not None else None)
-        if not key:
-            raise ConfigError("lock.provider=postgres needs a lock key or the table base path")
-        return PostgresLockProvider(dsn, key, owner, clock=clock)
-    if kind == "none":
-        return NoLockProvider(owner)
-    valid = ", ".join(repr(k) for k in LOCK_KINDS)
-    raise ConfigError(f"lock provider {kind!r} is not known; valid values are {valid}")
-
-
-def __getattr__(name: str) -> Any:
-    if name == "PostgresLockProvider":
-        from lakesink.concurrency import pg_lock
-
-        return pg_lock.PostgresLockProvider
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 __all__ = [
     "LOCK_DIR",
     "LOCK_KINDS",
@@ -632,7 +575,5 @@ __all__ = [
     "LockLease",
     "LockProvider",
     "NoLockProvider",
-    "PostgresLockProvider",
     "hold",
-    "make_lock_provider",
 ]

@@ -53,11 +53,12 @@ from lakesink.table.archive import (
     pack_archived_timeline,
     write_archived_view,
 )
+from lakesink.table.file_group import FileSlice
 from lakesink.table.files import parse_base_file_name
 from lakesink.table.hudi_table import HudiTable
 from lakesink.table.metadata import CommitMetadata
 from lakesink.table.timeline import Timeline, instants_named
-from lakesink.table.view import FileSlice, build_file_groups
+from lakesink.table.view import build_file_groups
 
 log = logging.getLogger(__name__)
 

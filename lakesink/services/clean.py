@@ -26,9 +26,10 @@ from lakesink.services.instants import complete_instant
 from lakesink.services.lazy_rollback import rollback_failed_writes
 from lakesink.spark.coordinator import CommitServices
 from lakesink.storage import StorageError
+from lakesink.table.file_group import FileSlice
 from lakesink.table.files import parse_base_file_name
 from lakesink.table.hudi_table import HudiTable
-from lakesink.table.view import CommitEntry, FileSlice, active_commits_and_base
+from lakesink.table.view import CommitEntry, active_commits_and_base
 
 log = logging.getLogger(__name__)
 

@@ -39,12 +39,13 @@ from lakesink.services.conflict_check import (
 from lakesink.services.host import SERVICES_WRITER_ID
 from lakesink.services.instants import plan_path, write_json
 from lakesink.spark.coordinator import CommitServices
+from lakesink.table.file_group import FileSlice
 from lakesink.table.files import write_token
 from lakesink.table.hudi_table import HudiTable
 from lakesink.table.metadata import CommitMetadata
 from lakesink.table.plans import PlannedSlice, clustering_plan_bytes
 from lakesink.table.rollback import rollback
-from lakesink.table.view import FileSlice, FileSystemView
+from lakesink.table.view import FileSystemView
 from lakesink.table.writer import DEFAULT_TARGET_FILE_SIZE, BaseFileWriter
 
 log = logging.getLogger(__name__)

@@ -12,9 +12,10 @@ import socket
 from collections.abc import Iterator
 from typing import Any
 
+from lakesink.concurrency.factory import make_lock_provider
 from lakesink.concurrency.heartbeat import Heartbeat, heartbeat_expired
 from lakesink.concurrency.instant_time import InstantTimeGenerator
-from lakesink.concurrency.lock import LockLease, LockProvider, make_lock_provider
+from lakesink.concurrency.lock import LockLease, LockProvider
 from lakesink.config import LakesinkConfig
 from lakesink.protocol.instant import InstantTime
 from lakesink.spark.coordinator import CommitServices

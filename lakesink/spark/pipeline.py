@@ -462,7 +462,7 @@ def source_stream(spark: SparkSession, cfg: LakesinkConfig) -> DataFrame:
 
 
 def pending_store_for(cfg: LakesinkConfig) -> PendingCommitStore:
-    from lakesink.commitlog.store import make_pending_store
+    from lakesink.commitlog.factory import make_pending_store
 
     path = cfg["commit.pending.store.path"] or str(
         Path(cfg["table.path"]) / ".hoodie" / ".lakesink" / "pending-commits.sqlite"

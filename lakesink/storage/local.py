@@ -5,6 +5,7 @@ target exists, like O_EXCL); replace-if-unchanged compares a version tag under a
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import hashlib
 import os
@@ -29,15 +30,19 @@ if TYPE_CHECKING:
 TMP_FOLDER = ".hoodie/.aux/lakesink/tmp"
 
 
-def _fsync_dir(path: Path) -> None:
+def fsync_dir(path: Path) -> None:
+    """Make a rename or link in folder `path` durable: fsync the folder itself. A folder that
+    cannot be opened, or a filesystem that cannot fsync folders (EINVAL, EBADF), is passed
+    over; any other fsync error is raised."""
     try:
         fd = os.open(path, os.O_RDONLY)
     except OSError:
         return
     try:
         os.fsync(fd)
-    except OSError:
-        pass
+    except OSError as e:
+        if e.errno not in (errno.EINVAL, errno.EBADF):
+            raise
     finally:
         os.close(fd)
 
@@ -113,7 +118,7 @@ class LocalStorage(Storage):
         try:
             target.parent.mkdir(parents=True, exist_ok=True)
             os.replace(tmp, target)
-            _fsync_dir(target.parent)
+            fsync_dir(target.parent)
         finally:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
@@ -137,7 +142,7 @@ class LocalStorage(Storage):
                 os.link(tmp, target)
             except FileExistsError:
                 raise ObjectExistsError(f"{target} exists already") from None
-            _fsync_dir(target.parent)
+            fsync_dir(target.parent)
             return _etag(os.stat(target))
         finally:
             with contextlib.suppress(FileNotFoundError):
@@ -167,7 +172,7 @@ class LocalStorage(Storage):
             tmp = self._write_tmp(target.name, data)
             try:
                 os.replace(tmp, target)
-                _fsync_dir(target.parent)
+                fsync_dir(target.parent)
                 return _etag(os.stat(target))
             finally:
                 with contextlib.suppress(FileNotFoundError):

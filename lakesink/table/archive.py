@@ -30,7 +30,7 @@ import pyarrow.parquet as pq
 from lakesink.errors import CorruptTableError
 from lakesink.protocol.instant import InstantTime
 from lakesink.storage import ObjectNotFoundError, Storage, as_storage
-from lakesink.table.view import FileSlice
+from lakesink.table.file_group import FileSlice
 
 Where = Storage | Path
 """A table root: its storage, or the folder of a local table."""

@@ -15,9 +15,9 @@ from lakesink.errors import CorruptTableError, InstantArchivedError, SchemaMisma
 from lakesink.protocol.instant import InstantTime, TimelineLayout
 from lakesink.table.archive import load_archived_view
 from lakesink.table.avro_schema import META_SCHEMA
+from lakesink.table.file_group import FileSlice
 from lakesink.table.hudi_table import HudiTable, _format_partition_value
 from lakesink.table.view import (
-    FileSlice,
     FileSystemView,
     IncrementalOrder,
     active_commits_and_base,

@@ -6,18 +6,18 @@ The rules mirror hudi-rs: as of a time T, the instants requested at or before T 
 file group's visible slice is its latest one at or before T; file groups replaced by a
 replacecommit at or before T are hidden.
 
-A FileGroup contains the file slices written for one file id within one partition; a
-FileSlice is one base file of it, written by one instant.
+The file groups and their slices are values of `lakesink.table.file_group`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from lakesink.errors import CorruptTableError, InstantArchivedError
 from lakesink.protocol.instant import Action, Instant, InstantTime
+from lakesink.table.archive import load_archived_view
+from lakesink.table.file_group import FileGroup, FileSlice
 from lakesink.table.files import parse_base_file_name
 from lakesink.table.metadata import CommitMetadata
 
@@ -26,35 +26,6 @@ if TYPE_CHECKING:
     from lakesink.table.timeline import Timeline
 
 IncrementalOrder = Literal["requested", "completion"]
-
-
-@dataclass(frozen=True, slots=True, order=True)
-class FileSlice:
-    """One base file of a file group, written by one instant."""
-
-    partition_path: str
-    file_id: str
-    instant_time: InstantTime
-    path: str  # relative to the table base path
-    file_size_bytes: int = 0
-    num_records: int = 0
-
-    @property
-    def base_file_name(self) -> str:
-        return self.path.rsplit("/", 1)[-1]
-
-
-@dataclass(frozen=True, slots=True)
-class FileGroup:
-    """The slices of one file id in one partition, oldest first."""
-
-    partition_path: str
-    file_id: str
-    slices: tuple[FileSlice, ...]
-
-    @property
-    def latest(self) -> FileSlice:
-        return self.slices[-1]
 
 
 CommitEntry = tuple[Instant, CommitMetadata]
@@ -202,8 +173,6 @@ def active_commits_and_base(
     The archived view is read after the timeline was listed: archival writes the view before
     moving instants, so every instant missing from the listing is in this view or an older
     one, and the active instants the view covers already are skipped."""
-    from lakesink.table.archive import load_archived_view  # archive builds on FileSlice
-
     archived = load_archived_view(timeline.storage)
     done = timeline.completed_data_instants()
     if archived is None:

@@ -214,7 +214,7 @@ def test_required_columns_keep_their_nullability_in_the_table(
 def test_tombstone_for_required_columns_goes_to_the_dead_letter_topic(
     spark: Any, kafka_bootstrap: str, topic_factory: Callable[[str], str], tmp_path: Path
 ) -> None:
-    from lakesink.kafka.dead_letters import dead_letter_sources
+    from lakesink.kafka.dead_letter_reader import dead_letter_sources
 
     topic, dlq = topic_factory("required-tombstone-topic"), topic_factory("dlq")
     create_topic(kafka_bootstrap, topic, 1)

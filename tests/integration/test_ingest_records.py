@@ -50,7 +50,7 @@ def test_bad_record_fails_the_batch_and_names_it_under_tolerance_none(
 def test_bad_record_goes_to_the_dead_letter_topic_under_tolerance_all(
     spark: Any, kafka_bootstrap: str, topic_factory: Callable[[str], str], tmp_path: Path
 ) -> None:
-    from lakesink.kafka.dead_letters import dead_letter_sources
+    from lakesink.kafka.dead_letter_reader import dead_letter_sources
 
     topic, dlq = topic_factory("badall"), topic_factory("dlq")
     _with_bad_record(kafka_bootstrap, topic)

@@ -22,12 +22,12 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from lakesink.commitlog.factory import make_pending_store
 from lakesink.commitlog.postgres import PostgresPendingCommitStore
 from lakesink.commitlog.store import (
     PendingEntryConflictError,
     PendingStatus,
     PendingStoreUnavailableError,
-    make_pending_store,
 )
 from lakesink.errors import PendingStoreError
 
@@ -95,7 +95,7 @@ def test_pg_store_pickles_without_its_connection(pg_store: PostgresPendingCommit
 WORKER = textwrap.dedent(
     """
     import sys
-    from lakesink.commitlog.store import make_pending_store
+    from lakesink.commitlog.factory import make_pending_store
 
     kind, target, table = sys.argv[1:4]
     store = make_pending_store(kind, path=target, dsn=target, table=table)

@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
+from lakesink.concurrency.factory import make_lock_provider
 from lakesink.concurrency.lock import (
     LOCK_DIR,
     FileLockProvider,
     LockLease,
     NoLockProvider,
-    make_lock_provider,
 )
 from lakesink.errors import ConfigError, LockError
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from lakesink.commitlog.factory import make_pending_store
 from lakesink.commitlog.sqlite import SqlitePendingCommitStore
 from lakesink.commitlog.store import (
     PendingCommit,
@@ -16,7 +17,6 @@ from lakesink.commitlog.store import (
     PendingStatus,
     PendingStoreUnavailableError,
     epochs_to_prune,
-    make_pending_store,
 )
 from lakesink.errors import ConfigError, PendingStoreError
 from lakesink.protocol.instant import InstantTime

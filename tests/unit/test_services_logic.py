@@ -8,8 +8,8 @@ from lakesink.protocol.write_status import FileWrite
 from lakesink.services.archival import ArchivePolicy, archivable_prefix
 from lakesink.services.clean import RetainPolicy, earliest_retained, failed_files, plan_clean
 from lakesink.services.clustering import ClusteringOptions, choose_slices
+from lakesink.table.file_group import FileSlice
 from lakesink.table.metadata import CommitMetadata
-from lakesink.table.view import FileSlice
 
 
 def t(n: int) -> InstantTime:

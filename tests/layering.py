@@ -1,0 +1,326 @@
+"""The import graph of a Python package, read from its modules' own source with `ast`.
+
+Every `import` and `from ... import` naming a module of the package is an edge, wherever it
+stands: at module level, inside a function or method (a lazy import), or under
+`if TYPE_CHECKING:` (a typing-only import, kept apart: it never runs, so it cannot close a
+cycle, but it still counts for the layer rules). Relative imports are resolved, and
+`from pkg import name` is an edge to the submodule `pkg.name` when there is one, else to `pkg`
+(its `__init__`). The implicit import of parent packages is not an edge.
+
+The cycles are the strongly connected components of the runtime edges (module level and
+function level). The layer rules of lakesink (DESIGN.md) are `RULES`.
+
+    python -m tests.layering          # or: python tests/layering.py
+    python -m tests.layering --root path/to/src --package name
+
+prints the cycles and the layer violations and exits 1 when there is either.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import sys
+from collections import deque
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+ImportKind = Literal["module", "function", "type_checking"]
+RUNTIME_KINDS: frozenset[ImportKind] = frozenset({"module", "function"})
+ALL_KINDS: frozenset[ImportKind] = frozenset({"module", "function", "type_checking"})
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class ImportEdge:
+    """One import statement of `importer` that names `imported`, both modules of the package."""
+
+    importer: str
+    imported: str
+    lineno: int
+    kind: ImportKind
+
+    def describe(self) -> str:
+        return f"{self.importer} -> {self.imported} (line {self.lineno}, {self.kind})"
+
+
+@dataclass(frozen=True, slots=True)
+class ImportGraph:
+    """The modules of one package (dotted name -> file) and the imports between them."""
+
+    package: str
+    modules: dict[str, Path]
+    edges: tuple[ImportEdge, ...]
+    unresolved: tuple[str, ...] = ()
+
+    def edges_of(self, kinds: frozenset[ImportKind]) -> list[ImportEdge]:
+        return [e for e in self.edges if e.kind in kinds]
+
+    def successors(self, kinds: frozenset[ImportKind] = RUNTIME_KINDS) -> dict[str, set[str]]:
+        succ: dict[str, set[str]] = {m: set() for m in self.modules}
+        for e in self.edges_of(kinds):
+            if e.importer != e.imported:
+                succ[e.importer].add(e.imported)
+        return succ
+
+    def cycles(self) -> list[list[str]]:
+        """The strongly connected components of more than one module over the runtime edges,
+        each sorted, the largest first."""
+        sccs = strongly_connected_components(self.successors(RUNTIME_KINDS))
+        found = [sorted(c) for c in sccs if len(c) > 1]
+        return sorted(found, key=lambda c: (-len(c), c))
+
+    def cycle_edges(self, component: Iterable[str]) -> list[ImportEdge]:
+        """The runtime imports between the modules of one component: the edges to break."""
+        members = set(component)
+        return sorted(
+            e
+            for e in self.edges_of(RUNTIME_KINDS)
+            if e.importer in members and e.imported in members and e.importer != e.imported
+        )
+
+    def shortest_cycle(self, component: Sequence[str]) -> list[str]:
+        """One shortest cycle through the first module of a component, as a path that ends
+        where it starts."""
+        members = set(component)
+        succ = self.successors(RUNTIME_KINDS)
+        start = component[0]
+        parent: dict[str, str] = {}
+        queue: deque[str] = deque([start])
+        while queue:
+            node = queue.popleft()
+            for nxt in sorted(succ[node] & members):
+                if nxt == start:
+                    path = [node]
+                    while path[-1] != start:
+                        path.append(parent[path[-1]])
+                    return [start, *reversed(path[:-1]), start]
+                if nxt not in parent:
+                    parent[nxt] = node
+                    queue.append(nxt)
+        return [start]
+
+
+def strongly_connected_components(succ: dict[str, set[str]]) -> list[set[str]]:
+    """Tarjan's algorithm, iterative (no recursion limit on deep graphs)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    on_stack: set[str] = set()
+    stack: list[str] = []
+    result: list[set[str]] = []
+    counter = 0
+    for root in sorted(succ):
+        if root in index:
+            continue
+        work: list[tuple[str, Iterator[str]]] = [(root, iter(sorted(succ[root])))]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = counter
+                    counter += 1
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(succ[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[node])
+            if low[node] == index[node]:
+                component: set[str] = set()
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.add(member)
+                    if member == node:
+                        break
+                result.append(component)
+    return result
+
+
+def module_name(package_dir: Path, path: Path) -> str:
+    parts = [package_dir.name, *path.relative_to(package_dir).with_suffix("").parts]
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    if isinstance(test, ast.Name):
+        return test.id == "TYPE_CHECKING"
+    return isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+
+
+@dataclass
+class _Collector:
+    """Walks one module's tree and records the raw imports with their kind."""
+
+    found: list[tuple[str, tuple[str, ...], int, int, ImportKind]] = field(default_factory=list)
+
+    def visit(self, nodes: Iterable[ast.stmt | ast.AST], kind: ImportKind) -> None:
+        for node in nodes:
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    self.found.append((alias.name, (), 0, node.lineno, kind))
+            elif isinstance(node, ast.ImportFrom):
+                names = tuple(a.name for a in node.names)
+                self.found.append((node.module or "", names, node.level, node.lineno, kind))
+            elif isinstance(node, ast.If) and _is_type_checking(node.test):
+                self.visit(node.body, "type_checking")
+                self.visit(node.orelse, kind)
+            elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                inner: ImportKind = "type_checking" if kind == "type_checking" else "function"
+                self.visit(ast.iter_child_nodes(node), inner)
+            else:
+                self.visit(ast.iter_child_nodes(node), kind)
+
+
+def build_graph(package_dir: Path) -> ImportGraph:
+    """The import graph of the package whose top folder is `package_dir`."""
+    package_dir = package_dir.resolve()
+    package = package_dir.name
+    modules = {
+        module_name(package_dir, p): p
+        for p in sorted(package_dir.rglob("*.py"))
+        if "__pycache__" not in p.parts
+    }
+    edges: set[ImportEdge] = set()
+    unresolved: set[str] = set()
+    for name, path in modules.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        collector = _Collector()
+        collector.visit(tree.body, "module")
+        is_package = path.name == "__init__.py"
+        for target, names, level, lineno, kind in collector.found:
+            if level:
+                base = name.split(".") if is_package else name.split(".")[:-1]
+                base = base[: len(base) - (level - 1)]
+                target = ".".join([*base, target] if target else base)
+            if target != package and not target.startswith(package + "."):
+                continue
+            candidates = [f"{target}.{n}" for n in names if f"{target}.{n}" in modules]
+            if len(candidates) < len(names) or not names:
+                candidates.append(target)
+            for dotted in candidates:
+                if dotted in modules:
+                    edges.add(ImportEdge(name, dotted, lineno, kind))
+                else:
+                    unresolved.add(f"{name} line {lineno}: {dotted}")
+    return ImportGraph(package, modules, tuple(sorted(edges)), tuple(sorted(unresolved)))
+
+
+def _within(module: str, prefix: str) -> bool:
+    return module == prefix or module.startswith(prefix + ".")
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """A layer rule: modules under `source` may import only `allowed` (when given) of the
+    package, and never `forbidden`. Names are relative to the package (`table`, `errors`)."""
+
+    name: str
+    source: str
+    forbidden: tuple[str, ...] = ()
+    allowed: tuple[str, ...] | None = None
+    kinds: frozenset[ImportKind] = ALL_KINDS
+
+    def violations(self, graph: ImportGraph) -> list[ImportEdge]:
+        def full(rel: str) -> str:
+            return f"{graph.package}.{rel}"
+
+        source = full(self.source)
+        allowed = None if self.allowed is None else [full(a) for a in (self.source, *self.allowed)]
+        forbidden = [full(f) for f in self.forbidden]
+        bad: list[ImportEdge] = []
+        for e in graph.edges_of(self.kinds):
+            if not _within(e.importer, source) or _within(e.imported, source):
+                continue
+            if any(_within(e.imported, f) for f in forbidden) or (
+                allowed is not None and not any(_within(e.imported, a) for a in allowed)
+            ):
+                bad.append(e)
+        return bad
+
+
+# The layers of DESIGN.md: cli -> spark -> services -> commit -> {table, concurrency, commitlog,
+# kafka} -> protocol. `errors` is the one root of the error tree that every layer raises from,
+# so it stands below them all and imports nothing of the package.
+RULES: tuple[Rule, ...] = (
+    Rule("errors imports nothing of the package", "errors", allowed=()),
+    Rule("protocol imports nothing of the package but errors", "protocol", allowed=("errors",)),
+    Rule("commit imports nothing of spark, services or cli", "commit",
+         forbidden=("spark", "services", "cli")),
+    Rule(
+        "table imports nothing above it",
+        "table",
+        forbidden=("commit", "services", "spark", "cli", "kafka", "api", "audit", "metrics"),
+    ),
+    Rule("storage imports only errors and extras", "storage", allowed=("errors", "extras")),
+)  # fmt: skip
+
+
+def rule_named(name: str) -> Rule:
+    for rule in RULES:
+        if rule.name == name:
+            return rule
+    raise KeyError(name)
+
+
+def report(graph: ImportGraph, rules: Sequence[Rule] = RULES) -> tuple[str, bool]:
+    """The printable report and whether it found a problem (a cycle or a rule violation)."""
+    by_kind = {k: len(graph.edges_of(frozenset({k}))) for k in ALL_KINDS}
+    lines = [
+        f"{graph.package}: {len(graph.modules)} modules, {len(graph.edges)} imports "
+        f"({by_kind['module']} at module level, {by_kind['function']} in functions, "
+        f"{by_kind['type_checking']} under TYPE_CHECKING)",
+        "",
+    ]
+    cycles = graph.cycles()
+    lines.append(f"Import cycles (strongly connected components): {len(cycles)}")
+    for n, component in enumerate(cycles, 1):
+        lines.append(f"  {n}. {len(component)} modules: {', '.join(component)}")
+        lines.append(f"     e.g. {' -> '.join(graph.shortest_cycle(component))}")
+        lines.extend(f"     {e.describe()}" for e in graph.cycle_edges(component))
+    lines.append("")
+    problems = bool(cycles)
+    lines.append("Layer rules:")
+    for rule in rules:
+        bad = rule.violations(graph)
+        problems = problems or bool(bad)
+        lines.append(f"  {'FAIL' if bad else 'ok  '} {rule.name}: {len(bad)} violations")
+        lines.extend(f"       {e.describe()}" for e in bad)
+    lines.append("")
+    typing_only = graph.edges_of(frozenset({"type_checking"}))
+    lines.append(f"TYPE_CHECKING-only imports: {len(typing_only)}")
+    lines.extend(f"  {e.describe()}" for e in typing_only)
+    if graph.unresolved:
+        problems = True
+        lines.append("")
+        lines.append(f"Imports naming no module of the package: {len(graph.unresolved)}")
+        lines.extend(f"  {u}" for u in graph.unresolved)
+    return "\n".join(lines), problems
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--root", type=Path, default=REPO_ROOT, help="folder holding the package")
+    parser.add_argument("--package", default="lakesink", help="top-level package name")
+    args = parser.parse_args(argv)
+    text, problems = report(build_graph(args.root / args.package))
+    print(text)
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
