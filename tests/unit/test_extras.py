@@ -22,7 +22,13 @@ def _block(monkeypatch: pytest.MonkeyPatch, module: str) -> None:
 
 @pytest.mark.parametrize(
     ("module", "extra"),
-    [("hudi", "verify"), ("noida_db", "demo"), ("psycopg", "postgres"), ("obstore", "s3")],
+    [
+        ("hudi", "verify"),
+        ("noida_db", "demo"),
+        ("psycopg", "postgres"),
+        ("obstore", "s3"),
+        ("pyiceberg", "iceberg"),
+    ],
 )
 def test_require_missing_module_raises_missing_extra_naming_the_extra(
     monkeypatch: pytest.MonkeyPatch, module: str, extra: str
