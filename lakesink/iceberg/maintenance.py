@@ -55,6 +55,13 @@ def referenced_files(table: Table) -> set[str]:
     return {_norm(p) for p in out}
 
 
+def _modified(storage: Any, key: str) -> float:
+    """The object's modification time when the listing did not carry one; a vanished object
+    counts as fresh (it is not deleted)."""
+    head = storage.head(key)
+    return float("inf") if head is None or not head.modified else float(head.modified)
+
+
 def remove_orphans(
     location: str,
     keep: set[str],
@@ -75,7 +82,8 @@ def remove_orphans(
         full = prefix + "/" + meta.key
         if full in keep:
             continue
-        if meta.modified > now - older_than_s:
+        modified = meta.modified or _modified(storage, meta.key)
+        if modified > now - older_than_s:
             continue
         doomed.append(meta.key)
     storage.delete_many(doomed)

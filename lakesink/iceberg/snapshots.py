@@ -132,9 +132,10 @@ class SnapshotInfo:
 
 
 def _lineage(snapshots: Mapping[int, SnapshotInfo], current_id: int | None) -> list[SnapshotInfo]:
-    """The current snapshot and its ancestors, newest first. Where expiry removed a parent, the
-    walk goes on with the retained snapshots older than the gap, newest first (their ancestry
-    cannot be proven any more, but expiry keeps each writer's newest commit)."""
+    """The current snapshot and its ancestors, newest first. Expiry cuts the chain (pyiceberg
+    clears the parent id of a snapshot whose parent it removed), so past the end of the chain
+    the walk goes on with the retained snapshots of lower sequence numbers, newest first: their
+    ancestry cannot be proven any more, but expiry keeps each writer's newest commit."""
     out: list[SnapshotInfo] = []
     seen: set[int] = set()
     sid = current_id
@@ -143,12 +144,10 @@ def _lineage(snapshots: Mapping[int, SnapshotInfo], current_id: int | None) -> l
         out.append(s)
         seen.add(sid)
         sid = s.parent_id
-    if sid is not None and sid not in seen:  # a gap: the parent was expired
-        floor = out[-1].sequence_number if out else None
+    if out:
+        floor = out[-1].sequence_number
         rest = [
-            s
-            for s in snapshots.values()
-            if s.snapshot_id not in seen and (floor is None or s.sequence_number < floor)
+            s for s in snapshots.values() if s.snapshot_id not in seen and s.sequence_number < floor
         ]
         out.extend(sorted(rest, key=lambda s: s.sequence_number, reverse=True))
     return out

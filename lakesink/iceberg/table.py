@@ -18,7 +18,6 @@ What the engine calls (the format interface, in the engine's words):
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import time
 import uuid
@@ -449,14 +448,14 @@ class IcebergAppend:
 def _load(catalog: Catalog, ident: tuple[str, ...]) -> Table:
     """Load a table; a corrupt metadata file is CorruptTableError naming it, an unreachable
     catalog CatalogUnavailableError."""
-    from pyiceberg.exceptions import NoSuchTableError
+    from pyiceberg.exceptions import NoSuchTableError, ValidationError
 
     shown = ".".join(ident)
     try:
         return catalog.load_table(ident)
     except NoSuchTableError:
         raise
-    except (ValueError, json.JSONDecodeError, UnicodeDecodeError, EOFError) as e:
+    except (ValidationError, ValueError, UnicodeDecodeError, EOFError) as e:
         where = _metadata_location(catalog, ident) or "its metadata file"
         first = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise CorruptTableError(
