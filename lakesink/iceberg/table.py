@@ -33,6 +33,7 @@ from lakesink.errors import (
     CommitStateUnknownError,
     CorruptTableError,
     TableNotFoundError,
+    UnsupportedTableError,
 )
 from lakesink.extras import require
 from lakesink.iceberg.datafiles import DataFileDescription, WriteContext, to_data_file
@@ -279,8 +280,17 @@ class IcebergTable:
         elsewhere; CommitError when the retries ran out; CommitStateUnknownError when the last
         attempt's outcome stayed unknown (then the files must stay)."""
         require("pyiceberg", "Iceberg tables")
+        from pyiceberg.catalog.sql import SqlCatalog
         from pyiceberg.exceptions import CommitFailedException, CommitStateUnknownException
 
+        if not isinstance(self._catalog, SqlCatalog):
+            # the requirement travels inside the catalog's commit, which only the SQL catalog
+            # runs in this process; a REST server would be sent a requirement it does not know
+            raise UnsupportedTableError(
+                f"table {self.name}: appends with lakesink's offsets requirement need the SQL "
+                f"catalog (SQLite or PostgreSQL) for now; catalog {self._catalog.name!r} is a "
+                f"{type(self._catalog).__name__}"
+            )
         unknown: BaseException | None = None
         for attempt in range(1, self._max_attempts + 1):
             if attempt > 1:
