@@ -242,9 +242,22 @@ class IcebergTable:
 
     def write_context(self) -> WriteContext:
         """What tasks need to write data files for the current table version."""
+        # tasks need the schema, spec, properties and location, not the snapshot history
+        # (which grows with every commit and would travel to every task)
+        slim = self._table.metadata.model_copy(
+            update={
+                "snapshots": [],
+                "snapshot_log": [],
+                "metadata_log": [],
+                "refs": {},
+                "current_snapshot_id": None,
+                "statistics": [],
+                "partition_statistics": [],
+            }
+        )
         return WriteContext(
             self.name,
-            self._table.metadata.model_dump_json(),
+            slim.model_dump_json(),
             tuple(sorted(self._table.io.properties.items())),
         )
 
@@ -414,7 +427,15 @@ class IcebergTable:
             if s.timestamp_ms < older_than_ms and s.snapshot_id not in keep
         )
         if doomed:
-            self._table.maintenance.expire_snapshots().by_ids(doomed).commit()
+            from pyiceberg.exceptions import CommitFailedException
+
+            try:
+                self._table.maintenance.expire_snapshots().by_ids(doomed).commit()
+            except CommitFailedException as e:
+                raise CommitError(
+                    f"table {self.name}: expiring {len(doomed)} snapshots lost to a concurrent "
+                    "commit; run it again"
+                ) from e
             self.refresh()
             log.info("table %s: expired %d snapshots", self.name, len(doomed))
         return doomed

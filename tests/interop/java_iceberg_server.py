@@ -12,8 +12,9 @@ One Spark session for the whole process. Requests come one per line on stdin as 
 `catalog` registers an Iceberg JdbcCatalog named N over the SQL catalog that pyiceberg writes
 (its rows are keyed by the catalog's name, so N is the pyiceberg catalog's name). A read is
 `spark.read.format("iceberg").options(...).load(table)` (versionAsOf, timestampAsOf,
-start-snapshot-id/end-snapshot-id for incremental appends) and writes the rows as Parquet
-under DIR. The reply is one JSON line: {"results": [{"ok": true} | {"ok": false, "error": "..."}]}.
+start-snapshot-id/end-snapshot-id for incremental appends); its rows, collected as Arrow, are
+written as Parquet under DIR. The reply is one JSON line:
+{"results": [{"ok": true} | {"ok": false, "error": "..."}]}.
 Everything else Spark prints goes to stderr.
 """
 
@@ -78,7 +79,11 @@ def _handle(spark: Any, op: dict[str, Any]) -> dict[str, Any]:
         assert df is not None
     else:
         raise ValueError(f"unknown op {kind!r}")
-    df.coalesce(1).write.mode("overwrite").parquet(op["out"])
+    # collected as Arrow and written by pyarrow: no Spark write job per read
+    import pyarrow.parquet as pq
+
+    os.makedirs(op["out"], exist_ok=True)
+    pq.write_table(df.toArrow(), os.path.join(op["out"], "rows.parquet"))
     return {"ok": True}
 
 
