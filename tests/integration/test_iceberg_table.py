@@ -287,3 +287,49 @@ def test_summary_of_another_layout_is_refused_on_recovery(local: Backend) -> Non
     table.pyiceberg.append(table.pyiceberg.scan().to_arrow().slice(0, 0), snapshot_properties=bad)
     with pytest.raises(SummaryLayoutError, match=r"layout '9'"):
         local.table("db.events").committed_offsets("w1")
+
+
+def test_spark_tasks_write_described_files_that_the_driver_commits(
+    local: Backend, spark: Any
+) -> None:
+    from lakesink.iceberg.datafiles import DataFileDescription, write_data_files
+    from lakesink.iceberg.snapshots import KEY_VTTS, valid_through
+
+    table = local.table("db.events", partition="kafka_partition, day(kafka_timestamp)")
+    context = table.write_context()
+    ranges = [R(P0, 0, 40), R(P1, 0, 25), R(OTHER, 0, 10)]
+
+    def write_range(r: tuple[str, int, int, int]) -> list[tuple[dict[str, Any], int]]:
+        import pyarrow as pa
+
+        topic, partition, start, end = r
+        offsets = list(range(start, end))
+        base = 1_700_000_000_000_000
+        batch = pa.table(
+            {
+                "kafka_topic": pa.array([topic] * len(offsets), pa.string()),
+                "kafka_partition": pa.array([partition] * len(offsets), pa.int32()),
+                "kafka_offset": pa.array(offsets, pa.int64()),
+                "kafka_timestamp": pa.array(
+                    [base + o * 1_000_000 for o in offsets], pa.timestamp("us", tz="UTC")
+                ),
+                "amount": pa.array(offsets, pa.int64()),
+            }
+        )
+        table_schema = context.metadata().schema().as_arrow()  # required columns stay so
+        batch = batch.cast(pa.schema([table_schema.field(n) for n in batch.column_names]))
+        files = write_data_files(context, batch, attempt_id=f"b0-{topic}-{partition}-a0")
+        return [(f.to_json(), (base + (end - 1) * 1_000_000) // 1000) for f in files]
+
+    work = [(r.partition.topic, r.partition.partition, r.start, r.end) for r in ranges]
+    results = spark.sparkContext.parallelize(work, len(work)).map(write_range).collect()
+    files = [DataFileDescription.from_json(d) for per_task in results for d, _ in per_task]
+    max_ts = {r.partition: per_task[0][1] for r, per_task in zip(ranges, results, strict=True)}
+    vtts = valid_through(max_ts, [r.partition for r in ranges])
+    append = table.begin("spark-writer", ranges)
+    append.stage(files)
+    result = append.commit(vtts_ms=vtts)
+    assert result.outcome is CommitOutcome.COMMITTED
+    assert keys(table) == expected(*ranges)
+    assert table.pyiceberg.current_snapshot().summary[KEY_VTTS] == str(min(max_ts.values()))
+    assert len({f.path for f in files}) == len(files) >= len(ranges)
