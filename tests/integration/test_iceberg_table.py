@@ -333,3 +333,37 @@ def test_spark_tasks_write_described_files_that_the_driver_commits(
     assert keys(table) == expected(*ranges)
     assert table.pyiceberg.current_snapshot().summary[KEY_VTTS] == str(min(max_ts.values()))
     assert len({f.path for f in files}) == len(files) >= len(ranges)
+
+
+def test_writers_committing_at_once_each_land_every_batch_once(backend: Backend) -> None:
+    import threading
+
+    backend.table("db.events")  # created before the writers start
+    topics = {"wa": TopicPartition("a", 0), "wb": TopicPartition("b", 0)}
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(len(topics))
+
+    def run(writer: str, tp: TopicPartition) -> None:
+        try:
+            table = backend.table("db.events", sleep=lambda s: time.sleep(s / 10))
+            barrier.wait()
+            for i in range(4):
+                table.refresh()
+                ranges = [R(tp, i * 3, i * 3 + 3)]
+                files = write(table, ranges)
+                result = table.commit_append(files, table.begin(writer, ranges).requirement)
+                assert result.outcome is CommitOutcome.COMMITTED, result
+        except BaseException as e:  # reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=run, args=item) for item in topics.items()]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not errors, errors[0]
+    fresh = backend.table("db.events")
+    assert keys(fresh) == expected(R(topics["wa"], 0, 12), R(topics["wb"], 0, 12))
+    assert fresh.committed_offsets("wa").next_offsets == {topics["wa"]: 12}
+    assert fresh.committed_offsets("wb").next_offsets == {topics["wb"]: 12}
+    assert len(fresh.pyiceberg.metadata.snapshots) == 8
