@@ -33,6 +33,7 @@ EXTRAS: dict[str, Extra] = {
         Extra("noida_db", "noida-db", "demo"),
         Extra("obstore", "obstore", "s3"),
         Extra("psycopg", "psycopg", "postgres"),
+        Extra("pyiceberg", "pyiceberg", "iceberg"),
     )
 }
 """Optional modules by import name."""

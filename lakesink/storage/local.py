@@ -198,7 +198,7 @@ class LocalStorage(Storage):
                     st = os.stat(os.path.join(dirpath, name))
                 except FileNotFoundError:
                     continue
-                out.append(ObjectMeta(key, st.st_size, _etag(st)))
+                out.append(ObjectMeta(key, st.st_size, _etag(st), st.st_mtime))
         return sorted(out, key=lambda m: m.key)
 
     def list_folder(self, prefix: str) -> Listing:

@@ -329,7 +329,15 @@ class ObjectStoreStorage(Storage):
         except Exception as e:
             raise _translate(e, f"list {prefix}", self._url(prefix)) from None
         return sorted(
-            (ObjectMeta(str(m["path"]), int(m["size"]), str(m.get("e_tag") or "")) for m in metas),
+            (
+                ObjectMeta(
+                    str(m["path"]),
+                    int(m["size"]),
+                    str(m.get("e_tag") or ""),
+                    m["last_modified"].timestamp() if m.get("last_modified") else 0.0,
+                )
+                for m in metas
+            ),
             key=lambda m: m.key,
         )
 

@@ -5,6 +5,7 @@ Parquet through the pyarrow filesystem, and the lost races that commits and lock
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -106,6 +107,8 @@ def test_storage_list_recursive_and_one_level(storage: Storage) -> None:
     for key in ("t/a", "t/b/c", "t/b/d/e", "other/x"):
         storage.write(key, b"1")
     assert [m.key for m in storage.list_prefix("t")] == ["t/a", "t/b/c", "t/b/d/e"]
+    # the recursive listing carries modification times (orphan removal's safety window)
+    assert all(abs(m.modified - time.time()) < 600 for m in storage.list_prefix("t"))
     level = storage.list_folder("t")
     assert [m.key for m in level.objects] == ["t/a"]
     assert level.folders == ("b",)

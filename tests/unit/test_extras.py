@@ -22,7 +22,13 @@ def _block(monkeypatch: pytest.MonkeyPatch, module: str) -> None:
 
 @pytest.mark.parametrize(
     ("module", "extra"),
-    [("hudi", "verify"), ("noida_db", "demo"), ("psycopg", "postgres"), ("obstore", "s3")],
+    [
+        ("hudi", "verify"),
+        ("noida_db", "demo"),
+        ("psycopg", "postgres"),
+        ("obstore", "s3"),
+        ("pyiceberg", "iceberg"),
+    ],
 )
 def test_require_missing_module_raises_missing_extra_naming_the_extra(
     monkeypatch: pytest.MonkeyPatch, module: str, extra: str
@@ -128,3 +134,14 @@ def test_object_store_table_without_s3_extra_names_it(monkeypatch: pytest.Monkey
     _block(monkeypatch, "obstore")
     with pytest.raises(MissingExtraError, match=r"lakesink\[s3\]"):
         open_storage("s3://bucket/events", {"storage.s3.region": "us-east-1"})
+
+
+def test_iceberg_catalog_without_iceberg_extra_names_it(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from lakesink.iceberg.catalog import CatalogSettings, open_catalog
+
+    _block(monkeypatch, "pyiceberg")
+    with pytest.raises(MissingExtraError, match=r"lakesink\[iceberg\]"):
+        open_catalog(CatalogSettings(warehouse=str(tmp_path)))
+    assert not any(tmp_path.iterdir()), "nothing may be written when an extra is missing"

@@ -1,0 +1,532 @@
+"""An Iceberg table as the commit engine sees it: `IcebergTable`.
+
+What the engine calls (the format interface, in the engine's words):
+- `committed_offsets(writer_id)` / `last_commit(writer_id)`: the writer's offsets, read from the
+  snapshot lineage (recovery walks back past other writers' snapshots);
+- `begin(writer_id, ranges)` -> `IcebergAppend`: `stage(files)`, `commit(vtts_ms)` with the
+  requirement, `rollback()` (delete the staged files);
+- `commit_append(files, requirement)`: one fast append whose requirement — the writer's offsets
+  in the current lineage are exactly the batch's start offsets — is validated by the catalog
+  against the metadata it commits on (an `AssertWriterOffsets` beside pyiceberg's own
+  assertions), so it holds on every retry after a concurrent commit. The outcome says whether
+  the append was committed now, had landed earlier (our commit id found: a lost response), or
+  was a replay of committed ranges;
+- `schema()`, `write_context()` (for tasks), and the maintenance primitives
+  `expire_snapshots` (keeping each writer's newest commit) and `remove_orphan_files`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from lakesink.errors import (
+    CommitError,
+    CommitStateUnknownError,
+    CorruptTableError,
+    TableNotFoundError,
+    UnsupportedTableError,
+)
+from lakesink.extras import require
+from lakesink.iceberg.datafiles import DataFileDescription, WriteContext, to_data_file
+from lakesink.iceberg.errors import CatalogUnavailableError
+from lakesink.iceberg.maintenance import referenced_files, remove_orphans
+from lakesink.iceberg.schema import (
+    PartitionFieldSetting,
+    check_compatible,
+    iceberg_schema,
+    partition_spec,
+)
+from lakesink.iceberg.snapshots import (
+    AppendRequirement,
+    SnapshotInfo,
+    Verdict,
+    WriterCommit,
+    find_writer_commit,
+    last_commit_by_writer,
+)
+from lakesink.protocol.offsets import OffsetRange, WriterOffsets
+
+if TYPE_CHECKING:
+    from pyiceberg.catalog import Catalog
+    from pyiceberg.table import Table
+    from pyiceberg.table.metadata import TableMetadata
+
+log = logging.getLogger(__name__)
+
+__all__ = ["CommitOutcome", "CommitResult", "IcebergAppend", "IcebergTable"]
+
+
+class CommitOutcome(Enum):
+    """What `commit_append` did."""
+
+    COMMITTED = "committed"
+    """A new snapshot with the files and the writer's new offsets."""
+    LANDED_EARLIER = "landed-earlier"
+    """An earlier attempt of this commit landed (its response was lost): nothing more done."""
+    REPLAYED = "replayed"
+    """The batch's ranges were committed before under another commit id: nothing done."""
+
+
+@dataclass(frozen=True, slots=True)
+class CommitResult:
+    """The outcome of one append, the writer's offsets after it, the snapshot that holds them
+    and how many catalog commits were tried."""
+
+    outcome: CommitOutcome
+    offsets: WriterOffsets
+    snapshot_id: int | None
+    attempts: int
+
+
+class _RequirementNotMet(Exception):
+    """Raised inside the catalog's commit by AssertWriterOffsets; deliberately not pyiceberg's
+    CommitFailedException, so pyiceberg does not retry it: lakesink decides what it means."""
+
+
+def _assert_writer_offsets_type() -> Any:
+    """The pyiceberg requirement class, built on first use (pyiceberg is optional)."""
+    global _ASSERT_CLASS
+    if _ASSERT_CLASS is not None:
+        return _ASSERT_CLASS
+    from pyiceberg.table.update import ValidatableTableRequirement
+
+    class AssertWriterOffsets(ValidatableTableRequirement):
+        """The writer's offsets in the lineage of the metadata being committed on are the
+        batch's start offsets (lakesink's AppendRequirement), checked by the catalog."""
+
+        type: str = "lakesink-assert-writer-offsets"
+        writer_id: str
+        commit_id: str
+        ranges: list[tuple[str, int, int, int]]
+
+        def requirement(self) -> AppendRequirement:
+            from lakesink.protocol.offsets import TopicPartition
+
+            return AppendRequirement(
+                self.writer_id,
+                self.commit_id,
+                tuple(OffsetRange(TopicPartition(t, p), s, e) for t, p, s, e in self.ranges),
+            )
+
+        def validate(self, base_metadata: TableMetadata | None) -> None:  # type: ignore[override]
+            if base_metadata is None:
+                raise _RequirementNotMet("the table has no metadata")
+            snaps, current = snapshot_infos(base_metadata)
+            verdict = self.requirement().evaluate(
+                find_writer_commit(snaps, current, self.writer_id)
+            )
+            if verdict is not Verdict.PROCEED:
+                raise _RequirementNotMet(verdict.value)
+
+    _ASSERT_CLASS = AssertWriterOffsets
+    return AssertWriterOffsets
+
+
+_ASSERT_CLASS: Any = None
+
+
+def snapshot_infos(metadata: TableMetadata) -> tuple[dict[int, SnapshotInfo], int | None]:
+    """The snapshots of `metadata` as lineage-walk values, and the current snapshot's id."""
+    out = {
+        s.snapshot_id: SnapshotInfo(
+            s.snapshot_id,
+            s.parent_snapshot_id,
+            int(s.sequence_number or 0),
+            s.timestamp_ms,
+            dict(s.summary.additional_properties) if s.summary is not None else {},
+        )
+        for s in metadata.snapshots
+    }
+    return out, metadata.current_snapshot_id
+
+
+def _identifier(name: str | tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(name.split(".")) if isinstance(name, str) else name
+
+
+class IcebergTable:
+    """One Iceberg table in a catalog, with the operations lakesink's commit engine calls."""
+
+    def __init__(
+        self,
+        catalog: Catalog,
+        table: Table,
+        *,
+        max_attempts: int = 5,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self._catalog = catalog
+        self._table = table
+        self._max_attempts = max_attempts
+        self._sleep = sleep
+
+    # -- opening --------------------------------------------------------------------------
+
+    @classmethod
+    def open(
+        cls,
+        catalog: Catalog,
+        name: str | tuple[str, ...],
+        rows: pa.Schema | None = None,
+        partition_fields: Sequence[PartitionFieldSetting] = (),
+        *,
+        location: str | None = None,
+        create: bool = True,
+        properties: dict[str, str] | None = None,
+        **kwargs: Any,
+    ) -> IcebergTable:
+        """The table `name` (`namespace.table`); created on first use from the Arrow schema
+        of the decoded `rows` and the partition fields when `create`. An existing table must
+        accept `rows` (SchemaMismatchError naming the column otherwise)."""
+        require("pyiceberg", "Iceberg tables")
+        from pyiceberg.exceptions import NoSuchTableError, TableAlreadyExistsError
+
+        ident = _identifier(name)
+        shown = ".".join(ident)
+        try:
+            table = _load(catalog, ident)
+        except NoSuchTableError as e:
+            if not create or rows is None:
+                raise TableNotFoundError(
+                    f"no Iceberg table {shown} in catalog {catalog.name!r}"
+                ) from e
+            schema = iceberg_schema(rows)
+            spec = partition_spec(schema, partition_fields)
+            catalog.create_namespace_if_not_exists(ident[:-1])
+            try:
+                table = catalog.create_table(
+                    ident,
+                    schema=schema,
+                    partition_spec=spec,
+                    location=location,
+                    properties=properties or {},
+                )
+                log.info("created Iceberg table %s at %s", shown, table.location())
+            except TableAlreadyExistsError:  # another writer created it first
+                table = _load(catalog, ident)
+        if rows is not None:
+            check_compatible(table.schema(), rows, shown)
+        return cls(catalog, table, **kwargs)
+
+    # -- reading state --------------------------------------------------------------------
+
+    @property
+    def name(self) -> str:
+        return ".".join(self._table.name())
+
+    @property
+    def location(self) -> str:
+        return self._table.location()
+
+    @property
+    def pyiceberg(self) -> Table:
+        """The pyiceberg Table (scans, inspection)."""
+        return self._table
+
+    def refresh(self) -> None:
+        """Reload the table's current metadata from the catalog."""
+        self._table = _load(self._catalog, self._table.name())
+
+    def schema(self) -> pa.Schema:
+        """The table's current schema as Arrow."""
+        return self._table.schema().as_arrow()
+
+    def write_context(self) -> WriteContext:
+        """What tasks need to write data files for the current table version."""
+        # tasks need the schema, spec, properties and location, not the snapshot history
+        # (which grows with every commit and would travel to every task)
+        slim = self._table.metadata.model_copy(
+            update={
+                "snapshots": [],
+                "snapshot_log": [],
+                "metadata_log": [],
+                "refs": {},
+                "current_snapshot_id": None,
+                "statistics": [],
+                "partition_statistics": [],
+            }
+        )
+        return WriteContext(
+            self.name,
+            slim.model_dump_json(),
+            tuple(sorted(self._table.io.properties.items())),
+        )
+
+    def last_commit(self, writer_id: str) -> WriterCommit | None:
+        """The writer's newest commit in the current snapshot's lineage."""
+        snaps, current = snapshot_infos(self._table.metadata)
+        return find_writer_commit(snaps, current, writer_id)
+
+    def committed_offsets(self, writer_id: str) -> WriterOffsets:
+        """The writer's next offset of every partition it committed (empty if none)."""
+        last = self.last_commit(writer_id)
+        return last.offsets if last is not None else WriterOffsets.empty()
+
+    # -- committing -----------------------------------------------------------------------
+
+    def begin(
+        self, writer_id: str, ranges: Sequence[OffsetRange], commit_id: str | None = None
+    ) -> IcebergAppend:
+        """Start one batch's append: its requirement and a fresh commit id."""
+        req = AppendRequirement(writer_id, commit_id or uuid.uuid4().hex, tuple(ranges))
+        return IcebergAppend(self, req)
+
+    def commit_append(
+        self,
+        files: Sequence[DataFileDescription],
+        requirement: AppendRequirement,
+        vtts_ms: int | None = None,
+    ) -> CommitResult:
+        """One fast append of `files` with lakesink's summary, if `requirement` holds.
+
+        Retries (refreshing, re-checking) on pyiceberg's CommitFailedException and after a
+        commit whose outcome is unknown. OffsetError when the writer's offsets moved
+        elsewhere; CommitError when the retries ran out; CommitStateUnknownError when the last
+        attempt's outcome stayed unknown (then the files must stay)."""
+        require("pyiceberg", "Iceberg tables")
+        from pyiceberg.catalog.sql import SqlCatalog
+        from pyiceberg.exceptions import CommitFailedException, CommitStateUnknownException
+
+        if not isinstance(self._catalog, SqlCatalog):
+            # the requirement travels inside the catalog's commit, which only the SQL catalog
+            # runs in this process; a REST server would be sent a requirement it does not know
+            raise UnsupportedTableError(
+                f"table {self.name}: appends with lakesink's offsets requirement need the SQL "
+                f"catalog (SQLite or PostgreSQL) for now; catalog {self._catalog.name!r} is a "
+                f"{type(self._catalog).__name__}"
+            )
+        unknown: BaseException | None = None
+        for attempt in range(1, self._max_attempts + 1):
+            if attempt > 1:
+                self._sleep(min(0.05 * 2**attempt, 2.0))
+                try:
+                    self.refresh()
+                except CatalogUnavailableError as e:
+                    if unknown is not None:
+                        raise CommitStateUnknownError(
+                            f"table {self.name}: commit {requirement.commit_id} may have "
+                            "landed; the catalog cannot be read to tell"
+                        ) from e
+                    raise
+            last = self.last_commit(requirement.writer_id)
+            verdict = requirement.evaluate(last)
+            if verdict is not Verdict.PROCEED:
+                assert last is not None
+                outcome = (
+                    CommitOutcome.LANDED_EARLIER
+                    if verdict is Verdict.LANDED
+                    else CommitOutcome.REPLAYED
+                )
+                log.info(
+                    "table %s writer %s commit %s: %s", self.name, requirement.writer_id,
+                    requirement.commit_id, outcome.value,
+                )  # fmt: skip
+                return CommitResult(outcome, last.offsets, self._writer_snapshot(last), attempt)
+            committed = last.offsets if last is not None else WriterOffsets.empty()
+            summary = WriterCommit(
+                requirement.writer_id,
+                requirement.commit_id,
+                requirement.end_offsets(committed),
+                vtts_ms,
+            )
+            try:
+                self._append(files, requirement, summary)
+            except _RequirementNotMet:
+                continue  # the offsets moved under us: re-read and decide
+            except CommitFailedException as e:
+                unknown = None
+                log.info("table %s: commit failed (%s), retrying", self.name, e)
+                continue
+            except CommitStateUnknownException as e:
+                unknown = e
+                log.warning("table %s: commit state unknown (%s), checking", self.name, e)
+                continue
+            except Exception as e:
+                if _is_connection_error(e):
+                    unknown = e
+                    log.warning("table %s: catalog failed during commit (%s)", self.name, e)
+                    continue
+                raise
+            snap = self._table.metadata.current_snapshot_id
+            log.info(
+                "table %s writer %s commit %s: snapshot %s, %d files",
+                self.name, requirement.writer_id, requirement.commit_id, snap, len(files),
+            )  # fmt: skip
+            return CommitResult(CommitOutcome.COMMITTED, summary.offsets, snap, attempt)
+        if unknown is not None:
+            raise CommitStateUnknownError(
+                f"table {self.name}: commit {requirement.commit_id} has an unknown outcome "
+                f"after {self._max_attempts} attempts; keep its files and look for the commit id"
+            ) from unknown
+        raise CommitError(
+            f"table {self.name}: commit {requirement.commit_id} did not land in "
+            f"{self._max_attempts} attempts (concurrent commits); retrying the batch is safe"
+        )
+
+    def _append(
+        self,
+        files: Sequence[DataFileDescription],
+        requirement: AppendRequirement,
+        summary: WriterCommit,
+    ) -> None:
+        assert_type = _assert_writer_offsets_type()
+        check = assert_type(
+            writer_id=requirement.writer_id,
+            commit_id=requirement.commit_id,
+            ranges=[
+                (r.partition.topic, r.partition.partition, r.start, r.end)
+                for r in requirement.ranges
+            ],
+        )
+        version = self._table.metadata.format_version
+        tx = self._table.transaction()
+        # checked now against this base, and by the catalog against the metadata it commits on
+        tx._stage((), (check,))
+        snapshot = tx.update_snapshot(snapshot_properties=summary.to_summary())
+        with snapshot.fast_append() as append:
+            for f in files:
+                append.append_data_file(to_data_file(f, version))
+        tx.commit_transaction()
+
+    def _writer_snapshot(self, commit: WriterCommit) -> int | None:
+        snaps, current = snapshot_infos(self._table.metadata)
+        return last_commit_by_writer(snaps, current).get(commit.writer_id)
+
+    def abort(self, files: Sequence[DataFileDescription]) -> None:
+        """Delete the data files of a batch that will not be committed. Only for a commit that
+        did not land: never after CommitStateUnknownError."""
+        io = self._table.io
+        for f in files:
+            with contextlib.suppress(FileNotFoundError):
+                io.delete(f.path)
+        log.info("table %s: deleted %d files of an aborted batch", self.name, len(files))
+
+    # -- maintenance ----------------------------------------------------------------------
+
+    def expire_snapshots(self, older_than_ms: int) -> list[int]:
+        """Expire snapshots older than `older_than_ms` (epoch ms), except the current one and
+        each writer's newest commit (so its offsets stay readable). Returns the expired ids.
+        Only metadata changes; files no snapshot references go with orphan removal."""
+        require("pyiceberg", "Iceberg tables")
+        snaps, current = snapshot_infos(self._table.metadata)
+        keep = set(last_commit_by_writer(snaps, current).values())
+        if current is not None:
+            keep.add(current)
+        doomed = sorted(
+            s.snapshot_id
+            for s in snaps.values()
+            if s.timestamp_ms < older_than_ms and s.snapshot_id not in keep
+        )
+        if doomed:
+            from pyiceberg.exceptions import CommitFailedException
+
+            try:
+                self._table.maintenance.expire_snapshots().by_ids(doomed).commit()
+            except CommitFailedException as e:
+                raise CommitError(
+                    f"table {self.name}: expiring {len(doomed)} snapshots lost to a concurrent "
+                    "commit; run it again"
+                ) from e
+            self.refresh()
+            log.info("table %s: expired %d snapshots", self.name, len(doomed))
+        return doomed
+
+    def remove_orphan_files(
+        self, older_than_s: float, *, now: float | None = None, storage_options: Any = None
+    ) -> list[str]:
+        """Delete files under the table's location that no retained snapshot or metadata file
+        references and that are older than the safety window `older_than_s` (so files of a
+        batch still being written or committed are spared). Returns their locations."""
+        self.refresh()
+        keep = referenced_files(self._table)
+        return remove_orphans(
+            self.location,
+            keep,
+            older_than_s=older_than_s,
+            now=time.time() if now is None else now,
+            storage_options=storage_options,
+        )
+
+
+@dataclass
+class IcebergAppend:
+    """One batch's append: staged files, then commit (with the requirement) or rollback."""
+
+    table: IcebergTable
+    requirement: AppendRequirement
+    files: list[DataFileDescription] = field(default_factory=list)
+
+    def stage(self, files: Sequence[DataFileDescription]) -> None:
+        self.files.extend(files)
+
+    def commit(self, vtts_ms: int | None = None) -> CommitResult:
+        return self.table.commit_append(self.files, self.requirement, vtts_ms)
+
+    def rollback(self) -> None:
+        self.table.abort(self.files)
+        self.files.clear()
+
+
+def _load(catalog: Catalog, ident: tuple[str, ...]) -> Table:
+    """Load a table; a corrupt metadata file is CorruptTableError naming it, an unreachable
+    catalog CatalogUnavailableError."""
+    from pyiceberg.exceptions import NoSuchTableError, ValidationError
+
+    shown = ".".join(ident)
+    try:
+        return catalog.load_table(ident)
+    except NoSuchTableError:
+        raise
+    except (ValidationError, ValueError, UnicodeDecodeError, EOFError) as e:
+        where = _metadata_location(catalog, ident) or "its metadata file"
+        first = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise CorruptTableError(
+            f"Iceberg table {shown}: {where} cannot be read ({first}); restore it from a "
+            "backup or point the catalog at the previous metadata file"
+        ) from e
+    except Exception as e:
+        if _is_connection_error(e):
+            raise CatalogUnavailableError(
+                f"Iceberg catalog {catalog.name!r} cannot be reached to load {shown}: "
+                f"{type(e).__name__}"
+            ) from e
+        raise
+
+
+def _metadata_location(catalog: Catalog, ident: tuple[str, ...]) -> str | None:
+    """The metadata file a SQL catalog points at for `ident` (for error messages)."""
+    engine = getattr(catalog, "engine", None)
+    if engine is None:
+        return None
+    try:
+        from pyiceberg.catalog.sql import IcebergTables
+        from sqlalchemy import select
+        from sqlalchemy.orm import Session
+
+        with Session(engine) as session:
+            row = session.execute(
+                select(IcebergTables.metadata_location).where(
+                    IcebergTables.table_namespace == ".".join(ident[:-1]),
+                    IcebergTables.table_name == ident[-1],
+                )
+            ).first()
+        return str(row[0]) if row is not None and row[0] else None
+    except Exception:
+        return None
+
+
+def _is_connection_error(e: BaseException) -> bool:
+    """A database or network failure (the catalog or store unreachable)."""
+    module = type(e).__module__
+    return isinstance(e, ConnectionError | TimeoutError) or module.startswith(
+        ("sqlalchemy.exc", "requests", "urllib3", "psycopg")
+    )
