@@ -275,6 +275,12 @@ RULES: tuple[Rule, ...] = (
         allowed=("errors", "extras"),
     ),
     Rule(
+        "iceberg",
+        "iceberg (the Iceberg format) imports only errors, extras, protocol and storage",
+        ("iceberg",),
+        allowed=("errors", "extras", "protocol", "storage"),
+    ),
+    Rule(
         "table",
         "table imports nothing above it",
         ("table",),

@@ -93,6 +93,7 @@ CLEAN = {
     "storage/local.py": "from lakesink.errors import LakesinkError\nfrom lakesink import extras\n",
     "table/view.py": "from lakesink.protocol import instant\nfrom lakesink.storage import local\n",
     "kafka/reader.py": "from lakesink.protocol.offsets import LakesinkError\n",
+    "iceberg/table.py": "from lakesink.protocol import instant\nfrom lakesink import storage\n",
     "commit/transaction.py": "from lakesink.table import view\nfrom lakesink.kafka import reader\n",
     "services/clean.py": "from lakesink.commit.transaction import view\n",
     "spark/sink.py": "from lakesink.services import clean\n",
@@ -120,6 +121,8 @@ PLANTED = [
      "lakesink.config"),
     # storage: anything but errors and extras, here through a relative import.
     ("storage", "storage/objectstore.py", "from ..table import view\n", "lakesink.table.view"),
+    # iceberg: the Iceberg format sits beside table/, not on it.
+    ("iceberg", "iceberg/table.py", "from lakesink.table import view\n", "lakesink.table.view"),
     # table: a top-level module above it, named as `from package import module`.
     ("table", "table/timeline.py", "from lakesink import metrics\n", "lakesink.metrics"),
     ("table", "table/timeline.py", "import lakesink.kafka.reader\n", "lakesink.kafka.reader"),
