@@ -13,7 +13,7 @@ from typing import Any
 
 import pyspark
 import pytest
-from integration.conftest import audit_config, ingest_config
+from integration.conftest import SHORT_LIVED_DRIVER_JVM, audit_config, ingest_config
 from integration.spark_cluster import StandaloneCluster
 
 from lakesink.kafka.producer import produce_sample_events
@@ -64,6 +64,7 @@ def test_spark_submit_app_on_a_standalone_cluster_ingests_every_record_once(
     spark_submit = Path(pyspark.__file__).parent / "bin" / "spark-submit"
     env = {
         **os.environ,
+        **SHORT_LIVED_DRIVER_JVM,
         "PYSPARK_PYTHON": sys.executable,
         "PYSPARK_DRIVER_PYTHON": sys.executable,
         "SPARK_LOCAL_IP": "127.0.0.1",
