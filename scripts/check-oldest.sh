@@ -1,33 +1,54 @@
 #!/usr/bin/env bash
 # Prove the lower bounds of pyproject.toml: install requirements/lock-oldest.txt (the lowest
-# version of every direct dependency: pyspark 4.2.0, pyarrow 18.0.0, ...) into a separate venv,
-# cached under $LAKESINK_CACHE/oldest-venv and rebuilt only when the lock changes, then run the
-# unit tests and one small real ingestion (`lakesink demo`: embedded broker, Spark local[2],
-# the Hudi table read back with hudi-rs and the exactly-once audit) in it.
+# version of every direct dependency: pyspark 4.2.0, pyarrow 18.0.0, ...) into a venv of their
+# own, then run the unit tests and one small real ingestion (`lakesink demo`: embedded broker,
+# Spark local[2], the Hudi table read back with hudi-rs and the exactly-once audit) against them.
+# The dependencies' venv is keyed by the lock file and the interpreter and kept outside the
+# checkout, in $LAKESINK_CACHE or else ~/.cache/lakesink (beside pip's own cache), so a fresh
+# clone reuses it and it is rebuilt only when the lock changes. lakesink itself never goes into
+# it: each run installs this checkout into a throwaway venv that sees the dependencies through a
+# .pth file, so checkouts sharing the cache cannot see each other's code.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-CACHE="${LAKESINK_CACHE:-$PWD/.cache}"
 PYTHON="${PYTHON:-python3.11}"
 command -v "$PYTHON" >/dev/null 2>&1 || PYTHON=python3
-venv="$CACHE/oldest-venv"
-want="$(cat requirements/lock-oldest.txt | sha256sum | cut -d' ' -f1)"
-if [ "$(cat "$venv/.lakesink-stamp" 2>/dev/null || true)" != "$want" ]; then
-  echo "check-oldest: creating $venv" >&2
-  rm -rf "$venv"
-  "$PYTHON" -m venv "$venv"
-  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-compile \
+CACHE="${LAKESINK_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/lakesink}"
+mkdir -p "$CACHE"
+want="$( (cat requirements/lock-oldest.txt; "$PYTHON" -VV) | sha256sum | cut -c1-16)"
+deps="$CACHE/oldest-venv-$want"
+exec 9>"$deps.lock"
+flock 9   # one creator per key; a second run waits for it and then reuses the venv
+if [ "$(cat "$deps/.lakesink-stamp" 2>/dev/null || true)" != "$want" ]; then
+  echo "check-oldest: creating $deps" >&2
+  rm -rf "$deps"
+  "$PYTHON" -m venv "$deps"
+  "$deps/bin/python" -m pip install --quiet --disable-pip-version-check --no-compile \
     -r requirements/lock-oldest.txt
-  echo "$want" > "$venv/.lakesink-stamp"
+  echo "$want" > "$deps/.lakesink-stamp"
 fi
+flock -u 9
+# venvs of older locks, unused for two weeks, go
+find "$CACHE" -maxdepth 1 -name 'oldest-venv-*' ! -name "oldest-venv-$want*" -mtime +14 \
+  -exec rm -rf {} + 2>/dev/null || true
+touch "$deps/.lakesink-stamp"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
-# lakesink itself from this checkout, no dependency resolution (the lock has them all)
-"$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps -e . \
-  > "$work/install.log" 2>&1 || { cat "$work/install.log" >&2; exit 1; }
+venv="$work/venv"
+"$PYTHON" -m venv --without-pip "$venv"
+# lakesink itself from this checkout, no dependency resolution (the lock has them all); built
+# before the dependencies are linked in, so the build sees only its own isolated setuptools
+"$deps/bin/python" -m pip --python "$venv/bin/python" install --quiet \
+  --disable-pip-version-check --no-deps -e . > "$work/install.log" 2>&1 \
+  || { cat "$work/install.log" >&2; exit 1; }
+site="$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')"
+deps_site="$("$deps/bin/python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')"
+echo "import site; site.addsitedir('$deps_site')" > "$site/lakesink-oldest-deps.pth"
 "$venv/bin/python" - <<'PY'
 import importlib.metadata as md
+import lakesink
 print("check-oldest:", ", ".join(f"{d} {md.version(d)}" for d in (
-    "pyspark", "pyarrow", "pandas", "confluent-kafka", "fastavro", "pyyaml", "hudi", "noida-db")))
+    "pyspark", "pyarrow", "pandas", "confluent-kafka", "fastavro", "pyyaml", "hudi", "noida-db")),
+    "; lakesink from", lakesink.__file__)
 PY
 "$venv/bin/python" -m pytest -q -p no:cacheprovider tests/unit -x
 PATH="$venv/bin:$PATH" PYSPARK_PYTHON="$venv/bin/python" \

@@ -1,26 +1,31 @@
 #!/usr/bin/env bash
 # Build the wheel and sdist with `python -m build` (build pinned below, in a venv cached under
-# $LAKESINK_CACHE/build-venv) into dist/, fail on any warning of the build, then install the
+# $LAKESINK_CACHE, else ~/.cache/lakesink, so a fresh clone reuses it) into dist/, fail on any warning of the build, then install the
 # wheel into a new, empty venv with nothing but `pip install dist/lakesink-*.whl[demo,verify]`
 # and run a small `lakesink demo` there, outside the checkout (so nothing is imported from it),
 # then the API examples (examples/notebook.py, examples/spark_submit_app.py under spark-submit)
-# against the embedded broker, with hudi-rs counting what they wrote (scripts/wheel_examples.py).
+# against the embedded broker, with hudi-rs counting what they wrote (scripts/wheel_examples.py);
+# the demo and the examples run side by side, each with its own broker, Spark and folder.
 # (PYTHONDONTWRITEBYTECODE is unset for the build: setuptools warns that it skips byte-compiling.)
 # pip's own cache keeps the second and later installs fast.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo="$PWD"
-CACHE="${LAKESINK_CACHE:-$PWD/.cache}"
+CACHE="${LAKESINK_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/lakesink}"
 BUILD_VERSION=1.6.1
 PYTHON="${PYTHON:-python3.11}"
 command -v "$PYTHON" >/dev/null 2>&1 || PYTHON=python3
-bvenv="$CACHE/build-venv"
+mkdir -p "$CACHE"
+bvenv="$CACHE/build-venv-$BUILD_VERSION-$("$PYTHON" -VV | sha256sum | cut -c1-8)"
+exec 9>"$bvenv.lock"
+flock 9   # one creator per key; a second run waits for it and then reuses the venv
 if [ "$(cat "$bvenv/.lakesink-stamp" 2>/dev/null || true)" != "build==$BUILD_VERSION" ]; then
   rm -rf "$bvenv"
   "$PYTHON" -m venv "$bvenv"
   "$bvenv/bin/python" -m pip install --quiet --disable-pip-version-check "build==$BUILD_VERSION"
   echo "build==$BUILD_VERSION" > "$bvenv/.lakesink-stamp"
 fi
+flock -u 9
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 rm -rf dist
@@ -40,15 +45,17 @@ t0=$SECONDS
   "$PWD/${wheel}[demo,verify]"
 echo "check-wheel: installed into a clean venv in $((SECONDS - t0))s"
 t0=$SECONDS
+# the API examples in the background, beside the demo
+(cd "$work" && PATH="$work/venv/bin:$PATH" "$work/venv/bin/python" "$repo/scripts/wheel_examples.py" \
+  "$repo/examples" > "$work/examples.log" 2>&1) &
+examples=$!
 (cd "$work" && PATH="$work/venv/bin:$PATH" PYSPARK_PYTHON="$work/venv/bin/python" \
   "$work/venv/bin/lakesink" demo --events 2000 --partitions 2 --dir "$work/lake" > "$work/demo.log" 2>&1) \
-  || { cat "$work/demo.log" >&2; echo "check-wheel: lakesink demo failed from the wheel" >&2; exit 1; }
+  || { cat "$work/demo.log" >&2; echo "check-wheel: lakesink demo failed from the wheel" >&2; wait "$examples" || true; exit 1; }
 (cd "$work" && "$work/venv/bin/python" -c \
   "import lakesink, sys; assert lakesink.__file__.startswith('$work/venv/'), lakesink.__file__")
 echo "check-wheel: lakesink demo from the wheel passed its audit in $((SECONDS - t0))s"
-t0=$SECONDS
-(cd "$work" && PATH="$work/venv/bin:$PATH" "$work/venv/bin/python" "$repo/scripts/wheel_examples.py" \
-  "$repo/examples" > "$work/examples.log" 2>&1) \
+wait "$examples" \
   || { cat "$work/examples.log" >&2; echo "check-wheel: the API examples failed from the wheel" >&2; exit 1; }
 tail -1 "$work/examples.log"
-echo "check-wheel: the API examples from the wheel passed in $((SECONDS - t0))s"
+echo "check-wheel: the API examples from the wheel passed in $((SECONDS - t0))s (beside the demo)"

@@ -13,7 +13,7 @@ from typing import Any
 
 import pyspark
 import pytest
-from integration.conftest import audit_config, ingest_config
+from integration.conftest import SHORT_LIVED_DRIVER_JVM, audit_config, ingest_config
 from integration.spark_cluster import StandaloneCluster
 
 from lakesink.kafka.producer import produce_sample_events
@@ -53,48 +53,48 @@ def test_notebook_example_ingests_into_the_users_spark_session_and_reads_back(
 
 
 def test_spark_submit_app_on_a_standalone_cluster_ingests_every_record_once(
-    kafka_bootstrap: str, topic_factory: Callable[[str], str], tmp_path: Path
+    spark_cluster: StandaloneCluster,
+    kafka_bootstrap: str,
+    topic_factory: Callable[[str], str],
+    tmp_path: Path,
 ) -> None:
     topic = topic_factory("submit")
     produce_sample_events(kafka_bootstrap, topic, 1000, 2)
     table = tmp_path / "submitted"
-    cluster = StandaloneCluster(tmp_path / "cluster", cores_per_worker=2).start()
-    try:
-        spark_submit = Path(pyspark.__file__).parent / "bin" / "spark-submit"
-        env = {
-            **os.environ,
-            "PYSPARK_PYTHON": sys.executable,
-            "PYSPARK_DRIVER_PYTHON": sys.executable,
-            "SPARK_LOCAL_IP": "127.0.0.1",
-            "SPARK_HOME": str(spark_submit.parents[1]),
-        }
-        run = subprocess.run(
-            [
-                str(spark_submit),
-                "--master",
-                cluster.master_url,
-                "--conf",
-                "spark.driver.host=127.0.0.1",
-                "--conf",
-                "spark.ui.enabled=false",
-                "--conf",
-                "spark.executor.memory=1g",
-                str(EXAMPLES / "spark_submit_app.py"),
-                "--bootstrap-servers",
-                kafka_bootstrap,
-                "--topic",
-                topic,
-                "--table",
-                str(table),
-                "--once",
-            ],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=400,
-        )
-    finally:
-        cluster.stop()
+    spark_submit = Path(pyspark.__file__).parent / "bin" / "spark-submit"
+    env = {
+        **os.environ,
+        **SHORT_LIVED_DRIVER_JVM,
+        "PYSPARK_PYTHON": sys.executable,
+        "PYSPARK_DRIVER_PYTHON": sys.executable,
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "SPARK_HOME": str(spark_submit.parents[1]),
+    }
+    run = subprocess.run(
+        [
+            str(spark_submit),
+            "--master",
+            spark_cluster.master_url,
+            "--conf",
+            "spark.driver.host=127.0.0.1",
+            "--conf",
+            "spark.ui.enabled=false",
+            "--conf",
+            "spark.executor.memory=1g",
+            str(EXAMPLES / "spark_submit_app.py"),
+            "--bootstrap-servers",
+            kafka_bootstrap,
+            "--topic",
+            topic,
+            "--table",
+            str(table),
+            "--once",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
     assert run.returncode == 0, run.stderr[-4000:]
     assert "ingested 1000 records" in run.stdout, run.stdout
     cfg = ingest_config(kafka_bootstrap, topic, table, writer__id=None)

@@ -9,7 +9,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,22 +23,16 @@ from lakesink.kafka.producer import produce_sample_events
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneCluster]:
-    c = StandaloneCluster(tmp_path_factory.mktemp("spark-cluster"), workers=2, cores_per_worker=1)
-    c.start()
-    yield c
-    c.stop()
-
-
 def test_ingestion_into_s3_on_a_cluster_without_shared_disk_survives_an_executor_kill(
-    cluster: StandaloneCluster,
+    spark_cluster: StandaloneCluster,
     kafka_bootstrap: str,
     topic_factory: Callable[[str], str],
     tmp_path: Path,
     cli: Callable[..., Any],
     request: pytest.FixtureRequest,
 ) -> None:
+    cluster = spark_cluster  # the session's: other applications may have run on it before
+    apps_before = {p.name for p in cluster.work_dir.glob("work*/app-*")}
     where = table_at("s3", tmp_path, request)
     topic = topic_factory("cluster")
     produce_sample_events(kafka_bootstrap, topic, 3000, 4)
@@ -71,7 +65,12 @@ def test_ingestion_into_s3_on_a_cluster_without_shared_disk_survives_an_executor
     report = audit_config(cfg)
     assert report.ok, report.problems
     assert report.rows_hudi_rs == report.rows_lakesink == 3000
-    # both workers ran executors, each in its own folder, and no table file is on local disk
-    assert all(list((cluster.work_dir / f"work{n}").glob("app-*/*")) for n in range(2))
+    # both workers ran executors of this run, each in its own folder, and no table file is on
+    # local disk
+    ours = {p.name for p in cluster.work_dir.glob("work*/app-*")} - apps_before
+    assert len(ours) == 1, ours
+    assert all(
+        list((cluster.work_dir / f"work{n}").glob(f"{next(iter(ours))}/*")) for n in range(2)
+    )
     assert not list(tmp_path.rglob("*.parquet"))
     assert not list(cluster.work_dir.rglob("*.parquet"))
