@@ -309,7 +309,6 @@ def run_direct_batch(
     table had nothing to publish (a replayed batch)."""
     from pyspark.sql.pandas.types import from_arrow_schema
 
-    from lakesink.kafka.dead_letters import DEAD_LETTER_SCHEMA
     from lakesink.spark.sink import rows_per_topic
     from lakesink.spark.source import encode_config, encode_secrets
 
@@ -334,7 +333,7 @@ def run_direct_batch(
             rows=_target(sink.coordinator, instant),
             dead_letters=_target(dead, dead_instant),
             rows_schema=rows_schema,
-            dead_letter_schema=spark_arrow_schema(spark, from_arrow_schema(DEAD_LETTER_SCHEMA)),
+            dead_letter_schema=spark_arrow_schema(spark, from_arrow_schema(dead_letter_rows(cfg))),
             required=required,
             target_file_size=cfg["table.target.file.size.bytes"],
         )
@@ -362,6 +361,25 @@ def run_direct_batch(
             raise  # durable in the pending store: published by the committer or at restart
         sink._abort(sink.coordinator, instant, batch_id)
         raise
+
+
+def dead_letter_rows(cfg: LakesinkConfig) -> pa.Schema:
+    """DEAD_LETTER_SCHEMA as the DataFrame path selects it from the source's rows: each column
+    as nullable as the source column it comes from (`kafka_value` and `error` from the
+    dead-letter columns, which are null on good rows)."""
+    from lakesink.kafka.dead_letters import DEAD_LETTER_SCHEMA
+    from lakesink.spark.source import ERROR_COLUMN, RAW_VALUE_COLUMN, source_arrow_schema
+
+    source = source_arrow_schema(cfg)
+    if ERROR_COLUMN not in source.names:  # no dead-letter table
+        return DEAD_LETTER_SCHEMA
+    origin = {"kafka_value": RAW_VALUE_COLUMN, "error": ERROR_COLUMN}
+    return pa.schema(
+        [
+            f.with_nullable(source.field(origin.get(f.name, f.name)).nullable)
+            for f in DEAD_LETTER_SCHEMA
+        ]
+    )
 
 
 def _relaxed(schema: pa.Schema, required: Sequence[str]) -> pa.Schema:

@@ -23,11 +23,21 @@ pytestmark = pytest.mark.integration
 KILLED = -signal.SIGKILL
 
 
-@pytest.mark.parametrize("store", STORES)
-@pytest.mark.parametrize("point", [p for p in SYNC_CRASH_POINTS if p != "during-rollback"])
+KILL_POINTS = [p for p in SYNC_CRASH_POINTS if p != "during-rollback"]
+# Batches take the direct task path (spark/direct.py) at every point and store; the DataFrame
+# path (transformations) once, where a batch's files are written and not yet reconciled.
+KILL_CASES = [
+    pytest.param(store, point, "direct", id=f"{point}-{store}")
+    for store in STORES
+    for point in KILL_POINTS
+] + [pytest.param("local", "after-write", "dataframe", id="after-write-local-dataframe")]
+
+
+@pytest.mark.parametrize(("store", "point", "write_path"), KILL_CASES)
 def test_driver_killed_at_each_commit_step_then_restart_is_exactly_once(
     point: str,
     store: str,
+    write_path: str,
     kafka_bootstrap: str,
     topic_factory: Callable[[str], str],
     tmp_path: Path,
@@ -37,7 +47,13 @@ def test_driver_killed_at_each_commit_step_then_restart_is_exactly_once(
     topic = topic_factory(point)
     produce_sample_events(kafka_bootstrap, topic, 900, 3)
     where = table_at(store, tmp_path, request)
-    cfg = ingest_config(kafka_bootstrap, topic, where.path, **where.overrides)  # type: ignore[arg-type]
+    cfg = ingest_config(
+        kafka_bootstrap,
+        topic,
+        where.path,  # type: ignore[arg-type]
+        write__path=write_path,
+        **where.overrides,
+    )
     conf = write_config_file(cfg, tmp_path / "c.toml")
     # One batch commits cleanly, the second dies at `point`.
     crashed = cli(
