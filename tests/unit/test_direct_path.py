@@ -154,3 +154,38 @@ def test_task_statuses_round_trip_through_json() -> None:
     status = WriteStatus(instant_time="20240101000000000", task_attempt="1.0.0", files=())
     for value in (TaskStatuses(status, None), TaskStatuses(None, status)):
         assert TaskStatuses.from_json(value.to_json()) == value
+
+
+FAILED = st.builds(
+    FailedRecord,
+    partition=st.builds(TopicPartition, st.sampled_from(["a", "b.c"]), st.integers(0, 9)),
+    offset=st.integers(0, 2**40),
+    timestamp_ms=st.one_of(st.none(), st.integers(0, 2**41)),
+    key=st.one_of(st.none(), st.binary(max_size=4)),
+    value=st.one_of(st.none(), st.binary(max_size=8)),
+    headers=st.lists(
+        st.tuples(st.text(max_size=3), st.one_of(st.none(), st.binary(max_size=3))), max_size=2
+    ).map(tuple),
+    error=st.text(min_size=1, max_size=10),
+)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(FAILED, min_size=1, max_size=10))
+def test_dead_letter_rows_match_the_dataframe_paths_source_rows(failed: list[Any]) -> None:
+    """The direct path builds dead letters itself; the DataFrame path's source yields them as
+    rows with the value columns null, which the sink renames into the dead-letter columns."""
+    from lakesink.spark.source import (
+        ERROR_COLUMN,
+        RAW_VALUE_COLUMN,
+        _dead_letter_rows,
+        source_arrow_schema,
+    )
+
+    cfg = _cfg(errors__tolerance="all", errors__deadletter__table="/tmp/d")
+    source = _dead_letter_rows(source_arrow_schema(cfg), failed).to_pylist()
+    renamed = {"kafka_value": RAW_VALUE_COLUMN, "error": ERROR_COLUMN}
+    expected = [
+        {f.name: row[renamed.get(f.name, f.name)] for f in DEAD_LETTER_SCHEMA} for row in source
+    ]
+    assert dead_letter_batch(failed, dead_letter_rows(cfg)).to_pylist() == expected
