@@ -132,7 +132,7 @@ def _ingest_both_ways(
             write__path=path,
             errors__tolerance="all",
             errors__deadletter__table=str(tmp_path / path / "dl"),
-            kafka__max__records__per__batch=60,
+            kafka__max__records__per__batch=100,
             kafka__max__records__per__task=20,
             **overrides,
         )
