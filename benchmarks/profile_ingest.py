@@ -5,6 +5,7 @@ into stages by the frames they pass through.
 
     python benchmarks/profile_ingest.py --events 200000 --size 250
     python benchmarks/profile_ingest.py --events 60000 --size 1024 --broker kafka
+    python benchmarks/profile_ingest.py --events 200000 --write-path dataframe
 
 Writes benchmarks/results/profile-<size>-<time>.{txt,json}: the collapsed stacks (flamegraph.pl /
 speedscope read them) and the table this prints. The JVM's own time is not sampled by py-spy: it
@@ -144,6 +145,12 @@ def main() -> None:
     ap.add_argument("--cores", type=int, default=2)
     ap.add_argument("--rate", type=int, default=50, help="py-spy samples per second")
     ap.add_argument("--broker", choices=("kafka", "noida"), default="kafka")
+    ap.add_argument(
+        "--write-path",
+        choices=("auto", "direct", "dataframe"),
+        default="auto",
+        help="write.path: the direct task path (auto here) or the DataFrame path",
+    )
     ap.add_argument("--resummarize", help="a report JSON: group its collapsed stacks again")
     args = ap.parse_args()
     if args.resummarize:
@@ -178,6 +185,7 @@ def main() -> None:
             "writer.id": "profile",
             "lock.provider": "filesystem",
             "spark.master": f"local[{args.cores}]",
+            "write.path": args.write_path,
         }
         child = [sys.executable, str(HERE / "run.py"), "--child", "spark", "lakesink"]
         child += [json.dumps(cfg), str(args.events)]

@@ -95,9 +95,14 @@ def throughput(
         "steady_cpu_s": sum(mon.stats.cpu_s.values()),
         "memory": mon.stats.as_json(),
     }
-    for mode in ("lakesink", "alo"):
+    for mode in ("lakesink", "lakesink-dataframe", "alo"):
+        # lakesink takes the direct task path (no transformation); lakesink-dataframe forces
+        # the rows through Spark's DataFrame, the path of transform.sql and transform.python
         cfg = lakesink_config(bootstrap, topic, work / f"{mode}-{size}", size, events, args)
-        res, mon, _ = run_child(_child_cmd("spark", mode, json.dumps(cfg), str(events)))
+        child = "alo" if mode == "alo" else "lakesink"
+        if mode == "lakesink-dataframe":
+            cfg["write.path"] = "dataframe"
+        res, mon, _ = run_child(_child_cmd("spark", child, json.dumps(cfg), str(events)))
         rows[mode] = spark_row(res, mon)
     for mode in peers_to_run(args):
         from peers import peer_cmd, peer_config
@@ -137,6 +142,12 @@ def throughput(
         "lakesink/raw (end-to-end)": _ratio(ls["rec_s"], raw["rec_s"]),
         "lakesink/alo (end-to-end)": _ratio(ls["rec_s"], alo["rec_s"]),
         "alo/lakesink cpu per record": _ratio(alo["cpu_us_per_rec"], ls["cpu_us_per_rec"]),
+        "lakesink/lakesink-dataframe": _ratio(
+            ls["steady_rec_s"], rows["lakesink-dataframe"]["steady_rec_s"]
+        ),
+        "lakesink-dataframe/lakesink cpu per record": _ratio(
+            rows["lakesink-dataframe"]["cpu_us_per_rec"], ls["cpu_us_per_rec"]
+        ),
     }
     for mode in peers_to_run(args):
         p = rows[mode]
@@ -223,7 +234,7 @@ def _fmt_audit(a: dict[str, Any] | None) -> str:
 
 def print_throughput(results: dict[str, Any]) -> None:
     print(
-        f"\n{'size':>6} {'variant':<17} {'records':>9} {'rec/s':>9} {'steady rec/s':>12} "
+        f"\n{'size':>6} {'variant':<18} {'records':>9} {'rec/s':>9} {'steady rec/s':>12} "
         f"{'MB/s':>6} {'cpu us/rec':>10} {'peak RSS MB':>11} {'batches':>7} {'vs raw':>6} "
         f"{'lakesink/it':>11} {'its cpu/lakesink':>16}  after SIGKILL + restart"
     )
@@ -231,13 +242,13 @@ def print_throughput(results: dict[str, Any]) -> None:
         audits = res.get("correctness", {})
         if "raw" not in res["runs"]:  # a correctness-only run
             for name, a in audits.items():
-                print(f"{size:>6} {name:<17} after SIGKILL + restart: {_fmt_audit(a)}")
+                print(f"{size:>6} {name:<18} after SIGKILL + restart: {_fmt_audit(a)}")
             continue
         raw = res["runs"]["raw"]
         ls = res["runs"]["lakesink"]
         for name, r in res["runs"].items():
             if "failed" in r:
-                print(f"{size:>6} {name:<17} failed: {r['failed'].splitlines()[0][:100]}")
+                print(f"{size:>6} {name:<18} failed: {r['failed'].splitlines()[0][:100]}")
                 continue
             steady = r["steady_rec_s"]
             cpu = r["cpu_us_per_rec"] if steady else float("nan")
@@ -245,7 +256,7 @@ def print_throughput(results: dict[str, Any]) -> None:
             ls_vs = _ratio(ls["steady_rec_s"], steady) if name not in ("raw", "lakesink") else None
             cpu_vs = _ratio(cpu, ls["cpu_us_per_rec"]) if name != "lakesink" else None
             print(
-                f"{size:>6} {name:<17} {r['records']:>9,} {r['rec_s']:>9,.0f} "
+                f"{size:>6} {name:<18} {r['records']:>9,} {r['rec_s']:>9,.0f} "
                 f"{(steady or 0):>12,.0f} {r['steady_mb_s']:>6.1f} {cpu:>10.1f} "
                 f"{r['memory']['peak_total_rss_mb']:>11,.0f} {r.get('batches', ''):>7} "
                 f"{vs_raw or '':>6} {ls_vs or '':>11} {cpu_vs or '':>16}  "

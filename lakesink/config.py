@@ -356,6 +356,16 @@ KEYS: tuple[Key, ...] = (
         "This writer's id in commit metadata (default: derived from table name and topics).",
     ),
     Key(
+        "write.path",
+        _choice("auto", "direct", "dataframe"),
+        "auto",
+        "How tasks write: direct (each task reads its Kafka range, decodes and writes its base "
+        "files in one Python worker, no rows through the JVM), dataframe (through a Spark "
+        "DataFrame, needed by transform.sql and transform.python), or auto (direct unless a "
+        "transformation is set or table.partition.date.from names a column that is not a "
+        "timestamp or date).",
+    ),
+    Key(
         "commit.mode",
         _choice("sync", "async"),
         "sync",
@@ -741,6 +751,11 @@ def _check_combinations(cfg: LakesinkConfig) -> None:
         )
     if cfg["transform.sql"] and cfg["transform.python"]:
         raise ConfigError("set only one of transform.sql and transform.python")
+    if cfg["write.path"] == "direct" and (cfg["transform.sql"] or cfg["transform.python"]):
+        raise ConfigError(
+            "write.path=direct cannot apply transform.sql or transform.python (they run on a "
+            "Spark DataFrame): set write.path=auto or write.path=dataframe"
+        )
     needs_pg = cfg["lock.provider"] == "postgres" or (
         cfg["commit.mode"] == "async" and cfg["commit.pending.store"] == "postgres"
     )

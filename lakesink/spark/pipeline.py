@@ -24,6 +24,7 @@ from lakesink.protocol.offsets import TopicPartition, WriterOffsets
 from lakesink.spark import commit_state
 from lakesink.spark.async_commit import AsyncCommitter
 from lakesink.spark.coordinator import BatchOutcome, CommitServices, Coordinator
+from lakesink.spark.direct import uses_direct_path
 from lakesink.spark.monitoring import LagMonitor
 from lakesink.spark.sink import DATE_PARTITION_COLUMN, CommittingSink, analyze_rows
 from lakesink.spark.source import (
@@ -177,6 +178,7 @@ class Ingestion:
         self.partitions = check_kafka(cfg)
         table_config = table_config_for(cfg)
         self.output_schema = analyze_rows(cfg, spark, table_config.partition_fields)
+        self.direct = uses_direct_path(cfg)  # the direct task path, or Spark's DataFrame
         self.services = services or make_services(cfg)
         self.on_progress = on_progress
         self._stop = threading.Event()
@@ -241,11 +243,19 @@ class Ingestion:
             committer.recover()
             committer.start()
 
-    def make_sink(self, committer: AsyncCommitter | None) -> CommittingSink:
-        """The `foreachBatch` function of this ingestion (after `start_commits`)."""
+    def make_sink(
+        self, committer: AsyncCommitter | None, *, direct: bool = False
+    ) -> CommittingSink:
+        """The `foreachBatch` function of this ingestion (after `start_commits`); `direct`:
+        over lakesink's own source stream, tasks write without the DataFrame (spark/direct.py)."""
         dead_letters = self._dead_letter_coordinator()
         return CommittingSink(
-            self.cfg, self.coordinator, committer, dead_letters, output_schema=self.output_schema
+            self.cfg,
+            self.coordinator,
+            committer,
+            dead_letters,
+            output_schema=self.output_schema,
+            direct=direct,
         )
 
     def source_stream(self) -> DataFrame:
@@ -265,7 +275,7 @@ class Ingestion:
             target = offsets_to_read(self.cfg, self.coordinator.committed, self.partitions)
             if not target:
                 return self._result(IngestionResult(nothing_new=True), started)
-        sink = self.make_sink(committer)
+        sink = self.make_sink(committer, direct=self.direct)
         result = IngestionResult()
 
         def on_batch(outcome: BatchOutcome) -> None:

@@ -23,6 +23,7 @@ from lakesink.protocol.offsets import OffsetRange
 from lakesink.protocol.write_status import WriteStatus
 from lakesink.spark.async_commit import AsyncCommitter
 from lakesink.spark.coordinator import BatchOutcome, Coordinator
+from lakesink.spark.direct import run_direct_batch
 from lakesink.spark.source import ERROR_COLUMN, RAW_VALUE_COLUMN, offset_to_ranges
 from lakesink.spark.task_writer import STATUS_SCHEMA, TOPICS_EXTRA, TaskWriter, parse_statuses
 
@@ -195,8 +196,12 @@ class CommittingSink:
         dead_letters: Coordinator | None = None,
         *,
         output_schema: StructType | None = None,
+        direct: bool = False,
     ) -> None:
         self.cfg = cfg
+        # The direct task path (spark/direct.py): tasks read, decode and write the batch's
+        # ranges themselves; the DataFrame Spark hands foreachBatch is not used.
+        self.direct = direct
         self.output_schema = output_schema  # the rows' schema as declared (`analyze_rows`)
         self.coordinator = coordinator
         self.committer = committer
@@ -271,7 +276,9 @@ class CommittingSink:
         ranges = planned_ranges(self.cfg.checkpoint_location, batch_id)
         if self.committer is not None:
             self.committer.wait_for_room()
-        if self.dead_letters is None:
+        if self.direct:
+            outcome = run_direct_batch(self, batch_df, batch_id, ranges)
+        elif self.dead_letters is None:
             outcome = self._commit_rows(batch_df, batch_id, ranges)
         else:
             # Read Kafka once for both tables; each table commits the batch's ranges, so each is

@@ -27,11 +27,19 @@ STEPS = [p for p in SYNC_CRASH_POINTS if p != "during-rollback"]
 LEAVES_INFLIGHT = ("after-begin", "after-write", "after-reconcile")
 
 
-@pytest.mark.parametrize("store", ["local"])  # S3: one chain over every step, below
-@pytest.mark.parametrize("point", STEPS)
+# Local tables: one test per step, batches on the direct task path (spark/direct.py); the
+# DataFrame path (transformations) once, where a batch's files are written and not yet
+# reconciled. S3: one chain over every step, below.
+KILL_CASES = [pytest.param("local", point, "direct", id=f"{point}-local") for point in STEPS] + [
+    pytest.param("local", "after-write", "dataframe", id="after-write-local-dataframe")
+]
+
+
+@pytest.mark.parametrize(("store", "point", "write_path"), KILL_CASES)
 def test_driver_killed_at_each_commit_step_then_restart_is_exactly_once(
     point: str,
     store: str,
+    write_path: str,
     kafka_bootstrap: str,
     topic_factory: Callable[[str], str],
     tmp_path: Path,
@@ -41,7 +49,13 @@ def test_driver_killed_at_each_commit_step_then_restart_is_exactly_once(
     topic = topic_factory(point)
     produce_sample_events(kafka_bootstrap, topic, 900, 3)
     where = table_at(store, tmp_path, request)
-    cfg = ingest_config(kafka_bootstrap, topic, where.path, **where.overrides)  # type: ignore[arg-type]
+    cfg = ingest_config(
+        kafka_bootstrap,
+        topic,
+        where.path,  # type: ignore[arg-type]
+        write__path=write_path,
+        **where.overrides,
+    )
     conf = write_config_file(cfg, tmp_path / "c.toml")
     # One batch commits cleanly, the second dies at `point`.
     crashed = cli(

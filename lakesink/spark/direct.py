@@ -1,0 +1,437 @@
+"""The direct task path: each Spark task reads its Kafka offset range, decodes it into Arrow and
+writes its base files in the same Python worker; only its write status goes back to the driver.
+
+Spark still plans the batch (the lakesink-kafka source writes its ranges to the offset log),
+schedules and retries the tasks and checkpoints the batch; what the direct path leaves out is
+the JVM round trip of the rows (Kafka -> Python source -> JVM rows -> Python writer), which
+is most of the CPU per record when there is nothing for Spark SQL to do. Inside `foreachBatch`
+the driver begins the batch's instants first (main table, and dead-letter table when
+configured), then runs one job whose tasks are the batch's ranges, split as the source splits
+them (`kafka.max.records.per.task`), so the task partition ids, write tokens and commit
+sequence numbers are those of the DataFrame path. A failed or retried attempt leaves files
+that are in no returned status; the coordinator's marker reconciliation deletes them before it
+publishes, as on the DataFrame path.
+
+The rows come out as Spark would hand them to the writer: every batch is cast to the Arrow
+schema Spark derives from the analyzed rows (session time zone, Spark's list and map field
+names), `table.partition.date.from` adds the same `dt` column, and declared non-nullable
+columns are restored (`with_required`), so the table is the same whichever path wrote it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from lakesink.config import LakesinkConfig
+from lakesink.errors import ConfigError
+from lakesink.protocol.offsets import OffsetRange
+from lakesink.protocol.write_status import WriteStatus
+from lakesink.storage import Storage
+from lakesink.table.config import TableConfig
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+    from lakesink.spark.sink import CommittingSink
+
+log = logging.getLogger(__name__)
+
+WRITE_PATHS = ("auto", "direct", "dataframe")
+DATE_FORMAT = "%Y-%m-%d"
+
+
+def uses_direct_path(cfg: LakesinkConfig) -> bool:
+    """Whether batches take the direct task path: `write.path=direct`, or `auto` without a
+    transformation and with `table.partition.date.from` (if set) naming a timestamp or date
+    column. A forced direct path that cannot give the DataFrame path's rows is a ConfigError."""
+    choice = cfg["write.path"]
+    if choice == "dataframe":
+        return False
+    why_not = _direct_path_obstacle(cfg)
+    if choice == "direct" and why_not:
+        raise ConfigError(f"write.path=direct is not possible: {why_not}; set write.path=auto")
+    return why_not is None
+
+
+def _direct_path_obstacle(cfg: LakesinkConfig) -> str | None:
+    if cfg["transform.sql"] or cfg["transform.python"]:
+        return "a transformation (transform.sql, transform.python) runs on a Spark DataFrame"
+    date_from = cfg["table.partition.date.from"]
+    if date_from:
+        from lakesink.spark.source import declared_arrow_schema
+
+        declared = declared_arrow_schema(cfg)
+        if date_from not in declared.names or date_from == "dt":
+            return f"table.partition.date.from={date_from!r} is not a value column other than dt"
+        kind = declared.field(date_from).type
+        if not (pa.types.is_timestamp(kind) or pa.types.is_date(kind)):
+            return (
+                f"table.partition.date.from={date_from!r} is a {kind} column; the direct path "
+                "takes dates from timestamp and date columns only"
+            )
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class TableTarget:
+    """Where a task writes: a table and the instant its files belong to."""
+
+    storage: Storage
+    config: TableConfig
+    instant_time: str
+
+
+@dataclass(frozen=True, slots=True)
+class TaskStatuses:
+    """What one direct task returns: its write status per table (None: no instant there)."""
+
+    rows: WriteStatus | None
+    dead_letters: WriteStatus | None
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "rows": None if self.rows is None else self.rows.to_json(),
+                "dead_letters": None if self.dead_letters is None else self.dead_letters.to_json(),
+            }
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> TaskStatuses:
+        raw = json.loads(text)
+        return cls(
+            rows=None if raw["rows"] is None else WriteStatus.from_json(raw["rows"]),
+            dead_letters=(
+                None if raw["dead_letters"] is None else WriteStatus.from_json(raw["dead_letters"])
+            ),
+        )
+
+
+class DirectTask:
+    """A picklable function for `RDD.mapPartitions`: reads the offset ranges of its Spark
+    partition (one piece of a planned range), writes the good rows into the main table and
+    the dead letters into the dead-letter table, and yields one `TaskStatuses` as JSON."""
+
+    def __init__(
+        self,
+        config_json: str,
+        secrets_json: str,
+        *,
+        rows: TableTarget | None,
+        dead_letters: TableTarget | None,
+        rows_schema: pa.Schema,
+        dead_letter_schema: pa.Schema,
+        required: tuple[str, ...],
+        target_file_size: int,
+    ) -> None:
+        self.config_json = config_json
+        self.secrets_json = secrets_json
+        self.rows = rows
+        self.dead_letters = dead_letters
+        # The rows as Spark hands them to the DataFrame path's writer (top level nullable
+        # except the Kafka coordinates; `required` restores the declared non-nullable ones).
+        self.rows_schema = rows_schema
+        self.dead_letter_schema = dead_letter_schema
+        self.required = required
+        self.target_file_size = target_file_size
+
+    def __call__(self, pieces: Iterable[OffsetRange]) -> Iterator[str]:
+        from pyspark import TaskContext
+
+        from lakesink.faults import task_fault
+        from lakesink.kafka.deserializers import make_deserializer
+        from lakesink.kafka.reader import read_range
+        from lakesink.spark.source import CONFIG_OPTION, SECRETS_OPTION, decode_config
+        from lakesink.spark.source import _deserializer as deserializer_for
+        from lakesink.spark.task_writer import topic_counts, with_required
+        from lakesink.spark.worker_gc import freeze_worker_heap
+        from lakesink.table.files import write_token
+
+        freeze_worker_heap()
+        cfg = decode_config({CONFIG_OPTION: self.config_json, SECRETS_OPTION: self.secrets_json})
+        ctx = TaskContext.get()
+        ids = (ctx.partitionId(), ctx.stageId(), ctx.attemptNumber()) if ctx else (0, 0, 0)
+        token = write_token(*ids)
+        attempt = f"{ids[1]}.{ids[0]}.{ids[2]}"
+        rows = _Output(self.rows, token, self.target_file_size)
+        dead = _Output(self.dead_letters, token, self.target_file_size)
+        failed: list[Any] = []
+        date_from = cfg["table.partition.date.from"]
+        for piece in pieces:
+            batches = read_range(
+                cfg["kafka.bootstrap.servers"],
+                piece,
+                isolation_level=cfg["kafka.isolation.level"],
+                deserializer=deserializer_for(cfg, make_deserializer),
+                consumer_config=cfg.consumer_config,
+                producer_config=cfg.kafka_client_config,
+                errors_tolerance=cfg["errors.tolerance"],
+                dead_letter_topic=cfg["errors.deadletter.topic"],
+                on_dead_letter=failed.append if self.dead_letters is not None else None,
+            )
+            for batch in batches:
+                if rows.writer is None or not batch.num_rows:
+                    continue
+                shaped = shape_rows(batch, self.rows_schema, date_from)
+                rows.write(with_required(shaped, self.required), topic_counts(shaped))
+        if failed and dead.writer is not None:
+            letters = dead_letter_batch(failed, self.dead_letter_schema)
+            dead.write(letters, topic_counts(letters))
+        statuses = TaskStatuses(rows.close(attempt), dead.close(attempt))
+        if ctx is not None:  # a test fault: this attempt fails after its files are whole
+            task_fault(ctx.attemptNumber())
+        yield statuses.to_json()
+
+
+class _Output:
+    """One table's writer inside a direct task (None: no instant for that table)."""
+
+    def __init__(self, target: TableTarget | None, token: str, target_file_size: int) -> None:
+        from lakesink.protocol.instant import InstantTime
+        from lakesink.table.writer import PartitionedWriter
+
+        self.target = target
+        self.writer = (
+            None
+            if target is None
+            else PartitionedWriter(
+                target.storage,
+                InstantTime(target.instant_time),
+                token,
+                target_file_size_bytes=target_file_size,
+                config=target.config,
+            )
+        )
+        self.records = 0
+        self.topics: dict[str, list[int]] = {}
+
+    def write(self, batch: pa.RecordBatch, counts: dict[str, tuple[int, int]]) -> None:
+        assert self.writer is not None
+        self.writer.write(batch)
+        self.records += batch.num_rows
+        for topic, (n, nbytes) in counts.items():
+            had = self.topics.setdefault(topic, [0, 0])
+            had[0] += n
+            had[1] += nbytes
+
+    def close(self, attempt: str) -> WriteStatus | None:
+        from lakesink.spark.task_writer import TOPICS_EXTRA
+
+        if self.writer is None or self.target is None:
+            return None
+        schema = self.writer.avro_schema
+        files = self.writer.close()
+        return WriteStatus(
+            instant_time=self.target.instant_time,
+            task_attempt=attempt,
+            files=tuple(files),
+            records_read=self.records,
+            records_written=sum(f.num_writes for f in files),
+            extra={**({"schema": schema} if schema else {}), TOPICS_EXTRA: self.topics},
+        )
+
+
+def shape_rows(batch: pa.RecordBatch, schema: pa.Schema, date_from: str | None) -> pa.RecordBatch:
+    """`batch` as the DataFrame path's writer gets it: cast to Spark's Arrow form of the rows
+    (`schema`, without `dt`), then the `dt` column of `table.partition.date.from` (Spark's
+    `date_format(col, 'yyyy-MM-dd')` in UTC; replacing a `dt` column in place, else appended)."""
+    import pyarrow.compute as pc
+
+    from lakesink.spark.sink import DATE_PARTITION_COLUMN
+
+    if date_from and DATE_PARTITION_COLUMN in batch.schema.names:
+        batch = batch.drop_columns([DATE_PARTITION_COLUMN])  # Spark replaces it: recomputed
+    base = pa.schema([f for f in schema if not (date_from and f.name == DATE_PARTITION_COLUMN)])
+    out = batch.cast(base) if batch.schema != base else batch
+    if not date_from:
+        return out
+    column = out.column(date_from)
+    if pa.types.is_timestamp(column.type):
+        day = pc.strftime(column, format=DATE_FORMAT)
+    else:
+        day = pc.cast(column, pa.string())
+    dt = schema.field(DATE_PARTITION_COLUMN)
+    columns = [*out.columns, day.cast(dt.type)]
+    fields = [*out.schema, dt]
+    at = schema.get_field_index(DATE_PARTITION_COLUMN)
+    if at != len(fields) - 1:  # `dt` was a column of the rows: it keeps its place
+        columns.insert(at, columns.pop())
+        fields.insert(at, fields.pop())
+    return pa.RecordBatch.from_arrays(columns, schema=pa.schema(fields))
+
+
+def dead_letter_batch(failed: Sequence[Any], schema: pa.Schema) -> pa.RecordBatch:
+    """Records that failed to decode as rows of the dead-letter table (`schema`: Spark's Arrow
+    form of DEAD_LETTER_SCHEMA), in the order the reader met them."""
+    from lakesink.kafka.dead_letters import headers_array, timestamps_array
+
+    given = {
+        "kafka_topic": pa.array([f.partition.topic for f in failed], pa.string()),
+        "kafka_partition": pa.array([f.partition.partition for f in failed], pa.int32()),
+        "kafka_offset": pa.array([f.offset for f in failed], pa.int64()),
+        "kafka_timestamp": timestamps_array([f.timestamp_ms for f in failed]),
+        "kafka_key": pa.array([f.key for f in failed], pa.binary()),
+        "kafka_value": pa.array([f.value for f in failed], pa.binary()),
+        "kafka_headers": headers_array([list(f.headers) or None for f in failed]),
+        "error": pa.array([f.error for f in failed], pa.string()),
+    }
+    return pa.RecordBatch.from_arrays([given[f.name].cast(f.type) for f in schema], schema=schema)
+
+
+def spark_arrow_schema(spark: SparkSession, schema: Any) -> pa.Schema:
+    """The Arrow schema Spark hands a `mapInArrow` function for rows of `schema` (a StructType):
+    the session's time zone, large string types when the session asks for them."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    zone = spark.conf.get("spark.sql.session.timeZone") or "UTC"
+    large = spark.conf.get("spark.sql.execution.arrow.useLargeVarTypes", "false") == "true"
+    result: pa.Schema = to_arrow_schema(schema, timezone=zone, prefers_large_types=large)
+    return result
+
+
+def task_pieces(ranges: Sequence[OffsetRange], per_task: int) -> list[OffsetRange]:
+    """The batch's tasks in the source's order (`KafkaStreamReader.partitions`)."""
+    return [piece for r in ranges if not r.is_empty for piece in r.split(per_task)]
+
+
+def run_direct_batch(
+    sink: CommittingSink, batch_df: DataFrame, batch_id: int, ranges: list[OffsetRange]
+) -> Any:
+    """One batch on the direct path, with `sink`'s coordinators: begin the instants (dead
+    letters first, as the DataFrame path commits them first), run the tasks, publish the
+    dead-letter table's instant, then the main table's; a BatchOutcome, or None when the main
+    table had nothing to publish (a replayed batch)."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    from lakesink.spark.sink import rows_per_topic
+    from lakesink.spark.source import encode_config, encode_secrets
+
+    spark = batch_df.sparkSession
+    cfg = sink.cfg
+    dead = sink.dead_letters
+    dead_instant = dead.begin(batch_id, ranges) if dead is not None else None
+    try:
+        instant = sink.coordinator.begin(batch_id, ranges)
+    except BaseException:
+        if dead is not None and dead_instant is not None:
+            sink._abort(dead, dead_instant, batch_id)
+        raise
+    if instant is None and dead_instant is None:
+        return None
+    try:
+        required = sink.required_columns(spark)
+        rows_schema = _relaxed(spark_arrow_schema(spark, sink.output_schema), required)
+        task = DirectTask(
+            encode_config(cfg),
+            encode_secrets(cfg),
+            rows=_target(sink.coordinator, instant),
+            dead_letters=_target(dead, dead_instant),
+            rows_schema=rows_schema,
+            dead_letter_schema=spark_arrow_schema(spark, from_arrow_schema(dead_letter_rows(cfg))),
+            required=required,
+            target_file_size=cfg["table.target.file.size.bytes"],
+        )
+        statuses = _run_tasks(spark, task, task_pieces(ranges, cfg["kafka.max.records.per.task"]))
+    except BaseException:
+        for coordinator, started in ((dead, dead_instant), (sink.coordinator, instant)):
+            if coordinator is not None and started is not None:
+                sink._abort(coordinator, started, batch_id)
+        raise
+    if dead is not None and dead_instant is not None:
+        _publish_dead_letters(sink, dead_instant, batch_id, ranges, statuses)
+    if instant is None:
+        return None
+    try:
+        rows = [s.rows for s in statuses if s.rows is not None]
+        sink._rows_by_topic = rows_per_topic(rows, ranges)
+        schema = next((s.extra["schema"] for s in rows if s.extra.get("schema")), None)
+        schema = schema or sink.avro_schema_of(batch_df)
+        if sink.committer is None:
+            return sink.coordinator.complete(instant, batch_id, ranges, rows, schema)
+        prepared = sink.coordinator.prepare(instant, batch_id, ranges, rows, schema)
+        return sink.committer.submit(prepared)
+    except BaseException:
+        if sink.coordinator.is_precommitted(instant):
+            raise  # durable in the pending store: published by the committer or at restart
+        sink._abort(sink.coordinator, instant, batch_id)
+        raise
+
+
+def dead_letter_rows(cfg: LakesinkConfig) -> pa.Schema:
+    """DEAD_LETTER_SCHEMA as the DataFrame path selects it from the source's rows: each column
+    as nullable as the source column it comes from (`kafka_value` and `error` from the
+    dead-letter columns, which are null on good rows)."""
+    from lakesink.kafka.dead_letters import DEAD_LETTER_SCHEMA
+    from lakesink.spark.source import ERROR_COLUMN, RAW_VALUE_COLUMN, source_arrow_schema
+
+    source = source_arrow_schema(cfg)
+    if ERROR_COLUMN not in source.names:  # no dead-letter table
+        return DEAD_LETTER_SCHEMA
+    origin = {"kafka_value": RAW_VALUE_COLUMN, "error": ERROR_COLUMN}
+    return pa.schema(
+        [
+            f.with_nullable(source.field(origin.get(f.name, f.name)).nullable)
+            for f in DEAD_LETTER_SCHEMA
+        ]
+    )
+
+
+def _relaxed(schema: pa.Schema, required: Sequence[str]) -> pa.Schema:
+    """`schema` with the top-level columns outside `required` nullable, as the source hands
+    them to Spark (`with_required` restores the rest)."""
+    return pa.schema([f if f.name in required else f.with_nullable(True) for f in schema])
+
+
+def _target(coordinator: Any, instant: Any) -> TableTarget | None:
+    if coordinator is None or instant is None:
+        return None
+    table = coordinator.table
+    return TableTarget(table.storage, table.config, instant.value)
+
+
+def _run_tasks(
+    spark: SparkSession, task: DirectTask, pieces: list[OffsetRange]
+) -> list[TaskStatuses]:
+    if not pieces:
+        return []
+    sc = spark.sparkContext
+    sc.setJobDescription(f"lakesink: read, decode and write {len(pieces)} Kafka range(s)")
+    try:
+        rows = sc.parallelize(pieces, len(pieces)).mapPartitions(task).collect()
+    finally:
+        sc.setJobDescription(None)  # type: ignore[arg-type]  # None clears it
+    return [TaskStatuses.from_json(r) for r in rows]
+
+
+def _publish_dead_letters(
+    sink: CommittingSink,
+    instant: Any,
+    batch_id: int,
+    ranges: list[OffsetRange],
+    statuses: list[TaskStatuses],
+) -> None:
+    from lakesink.kafka.dead_letters import DEAD_LETTER_SCHEMA
+    from lakesink.spark.sink import rows_per_topic
+    from lakesink.table.avro_schema import avro_schema_for, with_meta_columns
+
+    dead = sink.dead_letters
+    assert dead is not None
+    written = [s.dead_letters for s in statuses if s.dead_letters is not None]
+    try:
+        schema = avro_schema_for(
+            with_meta_columns(DEAD_LETTER_SCHEMA), f"{dead.table.config.name}_record"
+        )
+        dead.complete(instant, batch_id, ranges, written, schema)
+    except BaseException:
+        sink._abort(dead, instant, batch_id)
+        raise
+    sink.stats.dead_letters += sum(s.records_written for s in written)
+    if sink.metrics is not None:
+        for topic, (rows, _nbytes) in rows_per_topic(written, ranges).items():
+            sink.metrics.record_dead_letters(topic, rows)
