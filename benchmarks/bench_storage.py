@@ -31,12 +31,12 @@ sys.path.insert(0, str(HERE.parent / "tests"))
 from s3_faults import FaultProxy  # noqa: E402
 from s3_server import S3Server  # noqa: E402
 
+from lakesink.commit.coordinator import Coordinator  # noqa: E402
 from lakesink.config import build_config  # noqa: E402
 from lakesink.protocol.offsets import OffsetRange, TopicPartition  # noqa: E402
 from lakesink.protocol.write_status import FileWrite, WriteStatus  # noqa: E402
 from lakesink.services.archival import ArchivePolicy, archive  # noqa: E402
-from lakesink.spark.coordinator import Coordinator  # noqa: E402
-from lakesink.spark.pipeline import make_services  # noqa: E402
+from lakesink.spark.pipeline import make_control  # noqa: E402
 from lakesink.table.config import TableConfig  # noqa: E402
 from lakesink.table.files import base_file_name, new_file_id  # noqa: E402
 from lakesink.table.hudi_table import HudiTable  # noqa: E402
@@ -82,8 +82,8 @@ def commit_path(
     )
     store = cfg.table_storage
     table = HudiTable.create(store, TableConfig("bench", ("kafka_offset",), (), version=8))
-    services = make_services(cfg)
-    coordinator = Coordinator(table, WRITER, query_id="bench", services=services)
+    services = make_control(cfg)
+    coordinator = Coordinator(table, WRITER, query_id="bench", control=services)
     coordinator.start()
     next_offset = dict.fromkeys(range(partitions), 0)
     rows: list[dict[str, Any]] = []

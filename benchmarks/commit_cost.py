@@ -14,14 +14,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+from lakesink.commit import writer_state as keys
+from lakesink.commit.coordinator import Coordinator
 from lakesink.config import build_config
 from lakesink.protocol.instant import Action, InstantTime
 from lakesink.protocol.offsets import OffsetRange, TopicPartition, WriterOffsets
 from lakesink.protocol.write_status import FileWrite, WriteStatus
 from lakesink.services.archival import ArchivePolicy, archive
-from lakesink.spark import commit_state as keys
-from lakesink.spark.coordinator import Coordinator
-from lakesink.spark.pipeline import make_services
+from lakesink.spark.pipeline import make_control
 from lakesink.table.config import TableConfig
 from lakesink.table.files import base_file_name, new_file_id
 from lakesink.table.hudi_table import HudiTable
@@ -88,10 +88,10 @@ def measure(
             "lock.provider": "filesystem",
         }
     )
-    services = make_services(cfg)
+    services = make_control(cfg)
     if archived:  # archival down to its default 20 active instants, before measuring
         archive(table, services, ArchivePolicy())
-    coordinator = Coordinator(table, WRITER, query_id="bench", services=services)
+    coordinator = Coordinator(table, WRITER, query_id="bench", control=services)
     coordinator.start()
     publish: list[float] = []
     overhead: list[float] = []

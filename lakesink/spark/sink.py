@@ -16,13 +16,13 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
+from lakesink.commit.async_commit import AsyncCommitter
+from lakesink.commit.coordinator import BatchOutcome, Coordinator
 from lakesink.config import LakesinkConfig
 from lakesink.errors import ConfigError, LakesinkError
 from lakesink.metrics import IngestionMetrics
 from lakesink.protocol.offsets import OffsetRange
 from lakesink.protocol.write_status import WriteStatus
-from lakesink.spark.async_commit import AsyncCommitter
-from lakesink.spark.coordinator import BatchOutcome, Coordinator
 from lakesink.spark.source import ERROR_COLUMN, RAW_VALUE_COLUMN, offset_to_ranges
 from lakesink.spark.task_writer import STATUS_SCHEMA, TOPICS_EXTRA, TaskWriter, parse_statuses
 
@@ -316,7 +316,7 @@ class CommittingSink:
             schema = schema or self.avro_schema_of(out)
             if self.committer is None:
                 return self.coordinator.complete(instant, batch_id, ranges, statuses, schema)
-            prepared = self.coordinator.prepare(instant, batch_id, ranges, statuses, schema)
+            prepared = self.coordinator.precommit(instant, batch_id, ranges, statuses, schema)
             return self.committer.submit(prepared)
         except BaseException:
             if self.coordinator.is_precommitted(instant):

@@ -32,8 +32,10 @@ from hypothesis.stateful import (
 )
 from property.fakes import Crash, FakeServices, World
 
-import lakesink.spark.coordinator as coordinator_module
+import lakesink.commit.coordinator as coordinator_module
 from lakesink.audit import read_with_hudi_rs
+from lakesink.commit import writer_state as commit_state
+from lakesink.commit.coordinator import Coordinator
 from lakesink.errors import (
     CommitConflictError,
     CommitError,
@@ -45,8 +47,6 @@ from lakesink.errors import (
 from lakesink.protocol.instant import InstantTime
 from lakesink.protocol.offsets import OffsetRange, TopicPartition, WriterOffsets
 from lakesink.protocol.write_status import WriteStatus
-from lakesink.spark import commit_state
-from lakesink.spark.coordinator import Coordinator
 from lakesink.table.config import TableConfig
 from lakesink.table.hudi_table import HudiTable
 from lakesink.table.reader import TableReader
@@ -157,7 +157,7 @@ class CoordinatorMachine(RuleBasedStateMachine):
         services = FakeServices(
             self.world, f"{m.writer_id}#{self.world.incarnations.get(m.writer_id, 0) + 1}"
         )
-        return Proc(Coordinator(self.t, m.writer_id, query_id="q", services=services), services)
+        return Proc(Coordinator(self.t, m.writer_id, query_id="q", control=services), services)
 
     def crash(self, m: WriterModel, proc: Proc) -> None:
         proc.services.die()

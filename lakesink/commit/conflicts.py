@@ -9,6 +9,8 @@ import os
 from collections.abc import Iterable
 from typing import Any
 
+from lakesink.commit.instants import plan_path, read_json
+from lakesink.commit.writer_state import WRITER_ID_KEY
 from lakesink.errors import CorruptTableError
 from lakesink.protocol.conflicts import (
     ConflictStrategy,
@@ -19,10 +21,8 @@ from lakesink.protocol.conflicts import (
     Phase,
     check,
     completed_since,
-    strategy_named,
 )
 from lakesink.protocol.instant import Action, Instant, InstantTime, State
-from lakesink.services.instants import plan_path, read_json
 from lakesink.table.files import parse_base_file_name
 from lakesink.table.hudi_table import HudiTable
 from lakesink.table.markers import list_marked_files
@@ -31,7 +31,6 @@ from lakesink.table.timeline import Timeline
 
 log = logging.getLogger(__name__)
 
-WRITER_ID_KEY = "lakesink.writer_id"
 CLUSTERING_PLANS = "clustering"
 _RECENT_MS = 60_000
 """Layout 1 has no completion times, and in layout 2 an instant time generated ahead of the
@@ -133,17 +132,6 @@ def concurrent_operations(
     return out
 
 
-def strategy_for(services: object) -> ConflictStrategy:
-    """The strategy a writer's services are configured with (`table.services.conflict.strategy`)."""
-    cfg = getattr(services, "cfg", None)
-    if cfg is not None:
-        try:
-            return strategy_named(str(cfg["table.services.conflict.strategy"]))
-        except (KeyError, TypeError, ValueError):
-            pass
-    return FileGroupOverlap()
-
-
 def check_commit(
     table: HudiTable,
     instant_time: InstantTime,
@@ -176,3 +164,9 @@ def check_ingestion_commit(
         strategy=strategy,
         writer=writer,
     )
+
+
+def check_operation(table: HudiTable, operation: Operation, strategy: ConflictStrategy) -> None:
+    """Under the lock, right before publishing: CommitConflictError if `strategy` forbids
+    `operation` against the operations concurrent with it."""
+    check(strategy, operation, concurrent_operations(table, operation.instant_time))
