@@ -64,7 +64,7 @@ def commit_batch(coord: Coordinator, batch: int, rows: int, partitions: int) -> 
         start = coord.committed.get(tp) or 0
         ranges.append(OffsetRange(tp, start, start + rows))
     started = time.perf_counter()
-    t = coord.begin(batch, ranges)
+    t = coord.begin_batch(batch, ranges)
     assert t is not None
     begin_s = time.perf_counter() - started
     writer = PartitionedWriter(coord.table, t, write_token(0, 0, 0))
@@ -86,7 +86,7 @@ def commit_batch(coord: Coordinator, batch: int, rows: int, partitions: int) -> 
     files = writer.close()
     statuses = [WriteStatus(t.value, "a", None, tuple(files), n, n)]
     started = time.perf_counter()
-    outcome = coord.complete(t, batch, ranges, statuses, schema=writer.avro_schema or "")
+    outcome = coord.complete_batch(t, batch, ranges, statuses, schema=writer.avro_schema or "")
     return outcome.publish_s, begin_s + time.perf_counter() - started
 
 

@@ -96,7 +96,7 @@ def commit_path(
         ranges = [
             OffsetRange(TopicPartition(TOPIC, p), o, o + 1000) for p, o in next_offset.items()
         ]
-        t = coordinator.begin(batch, ranges)
+        t = coordinator.begin_batch(batch, ranges)
         assert t is not None
         statuses = []
         for r in ranges:
@@ -106,7 +106,7 @@ def commit_path(
             store.write(name, b"")  # the file's content is not what a commit costs
             f = FileWrite("", fid, name, 1000, 1 << 20)
             statuses.append(WriteStatus(t.value, f"0.{r.partition.partition}.0", r, (f,), 1000, 0))
-        coordinator.complete(t, batch, ranges, statuses, schema=SCHEMA)
+        coordinator.complete_batch(t, batch, ranges, statuses, schema=SCHEMA)
         result = archive(table, services, POLICY)  # inline archival, counted with the commit
         archived_total += len(result.archived)
         window.append(time.perf_counter() - a)

@@ -186,7 +186,7 @@ class Coordinator:
         return WriterOffsets(moved), skipped
 
     # --- one batch ---------------------------------------------------------------------------
-    def begin(self, batch_id: int, ranges: Sequence[OffsetRange]) -> InstantTime | None:
+    def begin_batch(self, batch_id: int, ranges: Sequence[OffsetRange]) -> InstantTime | None:
         """Begin the transaction of a new batch; None when the batch is empty or already
         committed (a replay)."""
         verdict = classify_batch(self._base_for(ranges)[0], ranges)
@@ -217,7 +217,7 @@ class Coordinator:
         )
         return t
 
-    def complete(
+    def complete_batch(
         self,
         instant_time: InstantTime,
         batch_id: int,

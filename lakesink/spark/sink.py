@@ -304,7 +304,7 @@ class CommittingSink:
         self, batch_df: DataFrame, batch_id: int, ranges: list[OffsetRange]
     ) -> BatchOutcome | None:
         """The main table's instant for this batch: begin, write, reconcile, publish."""
-        instant = self.coordinator.begin(batch_id, ranges)
+        instant = self.coordinator.begin_batch(batch_id, ranges)
         if instant is None:
             return None
         try:
@@ -315,7 +315,7 @@ class CommittingSink:
             schema = next((s.extra["schema"] for s in statuses if s.extra.get("schema")), None)
             schema = schema or self.avro_schema_of(out)
             if self.committer is None:
-                return self.coordinator.complete(instant, batch_id, ranges, statuses, schema)
+                return self.coordinator.complete_batch(instant, batch_id, ranges, statuses, schema)
             prepared = self.coordinator.precommit(instant, batch_id, ranges, statuses, schema)
             return self.committer.submit(prepared)
         except BaseException:
@@ -332,7 +332,7 @@ class CommittingSink:
         from lakesink.table.avro_schema import avro_schema_for, with_meta_columns
 
         assert self.dead_letters is not None
-        instant = self.dead_letters.begin(batch_id, ranges)
+        instant = self.dead_letters.begin_batch(batch_id, ranges)
         if instant is None:
             return
         try:
@@ -352,7 +352,7 @@ class CommittingSink:
                 with_meta_columns(DEAD_LETTER_SCHEMA),
                 f"{self.dead_letters.table.config.name}_record",
             )
-            self.dead_letters.complete(instant, batch_id, ranges, statuses, schema)
+            self.dead_letters.complete_batch(instant, batch_id, ranges, statuses, schema)
             self.stats.dead_letters += written
             if self.metrics is not None:
                 for topic, (rows, _nbytes) in rows_per_topic(statuses, ranges).items():

@@ -129,7 +129,7 @@ services = WriterCommitControl.from_config(config(Path(table_path), writer_id))
 coordinator = Coordinator(table, writer_id, query_id=mode, control=services)
 coordinator.start()
 ranges = [OffsetRange(TopicPartition(topic, 0), int(start), int(end))]
-t = coordinator.begin(0, ranges)
+t = coordinator.begin_batch(0, ranges)
 statuses, schema = write_batch(table, t, ranges)
 prepared = coordinator.precommit(t, 0, ranges, statuses, schema)
 say(state="prepared", instant=t.value)
@@ -292,7 +292,7 @@ def test_lazy_rollback_racing_the_publish_of_a_resumed_writer_never_loses_commit
     a = Coordinator(table, "wa", control=a_services)
     a.start()
     ranges = [OffsetRange(TopicPartition("ta", 0), 0, 20)]
-    t = a.begin(0, ranges)
+    t = a.begin_batch(0, ranges)
     assert t is not None
     statuses, schema = write_batch(table, t, ranges)
     prepared = a.precommit(t, 0, ranges, statuses, schema)
@@ -347,14 +347,14 @@ def test_zombie_tasks_writing_after_their_instant_was_rolled_back_leave_no_files
     ranges = [OffsetRange(TopicPartition("ta", 0), 0, 20)]
     a = Coordinator(table, "w", control=WriterCommitControl.from_config(config(path, "w")))
     a.start()
-    t_a = a.begin(0, ranges)
+    t_a = a.begin_batch(0, ranges)
     assert t_a is not None
     b = Coordinator(table, "w", control=WriterCommitControl.from_config(config(path, "w")))
     b.start()  # fences A, rolls A's instant back
-    t_b = b.begin(0, ranges)
+    t_b = b.begin_batch(0, ranges)
     assert t_b is not None
     statuses, schema = write_batch(table, t_b, ranges)
-    b.complete(t_b, 0, ranges, statuses, schema)
+    b.complete_batch(t_b, 0, ranges, statuses, schema)
     with pytest.raises(CommitError, match="rolled back"):
         write_batch(table, t_a, ranges)  # A's tasks finish late: they delete their own file
     # even if A died right here (no abort), no reader sees A's rows

@@ -115,7 +115,7 @@ def _backfill_table(path: Path) -> None:
     commit_one_batch(stream, "topic-a", 0)
     backfill = Coordinator(table, "backfill-1", control=services)
     rng = OffsetRange(TopicPartition("history", 0), 0, 30)
-    t_b = backfill.begin(0, [rng])
+    t_b = backfill.begin_batch(0, [rng])
     assert t_b is not None
     commit_one_batch(stream, "topic-a", 1)
     writer = PartitionedWriter(table, t_b, write_token(0, 0, 0))
@@ -124,7 +124,7 @@ def _backfill_table(path: Path) -> None:
     writer.write(rows("history", 0, 0, 30))
     files = writer.close()
     status = WriteStatus(t_b.value, "b", rng, tuple(files), 30, 30)
-    backfill.complete(t_b, 0, [rng], [status], schema=writer.avro_schema or "")
+    backfill.complete_batch(t_b, 0, [rng], [status], schema=writer.avro_schema or "")
     commit_one_batch(stream, "topic-a", 2)
 
 

@@ -61,13 +61,13 @@ def _append_with_lakesink(path: Path, data: pa.Table, batch_id: int) -> None:
     tp = TopicPartition("trips", 0)
     start = coord.committed.get(tp) or 0
     rng = OffsetRange(tp, start, start + data.num_rows)
-    t = coord.begin(batch_id, [rng])
+    t = coord.begin_batch(batch_id, [rng])
     assert t is not None
     writer = PartitionedWriter(coord.table, t, write_token(0, 0, 0))
     writer.write(data)
     files = writer.close()
     status = WriteStatus(t.value, f"b{batch_id}", rng, tuple(files), data.num_rows, data.num_rows)
-    coord.complete(t, batch_id, [rng], [status], schema=writer.avro_schema or "")
+    coord.complete_batch(t, batch_id, [rng], [status], schema=writer.avro_schema or "")
 
 
 def test_lakesink_reads_and_appends_to_a_version_8_table_java_hudi_wrote(

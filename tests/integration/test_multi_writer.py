@@ -105,14 +105,14 @@ def commit_one_batch(coord: Coordinator, topic: str, batch_id: int, n: int = ROW
     tp = TopicPartition(topic, batch_id % 2)
     start = coord.committed.get(tp) or 0
     rng = OffsetRange(tp, start, start + n)
-    t = coord.begin(batch_id, [rng])
+    t = coord.begin_batch(batch_id, [rng])
     assert t is not None
     writer = PartitionedWriter(coord.table, t, write_token(batch_id % 7, 0, 0))
     writer.write(rows(topic, tp.partition, start, n))
     files = writer.close()
     status = WriteStatus(t.value, f"a{batch_id}", rng, tuple(files), n, n)
     try:
-        coord.complete(t, batch_id, [rng], [status], schema=writer.avro_schema or "")
+        coord.complete_batch(t, batch_id, [rng], [status], schema=writer.avro_schema or "")
     except BaseException:
         coord.abort(t)
         raise
@@ -466,7 +466,7 @@ def test_expired_heartbeat_instant_is_rolled_back_and_its_writer_aborts(tmp_path
     coord_a = Coordinator(HudiTable.open(path), "w-a", control=services_a)
     tp = TopicPartition("topic-a", 0)
     rng = OffsetRange(tp, 0, ROWS_PER_BATCH)
-    t = coord_a.begin(0, [rng])
+    t = coord_a.begin_batch(0, [rng])
     assert t is not None
     writer = PartitionedWriter(coord_a.table, t, write_token(0, 0, 0))
     writer.write(rows("topic-a", 0, 0, ROWS_PER_BATCH))
@@ -478,7 +478,7 @@ def test_expired_heartbeat_instant_is_rolled_back_and_its_writer_aborts(tmp_path
     assert [i.time for i in rolled] == [t]
     status = WriteStatus(t.value, "a", rng, tuple(files), ROWS_PER_BATCH, ROWS_PER_BATCH)
     with pytest.raises((HeartbeatExpiredError, LakesinkError)):
-        coord_a.complete(t, 0, [rng], [status], schema=writer.avro_schema or "")
+        coord_a.complete_batch(t, 0, [rng], [status], schema=writer.avro_schema or "")
     assert not HudiTable.open(path).timeline().completed(Action.COMMIT)
     assert read_with_hudi_rs(str(path)).num_rows == 0
     assert not list(path.rglob("*.parquet"))  # rolled back by markers, nothing left

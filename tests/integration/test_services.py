@@ -130,7 +130,7 @@ def test_slow_backfill_finishing_late_is_not_missed_by_completion_time_reads(
 
     backfill = Coordinator(table, "backfill-1", control=services)
     rng = OffsetRange(TopicPartition("history", 0), 0, 50)
-    t_b = backfill.begin(0, [rng])
+    t_b = backfill.begin_batch(0, [rng])
     assert t_b is not None
     commit_one_batch(stream, "topic-a", 1)  # A: instant after B's, completes first
     checkpoint1 = table.timeline().last_completed()
@@ -142,7 +142,7 @@ def test_slow_backfill_finishing_late_is_not_missed_by_completion_time_reads(
     writer.write(rows("history", 0, 0, 50))
     files = writer.close()
     status = WriteStatus(t_b.value, "b", rng, tuple(files), 50, 50)
-    backfill.complete(t_b, 0, [rng], [status], schema=writer.avro_schema or "")
+    backfill.complete_batch(t_b, 0, [rng], [status], schema=writer.avro_schema or "")
     done_b = table.timeline().get(t_b)
     assert done_b is not None and done_b.completion_time is not None
     assert t_b < checkpoint1.time and done_b.completion_time > checkpoint1.completion_time
@@ -290,7 +290,7 @@ def test_publish_of_an_archived_instant_is_already_committed(tmp_path: Path) -> 
     coord.start()
     tp = TopicPartition("topic-a", 0)
     rng = OffsetRange(tp, 0, ROWS_PER_BATCH)
-    t = coord.begin(0, [rng])
+    t = coord.begin_batch(0, [rng])
     assert t is not None
     writer = PartitionedWriter(table, t, write_token(0, 0, 0))
     writer.write(rows("topic-a", 0, 0, ROWS_PER_BATCH))

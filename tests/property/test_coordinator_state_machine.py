@@ -262,7 +262,7 @@ class CoordinatorMachine(RuleBasedStateMachine):
         batch_id, ranges = m.pending
         self.world.crash_at = crash
         try:
-            t = proc.coordinator.begin(batch_id, list(ranges))
+            t = proc.coordinator.begin_batch(batch_id, list(ranges))
         except Crash as c:
             event(f"crash {c}")
             self.crash(m, proc)
@@ -340,7 +340,7 @@ class CoordinatorMachine(RuleBasedStateMachine):
         batch_id, ranges = proc.batch
         self.world.crash_at = crash
         try:
-            outcome = proc.coordinator.complete(
+            outcome = proc.coordinator.complete_batch(
                 proc.instant, batch_id, list(ranges), proc.statuses, proc.schema
             )
         except Crash as c:
@@ -398,7 +398,7 @@ class CoordinatorMachine(RuleBasedStateMachine):
         batch_id, ranges = data.draw(st.sampled_from(m.history))
         reuse_id = data.draw(st.booleans())
         event("replayed a committed batch")
-        assert m.proc.coordinator.begin(batch_id if reuse_id else 0, list(ranges)) is None
+        assert m.proc.coordinator.begin_batch(batch_id if reuse_id else 0, list(ranges)) is None
 
     # -- zombies, stalls, dead lock holders --------------------------------------------------
 
