@@ -64,9 +64,12 @@ class TableFormat(Protocol):
     def is_published(self, instant_time: InstantTime) -> bool:
         """Whether the commit is on the table already (a replay or a retry that landed)."""
 
-    def publish(self, action: Action, instant_time: InstantTime, metadata: CommitMetadata) -> None:
+    def publish(
+        self, action: Action, instant_time: InstantTime, metadata: CommitMetadata
+    ) -> object:
         """Make the commit visible atomically, with `metadata` (writer id, commit id,
-        offsets) — all or nothing. Raise `CommitStateUnknownError` when the request may or
+        offsets) — all or nothing — and return the format's record of it (Hudi: the completed
+        instant; Iceberg: the new snapshot). Raise `CommitStateUnknownError` when the request may or
         may not have landed; `commit_landed` then decides."""
 
     def commit_landed(self, instant_time: InstantTime, commit_id: str) -> bool:

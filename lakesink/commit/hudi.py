@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Collection
+from typing import TYPE_CHECKING
 
 from lakesink.commit import writer_state
 from lakesink.commit.conflicts import check_operation
@@ -136,3 +137,10 @@ class HudiFormat:
 
     def schema(self) -> str | None:
         return self.table.timeline().latest_schema()
+
+
+if TYPE_CHECKING:  # mypy proves the Hudi side implements the engine's format interface
+    from lakesink.commit.format import TableFormat, TableView
+
+    _FORMAT: type[TableFormat] = HudiFormat
+    _VIEW: type[TableView] = HudiView
