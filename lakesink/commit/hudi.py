@@ -48,10 +48,12 @@ class HudiView:
 
 
 class HudiFormat:
-    """`TableFormat` over a `HudiTable`."""
+    """`TableFormat` over a `HudiTable`. Under the lock, `view`, `is_published` and `publish`
+    share one timeline snapshot: the view's (a LIST saved per commit)."""
 
     def __init__(self, table: HudiTable) -> None:
         self.table = table
+        self._view: HudiView | None = None
 
     def begin(self, action: Action, instant_time: InstantTime, *, requested_content: bytes) -> None:
         self.table.timeline().begin(action, instant_time, requested_content=requested_content)
@@ -77,10 +79,18 @@ class HudiFormat:
         return kept
 
     def view(self, instant_time: InstantTime) -> HudiView:
-        return HudiView(self.table, self.table.timeline(), instant_time)
+        self._view = HudiView(self.table, self.table.timeline(), instant_time)
+        return self._view
 
-    def is_published(self, instant_time: InstantTime, view: HudiView | None = None) -> bool:
-        timeline = view.timeline if view is not None else self.table.timeline()
+    def _fresh_view(self, instant_time: InstantTime) -> HudiView | None:
+        """The view just taken for this instant under the lock, once (then it is stale)."""
+        view, self._view = self._view, None
+        return view if view is not None and view.instant_time == instant_time else None
+
+    def is_published(self, instant_time: InstantTime) -> bool:
+        view = self._view
+        fresh = view is not None and view.instant_time == instant_time
+        timeline = view.timeline if view is not None and fresh else self.table.timeline()
         existing = timeline.get(instant_time)
         return (existing is not None and existing.is_completed) or (
             existing is None and is_archived_completed(self.table.storage, instant_time)
@@ -91,8 +101,8 @@ class HudiFormat:
         action: Action,
         instant_time: InstantTime,
         metadata: CommitMetadata,
-        view: HudiView | None = None,
     ) -> Instant:
+        view = self._fresh_view(instant_time)
         timeline = view.timeline if view is not None else self.table.timeline()
         instant = Instant(instant_time, action, State.INFLIGHT)
         try:

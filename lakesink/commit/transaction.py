@@ -41,7 +41,8 @@ from types import TracebackType
 from typing import Any
 
 from lakesink.commit.control import CommitControl
-from lakesink.commit.hudi import HudiFormat, HudiView
+from lakesink.commit.format import TableFormat
+from lakesink.commit.hudi import HudiFormat
 from lakesink.commit.instants import complete_instant
 from lakesink.commit.requirements import Requirement
 from lakesink.commit.retry import DEFAULT_RETRY, RetryPolicy, run_commit
@@ -74,7 +75,7 @@ class CommitResult:
     instant_time: InstantTime
     published: bool  # False: the commit was on the table already (a replay or a landed retry)
     publish_s: float = 0.0
-    instant: Instant | None = None
+    instant: Instant | None = None  # the completed instant (Hudi)
 
 
 class TableTransaction:
@@ -91,9 +92,11 @@ class TableTransaction:
         crash: Callable[[str], None] | None = None,
         hooks: Sequence[PostCommitHook] = (),
         retry: RetryPolicy = DEFAULT_RETRY,
+        table_format: TableFormat | None = None,
     ) -> None:
         self.table = table
-        self.format = HudiFormat(table)
+        # the format the commit goes through (lakesink.commit.format); the Hudi table by default
+        self.format: TableFormat = table_format or HudiFormat(table)
         self.control = control
         self.writer_id = writer_id
         self.action = action
@@ -189,7 +192,6 @@ class TableTransaction:
         metadata: CommitMetadata,
         requirements: Sequence[Requirement] = (),
         *,
-        requirements_for: Callable[[HudiView], Sequence[Requirement]] | None = None,
         delay_s: float = 0.0,
     ) -> CommitResult:
         """Validate the requirements and publish under the lock, then finish and run the hooks.
@@ -201,19 +203,16 @@ class TableTransaction:
         if delay_s:
             time.sleep(delay_s)  # commit.publish.delay.s: benchmarks only
         with self.locked():
-            view = self.format.view(t)
-            if self.format.is_published(t, view):
+            view = self.format.view(t)  # read now, under the lock
+            if self.format.is_published(t):
                 log.info("table %s: instant %s is already published", self.table.config.name, t)
                 self.state = TxState.COMMITTED
                 return CommitResult(t, published=False)
-            for requirement in (
-                *requirements,
-                *(requirements_for(view) if requirements_for else ()),
-            ):
+            for requirement in requirements:
                 requirement.validate(view)
             commit_id = metadata.extra.get(COMMIT_ID_KEY, "")
             done = run_commit(
-                lambda: self.format.publish(self.action, t, metadata, view),
+                lambda: self.format.publish(self.action, t, metadata),
                 resolve=lambda: self._landed(commit_id),
                 policy=self.retry,
                 what=f"publish of {t}",
@@ -231,7 +230,12 @@ class TableTransaction:
                 log.exception(
                     "table %s: post-commit hook after %s failed", self.table.config.name, t
                 )
-        return CommitResult(t, published=True, publish_s=publish_s, instant=done)
+        return CommitResult(
+            t,
+            published=True,
+            publish_s=publish_s,
+            instant=done if isinstance(done, Instant) else None,
+        )
 
     def complete(self, content: bytes) -> Instant:
         """Complete a non-data instant (a clean) with its content, then finish."""
