@@ -15,7 +15,6 @@ from lakesink.errors import CorruptTableError
 from lakesink.protocol.conflicts import (
     ConflictStrategy,
     FileGroupId,
-    FileGroupOverlap,
     Operation,
     OperationKind,
     Phase,
@@ -130,40 +129,6 @@ def concurrent_operations(
                 written = frozenset()
             out.append(Operation(inst.time, OperationKind.INGESTION, written, phase=Phase.PENDING))
     return out
-
-
-def check_commit(
-    table: HudiTable,
-    instant_time: InstantTime,
-    *,
-    kind: OperationKind,
-    written: frozenset[FileGroupId],
-    replaced: frozenset[FileGroupId] = frozenset(),
-    strategy: ConflictStrategy | None = None,
-    writer: str = "",
-) -> None:
-    """Under the lock, right before publishing: CommitConflictError if the strategy forbids it."""
-    ours = Operation(instant_time, kind, written, replaced, Phase.PENDING, writer)
-    check(strategy or FileGroupOverlap(), ours, concurrent_operations(table, instant_time))
-
-
-def check_ingestion_commit(
-    table: HudiTable,
-    instant_time: InstantTime,
-    files: Iterable[str],
-    strategy: ConflictStrategy,
-    *,
-    writer: str = "",
-) -> None:
-    """The coordinator's check: the files of this commit against concurrent operations."""
-    check_commit(
-        table,
-        instant_time,
-        kind=OperationKind.INGESTION,
-        written=file_groups_of_paths(files),
-        strategy=strategy,
-        writer=writer,
-    )
 
 
 def check_operation(table: HudiTable, operation: Operation, strategy: ConflictStrategy) -> None:

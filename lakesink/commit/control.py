@@ -72,11 +72,6 @@ class ControlSettings:
         }
 
 
-def lock_and_heartbeat_options(cfg: LakesinkConfig) -> dict[str, Any]:
-    """`LockedCommitControl` keyword arguments from a LakesinkConfig."""
-    return ControlSettings.from_config(cfg).options()
-
-
 class CommitControl:
     """A single writer with no lock: instant times from the clock, no heartbeats, no fencing."""
 

@@ -97,14 +97,11 @@ def committed_topic_ids_at(table_path: str | Path | Storage, writer_id: str) -> 
     except TableNotFoundError:
         return {}
     timeline = table.timeline()
-    for instant in reversed(timeline.completed()):
-        if instant.action is not Action.COMMIT:
-            continue
-        extra = timeline.commit_metadata(instant).extra
-        if extra.get(WRITER_ID_KEY) == writer_id and OFFSETS_KEY in extra:
-            ids = json.loads(extra.get(TOPIC_IDS_KEY, "{}"))
-            return {str(k): str(v) for k, v in ids.items()}
-    return {}
+    found = last_commit_of(timeline, writer_id)
+    if found is None:
+        return {}
+    ids = json.loads(timeline.commit_metadata(found[0]).extra.get(TOPIC_IDS_KEY, "{}"))
+    return {str(k): str(v) for k, v in ids.items()}
 
 
 def backfill_committed(
