@@ -74,7 +74,8 @@ class PreparedCommit:
 
 
 class Coordinator:
-    """Begins, reconciles and publishes the instants of one writer on one table."""
+    """One writer on one table: a `TableTransaction` per batch (lakesink.commit.transaction),
+    begun before its tasks write and committed with the writer's requirements after."""
 
     def __init__(
         self,
