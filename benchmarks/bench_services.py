@@ -25,13 +25,13 @@ from pathlib import Path
 import pyarrow as pa
 
 from lakesink.audit import completed_commits, read_with_hudi_rs
+from lakesink.commit.control import LockedCommitControl
+from lakesink.commit.coordinator import Coordinator
 from lakesink.protocol.offsets import OffsetRange, TopicPartition
 from lakesink.protocol.write_status import WriteStatus
 from lakesink.services.archival import ArchivePolicy, archive
 from lakesink.services.clean import RetainPolicy, clean
 from lakesink.services.clustering import ClusteringOptions, cluster
-from lakesink.services.host import StandaloneServices
-from lakesink.spark.coordinator import Coordinator
 from lakesink.table.archive import ARCHIVE_DIR, PACK_LOOSE_FILES
 from lakesink.table.config import TableConfig
 from lakesink.table.files import write_token
@@ -41,7 +41,7 @@ from lakesink.table.view import FileSystemView
 from lakesink.table.writer import PartitionedWriter
 
 
-def make_table(path: Path) -> tuple[HudiTable, StandaloneServices, Coordinator]:
+def make_table(path: Path) -> tuple[HudiTable, LockedCommitControl, Coordinator]:
     table = HudiTable.create(
         path,
         TableConfig(
@@ -50,8 +50,8 @@ def make_table(path: Path) -> tuple[HudiTable, StandaloneServices, Coordinator]:
             partition_fields=("kafka_partition",),
         ),
     )
-    services = StandaloneServices(path, heartbeat_interval_s=5, heartbeat_tolerance_s=60)
-    coord = Coordinator(table, "bench-writer", services=services)
+    services = LockedCommitControl(path, heartbeat_interval_s=5, heartbeat_tolerance_s=60)
+    coord = Coordinator(table, "bench-writer", control=services)
     coord.start()
     return table, services, coord
 
@@ -64,7 +64,7 @@ def commit_batch(coord: Coordinator, batch: int, rows: int, partitions: int) -> 
         start = coord.committed.get(tp) or 0
         ranges.append(OffsetRange(tp, start, start + rows))
     started = time.perf_counter()
-    t = coord.begin(batch, ranges)
+    t = coord.begin_batch(batch, ranges)
     assert t is not None
     begin_s = time.perf_counter() - started
     writer = PartitionedWriter(coord.table, t, write_token(0, 0, 0))
@@ -86,7 +86,7 @@ def commit_batch(coord: Coordinator, batch: int, rows: int, partitions: int) -> 
     files = writer.close()
     statuses = [WriteStatus(t.value, "a", None, tuple(files), n, n)]
     started = time.perf_counter()
-    outcome = coord.complete(t, batch, ranges, statuses, schema=writer.avro_schema or "")
+    outcome = coord.complete_batch(t, batch, ranges, statuses, schema=writer.avro_schema or "")
     return outcome.publish_s, begin_s + time.perf_counter() - started
 
 

@@ -31,12 +31,12 @@ sys.path.insert(0, str(HERE.parent / "tests"))
 from s3_faults import FaultProxy  # noqa: E402
 from s3_server import S3Server  # noqa: E402
 
+from lakesink.commit.coordinator import Coordinator  # noqa: E402
 from lakesink.config import build_config  # noqa: E402
 from lakesink.protocol.offsets import OffsetRange, TopicPartition  # noqa: E402
 from lakesink.protocol.write_status import FileWrite, WriteStatus  # noqa: E402
 from lakesink.services.archival import ArchivePolicy, archive  # noqa: E402
-from lakesink.spark.coordinator import Coordinator  # noqa: E402
-from lakesink.spark.pipeline import make_services  # noqa: E402
+from lakesink.spark.pipeline import make_control  # noqa: E402
 from lakesink.table.config import TableConfig  # noqa: E402
 from lakesink.table.files import base_file_name, new_file_id  # noqa: E402
 from lakesink.table.hudi_table import HudiTable  # noqa: E402
@@ -82,8 +82,8 @@ def commit_path(
     )
     store = cfg.table_storage
     table = HudiTable.create(store, TableConfig("bench", ("kafka_offset",), (), version=8))
-    services = make_services(cfg)
-    coordinator = Coordinator(table, WRITER, query_id="bench", services=services)
+    services = make_control(cfg)
+    coordinator = Coordinator(table, WRITER, query_id="bench", control=services)
     coordinator.start()
     next_offset = dict.fromkeys(range(partitions), 0)
     rows: list[dict[str, Any]] = []
@@ -96,7 +96,7 @@ def commit_path(
         ranges = [
             OffsetRange(TopicPartition(TOPIC, p), o, o + 1000) for p, o in next_offset.items()
         ]
-        t = coordinator.begin(batch, ranges)
+        t = coordinator.begin_batch(batch, ranges)
         assert t is not None
         statuses = []
         for r in ranges:
@@ -106,7 +106,7 @@ def commit_path(
             store.write(name, b"")  # the file's content is not what a commit costs
             f = FileWrite("", fid, name, 1000, 1 << 20)
             statuses.append(WriteStatus(t.value, f"0.{r.partition.partition}.0", r, (f,), 1000, 0))
-        coordinator.complete(t, batch, ranges, statuses, schema=SCHEMA)
+        coordinator.complete_batch(t, batch, ranges, statuses, schema=SCHEMA)
         result = archive(table, services, POLICY)  # inline archival, counted with the commit
         archived_total += len(result.archived)
         window.append(time.perf_counter() - a)

@@ -1,8 +1,8 @@
 """Commit cost as the table grows: drive the Coordinator directly (no Spark) with synthetic
 write statuses, on tables whose history holds 100 .. 100k base files, for 8 .. 512 Kafka
-partitions. Each measured batch: begin() (lock, instant time, intent, heartbeat, requested and
+partitions. Each measured batch: begin_batch() (lock, instant time, intent, heartbeat, requested and
 inflight files), then untimed: one empty base file and its marker per Kafka partition, then
-complete() (reconcile against markers, lock, liveness and offset checks, conflict check,
+complete_batch() (reconcile against markers, lock, liveness and offset checks, conflict check,
 publish). "publish" is the part under the lock that writes the completed instant
 (BatchOutcome.publish_s); "batch overhead" is begin + complete."""
 
@@ -14,14 +14,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+from lakesink.commit import writer_state as keys
+from lakesink.commit.coordinator import Coordinator
 from lakesink.config import build_config
 from lakesink.protocol.instant import Action, InstantTime
 from lakesink.protocol.offsets import OffsetRange, TopicPartition, WriterOffsets
 from lakesink.protocol.write_status import FileWrite, WriteStatus
 from lakesink.services.archival import ArchivePolicy, archive
-from lakesink.spark import commit_state as keys
-from lakesink.spark.coordinator import Coordinator
-from lakesink.spark.pipeline import make_services
+from lakesink.spark.pipeline import make_control
 from lakesink.table.config import TableConfig
 from lakesink.table.files import base_file_name, new_file_id
 from lakesink.table.hudi_table import HudiTable
@@ -88,10 +88,10 @@ def measure(
             "lock.provider": "filesystem",
         }
     )
-    services = make_services(cfg)
+    services = make_control(cfg)
     if archived:  # archival down to its default 20 active instants, before measuring
         archive(table, services, ArchivePolicy())
-    coordinator = Coordinator(table, WRITER, query_id="bench", services=services)
+    coordinator = Coordinator(table, WRITER, query_id="bench", control=services)
     coordinator.start()
     publish: list[float] = []
     overhead: list[float] = []
@@ -102,7 +102,7 @@ def measure(
             for tp, start in sorted(offsets.next_offsets.items())
         ]
         a = time.perf_counter()
-        t = coordinator.begin(batch, ranges)
+        t = coordinator.begin_batch(batch, ranges)
         b = time.perf_counter()
         assert t is not None
         statuses = []
@@ -114,7 +114,7 @@ def measure(
                 WriteStatus(t.value, f"0.{r.partition.partition}.0", r, (f,), 1000, 1000)
             )
         c = time.perf_counter()
-        outcome = coordinator.complete(t, batch, ranges, statuses, schema=SCHEMA)
+        outcome = coordinator.complete_batch(t, batch, ranges, statuses, schema=SCHEMA)
         d = time.perf_counter()
         offsets = offsets.advanced_by(ranges)
         publish.append(outcome.publish_s)

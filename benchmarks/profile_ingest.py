@@ -77,9 +77,7 @@ STAGES: list[tuple[str, tuple[str, ...]]] = [
     (
         "commit",
         (
-            r"lakesink/spark/coordinator",
-            r"lakesink/spark/commit_state",
-            r"lakesink/spark/async_commit",
+            r"lakesink/commit/",
             r"lakesink/commitlog",
             r"lakesink/concurrency",
             r"lakesink/table/timeline",

@@ -673,9 +673,9 @@ class Soak:
         import pyarrow.compute as pc
 
         from lakesink.audit import audit, read_with_hudi_rs
+        from lakesink.commit import writer_state as commit_state
         from lakesink.kafka.client import OffsetClient
         from lakesink.protocol.offsets import TopicPartition
-        from lakesink.spark import commit_state
         from lakesink.table.hudi_table import HudiTable
         from lakesink.table.reader import TableReader
 

@@ -28,8 +28,8 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming.query import StreamingQuery
 
+    from lakesink.commit.async_commit import AsyncCommitter
     from lakesink.metrics import Snapshot
-    from lakesink.spark.async_commit import AsyncCommitter
     from lakesink.spark.pipeline import Ingestion, IngestionResult, Progress
     from lakesink.spark.sink import BatchStats, CommittingSink
 
@@ -176,7 +176,7 @@ class IngestionHandle:
         self._ingestion.close()
 
     def status(self) -> IngestionStatus:
-        from lakesink.spark import commit_state
+        from lakesink.commit import writer_state as commit_state
 
         stats = self._result
         progress = self._last_progress

@@ -23,11 +23,11 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
+from lakesink.commit import writer_state as keys
 from lakesink.errors import CorruptTableError
 from lakesink.extras import require
 from lakesink.protocol.instant import Action, Instant
 from lakesink.protocol.offsets import TopicPartition
-from lakesink.spark import commit_state as keys
 from lakesink.storage import Storage
 from lakesink.table.hudi_table import HudiTable
 from lakesink.table.metadata import CommitMetadata

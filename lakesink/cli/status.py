@@ -15,7 +15,7 @@ from lakesink.metrics import Snapshot
 
 
 def collect_status(cfg: LakesinkConfig) -> dict[str, Any]:
-    from lakesink.spark.commit_state import committed_offsets_at
+    from lakesink.commit.writer_state import committed_offsets_at
     from lakesink.spark.pipeline import high_watermarks
     from lakesink.table.archive import load_archived_view
     from lakesink.table.hudi_table import HudiTable
@@ -33,7 +33,7 @@ def collect_status(cfg: LakesinkConfig) -> dict[str, Any]:
         )
     out: dict[str, Any] = {"writer_id": cfg.writer_id, "partitions": partitions}
     if cfg["commit.mode"] == "async":
-        from lakesink.spark.async_commit import pending_summary
+        from lakesink.commit.async_commit import pending_summary
         from lakesink.spark.pipeline import pending_store_for
 
         store = pending_store_for(cfg)
@@ -110,7 +110,7 @@ def status_metrics(cfg: LakesinkConfig, st: dict[str, Any]) -> tuple[str | None,
 def skipped_spans(table: Any, writer_id: str) -> list[dict[str, Any]]:
     """Every span of offsets the writer's commits passed over (kafka.fail.on.data.loss=false)."""
     from lakesink.audit import completed_commits
-    from lakesink.spark.commit_state import SKIPPED_KEY, WRITER_ID_KEY
+    from lakesink.commit.writer_state import SKIPPED_KEY, WRITER_ID_KEY
 
     out: list[dict[str, Any]] = []
     for instant, metadata in completed_commits(table):

@@ -75,11 +75,11 @@ def add_backfill_parser(sub: Any) -> None:
     _add_lock_args(p)
 
 
-def _services(args: argparse.Namespace) -> Any:
+def _control(args: argparse.Namespace) -> Any:
+    from lakesink.commit.control import LockedCommitControl
     from lakesink.config import table_storage_at
-    from lakesink.services.host import StandaloneServices
 
-    return StandaloneServices(
+    return LockedCommitControl(
         table_storage_at(args.path if hasattr(args, "path") else args.table),
         lock_provider=args.lock_provider or ("postgres" if args.postgres_dsn else "filesystem"),
         postgres_dsn=args.postgres_dsn,
@@ -100,18 +100,20 @@ def run_backfill_command(args: argparse.Namespace) -> int:
         overrides = dict(kv.split("=", 1) for kv in args.set if "=" in kv)
         cfg = load_config(args.config, {**overrides, "table.path": args.table})
     if cfg is not None and args.lock_provider is None and not args.postgres_dsn:
-        from lakesink.services.host import StandaloneServices, lock_and_heartbeat_options
+        from lakesink.commit.control import ControlSettings, LockedCommitControl
 
-        services: Any = StandaloneServices(args.table, **lock_and_heartbeat_options(cfg))
+        control: Any = LockedCommitControl.from_settings(
+            args.table, ControlSettings.from_config(cfg)
+        )
     else:
-        services = _services(args)
+        control = _control(args)
     spark = get_spark(cfg["spark.master"] if cfg is not None else args.spark_master)
     result = run_backfill(
         spark,
         args.table,
         args.source,
         fmt=args.format,
-        services=services,
+        control=control,
         cfg=cfg,
         writer_id=args.writer_id,
     )
@@ -188,7 +190,7 @@ def _show(tbl: Any, as_json: bool) -> int:
 
 
 def _timeline(tbl: Any, as_json: bool) -> int:
-    from lakesink.spark.commit_state import RANGES_KEY, WRITER_ID_KEY
+    from lakesink.commit.writer_state import RANGES_KEY, WRITER_ID_KEY
 
     timeline = tbl.timeline()
     rows = []
@@ -249,13 +251,13 @@ def _files(tbl: Any, as_json: bool) -> int:
 
 
 def _service(tbl: Any, args: argparse.Namespace) -> int:
-    services = _services(args)
+    control = _control(args)
     cmd = args.table_command
     info: dict[str, Any]
     if cmd == "clean":
         from lakesink.services.clean import RetainPolicy, clean
 
-        r = clean(tbl, services, RetainPolicy(args.retain_commits, args.retain_hours))
+        r = clean(tbl, control, RetainPolicy(args.retain_commits, args.retain_hours))
         info = {
             "instant": str(r.instant.time) if r.instant else None,
             "deleted": list(r.deleted),
@@ -273,7 +275,7 @@ def _service(tbl: Any, args: argparse.Namespace) -> int:
             min_files=args.min_files,
             partitions=tuple(args.partition) if args.partition else None,
         )
-        c = cluster(tbl, services, options, strategy_named(args.strategy))
+        c = cluster(tbl, control, options, strategy_named(args.strategy))
         info = {
             "instant": str(c.instant.time) if c.instant else None,
             "files_before": c.files_before,
@@ -288,7 +290,7 @@ def _service(tbl: Any, args: argparse.Namespace) -> int:
     elif cmd == "archive":
         from lakesink.services.archival import ArchivePolicy, archive
 
-        a = archive(tbl, services, ArchivePolicy(args.min_instants, args.max_instants))
+        a = archive(tbl, control, ArchivePolicy(args.min_instants, args.max_instants))
         info = {
             "archived": [str(i.time) for i in a.archived],
             "active_before": a.active_before,
@@ -309,7 +311,7 @@ def _service(tbl: Any, args: argparse.Namespace) -> int:
                 raise CommitError(f"{args.instant} is not an inflight instant of {tbl.uri}")
             rolled = [rollback(tbl, target)]
         else:
-            rolled = rollback_failed_writes(tbl, services)
+            rolled = rollback_failed_writes(tbl, control)
         info = {"rolled_back": [str(i.time) for i in rolled]}
         text = f"rollback: {len(rolled)} instants rolled back"
     if args.json:

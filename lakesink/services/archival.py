@@ -6,7 +6,7 @@ lakesink's archive (`lakesink.table.archive`), which hudi-rs never lists. Before
 archival writes the archived view (the latest base file of every file group they leave live),
 which lakesink's readers, cleaner and clustering start from; and it records every lakesink
 writer's newest archived offsets in `writers.json`, so a writer whose last commit was archived
-still finds them (`lakesink.spark.commit_state` falls back to it).
+still finds them (`lakesink.commit.writer_state` falls back to it).
 
 What may be archived is a prefix of the completed instants (by instant time) that
 - keeps at least `min_instants` completed instants active, and runs only when more than
@@ -25,25 +25,20 @@ What may be archived is a prefix of the completed instants (by instant time) tha
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
+from lakesink.commit.conflicts import completed_after
+from lakesink.commit.control import CommitControl
+from lakesink.commit.writer_state import record_archived_writers
 from lakesink.errors import CorruptTableError
 from lakesink.faults import crash_point
-from lakesink.protocol.instant import Action, Instant, InstantTime, State, TimelineLayout
-from lakesink.protocol.offsets import WriterOffsets
+from lakesink.protocol.instant import Instant, InstantTime, State, TimelineLayout
 from lakesink.services.clean import list_base_files
-from lakesink.services.conflict_check import completed_after
-from lakesink.services.instants import read_json, write_json
-from lakesink.spark import commit_state as keys
-from lakesink.spark.coordinator import CommitServices
 from lakesink.storage import ObjectNotFoundError, Storage
 from lakesink.table.archive import (
-    ARCHIVE_KEY,
     PACK_FAN_IN,
     PACK_LOOSE_FILES,
     TIMELINE_KEY,
@@ -61,9 +56,6 @@ from lakesink.table.timeline import Timeline, instants_named
 from lakesink.table.view import build_file_groups
 
 log = logging.getLogger(__name__)
-
-WRITERS_INDEX = "writers.json"
-BACKFILLS_INDEX = "backfills.json"
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,45 +188,6 @@ def _last_prefix_keeping(entries: Sequence[Entry], n: int, path: str, time_: Ins
     return k
 
 
-def _update_writers_index(table: HudiTable, timeline: Timeline, chosen: Sequence[Instant]) -> None:
-    """Before the move: record the archived writers' newest offsets and the archived backfills
-    (a backfill of the same files must stay done)."""
-    path = f"{ARCHIVE_KEY}/{WRITERS_INDEX}"
-    index: dict[str, Any] = read_json(table, path) or {}
-    backfills = archived_backfill_ids(table)
-    for inst in chosen:
-        if inst.action is not Action.COMMIT:
-            continue
-        extra = timeline.commit_metadata(inst).extra
-        if keys.BACKFILL_ID_KEY in extra:
-            backfills.add(extra[keys.BACKFILL_ID_KEY])
-        writer = extra.get(keys.WRITER_ID_KEY)
-        if writer is None or keys.OFFSETS_KEY not in extra:
-            continue
-        prev = index.get(writer)
-        if prev is None or str(prev["instant"]) < inst.time.value:
-            index[writer] = {
-                "instant": inst.time.value,
-                "offsets": json.loads(extra[keys.OFFSETS_KEY]),
-            }
-    write_json(table, path, index)
-    write_json(table, f"{ARCHIVE_KEY}/{BACKFILLS_INDEX}", sorted(backfills))
-
-
-def archived_backfill_ids(table: HudiTable) -> set[str]:
-    """The backfill ids (`lakesink.backfill.id`) of archived commits."""
-    ids: Any = read_json(table, f"{ARCHIVE_KEY}/{BACKFILLS_INDEX}")
-    return {str(i) for i in ids} if isinstance(ids, list) else set()
-
-
-def archived_offsets(table: HudiTable, writer_id: str) -> WriterOffsets | None:
-    """The offsets of `writer_id`'s newest archived commit, if one was archived."""
-    index: Any = read_json(table, f"{ARCHIVE_KEY}/{WRITERS_INDEX}")
-    if not isinstance(index, dict) or writer_id not in index:
-        return None
-    return WriterOffsets.from_json(index[writer_id]["offsets"])
-
-
 def archived_instants(table: HudiTable) -> list[Instant]:
     """Completed instants in the archive, by instant time."""
     listed = instants_named(archived_file_names(table.storage), f"{table.uri}/{TIMELINE_KEY}")
@@ -272,12 +225,12 @@ def _table_schema(timeline: Timeline, entries: Sequence[Entry], previous: str | 
 
 
 def archive(
-    table: HudiTable, services: CommitServices, policy: ArchivePolicy | None = None
+    table: HudiTable, control: CommitControl, policy: ArchivePolicy | None = None
 ) -> ArchiveResult:
     """Under the lock: choose the archivable prefix, write the archived view and the writers'
     offsets, then move the prefix to the archive."""
     policy = policy or ArchivePolicy()
-    with services.locked(table):
+    with control.locked(table):
         timeline = table.timeline()
         previous = load_archived_view(table.storage)
         if previous is not None:
@@ -302,7 +255,7 @@ def archive(
             if choice.held_back_by:
                 log.info("table %s: nothing archived: %s", table.config.name, choice.held_back_by)
             return ArchiveResult((), len(completed), len(completed), choice.held_back_by)
-        _update_writers_index(table, timeline, chosen)
+        record_archived_writers(table, timeline, chosen)
         done_at = [i.completion_time or i.time for i in chosen]
         write_archived_view(
             table.storage,

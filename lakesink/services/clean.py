@@ -20,11 +20,11 @@ from dataclasses import dataclass, field
 
 import fastavro
 
+from lakesink.commit.control import CommitControl
+from lakesink.commit.transaction import TableTransaction
 from lakesink.errors import CorruptTableError
 from lakesink.protocol.instant import Action, Instant, InstantTime
-from lakesink.services.instants import complete_instant
 from lakesink.services.lazy_rollback import rollback_failed_writes
-from lakesink.spark.coordinator import CommitServices
 from lakesink.storage import StorageError
 from lakesink.table.file_group import FileSlice
 from lakesink.table.files import parse_base_file_name
@@ -250,17 +250,18 @@ def clean_metadata_bytes(
 
 def clean(
     table: HudiTable,
-    services: CommitServices,
+    control: CommitControl,
     policy: RetainPolicy | None = None,
     *,
     rollback_failed: bool = True,
 ) -> CleanResult:
-    """Roll back failed writes, then plan (under the lock), delete and record a clean instant.
-    Nothing to delete: no instant is written."""
+    """Roll back failed writes, then plan (under the lock), delete and record a clean instant
+    (a transaction). Nothing to delete: no instant is written."""
     policy = policy or RetainPolicy()
-    rolled = tuple(rollback_failed_writes(table, services)) if rollback_failed else ()
+    rolled = tuple(rollback_failed_writes(table, control)) if rollback_failed else ()
     started = time.monotonic()
-    with services.locked(table):
+    tx = TableTransaction(table, control, writer_id=control.writer_id, action=Action.CLEAN)
+    with tx.locked():
         timeline = table.timeline()
         commits, base = active_commits_and_base(timeline)
         plan = plan_clean(
@@ -273,9 +274,7 @@ def clean(
         )
         if plan.is_empty:
             return CleanResult(None, (), rolled, plan)
-        t = services.next_instant_time(table)
-        services.start_heartbeat(table, t)
-        inflight = timeline.begin(Action.CLEAN, t)
+        t = tx.begin_locked()
     try:
         deleted: list[str] = []
         failed: list[str] = []
@@ -289,11 +288,10 @@ def clean(
                 )
                 failed.append(rel)
         took = int((time.monotonic() - started) * 1000)
-        done = complete_instant(
-            table, inflight, clean_metadata_bytes(t, plan, deleted, failed, took)
-        )
+        # a clean that dies stays pending: lazy rollback abandons it (its deletes were garbage)
+        done = tx.complete(clean_metadata_bytes(t, plan, deleted, failed, took))
     finally:
-        services.stop_heartbeat(table, t)
+        tx.stop_heartbeat()
     log.info(
         "table %s: clean %s deleted %d files (%d replaced, %d of failed writes), keeping views "
         "from %s",

@@ -19,6 +19,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from lakesink.commit.conflicts import (
+    CLUSTERING_PLANS,
+    concurrent_operations,
+    pending_clustering_groups,
+)
+from lakesink.commit.control import SERVICES_WRITER_ID, CommitControl
+from lakesink.commit.instants import plan_path, write_json
+from lakesink.commit.requirements import NoConflicts, WriterStillLive
+from lakesink.commit.transaction import TableTransaction, TxState
+from lakesink.commit.writer_state import WRITER_ID_KEY
 from lakesink.errors import LakesinkError
 from lakesink.protocol.conflicts import (
     ConflictStrategy,
@@ -27,24 +37,13 @@ from lakesink.protocol.conflicts import (
     Operation,
     OperationKind,
     Phase,
-    check,
 )
-from lakesink.protocol.instant import Action, Instant, InstantTime, State
-from lakesink.services.conflict_check import (
-    CLUSTERING_PLANS,
-    WRITER_ID_KEY,
-    concurrent_operations,
-    pending_clustering_groups,
-)
-from lakesink.services.host import SERVICES_WRITER_ID
-from lakesink.services.instants import plan_path, write_json
-from lakesink.spark.coordinator import CommitServices
+from lakesink.protocol.instant import Action, Instant, InstantTime
 from lakesink.table.file_group import FileSlice
 from lakesink.table.files import write_token
 from lakesink.table.hudi_table import HudiTable
 from lakesink.table.metadata import CommitMetadata
 from lakesink.table.plans import PlannedSlice, clustering_plan_bytes
-from lakesink.table.rollback import rollback
 from lakesink.table.view import FileSystemView
 from lakesink.table.writer import DEFAULT_TARGET_FILE_SIZE, BaseFileWriter
 
@@ -127,11 +126,14 @@ def choose_slices(
 
 
 def schedule_clustering(
-    table: HudiTable, services: CommitServices, options: ClusteringOptions
+    table: HudiTable, control: CommitControl, options: ClusteringOptions
 ) -> ClusteringPlan | None:
     """Under the lock: choose the slices, begin the replacecommit with a heartbeat, store the
     plan. None when no partition has enough small files."""
-    with services.locked(table):
+    tx = TableTransaction(
+        table, control, writer_id=SERVICES_WRITER_ID, action=Action.REPLACE_COMMIT
+    )
+    with tx.locked():
         timeline = table.timeline()
         excluded: set[FileGroupId] = set()
         for inst in timeline.inflight_or_requested(Action.REPLACE_COMMIT):
@@ -140,15 +142,23 @@ def schedule_clustering(
         chosen = choose_slices(latest, frozenset(excluded), options)
         if not chosen:
             return None
-        t = services.next_instant_time(table)
-        plan = ClusteringPlan(t, chosen)
-        services.start_heartbeat(table, t)
-        write_json(
-            table,
-            plan_path(table, CLUSTERING_PLANS, t),
-            {"file_groups": sorted(plan.file_groups), "files": [s.path for s in _all(plan)]},
+
+        def store_plan(t: InstantTime) -> None:
+            planned = ClusteringPlan(t, chosen)
+            write_json(
+                table,
+                plan_path(table, CLUSTERING_PLANS, t),
+                {
+                    "file_groups": sorted(planned.file_groups),
+                    "files": [s.path for s in _all(planned)],
+                },
+            )
+
+        t = tx.begin_locked(
+            requested_content=_java_plan(table, chosen),
+            intent=store_plan,
         )
-        timeline.begin(Action.REPLACE_COMMIT, t, requested_content=_java_plan(table, plan))
+        plan = ClusteringPlan(t, chosen)
     log.info(
         "table %s: scheduled clustering %s of %d small files in %d partitions",
         table.config.name,
@@ -159,11 +169,11 @@ def schedule_clustering(
     return plan
 
 
-def _java_plan(table: HudiTable, plan: ClusteringPlan) -> bytes:
+def _java_plan(table: HudiTable, chosen: Mapping[str, Sequence[FileSlice]]) -> bytes:
     """The plan as Hudi's `HoodieRequestedReplaceMetadata`, for Java Hudi writers."""
     groups = {
         p: [PlannedSlice(s.partition_path, s.file_id, f"{table.uri}/{s.path}") for s in slices]
-        for p, slices in plan.slices.items()
+        for p, slices in chosen.items()
     }
     return clustering_plan_bytes(groups, {"lakesink.clustering": "true"})
 
@@ -185,7 +195,7 @@ def _read_rows(table: HudiTable, slices: Sequence[FileSlice]) -> pa.Table:
 
 def execute_clustering(
     table: HudiTable,
-    services: CommitServices,
+    control: CommitControl,
     plan: ClusteringPlan,
     options: ClusteringOptions,
     strategy: ConflictStrategy | None = None,
@@ -194,64 +204,61 @@ def execute_clustering(
     included) roll the instant back so nothing of it stays visible, and re-raise."""
     rules: ConflictStrategy = strategy or FileGroupOverlap()
     t = plan.instant_time
-    instant = Instant(t, Action.REPLACE_COMMIT, State.INFLIGHT)
+    tx = TableTransaction.resume(
+        table,
+        control,
+        t,
+        writer_id=SERVICES_WRITER_ID,
+        action=Action.REPLACE_COMMIT,
+        state=TxState.ACTIVE,
+    )
+    skip: frozenset[FileGroupId] = frozenset()
     try:
-        planned = Operation(t, OperationKind.CLUSTERING, replaced=plan.file_groups)
-        skip = rules.clustering_skips(planned, concurrent_operations(table, t))
-        work = plan.without(skip, options.min_files) if skip else plan
-        if not work.slices:
-            raise _NothingLeft(f"every planned file group of clustering {t} was skipped")
-        writes = []
-        rows = 0
-        schema = ""
-        for partition, slices in work.slices.items():
-            writer = BaseFileWriter(
-                table,
-                partition,
+        with tx:  # on any failure (a conflict included) rolled back, nothing of it visible
+            planned = Operation(t, OperationKind.CLUSTERING, replaced=plan.file_groups)
+            skip = rules.clustering_skips(planned, concurrent_operations(table, t))
+            work = plan.without(skip, options.min_files) if skip else plan
+            if not work.slices:
+                raise _NothingLeft(f"every planned file group of clustering {t} was skipped")
+            writes = []
+            rows = 0
+            schema = ""
+            for partition, slices in work.slices.items():
+                writer = BaseFileWriter(
+                    table,
+                    partition,
+                    t,
+                    write_token(0, 0, 0),
+                    target_file_size_bytes=options.target_file_bytes,
+                    preserve_commit_time=True,
+                )
+                data = _read_rows(table, slices)
+                writer.write(data)
+                writes.extend(writer.close())
+                rows += data.num_rows
+                schema = schema or (writer.avro_schema or "")
+            replaced: dict[str, list[str]] = {}
+            for s in _all(work):
+                replaced.setdefault(s.partition_path, []).append(s.file_id)
+            ours = Operation(
                 t,
-                write_token(0, 0, 0),
-                target_file_size_bytes=options.target_file_bytes,
-                preserve_commit_time=True,
+                OperationKind.CLUSTERING,
+                written=frozenset((w.partition_path, w.file_id) for w in writes),
+                replaced=work.file_groups,
+                phase=Phase.PENDING,
+                writer=SERVICES_WRITER_ID,
             )
-            data = _read_rows(table, slices)
-            writer.write(data)
-            writes.extend(writer.close())
-            rows += data.num_rows
-            schema = schema or (writer.avro_schema or "")
-        replaced: dict[str, list[str]] = {}
-        for s in _all(work):
-            replaced.setdefault(s.partition_path, []).append(s.file_id)
-        ours = Operation(
-            t,
-            OperationKind.CLUSTERING,
-            written=frozenset((w.partition_path, w.file_id) for w in writes),
-            replaced=work.file_groups,
-            phase=Phase.PENDING,
-            writer=SERVICES_WRITER_ID,
-        )
-        with services.locked(table):
-            services.check_alive(table, t)
-            check(rules, ours, concurrent_operations(table, t))
             metadata = CommitMetadata(
                 operation_type="CLUSTER",
                 writes=tuple(writes),
                 replaced_file_ids={p: tuple(ids) for p, ids in replaced.items()},
-                schema=schema or (table.timeline().latest_schema() or ""),
+                schema=schema or (tx.format.schema() or ""),
                 extra={WRITER_ID_KEY: SERVICES_WRITER_ID},
             )
-            done = table.timeline().publish(instant, metadata)
+            done = tx.commit(metadata, (WriterStillLive(control, t), NoConflicts(ours, rules)))
     except _NothingLeft:
-        rollback(table, instant)
         return ClusteringResult(None, skipped=skip)
-    except BaseException:
-        log.warning("table %s: clustering %s failed; rolling it back", table.config.name, t)
-        try:
-            rollback(table, instant)
-        except LakesinkError:
-            log.exception("table %s: rollback of clustering %s failed", table.config.name, t)
-        raise
     finally:
-        services.stop_heartbeat(table, t)
         table.storage.delete(plan_path(table, CLUSTERING_PLANS, t))
     log.info(
         "table %s: clustering %s rewrote %d files into %d (%d rows)",
@@ -261,18 +268,18 @@ def execute_clustering(
         len(writes),
         rows,
     )
-    return ClusteringResult(done, work.file_count, len(writes), rows, skip)
+    return ClusteringResult(done.instant, work.file_count, len(writes), rows, skip)
 
 
 def cluster(
     table: HudiTable,
-    services: CommitServices,
+    control: CommitControl,
     options: ClusteringOptions | None = None,
     strategy: ConflictStrategy | None = None,
 ) -> ClusteringResult:
     """Schedule and run one clustering; an instant of None when there was nothing to do."""
     options = options or ClusteringOptions()
-    plan = schedule_clustering(table, services, options)
+    plan = schedule_clustering(table, control, options)
     if plan is None:
         return ClusteringResult(None)
-    return execute_clustering(table, services, plan, options, strategy)
+    return execute_clustering(table, control, plan, options, strategy)

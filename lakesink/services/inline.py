@@ -8,9 +8,11 @@ commit (the batch is already in the table); the next run tries again.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
+from lakesink.commit.control import CommitControl
+from lakesink.commit.instants import SERVICES_DIR
 from lakesink.config import LakesinkConfig
 from lakesink.errors import ConfigError, LakesinkError
 from lakesink.protocol.conflicts import strategy_named
@@ -18,8 +20,6 @@ from lakesink.protocol.instant import Action, InstantTime
 from lakesink.services.archival import ArchivePolicy, ArchiveResult, archive
 from lakesink.services.clean import CleanResult, RetainPolicy, clean
 from lakesink.services.clustering import ClusteringOptions, ClusteringResult, cluster
-from lakesink.services.instants import SERVICES_DIR
-from lakesink.spark.coordinator import CommitServices
 from lakesink.table.hudi_table import HudiTable
 
 log = logging.getLogger(__name__)
@@ -67,7 +67,7 @@ def archive_policy(cfg: LakesinkConfig) -> ArchivePolicy:
 def run_inline_services(
     table: HudiTable,
     cfg: LakesinkConfig,
-    services: CommitServices,
+    control: CommitControl,
     *,
     which: tuple[str, ...] | None = None,
 ) -> InlineResult:
@@ -76,12 +76,12 @@ def run_inline_services(
     for name in which if which is not None else tuple(cfg["table.services.inline"]):
         try:
             if name == "clean":
-                result.clean = clean(table, services, retain_policy(cfg))
+                result.clean = clean(table, control, retain_policy(cfg))
             elif name == "cluster":
                 strategy = strategy_named(cfg["table.services.conflict.strategy"])
-                result.clustering = cluster(table, services, clustering_options(cfg), strategy)
+                result.clustering = cluster(table, control, clustering_options(cfg), strategy)
             elif name == "archive":
-                result.archive = archive(table, services, archive_policy(cfg))
+                result.archive = archive(table, control, archive_policy(cfg))
             else:
                 raise ConfigError(
                     f"table.services.inline names {name!r}; valid: {', '.join(SERVICE_NAMES)}"
@@ -111,18 +111,28 @@ def commits_since_last_run(table: HudiTable) -> int:
     )
 
 
-def after_commit(table: HudiTable, services: Any, instant_time: InstantTime) -> InlineResult | None:
-    """The coordinator's hook after publishing `instant_time`: run the services when N commits
-    passed since the last run. Never raises."""
+def after_commit(
+    table: HudiTable, cfg: LakesinkConfig, control: CommitControl, instant_time: InstantTime
+) -> InlineResult | None:
+    """After the writer published `instant_time`: run the services when N commits passed since
+    the last run. Never raises."""
     try:
-        cfg = getattr(services, "cfg", None)
-        if not isinstance(cfg, LakesinkConfig) or not isinstance(services, CommitServices):
-            return None
         every = cfg["table.services.inline.every.commits"]
         if every <= 0 or commits_since_last_run(table) < every:
             return None
         table.storage.write(str(LAST_RUN_FILE), instant_time.value.encode())
-        return run_inline_services(table, cfg, services)
+        return run_inline_services(table, cfg, control)
     except Exception:  # never fail a published commit
         log.exception("table %s: inline services after %s failed", table.config.name, instant_time)
         return None
+
+
+def inline_services_hook(
+    table: HudiTable, cfg: LakesinkConfig, control: CommitControl
+) -> Callable[[InstantTime], InlineResult | None]:
+    """The post-commit hook a writer's commits run: `after_commit` with this table's config."""
+
+    def hook(instant_time: InstantTime) -> InlineResult | None:
+        return after_commit(table, cfg, control, instant_time)
+
+    return hook

@@ -1,29 +1,29 @@
 """Lazy rollback of failed writes (seed 003): an inflight instant of any writer whose heartbeat
-expired is rolled back, its files deleted by markers. The logic is the coordinator's recovery
-(`Coordinator.recover`), reused here for the cleaner and the CLI; pending cleans whose heartbeat
-expired are abandoned (a clean only deletes files that are garbage anyway)."""
+expired is rolled back, its files deleted by markers. The logic is the writer's recovery
+(`lakesink.commit.recovery`), reused here for the cleaner and the CLI; pending cleans whose
+heartbeat expired are abandoned (a clean only deletes files that are garbage anyway)."""
 
 from __future__ import annotations
 
 import logging
 
+from lakesink.commit.control import SERVICES_WRITER_ID, CommitControl
+from lakesink.commit.instants import abandon_pending
+from lakesink.commit.recovery import recover_failed_writes
 from lakesink.protocol.instant import Action, Instant
-from lakesink.services.host import SERVICES_WRITER_ID
-from lakesink.services.instants import abandon_pending
-from lakesink.spark.coordinator import CommitServices, Coordinator
 from lakesink.table.hudi_table import HudiTable
 
 log = logging.getLogger(__name__)
 
 
 def rollback_failed_writes(
-    table: HudiTable, services: CommitServices, *, writer_id: str = SERVICES_WRITER_ID
+    table: HudiTable, control: CommitControl, *, writer_id: str = SERVICES_WRITER_ID
 ) -> list[Instant]:
     """Roll back every failed write (expired heartbeat) and abandon dead cleans; returns the
     instants rolled back or abandoned."""
-    rolled = Coordinator(table, writer_id, services=services).recover()
+    rolled = recover_failed_writes(table, control, writer_id)
     for inst in table.timeline().inflight_or_requested(Action.CLEAN):
-        if services.heartbeat_expired(table, inst.time):
+        if control.heartbeat_expired(table, inst.time):
             log.warning(
                 "table %s: abandoning clean %s whose heartbeat expired", table.config.name, inst
             )

@@ -23,20 +23,27 @@ from typing import Any, Literal
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from lakesink.commit import writer_state as keys
+from lakesink.commit.conflicts import file_groups_of_paths
+from lakesink.commit.control import CommitControl
+from lakesink.commit.requirements import BackfillNotCommitted, NoConflicts, WriterStillLive
+from lakesink.commit.transaction import TableTransaction
 from lakesink.config import LakesinkConfig
-from lakesink.errors import CommitError, ConfigError, CorruptTableError
-from lakesink.protocol.conflicts import ConflictStrategy, FileGroupOverlap, OperationKind
-from lakesink.protocol.instant import Action, Instant, InstantTime, State
-from lakesink.services.conflict_check import check_commit, file_groups_of_paths, strategy_for
+from lakesink.errors import ConfigError
+from lakesink.protocol.conflicts import (
+    ConflictStrategy,
+    FileGroupOverlap,
+    Operation,
+    OperationKind,
+    Phase,
+    strategy_named,
+)
+from lakesink.protocol.instant import InstantTime
 from lakesink.services.lazy_rollback import rollback_failed_writes
-from lakesink.spark import commit_state as keys
-from lakesink.spark.coordinator import CommitServices
 from lakesink.spark.task_writer import STATUS_SCHEMA, TaskWriter, parse_statuses
 from lakesink.table.avro_schema import META_COLUMNS
 from lakesink.table.hudi_table import HudiTable
-from lakesink.table.markers import delete_unreferenced_files
 from lakesink.table.metadata import CommitMetadata
-from lakesink.table.rollback import rollback
 from lakesink.table.view import FileSystemView
 from lakesink.table.writer import DEFAULT_TARGET_FILE_SIZE
 
@@ -45,7 +52,7 @@ log = logging.getLogger(__name__)
 SourceFormat = Literal["parquet", "json", "csv"]
 FORMATS: tuple[SourceFormat, ...] = ("parquet", "json", "csv")
 BACKFILL_ID_KEY = keys.BACKFILL_ID_KEY
-BACKFILL_SOURCE_KEY = "lakesink.backfill.source"
+BACKFILL_SOURCE_KEY = keys.BACKFILL_SOURCE_KEY
 DATE_PARTITION_COLUMN = "dt"
 
 
@@ -97,13 +104,7 @@ def backfill_id(files: list[Path]) -> str:
 
 
 def _already_committed(table: HudiTable, bid: str) -> bool:
-    from lakesink.services.archival import archived_backfill_ids
-
-    timeline = table.timeline()
-    return bid in archived_backfill_ids(table) or any(
-        timeline.commit_metadata(i).extra.get(BACKFILL_ID_KEY) == bid
-        for i in timeline.completed(Action.COMMIT)
-    )
+    return keys.backfill_committed(table, bid)
 
 
 def _table_data_schema(table: HudiTable) -> Any | None:
@@ -157,7 +158,7 @@ def run_backfill(
     source: str | Path,
     *,
     fmt: SourceFormat = "parquet",
-    services: CommitServices,
+    control: CommitControl,
     cfg: LakesinkConfig | None = None,
     writer_id: str | None = None,
     strategy: ConflictStrategy | None = None,
@@ -179,7 +180,7 @@ def run_backfill(
             "table %s: backfill %s was committed before; nothing to do", table.config.name, bid
         )
         return BackfillResult(writer, bid, None)
-    rollback_failed_writes(table, services, writer_id=writer)
+    rollback_failed_writes(table, control, writer_id=writer)
     df = read_source(spark, files, fmt, _table_data_schema(table))
     date_from = cfg["table.partition.date.from"] if cfg is not None else None
     if date_from and DATE_PARTITION_COLUMN not in df.columns:
@@ -187,26 +188,23 @@ def run_backfill(
     size = target_file_size or (
         cfg["table.target.file.size.bytes"] if cfg is not None else DEFAULT_TARGET_FILE_SIZE
     )
-    with services.locked(table):
-        t = services.next_instant_time(table)
-        services.start_heartbeat(table, t)
-        table.timeline().begin(Action.COMMIT, t)
-    instant = Instant(t, Action.COMMIT, State.INFLIGHT)
-    log.info("table %s: backfill %s (writer %s) began %s", table.config.name, bid, writer, t)
-    try:
+    rules = strategy or (
+        strategy_named(cfg["table.services.conflict.strategy"])
+        if cfg is not None
+        else FileGroupOverlap()
+    )
+    with TableTransaction(table, control, writer_id=writer) as tx:
+        t = tx.begin()
+        log.info("table %s: backfill %s (writer %s) began %s", table.config.name, bid, writer, t)
         task = TaskWriter(table.storage, table.config, t.value, size)
         statuses = parse_statuses(df.mapInArrow(task, STATUS_SCHEMA).collect())
         writes = tuple(f for s in statuses for f in s.files)
-        kept = {w.path for w in writes}
-        delete_unreferenced_files(table.storage, t, kept)
-        for rel in kept:
-            if not table.storage.exists(rel):
-                raise CorruptTableError(f"backfill {t}: written file {rel} is missing")
+        kept = tx.stage({w.path for w in writes})
         schema = next((str(s.extra["schema"]) for s in statuses if s.extra.get("schema")), "")
         metadata = CommitMetadata(
             operation_type="BULK_INSERT",
             writes=writes,
-            schema=schema or (table.timeline().latest_schema() or ""),
+            schema=schema or (tx.format.schema() or ""),
             extra={
                 keys.WRITER_ID_KEY: writer,
                 keys.COMMIT_ID_KEY: str(uuid.uuid4()),
@@ -214,28 +212,17 @@ def run_backfill(
                 BACKFILL_SOURCE_KEY: json.dumps([os.fspath(f) for f in files][:100]),
             },
         )
-        with services.locked(table):
-            services.check_alive(table, t)
-            if _already_committed(table, bid):
-                raise CommitError(f"backfill {bid} was committed concurrently by another run")
-            check_commit(
-                table,
-                t,
-                kind=OperationKind.INGESTION,
-                written=file_groups_of_paths(kept),
-                strategy=strategy or strategy_for(services) or FileGroupOverlap(),
-                writer=writer,
-            )
-            table.timeline().publish(instant, metadata)
-    except BaseException:
-        log.warning("table %s: backfill %s failed; rolling back %s", table.config.name, bid, t)
-        try:
-            rollback(table, instant)
-        except Exception:  # lazy rollback retries it when the heartbeat expired
-            log.exception("table %s: rollback of backfill %s failed", table.config.name, t)
-        raise
-    finally:
-        services.stop_heartbeat(table, t)
+        written = Operation(
+            t,
+            OperationKind.INGESTION,
+            file_groups_of_paths(kept),
+            phase=Phase.PENDING,
+            writer=writer,
+        )
+        tx.commit(
+            metadata,
+            (WriterStillLive(control, t), BackfillNotCommitted(bid), NoConflicts(written, rules)),
+        )
     records = sum(w.num_writes for w in writes)
     log.info(
         "table %s: backfill %s committed %s (%d records, %d files)",

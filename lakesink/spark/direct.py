@@ -243,7 +243,7 @@ def shape_rows(batch: pa.RecordBatch, schema: pa.Schema, date_from: str | None) 
     `date_format(col, 'yyyy-MM-dd')` in UTC; replacing a `dt` column in place, else appended)."""
     import pyarrow.compute as pc
 
-    from lakesink.spark.sink import DATE_PARTITION_COLUMN
+    from lakesink.spark.task_writer import DATE_PARTITION_COLUMN
 
     if date_from and DATE_PARTITION_COLUMN in batch.schema.names:
         batch = batch.drop_columns([DATE_PARTITION_COLUMN])  # Spark replaces it: recomputed
@@ -309,15 +309,15 @@ def run_direct_batch(
     table had nothing to publish (a replayed batch)."""
     from pyspark.sql.pandas.types import from_arrow_schema
 
-    from lakesink.spark.sink import rows_per_topic
     from lakesink.spark.source import encode_config, encode_secrets
+    from lakesink.spark.task_writer import rows_per_topic
 
     spark = batch_df.sparkSession
     cfg = sink.cfg
     dead = sink.dead_letters
-    dead_instant = dead.begin(batch_id, ranges) if dead is not None else None
+    dead_instant = dead.begin_batch(batch_id, ranges) if dead is not None else None
     try:
-        instant = sink.coordinator.begin(batch_id, ranges)
+        instant = sink.coordinator.begin_batch(batch_id, ranges)
     except BaseException:
         if dead is not None and dead_instant is not None:
             sink._abort(dead, dead_instant, batch_id)
@@ -353,8 +353,8 @@ def run_direct_batch(
         schema = next((s.extra["schema"] for s in rows if s.extra.get("schema")), None)
         schema = schema or sink.avro_schema_of(batch_df)
         if sink.committer is None:
-            return sink.coordinator.complete(instant, batch_id, ranges, rows, schema)
-        prepared = sink.coordinator.prepare(instant, batch_id, ranges, rows, schema)
+            return sink.coordinator.complete_batch(instant, batch_id, ranges, rows, schema)
+        prepared = sink.coordinator.precommit(instant, batch_id, ranges, rows, schema)
         return sink.committer.submit(prepared)
     except BaseException:
         if sink.coordinator.is_precommitted(instant):
@@ -417,7 +417,7 @@ def _publish_dead_letters(
     statuses: list[TaskStatuses],
 ) -> None:
     from lakesink.kafka.dead_letters import DEAD_LETTER_SCHEMA
-    from lakesink.spark.sink import rows_per_topic
+    from lakesink.spark.task_writer import rows_per_topic
     from lakesink.table.avro_schema import avro_schema_for, with_meta_columns
 
     dead = sink.dead_letters
@@ -427,7 +427,7 @@ def _publish_dead_letters(
         schema = avro_schema_for(
             with_meta_columns(DEAD_LETTER_SCHEMA), f"{dead.table.config.name}_record"
         )
-        dead.complete(instant, batch_id, ranges, written, schema)
+        dead.complete_batch(instant, batch_id, ranges, written, schema)
     except BaseException:
         sink._abort(dead, instant, batch_id)
         raise

@@ -8,11 +8,11 @@ import logging
 import threading
 from typing import Any
 
+from lakesink.commit.coordinator import Coordinator
 from lakesink.config import LakesinkConfig
 from lakesink.errors import LakesinkError
 from lakesink.metrics import IngestionMetrics
 from lakesink.protocol.offsets import TopicPartition
-from lakesink.spark.coordinator import Coordinator
 
 log = logging.getLogger(__name__)
 

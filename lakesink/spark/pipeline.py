@@ -15,18 +15,21 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
+from lakesink.commit import writer_state
+from lakesink.commit.async_commit import AsyncCommitter
+from lakesink.commit.control import CommitControl, WriterCommitControl
+from lakesink.commit.coordinator import BatchOutcome, Coordinator
 from lakesink.commitlog.store import PendingCommitStore
 from lakesink.config import LakesinkConfig
 from lakesink.errors import LakesinkError
 from lakesink.kafka.client import TopicIds
 from lakesink.metrics import IngestionMetrics
+from lakesink.protocol.conflicts import strategy_named
 from lakesink.protocol.offsets import TopicPartition, WriterOffsets
-from lakesink.spark import commit_state
-from lakesink.spark.async_commit import AsyncCommitter
-from lakesink.spark.coordinator import BatchOutcome, CommitServices, Coordinator
+from lakesink.services.inline import inline_services_hook
 from lakesink.spark.direct import uses_direct_path
 from lakesink.spark.monitoring import LagMonitor
-from lakesink.spark.sink import DATE_PARTITION_COLUMN, CommittingSink, analyze_rows
+from lakesink.spark.sink import CommittingSink, analyze_rows
 from lakesink.spark.source import (
     CONFIG_OPTION,
     SECRETS_OPTION,
@@ -34,6 +37,7 @@ from lakesink.spark.source import (
     encode_config,
     encode_secrets,
 )
+from lakesink.spark.task_writer import DATE_PARTITION_COLUMN
 from lakesink.storage import Storage
 from lakesink.table.config import TableConfig
 from lakesink.table.hudi_table import HudiTable
@@ -167,7 +171,7 @@ class Ingestion:
         cfg: LakesinkConfig,
         spark: SparkSession,
         *,
-        services: CommitServices | None = None,
+        control: CommitControl | None = None,
         on_progress: Callable[[Progress], None] | None = None,
     ) -> None:
         self.cfg = cfg
@@ -179,24 +183,24 @@ class Ingestion:
         table_config = table_config_for(cfg)
         self.output_schema = analyze_rows(cfg, spark, table_config.partition_fields)
         self.direct = uses_direct_path(cfg)  # the direct task path, or Spark's DataFrame
-        self.services = services or make_services(cfg)
+        self.control = control or make_control(cfg)
         self.on_progress = on_progress
         self._stop = threading.Event()
         self.table = HudiTable.create(open_table_storage(cfg), table_config)
-        self.coordinator = Coordinator(
-            self.table, cfg.writer_id, query_id=str(uuid.uuid4()), services=self.services
-        )
-        self.coordinator.publish_delay_s = cfg["commit.publish.delay.s"]
-        self.coordinator.allow_data_loss = not cfg["kafka.fail.on.data.loss"]
-        self.coordinator.topic_ids = TopicIds(
-            cfg["kafka.bootstrap.servers"], cfg.kafka_client_config
-        )
         self.metrics = IngestionMetrics(
             writer_id=cfg.writer_id,
             table=str(cfg["table.path"]),
             topics=",".join(cfg["kafka.topics"]) or str(cfg["kafka.topic.pattern"]),
         )
-        self.coordinator.metrics = self.metrics
+        self.coordinator = make_coordinator(
+            cfg,
+            self.table,
+            self.control,
+            query_id=str(uuid.uuid4()),
+            publish_delay_s=cfg["commit.publish.delay.s"],
+            topic_ids=TopicIds(cfg["kafka.bootstrap.servers"], cfg.kafka_client_config),
+            metrics=self.metrics,
+        )
         self.monitor: LagMonitor | None = None  # lag readings while metrics are served
 
     def serve_metrics(self) -> str | None:
@@ -351,7 +355,7 @@ class Ingestion:
 
     def _result(self, result: IngestionResult, started: float) -> IngestionResult:
         result.elapsed_s = time.monotonic() - started
-        result.committed = commit_state.committed_offsets(self.table, self.cfg.writer_id).to_json()
+        result.committed = writer_state.committed_offsets(self.table, self.cfg.writer_id).to_json()
         # Dead letters sent to a topic are not counted here: only a table's are.
         result.only_empty_ranges = (
             result.batches > 0
@@ -386,10 +390,9 @@ class Ingestion:
                 record_key_fields=("kafka_topic", "kafka_partition", "kafka_offset"),
             ),
         )
-        coordinator = Coordinator(
-            table, cfg.writer_id, query_id=self.coordinator.query_id, services=make_services(cfg)
+        coordinator = make_coordinator(
+            cfg, table, make_control(cfg), query_id=self.coordinator.query_id
         )
-        coordinator.allow_data_loss = not cfg["kafka.fail.on.data.loss"]
         coordinator.start()
         return coordinator
 
@@ -492,15 +495,39 @@ def make_committer(cfg: LakesinkConfig, coordinator: Coordinator) -> AsyncCommit
     )
 
 
-def make_services(cfg: LakesinkConfig) -> CommitServices:
-    """Locks, heartbeats and fencing as configured."""
-    from lakesink.spark.services import ConfiguredCommitServices
+def make_control(cfg: LakesinkConfig) -> WriterCommitControl:
+    """The writer's lock, heartbeats and fencing as configured."""
+    return WriterCommitControl.from_config(cfg)
 
-    return ConfiguredCommitServices(cfg)
+
+def make_coordinator(
+    cfg: LakesinkConfig,
+    table: HudiTable,
+    control: CommitControl,
+    *,
+    query_id: str,
+    publish_delay_s: float = 0.0,
+    topic_ids: Callable[[Iterable[str]], Mapping[str, str]] | None = None,
+    metrics: IngestionMetrics | None = None,
+) -> Coordinator:
+    """The commit coordinator of `table`, with the configured conflict rules and the inline
+    table services as its post-commit hook."""
+    return Coordinator(
+        table,
+        cfg.writer_id,
+        query_id=query_id,
+        control=control,
+        conflict_strategy=strategy_named(cfg["table.services.conflict.strategy"]),
+        publish_delay_s=publish_delay_s,
+        allow_data_loss=not cfg["kafka.fail.on.data.loss"],
+        topic_ids=topic_ids,
+        metrics=metrics,
+        post_commit=(inline_services_hook(table, cfg, control),),
+    )
 
 
 def committed_offsets(cfg: LakesinkConfig) -> dict[str, int]:
-    return commit_state.committed_offsets_at(cfg.table_storage, cfg.writer_id).to_json()
+    return writer_state.committed_offsets_at(cfg.table_storage, cfg.writer_id).to_json()
 
 
 def open_table_storage(cfg: LakesinkConfig) -> Storage:

@@ -16,20 +16,24 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
+from lakesink.commit.async_commit import AsyncCommitter
+from lakesink.commit.coordinator import BatchOutcome, Coordinator
 from lakesink.config import LakesinkConfig
 from lakesink.errors import ConfigError, LakesinkError
 from lakesink.metrics import IngestionMetrics
 from lakesink.protocol.offsets import OffsetRange
 from lakesink.protocol.write_status import WriteStatus
-from lakesink.spark.async_commit import AsyncCommitter
-from lakesink.spark.coordinator import BatchOutcome, Coordinator
 from lakesink.spark.direct import run_direct_batch
 from lakesink.spark.source import ERROR_COLUMN, RAW_VALUE_COLUMN, offset_to_ranges
-from lakesink.spark.task_writer import STATUS_SCHEMA, TOPICS_EXTRA, TaskWriter, parse_statuses
+from lakesink.spark.task_writer import (
+    DATE_PARTITION_COLUMN,
+    STATUS_SCHEMA,
+    TaskWriter,
+    parse_statuses,
+    rows_per_topic,
+)
 
 log = logging.getLogger(__name__)
-
-DATE_PARTITION_COLUMN = "dt"
 
 
 def planned_ranges(checkpoint: Path, batch_id: int) -> list[OffsetRange]:
@@ -152,24 +156,6 @@ def analyze_rows(
             f"{which}={cfg[which]!r} fails on the source columns: "
             f"{type(e).__name__}: {_first_line(e)}"
         ) from None
-
-
-def rows_per_topic(
-    statuses: list[WriteStatus], ranges: list[OffsetRange]
-) -> dict[str, tuple[int, int]]:
-    """Rows and bytes the tasks wrote per Kafka topic. Rows whose topic the tasks could not
-    tell (a transformation dropped `kafka_topic`) count for the batch's topic when it read one
-    topic, else for `UNKNOWN_TOPIC`."""
-    from lakesink.metrics import UNKNOWN_TOPIC
-
-    read = {r.partition.topic for r in ranges}
-    out: dict[str, tuple[int, int]] = {}
-    for status in statuses:
-        for topic, (rows, nbytes) in dict(status.extra.get(TOPICS_EXTRA) or {}).items():
-            name = topic or (next(iter(read)) if len(read) == 1 else UNKNOWN_TOPIC)
-            had = out.get(name, (0, 0))
-            out[name] = (had[0] + int(rows), had[1] + int(nbytes))
-    return out
 
 
 class BatchFailedError(LakesinkError):
@@ -311,7 +297,7 @@ class CommittingSink:
         self, batch_df: DataFrame, batch_id: int, ranges: list[OffsetRange]
     ) -> BatchOutcome | None:
         """The main table's instant for this batch: begin, write, reconcile, publish."""
-        instant = self.coordinator.begin(batch_id, ranges)
+        instant = self.coordinator.begin_batch(batch_id, ranges)
         if instant is None:
             return None
         try:
@@ -322,8 +308,8 @@ class CommittingSink:
             schema = next((s.extra["schema"] for s in statuses if s.extra.get("schema")), None)
             schema = schema or self.avro_schema_of(out)
             if self.committer is None:
-                return self.coordinator.complete(instant, batch_id, ranges, statuses, schema)
-            prepared = self.coordinator.prepare(instant, batch_id, ranges, statuses, schema)
+                return self.coordinator.complete_batch(instant, batch_id, ranges, statuses, schema)
+            prepared = self.coordinator.precommit(instant, batch_id, ranges, statuses, schema)
             return self.committer.submit(prepared)
         except BaseException:
             if self.coordinator.is_precommitted(instant):
@@ -339,7 +325,7 @@ class CommittingSink:
         from lakesink.table.avro_schema import avro_schema_for, with_meta_columns
 
         assert self.dead_letters is not None
-        instant = self.dead_letters.begin(batch_id, ranges)
+        instant = self.dead_letters.begin_batch(batch_id, ranges)
         if instant is None:
             return
         try:
@@ -359,7 +345,7 @@ class CommittingSink:
                 with_meta_columns(DEAD_LETTER_SCHEMA),
                 f"{self.dead_letters.table.config.name}_record",
             )
-            self.dead_letters.complete(instant, batch_id, ranges, statuses, schema)
+            self.dead_letters.complete_batch(instant, batch_id, ranges, statuses, schema)
             self.stats.dead_letters += written
             if self.metrics is not None:
                 for topic, (rows, _nbytes) in rows_per_topic(statuses, ranges).items():

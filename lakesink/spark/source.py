@@ -182,9 +182,9 @@ class KafkaStreamReader(DataSourceStreamReader):
     def _check_topic_ids(self, partitions: Sequence[TopicPartition]) -> None:
         """Refuse a topic deleted and re-created under the same name: its id differs from the
         one the table's offsets (or this query's earlier batches) belong to."""
+        from lakesink.commit.writer_state import committed_topic_ids_at
         from lakesink.errors import DataLossError
         from lakesink.kafka.client import topic_ids
-        from lakesink.spark.commit_state import committed_topic_ids_at
 
         current = topic_ids(
             self.cfg["kafka.bootstrap.servers"],
@@ -205,7 +205,7 @@ class KafkaStreamReader(DataSourceStreamReader):
         self._topic_ids.update(current)
 
     def _table_offsets(self) -> WriterOffsets:
-        from lakesink.spark.commit_state import committed_offsets_at
+        from lakesink.commit.writer_state import committed_offsets_at
 
         return committed_offsets_at(self.cfg.table_storage, self.cfg.writer_id)
 

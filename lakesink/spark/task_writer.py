@@ -9,6 +9,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from lakesink.protocol.offsets import OffsetRange
 from lakesink.protocol.write_status import WriteStatus
 from lakesink.storage import Storage
 from lakesink.table.config import TableConfig
@@ -19,6 +20,8 @@ TOPICS_EXTRA = "topics"
 rows without a `kafka_topic` column count under the topic ""."""
 TOPIC_COLUMN = "kafka_topic"
 _STATUS_ARROW = pa.schema([("status", pa.string())])
+
+DATE_PARTITION_COLUMN = "dt"
 
 
 class TaskWriter:
@@ -142,3 +145,21 @@ def with_required(batch: pa.RecordBatch, required: Sequence[str]) -> pa.RecordBa
 
 def parse_statuses(rows: Sequence[Any]) -> list[WriteStatus]:
     return [WriteStatus.from_json(json.loads(row["status"])) for row in rows]
+
+
+def rows_per_topic(
+    statuses: list[WriteStatus], ranges: list[OffsetRange]
+) -> dict[str, tuple[int, int]]:
+    """Rows and bytes the tasks wrote per Kafka topic. Rows whose topic the tasks could not
+    tell (a transformation dropped `kafka_topic`) count for the batch's topic when it read one
+    topic, else for `UNKNOWN_TOPIC`."""
+    from lakesink.metrics import UNKNOWN_TOPIC
+
+    read = {r.partition.topic for r in ranges}
+    out: dict[str, tuple[int, int]] = {}
+    for status in statuses:
+        for topic, (rows, nbytes) in dict(status.extra.get(TOPICS_EXTRA) or {}).items():
+            name = topic or (next(iter(read)) if len(read) == 1 else UNKNOWN_TOPIC)
+            had = out.get(name, (0, 0))
+            out[name] = (had[0] + int(rows), had[1] + int(nbytes))
+    return out

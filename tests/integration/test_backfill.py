@@ -19,10 +19,10 @@ import pytest
 from integration.conftest import audit_config, ingest_config
 
 from lakesink.audit import COORDINATES, read_with_hudi_rs
+from lakesink.commit.control import LockedCommitControl
 from lakesink.kafka.producer import produce_sample_events
 from lakesink.protocol.instant import Action
 from lakesink.services.archival import ArchivePolicy, archive
-from lakesink.services.host import StandaloneServices
 from lakesink.spark.backfill import run_backfill
 from lakesink.spark.pipeline import Ingestion, table_config_for
 from lakesink.table.avro_schema import META_COLUMNS
@@ -92,10 +92,10 @@ def test_streaming_and_backfill_together_land_every_row_once(
     streaming.start()
     # the backfill starts once the stream committed (its files give the table's schema)
     _history_files(pq.read_schema(_first_base_file(cfg["table.path"])), hist, source, 300)
-    services = StandaloneServices(
+    services = LockedCommitControl(
         cfg["table.path"], heartbeat_interval_s=1, heartbeat_tolerance_s=10
     )
-    result = run_backfill(spark, cfg["table.path"], source, services=services)
+    result = run_backfill(spark, cfg["table.path"], source, control=services)
     streaming.join(180)
     assert not errors, errors
     assert result.instant_time is not None and result.records == 300
@@ -119,7 +119,7 @@ def test_streaming_and_backfill_together_land_every_row_once(
     assert any(i.time > result.instant_time for i in table.timeline().completed(Action.COMMIT))
 
     # the same backfill again: recognised by its id, nothing written twice
-    again = run_backfill(spark, cfg["table.path"], source, services=services)
+    again = run_backfill(spark, cfg["table.path"], source, control=services)
     assert again.instant_time is None and again.backfill_id == result.backfill_id
     assert read_with_hudi_rs(str(table.base_path)).num_rows == 800
 
@@ -129,7 +129,7 @@ def test_streaming_and_backfill_together_land_every_row_once(
     Ingestion(cfg, spark).run(once=True, timeout_s=120)
     moved = archive(table, services, ArchivePolicy(min_instants=1, max_instants=1))
     assert result.instant_time in {i.time for i in moved.archived}, moved.held_back_by
-    after_archival = run_backfill(spark, cfg["table.path"], source, services=services)
+    after_archival = run_backfill(spark, cfg["table.path"], source, control=services)
     assert after_archival.instant_time is None
     assert read_with_hudi_rs(str(table.base_path)).num_rows == 900
     report = audit_config(cfg)

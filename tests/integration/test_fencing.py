@@ -9,7 +9,7 @@
   deterministic with a hook: the resumed writer must not publish an instant whose files the
   rollback is deleting.
 
-The processes drive `Coordinator` + `ConfiguredCommitServices` directly (no Spark, no broker):
+The processes drive `Coordinator` + `WriterCommitControl` directly (no Spark, no broker):
 the commit protocol is what is under test; rows carry Kafka coordinates so the table can be
 checked like the audit does (hudi-rs and lakesink's reader, no duplicates, exact offsets).
 """
@@ -31,14 +31,14 @@ import pyarrow as pa
 import pytest
 
 from lakesink.audit import read_with_hudi_rs
+from lakesink.commit import writer_state as commit_state
+from lakesink.commit.control import WriterCommitControl
+from lakesink.commit.coordinator import Coordinator
 from lakesink.config import LakesinkConfig, build_config
 from lakesink.errors import CommitError, LakesinkError
 from lakesink.protocol.instant import InstantTime
 from lakesink.protocol.offsets import OffsetRange, TopicPartition
 from lakesink.protocol.write_status import WriteStatus
-from lakesink.spark import commit_state
-from lakesink.spark.coordinator import Coordinator
-from lakesink.spark.services import ConfiguredCommitServices
 from lakesink.table.config import TableConfig
 from lakesink.table.hudi_table import HudiTable
 from lakesink.table.reader import TableReader
@@ -115,8 +115,8 @@ sys.path.insert(0, {tests!r})
 from integration.test_fencing import config, write_batch, TABLE_CONFIG
 from lakesink.errors import LakesinkError
 from lakesink.protocol.offsets import OffsetRange, TopicPartition
-from lakesink.spark.coordinator import Coordinator
-from lakesink.spark.services import ConfiguredCommitServices
+from lakesink.commit.coordinator import Coordinator
+from lakesink.commit.control import WriterCommitControl
 from lakesink.table.hudi_table import HudiTable
 
 table_path, writer_id, topic, start, end, mode = sys.argv[1:7]
@@ -125,19 +125,19 @@ def say(**kw):
     with open(status, "a") as f:
         f.write(json.dumps(kw) + "\n")
 table = HudiTable.create(table_path, TABLE_CONFIG)
-services = ConfiguredCommitServices(config(Path(table_path), writer_id))
-coordinator = Coordinator(table, writer_id, query_id=mode, services=services)
+services = WriterCommitControl.from_config(config(Path(table_path), writer_id))
+coordinator = Coordinator(table, writer_id, query_id=mode, control=services)
 coordinator.start()
 ranges = [OffsetRange(TopicPartition(topic, 0), int(start), int(end))]
-t = coordinator.begin(0, ranges)
+t = coordinator.begin_batch(0, ranges)
 statuses, schema = write_batch(table, t, ranges)
-prepared = coordinator.prepare(t, 0, ranges, statuses, schema)
+prepared = coordinator.precommit(t, 0, ranges, statuses, schema)
 say(state="prepared", instant=t.value)
 if mode == "pause":
     while not Path(str(status) + ".go").exists():  # SIGSTOP lands here
         time.sleep(0.01)
 try:
-    outcome = coordinator.publish(prepared)
+    outcome = coordinator.commit(prepared)
 except LakesinkError as e:
     say(state="refused", error=type(e).__name__, message=str(e))
     sys.exit(3)
@@ -288,14 +288,14 @@ def test_lazy_rollback_racing_the_publish_of_a_resumed_writer_never_loses_commit
     are gone would be a loss (and a table no reader can read)."""
     path = tmp_path / "t"
     table = HudiTable.create(path, TABLE_CONFIG)
-    a_services = ConfiguredCommitServices(config(path, "wa", **{"lock.timeout.s": 3}))
-    a = Coordinator(table, "wa", services=a_services)
+    a_services = WriterCommitControl.from_config(config(path, "wa", **{"lock.timeout.s": 3}))
+    a = Coordinator(table, "wa", control=a_services)
     a.start()
     ranges = [OffsetRange(TopicPartition("ta", 0), 0, 20)]
-    t = a.begin(0, ranges)
+    t = a.begin_batch(0, ranges)
     assert t is not None
     statuses, schema = write_batch(table, t, ranges)
-    prepared = a.prepare(t, 0, ranges, statuses, schema)
+    prepared = a.precommit(t, 0, ranges, statuses, schema)
     heartbeat = a_services.heartbeats[t.value]
     heartbeat.stop()  # A is paused: no more beats
     time.sleep(1.8)  # beyond heartbeat.tolerance.s=1.5
@@ -305,7 +305,7 @@ def test_lazy_rollback_racing_the_publish_of_a_resumed_writer_never_loses_commit
     def resume_a() -> None:
         heartbeat.start()  # A resumes: its heartbeat thread beats again at once
         try:
-            outcome["published"] = a.publish(prepared)
+            outcome["published"] = a.commit(prepared)
         except LakesinkError as e:
             outcome["refused"] = e
 
@@ -320,7 +320,7 @@ def test_lazy_rollback_racing_the_publish_of_a_resumed_writer_never_loses_commit
         return original(self, *args, **kwargs)
 
     monkeypatch.setattr(Timeline, "complete_rollback", complete_rollback)
-    b = Coordinator(table, "wb", services=ConfiguredCommitServices(config(path, "wb")))
+    b = Coordinator(table, "wb", control=WriterCommitControl.from_config(config(path, "wb")))
     b.start()
     monkeypatch.setattr(Timeline, "complete_rollback", original)
     assert racer, "B did not roll back A's expired instant"
@@ -345,20 +345,20 @@ def test_zombie_tasks_writing_after_their_instant_was_rolled_back_leave_no_files
     path = tmp_path / "t"
     table = HudiTable.create(path, TABLE_CONFIG)
     ranges = [OffsetRange(TopicPartition("ta", 0), 0, 20)]
-    a = Coordinator(table, "w", services=ConfiguredCommitServices(config(path, "w")))
+    a = Coordinator(table, "w", control=WriterCommitControl.from_config(config(path, "w")))
     a.start()
-    t_a = a.begin(0, ranges)
+    t_a = a.begin_batch(0, ranges)
     assert t_a is not None
-    b = Coordinator(table, "w", services=ConfiguredCommitServices(config(path, "w")))
+    b = Coordinator(table, "w", control=WriterCommitControl.from_config(config(path, "w")))
     b.start()  # fences A, rolls A's instant back
-    t_b = b.begin(0, ranges)
+    t_b = b.begin_batch(0, ranges)
     assert t_b is not None
     statuses, schema = write_batch(table, t_b, ranges)
-    b.complete(t_b, 0, ranges, statuses, schema)
+    b.complete_batch(t_b, 0, ranges, statuses, schema)
     with pytest.raises(CommitError, match="rolled back"):
         write_batch(table, t_a, ranges)  # A's tasks finish late: they delete their own file
     # even if A died right here (no abort), no reader sees A's rows
     assert coordinates(table) == [("ta", 0, o) for o in range(20)]
     a.abort(t_a)  # what the sink does when the batch fails
-    a.services.stop_heartbeat(table, t_a)
+    a.control.stop_heartbeat(table, t_a)
     assert coordinates(table) == [("ta", 0, o) for o in range(20)]

@@ -14,9 +14,9 @@ import pytest
 from integration.conftest import audit_config, ingest_config, run_ingestion
 from integration.table_stores import STORES, table_at
 
+from lakesink.commit.writer_state import committed_offsets_at
 from lakesink.errors import LakesinkError
 from lakesink.kafka.producer import produce_sample_events
-from lakesink.spark.commit_state import committed_offsets_at
 
 pytestmark = pytest.mark.integration
 

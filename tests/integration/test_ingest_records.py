@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 from integration.conftest import audit_config, ingest_config, run_ingestion
 
+from lakesink.commit.writer_state import committed_offsets_at
 from lakesink.errors import LakesinkError
 from lakesink.kafka.client import create_topic
 from lakesink.kafka.producer import produce_sample_events, produce_values, sample_event_bytes
-from lakesink.spark.commit_state import committed_offsets_at
 from lakesink.table.hudi_table import HudiTable
 from lakesink.table.reader import TableReader
 

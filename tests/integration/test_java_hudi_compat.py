@@ -18,13 +18,13 @@ from integration.test_multi_writer import commit_one_batch, services_for
 from interop.compare import Query, check_tables, plan_reads
 from interop.java_hudi import JavaHudi
 
+from lakesink.commit.coordinator import Coordinator
 from lakesink.protocol.instant import Action
 from lakesink.protocol.offsets import OffsetRange, TopicPartition
 from lakesink.protocol.write_status import WriteStatus
 from lakesink.services.archival import ArchivePolicy, archive
 from lakesink.services.clean import RetainPolicy, clean
 from lakesink.services.clustering import ClusteringOptions, cluster, schedule_clustering
-from lakesink.spark.coordinator import Coordinator
 from lakesink.table.config import TableConfig
 from lakesink.table.files import write_token
 from lakesink.table.hudi_table import HudiTable
@@ -64,7 +64,7 @@ def _services_table(path: Path, version: int) -> set[tuple[str, str]]:
     clustering scheduled and left pending (its writer died). Returns that plan's file groups."""
     table = _svc_table(path, version)
     services = services_for(path, "filesystem", None, "w-a")
-    coord = Coordinator(table, "w-a", services=services)
+    coord = Coordinator(table, "w-a", control=services)
     coord.start()
     for b in range(8):
         commit_one_batch(coord, "topic-a", b)
@@ -110,12 +110,12 @@ def _backfill_table(path: Path) -> None:
     its instant time is older than the commit it completes after)."""
     table = _svc_table(path, 8)
     services = services_for(path, "filesystem", None, "w-a")
-    stream = Coordinator(table, "w-a", services=services)
+    stream = Coordinator(table, "w-a", control=services)
     stream.start()
     commit_one_batch(stream, "topic-a", 0)
-    backfill = Coordinator(table, "backfill-1", services=services)
+    backfill = Coordinator(table, "backfill-1", control=services)
     rng = OffsetRange(TopicPartition("history", 0), 0, 30)
-    t_b = backfill.begin(0, [rng])
+    t_b = backfill.begin_batch(0, [rng])
     assert t_b is not None
     commit_one_batch(stream, "topic-a", 1)
     writer = PartitionedWriter(table, t_b, write_token(0, 0, 0))
@@ -124,7 +124,7 @@ def _backfill_table(path: Path) -> None:
     writer.write(rows("history", 0, 0, 30))
     files = writer.close()
     status = WriteStatus(t_b.value, "b", rng, tuple(files), 30, 30)
-    backfill.complete(t_b, 0, [rng], [status], schema=writer.avro_schema or "")
+    backfill.complete_batch(t_b, 0, [rng], [status], schema=writer.avro_schema or "")
     commit_one_batch(stream, "topic-a", 2)
 
 

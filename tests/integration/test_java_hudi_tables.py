@@ -17,11 +17,11 @@ from integration.test_multi_writer import rows as kafka_rows
 from interop.compare import assert_java_hudi_agrees, rows
 from interop.java_hudi import JavaHudi
 
+from lakesink.commit.coordinator import Coordinator
 from lakesink.errors import UnsupportedTableError
 from lakesink.protocol.offsets import OffsetRange, TopicPartition
 from lakesink.protocol.write_status import WriteStatus
 from lakesink.services.clustering import ClusteringOptions, cluster
-from lakesink.spark.coordinator import Coordinator
 from lakesink.table.config import TableConfig
 from lakesink.table.files import write_token
 from lakesink.table.hudi_table import HudiTable
@@ -56,18 +56,18 @@ def _trips(first: int, n: int) -> pa.Table:
 def _append_with_lakesink(path: Path, data: pa.Table, batch_id: int) -> None:
     """One batch committed through lakesink's coordinator, as a streaming writer does."""
     services = services_for(path, "filesystem", None, "lakesink-writer")
-    coord = Coordinator(HudiTable.open(path), "lakesink-writer", services=services)
+    coord = Coordinator(HudiTable.open(path), "lakesink-writer", control=services)
     coord.start()
     tp = TopicPartition("trips", 0)
     start = coord.committed.get(tp) or 0
     rng = OffsetRange(tp, start, start + data.num_rows)
-    t = coord.begin(batch_id, [rng])
+    t = coord.begin_batch(batch_id, [rng])
     assert t is not None
     writer = PartitionedWriter(coord.table, t, write_token(0, 0, 0))
     writer.write(data)
     files = writer.close()
     status = WriteStatus(t.value, f"b{batch_id}", rng, tuple(files), data.num_rows, data.num_rows)
-    coord.complete(t, batch_id, [rng], [status], schema=writer.avro_schema or "")
+    coord.complete_batch(t, batch_id, [rng], [status], schema=writer.avro_schema or "")
 
 
 def test_lakesink_reads_and_appends_to_a_version_8_table_java_hudi_wrote(
@@ -135,7 +135,7 @@ def test_java_hudi_appends_to_a_table_lakesink_wrote_and_clustered(
     cfg = TableConfig("shared", tuple(COORDS), ("kafka_partition",), version=version)  # type: ignore[arg-type]
     table = HudiTable.create(path, cfg)
     services = services_for(path, "filesystem", None, "w-a")
-    coord = Coordinator(table, "w-a", services=services)
+    coord = Coordinator(table, "w-a", control=services)
     coord.start()
     for b in range(4):
         commit_one_batch(coord, "topic-a", b)

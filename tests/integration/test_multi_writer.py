@@ -35,6 +35,8 @@ import pytest
 from integration.table_stores import STORES, table_uri_in_env
 
 from lakesink.audit import audit, read_with_hudi_rs
+from lakesink.commit.control import LockedCommitControl
+from lakesink.commit.coordinator import Coordinator
 from lakesink.concurrency.lock import FileLockProvider
 from lakesink.errors import CommitConflictError, HeartbeatExpiredError, LakesinkError, LockError
 from lakesink.protocol.instant import Action
@@ -43,8 +45,6 @@ from lakesink.protocol.write_status import WriteStatus
 from lakesink.services.archival import ArchivePolicy, archive, archived_instants
 from lakesink.services.clean import RetainPolicy, clean
 from lakesink.services.clustering import ClusteringOptions, cluster
-from lakesink.services.host import StandaloneServices
-from lakesink.spark.coordinator import Coordinator
 from lakesink.table.archive import load_archived_view
 from lakesink.table.config import TableConfig
 from lakesink.table.files import write_token
@@ -75,8 +75,8 @@ def create_table(path: Path | str) -> HudiTable:
 
 def services_for(
     path: Path | str, lock: str, dsn: str | None, writer_id: str, **kw: Any
-) -> StandaloneServices:
-    return StandaloneServices(
+) -> LockedCommitControl:
+    return LockedCommitControl(
         path,
         lock_provider=lock,
         postgres_dsn=dsn,
@@ -105,14 +105,14 @@ def commit_one_batch(coord: Coordinator, topic: str, batch_id: int, n: int = ROW
     tp = TopicPartition(topic, batch_id % 2)
     start = coord.committed.get(tp) or 0
     rng = OffsetRange(tp, start, start + n)
-    t = coord.begin(batch_id, [rng])
+    t = coord.begin_batch(batch_id, [rng])
     assert t is not None
     writer = PartitionedWriter(coord.table, t, write_token(batch_id % 7, 0, 0))
     writer.write(rows(topic, tp.partition, start, n))
     files = writer.close()
     status = WriteStatus(t.value, f"a{batch_id}", rng, tuple(files), n, n)
     try:
-        coord.complete(t, batch_id, [rng], [status], schema=writer.avro_schema or "")
+        coord.complete_batch(t, batch_id, [rng], [status], schema=writer.avro_schema or "")
     except BaseException:
         coord.abort(t)
         raise
@@ -122,7 +122,7 @@ def commit_one_batch(coord: Coordinator, topic: str, batch_id: int, n: int = ROW
 def ingest(path: str, writer_id: str, topic: str, batches: int, lock: str, dsn: str | None) -> int:
     """A streaming writer: `batches` batches, retried on a conflict (never expected here)."""
     table = HudiTable.open(path)
-    coord = Coordinator(table, writer_id, services=services_for(path, lock, dsn, writer_id))
+    coord = Coordinator(table, writer_id, control=services_for(path, lock, dsn, writer_id))
     coord.start()
     done = 0
     batch = 0
@@ -437,7 +437,7 @@ def test_expired_lease_holder_is_taken_over_and_must_not_publish(tmp_path: Path)
         original(table, t)
 
     services_a.check_alive = stall_then_check  # type: ignore[method-assign]
-    coord_a = Coordinator(HudiTable.open(path), "w-a", services=services_a)
+    coord_a = Coordinator(HudiTable.open(path), "w-a", control=services_a)
     outcome: list[BaseException] = []
 
     def run_a() -> None:
@@ -463,10 +463,10 @@ def test_expired_heartbeat_instant_is_rolled_back_and_its_writer_aborts(tmp_path
     services_a = services_for(
         path, "filesystem", None, "w-a", heartbeat_interval_s=0.2, heartbeat_tolerance_s=0.6
     )
-    coord_a = Coordinator(HudiTable.open(path), "w-a", services=services_a)
+    coord_a = Coordinator(HudiTable.open(path), "w-a", control=services_a)
     tp = TopicPartition("topic-a", 0)
     rng = OffsetRange(tp, 0, ROWS_PER_BATCH)
-    t = coord_a.begin(0, [rng])
+    t = coord_a.begin_batch(0, [rng])
     assert t is not None
     writer = PartitionedWriter(coord_a.table, t, write_token(0, 0, 0))
     writer.write(rows("topic-a", 0, 0, ROWS_PER_BATCH))
@@ -478,7 +478,7 @@ def test_expired_heartbeat_instant_is_rolled_back_and_its_writer_aborts(tmp_path
     assert [i.time for i in rolled] == [t]
     status = WriteStatus(t.value, "a", rng, tuple(files), ROWS_PER_BATCH, ROWS_PER_BATCH)
     with pytest.raises((HeartbeatExpiredError, LakesinkError)):
-        coord_a.complete(t, 0, [rng], [status], schema=writer.avro_schema or "")
+        coord_a.complete_batch(t, 0, [rng], [status], schema=writer.avro_schema or "")
     assert not HudiTable.open(path).timeline().completed(Action.COMMIT)
     assert read_with_hudi_rs(str(path)).num_rows == 0
     assert not list(path.rglob("*.parquet"))  # rolled back by markers, nothing left

@@ -15,11 +15,11 @@ from integration.conftest import audit_config, ingest_config, run_ingestion
 from integration.table_stores import table_at
 from s3_server import S3Server
 
+from lakesink.commit.control import LockedCommitControl
 from lakesink.kafka.producer import produce_sample_events
 from lakesink.services.archival import ArchivePolicy, archive
 from lakesink.services.clean import RetainPolicy, clean
 from lakesink.services.clustering import ClusteringOptions, cluster
-from lakesink.services.host import StandaloneServices
 from lakesink.table.archive import ARCHIVE_KEY
 from lakesink.table.hudi_table import HudiTable
 
@@ -62,7 +62,7 @@ def test_s3_ingest_resume_then_cluster_clean_archive_with_packs_stays_exactly_on
 
     # table services on S3: clustering rewrites the small files, the cleaner deletes the
     # replaced ones, archival moves old instants into packs; readers and Kafka still agree
-    services = StandaloneServices(cfg.table_storage, writer_id="svc", lock_lease_s=10)
+    services = LockedCommitControl(cfg.table_storage, writer_id="svc", lock_lease_s=10)
     clustered = cluster(table, services, ClusteringOptions(min_files=2))
     assert clustered.files_after < clustered.files_before
     assert clean(table, services, RetainPolicy(commits=1)).deleted

@@ -19,6 +19,9 @@ from integration.test_multi_writer import (
 )
 
 from lakesink.audit import read_with_hudi_rs
+from lakesink.commit.control import LockedCommitControl
+from lakesink.commit.coordinator import Coordinator
+from lakesink.commit.writer_state import committed_offsets
 from lakesink.errors import InstantArchivedError
 from lakesink.protocol.commit import Verdict
 from lakesink.protocol.instant import Action
@@ -28,9 +31,6 @@ from lakesink.services import archival
 from lakesink.services.archival import ArchivePolicy, archive
 from lakesink.services.clean import RetainPolicy, clean
 from lakesink.services.clustering import ClusteringOptions, cluster
-from lakesink.services.host import StandaloneServices
-from lakesink.spark.commit_state import committed_offsets
-from lakesink.spark.coordinator import Coordinator
 from lakesink.table.archive import ARCHIVE_DIR, load_archived_view
 from lakesink.table.config import TableConfig
 from lakesink.table.files import write_token
@@ -55,11 +55,11 @@ def _table(path: Path, version: int) -> HudiTable:
 
 def _streamed(
     path: Path, version: int, batches: int
-) -> tuple[HudiTable, StandaloneServices, Coordinator]:
+) -> tuple[HudiTable, LockedCommitControl, Coordinator]:
     """A table with `batches` batches committed by writer w-a through its coordinator."""
     table = _table(path, version)
     services = services_for(path, "filesystem", None, "w-a")
-    coord = Coordinator(table, "w-a", services=services)
+    coord = Coordinator(table, "w-a", control=services)
     coord.start()
     for b in range(batches):
         commit_one_batch(coord, "topic-a", b)
@@ -108,7 +108,7 @@ def test_cluster_clean_archive_keep_reads_time_travel_and_offsets(
         TableReader(table).as_of(done.archived[0].time)
     # the writer's offsets survive archival; a new coordinator continues where it stopped
     assert committed_offsets(table, "w-a").to_json() == {"topic-a:0": 160, "topic-a:1": 140}
-    coord2 = Coordinator(HudiTable.open(path), "w-a", services=services)
+    coord2 = Coordinator(HudiTable.open(path), "w-a", control=services)
     coord2.start()
     commit_one_batch(coord2, "topic-a", 15)
     assert TableReader(table).snapshot().num_rows == 16 * ROWS_PER_BATCH
@@ -122,15 +122,15 @@ def test_slow_backfill_finishing_late_is_not_missed_by_completion_time_reads(
     path = tmp_path / "t"
     table = _table(path, 8)
     services = services_for(path, "filesystem", None, "w-a")
-    stream = Coordinator(table, "w-a", services=services)
+    stream = Coordinator(table, "w-a", control=services)
     stream.start()
     commit_one_batch(stream, "topic-a", 0)
     checkpoint0 = table.timeline().last_completed()
     assert checkpoint0 is not None and checkpoint0.completion_time is not None
 
-    backfill = Coordinator(table, "backfill-1", services=services)
+    backfill = Coordinator(table, "backfill-1", control=services)
     rng = OffsetRange(TopicPartition("history", 0), 0, 50)
-    t_b = backfill.begin(0, [rng])
+    t_b = backfill.begin_batch(0, [rng])
     assert t_b is not None
     commit_one_batch(stream, "topic-a", 1)  # A: instant after B's, completes first
     checkpoint1 = table.timeline().last_completed()
@@ -142,7 +142,7 @@ def test_slow_backfill_finishing_late_is_not_missed_by_completion_time_reads(
     writer.write(rows("history", 0, 0, 50))
     files = writer.close()
     status = WriteStatus(t_b.value, "b", rng, tuple(files), 50, 50)
-    backfill.complete(t_b, 0, [rng], [status], schema=writer.avro_schema or "")
+    backfill.complete_batch(t_b, 0, [rng], [status], schema=writer.avro_schema or "")
     done_b = table.timeline().get(t_b)
     assert done_b is not None and done_b.completion_time is not None
     assert t_b < checkpoint1.time and done_b.completion_time > checkpoint1.completion_time
@@ -286,21 +286,21 @@ def test_publish_of_an_archived_instant_is_already_committed(tmp_path: Path) -> 
     path = tmp_path / "t"
     table = _table(path, 8)
     services = services_for(path, "filesystem", None, "w-a")
-    coord = Coordinator(table, "w-a", services=services)
+    coord = Coordinator(table, "w-a", control=services)
     coord.start()
     tp = TopicPartition("topic-a", 0)
     rng = OffsetRange(tp, 0, ROWS_PER_BATCH)
-    t = coord.begin(0, [rng])
+    t = coord.begin_batch(0, [rng])
     assert t is not None
     writer = PartitionedWriter(table, t, write_token(0, 0, 0))
     writer.write(rows("topic-a", 0, 0, ROWS_PER_BATCH))
     status = WriteStatus(t.value, "a0", rng, tuple(writer.close()), ROWS_PER_BATCH, ROWS_PER_BATCH)
-    prepared = coord.prepare(t, 0, [rng], [status], schema=writer.avro_schema or "")
-    coord.publish(prepared)
+    prepared = coord.precommit(t, 0, [rng], [status], schema=writer.avro_schema or "")
+    coord.commit(prepared)
     coord.accept_offsets(prepared.next_offsets)
     for b in range(1, 8):
         commit_one_batch(coord, "topic-a", b)
     assert t in [i.time for i in archive(table, services, ArchivePolicy(2, 3)).archived]
-    again = coord.publish(prepared)
+    again = coord.commit(prepared)
     assert again.verdict is Verdict.ALREADY_COMMITTED
     _assert_readers_agree(table, 8 * ROWS_PER_BATCH)

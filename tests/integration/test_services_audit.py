@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 from integration.conftest import audit_config, ingest_config, run_ingestion
 
+from lakesink.commit.control import LockedCommitControl
 from lakesink.kafka.producer import produce_sample_events
 from lakesink.services.archival import ArchivePolicy, archive, archived_instants
 from lakesink.services.clean import RetainPolicy, clean
 from lakesink.services.clustering import cluster
-from lakesink.services.host import StandaloneServices
 from lakesink.table.archive import ARCHIVE_DIR
 from lakesink.table.hudi_table import HudiTable
 
@@ -30,7 +30,7 @@ def test_audit_passes_after_cluster_clean_archive_and_ingestion_resumes(
     cfg = ingest_config(kafka_bootstrap, topic, tmp_path / "t", kafka__max__records__per__batch=100)
     run_ingestion(cfg, spark)
     table = HudiTable.open(cfg["table.path"])
-    services = StandaloneServices(cfg["table.path"])
+    services = LockedCommitControl(cfg["table.path"])
     clustered = cluster(table, services)
     assert clustered.instant is not None and clustered.files_after < clustered.files_before
     clean(table, services, RetainPolicy(commits=1))

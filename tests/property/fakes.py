@@ -11,9 +11,9 @@ import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from lakesink.commit.control import CommitControl
 from lakesink.errors import FencedError, HeartbeatExpiredError, LockError
 from lakesink.protocol.instant import InstantTime
-from lakesink.spark.coordinator import CommitServices
 from lakesink.table.hudi_table import HudiTable
 
 
@@ -52,7 +52,7 @@ class World:
             raise Crash(point)
 
 
-class FakeServices(CommitServices):
+class FakeServices(CommitControl):
     """One process's view of the world's services."""
 
     def __init__(self, world: World, name: str) -> None:

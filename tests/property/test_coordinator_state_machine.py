@@ -32,8 +32,10 @@ from hypothesis.stateful import (
 )
 from property.fakes import Crash, FakeServices, World
 
-import lakesink.spark.coordinator as coordinator_module
+import lakesink.commit.coordinator as coordinator_module
 from lakesink.audit import read_with_hudi_rs
+from lakesink.commit import writer_state as commit_state
+from lakesink.commit.coordinator import Coordinator
 from lakesink.errors import (
     CommitConflictError,
     CommitError,
@@ -45,8 +47,6 @@ from lakesink.errors import (
 from lakesink.protocol.instant import InstantTime
 from lakesink.protocol.offsets import OffsetRange, TopicPartition, WriterOffsets
 from lakesink.protocol.write_status import WriteStatus
-from lakesink.spark import commit_state
-from lakesink.spark.coordinator import Coordinator
 from lakesink.table.config import TableConfig
 from lakesink.table.hudi_table import HudiTable
 from lakesink.table.reader import TableReader
@@ -157,7 +157,7 @@ class CoordinatorMachine(RuleBasedStateMachine):
         services = FakeServices(
             self.world, f"{m.writer_id}#{self.world.incarnations.get(m.writer_id, 0) + 1}"
         )
-        return Proc(Coordinator(self.t, m.writer_id, query_id="q", services=services), services)
+        return Proc(Coordinator(self.t, m.writer_id, query_id="q", control=services), services)
 
     def crash(self, m: WriterModel, proc: Proc) -> None:
         proc.services.die()
@@ -262,7 +262,7 @@ class CoordinatorMachine(RuleBasedStateMachine):
         batch_id, ranges = m.pending
         self.world.crash_at = crash
         try:
-            t = proc.coordinator.begin(batch_id, list(ranges))
+            t = proc.coordinator.begin_batch(batch_id, list(ranges))
         except Crash as c:
             event(f"crash {c}")
             self.crash(m, proc)
@@ -340,7 +340,7 @@ class CoordinatorMachine(RuleBasedStateMachine):
         batch_id, ranges = proc.batch
         self.world.crash_at = crash
         try:
-            outcome = proc.coordinator.complete(
+            outcome = proc.coordinator.complete_batch(
                 proc.instant, batch_id, list(ranges), proc.statuses, proc.schema
             )
         except Crash as c:
@@ -398,7 +398,7 @@ class CoordinatorMachine(RuleBasedStateMachine):
         batch_id, ranges = data.draw(st.sampled_from(m.history))
         reuse_id = data.draw(st.booleans())
         event("replayed a committed batch")
-        assert m.proc.coordinator.begin(batch_id if reuse_id else 0, list(ranges)) is None
+        assert m.proc.coordinator.begin_batch(batch_id if reuse_id else 0, list(ranges)) is None
 
     # -- zombies, stalls, dead lock holders --------------------------------------------------
 

@@ -197,7 +197,7 @@ def test_topic_counts_of_a_batch_split_rows_and_bytes_per_topic() -> None:
 
 
 def test_rows_per_topic_attributes_rows_without_a_topic_to_the_batchs_only_topic() -> None:
-    from lakesink.spark.sink import rows_per_topic
+    from lakesink.spark.task_writer import rows_per_topic
 
     def status(topics: dict[str, list[int]]) -> WriteStatus:
         return WriteStatus("1", "a", extra={TOPICS_EXTRA: topics})

@@ -18,13 +18,14 @@ import threading
 import time
 from dataclasses import dataclass
 
+from lakesink.commit.coordinator import BatchOutcome, Coordinator, PreparedCommit
+from lakesink.commit.writer_state import committed_offsets
 from lakesink.commitlog.store import PendingCommit, PendingCommitStore
 from lakesink.errors import CommitError
 from lakesink.faults import crash_point
 from lakesink.protocol.commit import Verdict
 from lakesink.protocol.instant import Action, InstantTime, TimelineLayout
 from lakesink.protocol.offsets import WriterOffsets
-from lakesink.spark.coordinator import BatchOutcome, Coordinator, PreparedCommit
 from lakesink.table.metadata import CommitMetadata
 
 log = logging.getLogger(__name__)
@@ -110,7 +111,7 @@ class AsyncCommitter:
         for entry in self.store.pending(self.writer_id):
             prepared = decode(entry.metadata)
             crash_point("during-recovery")
-            self.coordinator.publish(prepared)
+            self.coordinator.commit(prepared, run_hooks=False)
             self.store.mark_committed(self.writer_id, entry.epoch)
             published += 1
             log.info("writer %s: recovery published pending epoch %s", self.writer_id, entry.epoch)
@@ -118,8 +119,6 @@ class AsyncCommitter:
         return published
 
     def _table_offsets(self) -> WriterOffsets:
-        from lakesink.spark.commit_state import committed_offsets
-
         return committed_offsets(self.coordinator.table, self.writer_id)
 
     def start(self) -> AsyncCommitter:
@@ -197,14 +196,10 @@ class AsyncCommitter:
                 return
             try:
                 started = time.perf_counter()
-                self.coordinator.publish(prepared)
+                self.coordinator.commit(prepared, run_hooks=False)
                 self.store.mark_committed(self.writer_id, epoch_of(prepared.instant_time))
                 self.store.prune_committed(self.writer_id, KEEP_COMMITTED_EPOCHS)
-                from lakesink.services.inline import after_commit
-
-                after_commit(
-                    self.coordinator.table, self.coordinator.services, prepared.instant_time
-                )
+                self.coordinator.run_post_commit(prepared.instant_time)
                 self.stats.last_publish_s = time.perf_counter() - started
                 self.stats.published += 1
             except BaseException as e:  # reported to the writer by check()

@@ -1,5 +1,6 @@
-"""Timeline steps the table layer leaves to services: completing a clean instant, abandoning a
-pending one, and the lakesink files beside a service instant (its plan)."""
+"""Timeline steps the table layer leaves to the commit engine: completing a non-data instant (a
+clean), abandoning a pending one, and lakesink's files beside an instant (a table service's
+plan)."""
 
 from __future__ import annotations
 

@@ -9,20 +9,19 @@ import os
 from collections.abc import Iterable
 from typing import Any
 
+from lakesink.commit.instants import plan_path, read_json
+from lakesink.commit.writer_state import WRITER_ID_KEY
 from lakesink.errors import CorruptTableError
 from lakesink.protocol.conflicts import (
     ConflictStrategy,
     FileGroupId,
-    FileGroupOverlap,
     Operation,
     OperationKind,
     Phase,
     check,
     completed_since,
-    strategy_named,
 )
 from lakesink.protocol.instant import Action, Instant, InstantTime, State
-from lakesink.services.instants import plan_path, read_json
 from lakesink.table.files import parse_base_file_name
 from lakesink.table.hudi_table import HudiTable
 from lakesink.table.markers import list_marked_files
@@ -31,7 +30,6 @@ from lakesink.table.timeline import Timeline
 
 log = logging.getLogger(__name__)
 
-WRITER_ID_KEY = "lakesink.writer_id"
 CLUSTERING_PLANS = "clustering"
 _RECENT_MS = 60_000
 """Layout 1 has no completion times, and in layout 2 an instant time generated ahead of the
@@ -133,46 +131,7 @@ def concurrent_operations(
     return out
 
 
-def strategy_for(services: object) -> ConflictStrategy:
-    """The strategy a writer's services are configured with (`table.services.conflict.strategy`)."""
-    cfg = getattr(services, "cfg", None)
-    if cfg is not None:
-        try:
-            return strategy_named(str(cfg["table.services.conflict.strategy"]))
-        except (KeyError, TypeError, ValueError):
-            pass
-    return FileGroupOverlap()
-
-
-def check_commit(
-    table: HudiTable,
-    instant_time: InstantTime,
-    *,
-    kind: OperationKind,
-    written: frozenset[FileGroupId],
-    replaced: frozenset[FileGroupId] = frozenset(),
-    strategy: ConflictStrategy | None = None,
-    writer: str = "",
-) -> None:
-    """Under the lock, right before publishing: CommitConflictError if the strategy forbids it."""
-    ours = Operation(instant_time, kind, written, replaced, Phase.PENDING, writer)
-    check(strategy or FileGroupOverlap(), ours, concurrent_operations(table, instant_time))
-
-
-def check_ingestion_commit(
-    table: HudiTable,
-    instant_time: InstantTime,
-    files: Iterable[str],
-    strategy: ConflictStrategy,
-    *,
-    writer: str = "",
-) -> None:
-    """The coordinator's check: the files of this commit against concurrent operations."""
-    check_commit(
-        table,
-        instant_time,
-        kind=OperationKind.INGESTION,
-        written=file_groups_of_paths(files),
-        strategy=strategy,
-        writer=writer,
-    )
+def check_operation(table: HudiTable, operation: Operation, strategy: ConflictStrategy) -> None:
+    """Under the lock, right before publishing: CommitConflictError if `strategy` forbids
+    `operation` against the operations concurrent with it."""
+    check(strategy, operation, concurrent_operations(table, operation.instant_time))

@@ -1,0 +1,156 @@
+"""The Hudi table (lakesink/table/) as a `TableFormat` of the commit engine: instants on the
+timeline, markers reconciled before publishing, rollback by markers, the writer's state in
+the commit metadata's extra map (lakesink.commit.writer_state)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Collection
+from typing import TYPE_CHECKING
+
+from lakesink.commit import writer_state
+from lakesink.commit.conflicts import check_operation
+from lakesink.commit.control import CommitControl
+from lakesink.errors import CommitError, CommitStateUnknownError, CorruptTableError
+from lakesink.protocol.conflicts import ConflictStrategy, Operation
+from lakesink.protocol.instant import Action, Instant, InstantTime, State
+from lakesink.protocol.offsets import WriterOffsets
+from lakesink.storage import ObjectExistsError, StorageError
+from lakesink.table.archive import is_archived_completed
+from lakesink.table.hudi_table import HudiTable
+from lakesink.table.markers import delete_markers, list_marked_files
+from lakesink.table.metadata import CommitMetadata
+from lakesink.table.rollback import delete_leftovers, rollback
+from lakesink.table.timeline import Timeline
+
+log = logging.getLogger(__name__)
+
+
+class HudiView:
+    """The Hudi table under the lock: one timeline snapshot, read when the view was made."""
+
+    def __init__(self, table: HudiTable, timeline: Timeline, instant_time: InstantTime) -> None:
+        self.table = table
+        self.timeline = timeline
+        self.instant_time = instant_time
+
+    def committed_offsets(self, writer_id: str) -> WriterOffsets:
+        return writer_state.committed_offsets(self.table, writer_id, self.timeline)
+
+    def backfill_committed(self, backfill_id: str) -> bool:
+        return writer_state.backfill_committed(self.table, backfill_id, self.timeline)
+
+    def check_conflicts(self, operation: Operation, strategy: ConflictStrategy) -> None:
+        check_operation(self.table, operation, strategy)
+
+    def check_alive(self, control: CommitControl, instant_time: InstantTime) -> None:
+        control.check_alive(self.table, instant_time)
+
+
+class HudiFormat:
+    """`TableFormat` over a `HudiTable`. Under the lock, `view`, `is_published` and `publish`
+    share one timeline snapshot: the view's (a LIST saved per commit)."""
+
+    def __init__(self, table: HudiTable) -> None:
+        self.table = table
+        self._view: HudiView | None = None
+
+    def begin(self, action: Action, instant_time: InstantTime, *, requested_content: bytes) -> None:
+        self.table.timeline().begin(action, instant_time, requested_content=requested_content)
+
+    def stage(self, instant_time: InstantTime, files: Collection[str]) -> set[str]:
+        """Delete files of failed or duplicate task attempts (marked but in no accepted status)
+        BEFORE publishing: hudi-rs would read them as part of the instant."""
+        t = instant_time
+        storage = self.table.storage
+        kept = set(files)
+        marked = set(list_marked_files(storage, t.value))
+        missing = kept - marked
+        if missing:
+            raise CommitError(
+                f"instant {t}: files {sorted(missing)[:3]} are in write statuses but have no marker"
+            )
+        for rel in sorted(marked - kept):
+            log.info("table %s instant %s: deleting orphan file %s", self.table.config.name, t, rel)
+            storage.delete(rel)
+        for rel in kept:
+            if not storage.exists(rel):
+                raise CorruptTableError(f"instant {t}: written file {rel} is missing on storage")
+        return kept
+
+    def view(self, instant_time: InstantTime) -> HudiView:
+        self._view = HudiView(self.table, self.table.timeline(), instant_time)
+        return self._view
+
+    def _fresh_view(self, instant_time: InstantTime) -> HudiView | None:
+        """The view just taken for this instant under the lock, once (then it is stale)."""
+        view, self._view = self._view, None
+        return view if view is not None and view.instant_time == instant_time else None
+
+    def is_published(self, instant_time: InstantTime) -> bool:
+        view = self._view
+        fresh = view is not None and view.instant_time == instant_time
+        timeline = view.timeline if view is not None and fresh else self.table.timeline()
+        existing = timeline.get(instant_time)
+        return (existing is not None and existing.is_completed) or (
+            existing is None and is_archived_completed(self.table.storage, instant_time)
+        )
+
+    def publish(
+        self,
+        action: Action,
+        instant_time: InstantTime,
+        metadata: CommitMetadata,
+    ) -> Instant:
+        view = self._fresh_view(instant_time)
+        timeline = view.timeline if view is not None else self.table.timeline()
+        instant = Instant(instant_time, action, State.INFLIGHT)
+        try:
+            # under the lock: the view's snapshot is fresh
+            return timeline.publish(instant, metadata, snapshot_is_fresh=view is not None)
+        except ObjectExistsError:
+            raise
+        except StorageError as e:
+            if not e.retriable:
+                raise
+            raise CommitStateUnknownError(
+                f"publish of instant {instant_time} on {self.table.uri}: the store did not "
+                f"answer whether it landed ({e})"
+            ) from e
+
+    def commit_landed(self, instant_time: InstantTime, commit_id: str) -> bool:
+        timeline = self.table.timeline()
+        done = timeline.get(instant_time)
+        if done is None or not done.is_completed:
+            return False
+        if not commit_id:
+            return True
+        return timeline.commit_metadata(done).extra.get(writer_state.COMMIT_ID_KEY) == commit_id
+
+    def finish(self, instant_time: InstantTime) -> None:
+        delete_markers(self.table.storage, instant_time.value)
+
+    def rollback(self, instant_time: InstantTime) -> bool:
+        """True when a pending instant was rolled back (False: it was gone already, and
+        any files it left are deleted)."""
+        rolled = False
+        for instant in self.table.timeline().inflight_or_requested():
+            if instant.time == instant_time:
+                rollback(self.table, instant)
+                rolled = True
+        if self.table.timeline().get(instant_time) is None:
+            delete_leftovers(self.table, instant_time)  # rolled back under us: files are garbage
+        return rolled
+
+    def committed_offsets(self, writer_id: str) -> WriterOffsets:
+        return writer_state.committed_offsets(self.table, writer_id)
+
+    def schema(self) -> str | None:
+        return self.table.timeline().latest_schema()
+
+
+if TYPE_CHECKING:  # mypy proves the Hudi side implements the engine's format interface
+    from lakesink.commit.format import TableFormat, TableView
+
+    _FORMAT: type[TableFormat] = HudiFormat
+    _VIEW: type[TableView] = HudiView
