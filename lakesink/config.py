@@ -314,6 +314,14 @@ KEYS: tuple[Key, ...] = (
         "s3://bucket/prefix, gs://bucket/prefix or abfss://container@account/prefix.",
         required=True,
     ),
+    Key(
+        "table.format",
+        _choice("hudi", "iceberg"),
+        "hudi",
+        "The table format lakesink writes: hudi (table.path is the table) or iceberg "
+        "(table.path is the warehouse; the table is iceberg.namespace.table.name in the "
+        "iceberg.catalog.* catalog).",
+    ),
     Key("table.name", _optional_str, None, "Table name (default: the last folder of table.path)."),
     Key("table.version", _table_version, 8, "Hudi table version to create: 6 or 8."),
     Key("table.partition.by", _str_list, (), "Columns to partition by, comma-separated."),
@@ -334,6 +342,51 @@ KEYS: tuple[Key, ...] = (
         _positive_int,
         128 * 1024 * 1024,
         "Base files roll over at about this size.",
+    ),
+    # Iceberg (table.format=iceberg)
+    Key(
+        "iceberg.namespace",
+        _optional_str,
+        "lakesink",
+        "Iceberg: the namespace of the table (dots nest namespaces); created on first use.",
+    ),
+    Key(
+        "iceberg.catalog.kind",
+        _choice("sql", "rest"),
+        "sql",
+        "Iceberg catalog: sql (a SQLite file or PostgreSQL database) or rest (a REST catalog "
+        "server).",
+    ),
+    Key(
+        "iceberg.catalog.uri",
+        _optional_secret,
+        None,
+        "Iceberg catalog location: sqlite:////abs/catalog.db or "
+        "postgresql://user:password@host:port/db for kind sql (default: catalog.db in a local "
+        "warehouse), the server's http(s) URL for kind rest; env:NAME and file:/path work.",
+        secret=True,
+    ),
+    Key(
+        "iceberg.catalog.name",
+        _optional_str,
+        "lakesink",
+        "Iceberg catalog name (the SQL catalog keeps it in every row; readers must use it).",
+    ),
+    Key(
+        "iceberg.catalog.properties",
+        _optional_secret,
+        None,
+        "Further pyiceberg catalog properties, key=value comma-separated (e.g. a REST "
+        "catalog's token=...); env:NAME and file:/path work.",
+        secret=True,
+    ),
+    Key(
+        "iceberg.partition.spec",
+        _str_list,
+        (),
+        "Iceberg partition fields, comma-separated: col or identity(col), day(ts), hour(ts), "
+        "bucket[N](col). Used when the table is created; default: identity fields of "
+        "table.partition.by.",
     ),
     # Transformation
     Key(
@@ -598,7 +651,7 @@ KEYS: tuple[Key, ...] = (
 KEYS_BY_NAME: Mapping[str, Key] = {k.name: k for k in KEYS}
 
 
-def _parse_kv(text: str | None) -> dict[str, str]:
+def parse_kv(text: str | None) -> dict[str, str]:
     out: dict[str, str] = {}
     for item in (text or "").split(","):
         if item.strip():
@@ -670,11 +723,11 @@ class LakesinkConfig:
     def consumer_config(self) -> dict[str, Any]:
         """librdkafka settings of lakesink's consumers: kafka_client_config, then
         kafka.consumer.config."""
-        return {**self.kafka_client_config, **_parse_kv(self["kafka.consumer.config"])}
+        return {**self.kafka_client_config, **parse_kv(self["kafka.consumer.config"])}
 
     @property
     def spark_conf(self) -> dict[str, str]:
-        return _parse_kv(self["spark.conf"])
+        return parse_kv(self["spark.conf"])
 
     def with_overrides(self, overrides: Mapping[str, Any]) -> LakesinkConfig:
         return build_config({**self.values, **overrides})
@@ -720,6 +773,17 @@ def _check_combinations(cfg: LakesinkConfig) -> None:
             f"beside the table {cfg['table.path']} on an object store (SQLite needs a local "
             "file system): set commit.pending.store=postgres (and postgres.dsn), or "
             "commit.mode=sync"
+        )
+    if (
+        cfg["table.format"] == "iceberg"
+        and cfg["iceberg.catalog.kind"] == "sql"
+        and not cfg["iceberg.catalog.uri"]
+        and is_remote_uri(str(cfg["table.path"]))
+    ):
+        raise ConfigError(
+            f"table.format=iceberg with the warehouse {cfg['table.path']} on an object store "
+            "needs iceberg.catalog.uri (postgresql://user:password@host:port/db, or a SQLite "
+            "file on local disk: sqlite:////abs/catalog.db)"
         )
     if not cfg["kafka.topics"] and not cfg["kafka.topic.pattern"]:
         raise ConfigError("set kafka.topics (comma-separated) or kafka.topic.pattern")
