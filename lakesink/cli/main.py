@@ -77,6 +77,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     table_commands.add_parser(sub)
     table_commands.add_backfill_parser(sub)
+    from lakesink.cli import iceberg_commands
+
+    iceberg_commands.add_parser(sub, _add_config_args)
     return parser
 
 
@@ -137,6 +140,10 @@ def run(args: argparse.Namespace) -> int:
         from lakesink.cli import table_commands
 
         return table_commands.run(args)
+    if args.command == "iceberg":
+        from lakesink.cli import iceberg_commands
+
+        return iceberg_commands.run(args, load(args))
     raise AssertionError(args.command)
 
 

@@ -9,6 +9,7 @@ being written or committed right now, so it is always spared.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from lakesink.storage import ObjectStoreOptions, open_storage
@@ -69,23 +70,32 @@ def remove_orphans(
     older_than_s: float,
     now: float,
     storage_options: ObjectStoreOptions | dict[str, Any] | None = None,
+    in_flight: Iterable[str] = (),
+    recheck: Callable[[], set[str]] | None = None,
 ) -> list[str]:
-    """Delete every file under `location` that is not in `keep` (normalised locations) and
-    was last modified more than `older_than_s` seconds before `now`. Returns what it deleted."""
+    """Delete every file under `location` that is not in `keep` (normalised locations), not
+    named by an in-flight batch (`in_flight`) and was last modified more than `older_than_s`
+    seconds before `now`. `recheck`, called after the listing, returns what the table references
+    then: a batch that committed while the listing ran keeps its files. Returns what it
+    deleted."""
     if older_than_s < 0:
         raise ValueError(f"older_than_s must be >= 0, got {older_than_s}")
+    spared = {_norm(p) for p in in_flight}
     root = location.rstrip("/")
     storage = open_storage(root, storage_options)
     prefix = _norm(root)
     doomed: list[str] = []
     for meta in storage.list_prefix(""):
         full = prefix + "/" + meta.key
-        if full in keep:
+        if full in keep or full in spared:
             continue
         modified = meta.modified or _modified(storage, meta.key)
         if modified > now - older_than_s:
             continue
         doomed.append(meta.key)
+    if doomed and recheck is not None:
+        now_kept = recheck()
+        doomed = [k for k in doomed if prefix + "/" + k not in now_kept]
     storage.delete_many(doomed)
     if doomed:
         log.info("table at %s: removed %d orphan files", storage.uri, len(doomed))

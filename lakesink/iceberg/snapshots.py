@@ -29,6 +29,7 @@ from lakesink.protocol.offsets import OffsetRange, TopicPartition, WriterOffsets
 __all__ = [
     "KEY_COMMIT_ID",
     "KEY_LAYOUT",
+    "KEY_MAINTENANCE",
     "KEY_OFFSETS",
     "KEY_VTTS",
     "KEY_WRITER_ID",
@@ -49,6 +50,9 @@ KEY_WRITER_ID = PREFIX + "writer-id"
 KEY_COMMIT_ID = PREFIX + "commit-id"
 KEY_OFFSETS = PREFIX + "offsets"
 KEY_VTTS = PREFIX + "vtts"
+KEY_MAINTENANCE = PREFIX + "maintenance"
+"""In the summary of a snapshot lakesink's maintenance committed (a rewrite): which action. Such a
+snapshot is no writer's commit; the lineage walk passes it by."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,8 +82,11 @@ class WriterCommit:
         cls, summary: Mapping[str, str], snapshot_id: int | None = None
     ) -> WriterCommit | None:
         """lakesink's commit in a summary; None when the snapshot is not lakesink's (no
-        `lakesink.*` keys). SummaryLayoutError when the keys are in another layout."""
+        `lakesink.*` keys, or a maintenance snapshot's). SummaryLayoutError when the keys are in
+        another layout."""
         if not any(k.startswith(PREFIX) for k in summary):
+            return None
+        if KEY_MAINTENANCE in summary and KEY_WRITER_ID not in summary:
             return None
         where = f"snapshot {snapshot_id}" if snapshot_id is not None else "a snapshot"
         layout = summary.get(KEY_LAYOUT)

@@ -412,48 +412,86 @@ class IcebergTable:
 
     # -- maintenance ----------------------------------------------------------------------
 
-    def expire_snapshots(self, older_than_ms: int) -> list[int]:
+    def expire_snapshots(
+        self, older_than_ms: int, *, summary: dict[str, str] | None = None
+    ) -> list[int]:
         """Expire snapshots older than `older_than_ms` (epoch ms), except the current one and
-        each writer's newest commit (so its offsets stay readable). Returns the expired ids.
+        each writer's newest commit (so its offsets stay readable), in one catalog commit that
+        also records `summary` (what ran) in the table property `lakesink.maintenance.last-expire`.
+        Decided on fresh metadata and again after a concurrent commit. Returns the expired ids.
         Only metadata changes; files no snapshot references go with orphan removal."""
         require("pyiceberg", "Iceberg tables")
-        snaps, current = snapshot_infos(self._table.metadata)
-        keep = set(last_commit_by_writer(snaps, current).values())
-        if current is not None:
-            keep.add(current)
-        doomed = sorted(
-            s.snapshot_id
-            for s in snaps.values()
-            if s.timestamp_ms < older_than_ms and s.snapshot_id not in keep
-        )
-        if doomed:
-            from pyiceberg.exceptions import CommitFailedException
+        import json
 
+        from pyiceberg.exceptions import CommitFailedException
+        from pyiceberg.table.update.snapshot import ExpireSnapshots
+
+        for attempt in range(1, self._max_attempts + 1):
+            if attempt > 1:
+                self._sleep(min(0.05 * 2**attempt, 2.0))
+            self.refresh()
+            snaps, current = snapshot_infos(self._table.metadata)
+            keep = set(last_commit_by_writer(snaps, current).values())
+            if current is not None:
+                keep.add(current)
+            doomed = sorted(
+                s.snapshot_id
+                for s in snaps.values()
+                if s.timestamp_ms < older_than_ms and s.snapshot_id not in keep
+            )
+            if not doomed:
+                return []
+            record = {**(summary or {}), "expired": str(len(doomed))}
             try:
-                self._table.maintenance.expire_snapshots().by_ids(doomed).commit()
-            except CommitFailedException as e:
-                raise CommitError(
-                    f"table {self.name}: expiring {len(doomed)} snapshots lost to a concurrent "
-                    "commit; run it again"
-                ) from e
+                tx = self._table.transaction()
+                ExpireSnapshots(tx).by_ids(doomed).commit()
+                tx.set_properties(
+                    {"lakesink.maintenance.last-expire": json.dumps(record, sort_keys=True)}
+                )
+                tx.commit_transaction()
+            except (CommitFailedException, ValueError) as e:
+                # a concurrent commit (or a concurrent expiry that removed one of ours)
+                log.info("table %s: expiry lost to a concurrent commit (%s)", self.name, e)
+                continue
             self.refresh()
             log.info("table %s: expired %d snapshots", self.name, len(doomed))
-        return doomed
+            return doomed
+        raise CommitError(
+            f"table {self.name}: expiring snapshots lost to concurrent commits "
+            f"{self._max_attempts} times; run it again"
+        )
 
     def remove_orphan_files(
-        self, older_than_s: float, *, now: float | None = None, storage_options: Any = None
+        self,
+        older_than_s: float,
+        *,
+        now: float | None = None,
+        storage_options: Any = None,
+        in_flight: Sequence[str] = (),
     ) -> list[str]:
         """Delete files under the table's location that no retained snapshot or metadata file
-        references and that are older than the safety window `older_than_s` (so files of a
-        batch still being written or committed are spared). Returns their locations."""
+        references, that no in-flight batch names (`in_flight`: data files written but not yet
+        committed) and that are older than the safety window `older_than_s` (so files of a batch
+        still being written or committed are spared). What the table references is read again
+        after the listing, so a batch that committed meanwhile keeps its files. Returns the
+        deleted locations."""
         self.refresh()
         keep = referenced_files(self._table)
+
+        seen = self._table.metadata_location
+
+        def recheck() -> set[str]:
+            self.refresh()
+            return keep if self._table.metadata_location == seen else referenced_files(self._table)
+
         return remove_orphans(
             self.location,
             keep,
             older_than_s=older_than_s,
             now=time.time() if now is None else now,
             storage_options=storage_options,
+            in_flight=in_flight,
+            recheck=recheck,
         )
 
 
