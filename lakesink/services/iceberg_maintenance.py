@@ -47,6 +47,7 @@ __all__ = [
     "RewriteResult",
     "expire_snapshots",
     "iceberg_maintenance_hook",
+    "inline_actions",
     "remove_orphan_files",
     "rewrite_data_files",
     "run_iceberg_maintenance",
@@ -210,7 +211,8 @@ class MaintenanceRun:
     errors: list[str] = field(default_factory=list)
 
 
-def _actions(names: Sequence[str]) -> tuple[str, ...]:
+def inline_actions(names: Sequence[str]) -> tuple[str, ...]:
+    """The Iceberg actions that `table.services.inline`'s names stand for, in order."""
     out: list[str] = []
     for name in names:
         mapped = (name,) if name in ACTIONS else _HUDI_NAMES.get(name)
@@ -231,7 +233,7 @@ def run_iceberg_maintenance(
     """Run the named actions once, in order (rewrite before expiry and orphans is the useful
     order: the files it replaced become unreferenced once their snapshots expire)."""
     run = MaintenanceRun()
-    for action in _actions(which):
+    for action in inline_actions(which):
         try:
             if action == EXPIRE:
                 run.expire = expire_snapshots(table, options.expire_older_than_hours)
@@ -256,7 +258,7 @@ def iceberg_maintenance_hook(
     from lakesink.iceberg.table import CommitOutcome
 
     every = cfg["table.services.inline.every.commits"]
-    which = _actions(tuple(cfg["table.services.inline"]))
+    which = inline_actions(tuple(cfg["table.services.inline"]))
     options = IcebergMaintenanceOptions.from_config(cfg)
     count = 0
 
