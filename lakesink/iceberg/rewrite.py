@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from lakesink.errors import ConfigError, UnsupportedTableError
+from lakesink.errors import ConfigError, CorruptTableError, UnsupportedTableError
 from lakesink.extras import require
 
 if TYPE_CHECKING:
@@ -200,13 +200,15 @@ def replace_files(
     removed = [f for g in groups for f in g.files]
     added: list[DataFile] = []
     rows = 0
+    committing = False
     try:
         for g in groups:
             data = _read_rows(table, g.files)
             if data.num_rows != g.record_count:
-                raise ValidationException(
-                    f"files of partition {g.partition} read {data.num_rows} rows, their "
-                    f"manifests say {g.record_count}"
+                raise CorruptTableError(
+                    f"table {'.'.join(table.name())}: the data files of partition "
+                    f"{g.partition} hold {data.num_rows} rows, their manifests say "
+                    f"{g.record_count}; nothing was rewritten"
                 )
             rows += data.num_rows
             added.extend(_write_rows(table, data, options.target_file_bytes))
@@ -225,9 +227,12 @@ def replace_files(
                 replace.delete_data_file(f)
             for f in added:
                 replace.append_data_file(f)
+        committing = True
         tx.commit_transaction()
-    except (ValidationException, CommitFailedException):
-        _delete_quietly(table, [f.file_path for f in added])
+    except Exception as e:
+        # the new files go unless the commit may have landed (an unknown outcome keeps them)
+        if not committing or isinstance(e, ValidationException | CommitFailedException):
+            _delete_quietly(table, [f.file_path for f in added])
         raise
     snap = table.metadata.current_snapshot_id
     return ReplaceOutcome(
