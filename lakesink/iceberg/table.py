@@ -424,7 +424,7 @@ class IcebergTable:
         import json
 
         from pyiceberg.exceptions import CommitFailedException
-        from pyiceberg.table.update.snapshot import ExpireSnapshots
+        from pyiceberg.table.update import RemoveSnapshotsUpdate
 
         for attempt in range(1, self._max_attempts + 1):
             if attempt > 1:
@@ -432,6 +432,7 @@ class IcebergTable:
             self.refresh()
             snaps, current = snapshot_infos(self._table.metadata)
             keep = set(last_commit_by_writer(snaps, current).values())
+            keep.update(ref.snapshot_id for ref in self._table.metadata.refs.values())
             if current is not None:
                 keep.add(current)
             doomed = sorted(
@@ -444,7 +445,10 @@ class IcebergTable:
             record = {**(summary or {}), "expired": str(len(doomed))}
             try:
                 tx = self._table.transaction()
-                ExpireSnapshots(tx).by_ids(doomed).commit()
+                # one update staged directly: pyiceberg's ExpireSnapshots.by_ids deep-copies the
+                # whole metadata twice per id (minutes for 1,000 snapshots); branch and tag heads
+                # are kept above as it would keep them
+                tx._stage((RemoveSnapshotsUpdate.model_validate({"snapshot-ids": doomed}),))
                 tx.set_properties(
                     {"lakesink.maintenance.last-expire": json.dumps(record, sort_keys=True)}
                 )
