@@ -6,7 +6,8 @@ Scenarios (one comment each): a rewrite is one REPLACE snapshot that keeps rows 
 rewrite that lost files to a concurrent rewrite plans again without duplicating a row; an append
 between a rewrite's plan and its commit is kept; expiry after a rewrite keeps every writer's
 offsets; orphan removal spares a batch in flight; maintenance running while a writer appends
-loses and duplicates nothing; the inline hook; the CLI.
+loses and duplicates nothing (nor does one that commits while orphan removal lists); the inline
+hook; the CLI.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from iceberg_tables import Backend, expected, ingest, keys, write
 from lakesink.config import load_config
 from lakesink.iceberg import rewrite as rewrite_module
 from lakesink.iceberg.catalog import CatalogSettings
+from lakesink.iceberg.maintenance import referenced_files, remove_orphans
 from lakesink.iceberg.rewrite import RewriteOptions
 from lakesink.iceberg.snapshots import KEY_MAINTENANCE
 from lakesink.iceberg.table import CommitOutcome, IcebergTable
@@ -200,6 +202,26 @@ def test_orphan_removal_never_deletes_a_batch_in_flight(local: Backend) -> None:
     assert all(on_disk(f.path) for f in in_flight) and not any(on_disk(f.path) for f in failed)
     assert append.commit().outcome is CommitOutcome.COMMITTED
     assert keys(table) == expected(R(P0, 0, 6))
+
+
+def test_orphan_removal_spares_a_batch_that_committed_while_it_listed(local: Backend) -> None:
+    table = local.table("db.events")
+    ingest(table, "wa", [R(P0, 0, 3)])
+    append = table.begin("wa", [R(P0, 3, 6)])
+    append.stage(write(table, [R(P0, 3, 6)]))  # older than the window when the listing runs
+    keep = referenced_files(table.pyiceberg)
+
+    def committed_meanwhile() -> set[str]:
+        assert append.commit().outcome is CommitOutcome.COMMITTED
+        table.refresh()
+        return referenced_files(table.pyiceberg)
+
+    gone = remove_orphans(
+        table.location, keep, older_than_s=0, now=time.time() + 3600, recheck=committed_meanwhile
+    )
+    assert gone == []
+    assert all(on_disk(f.path) for f in append.files)
+    assert keys(local.table("db.events")) == expected(R(P0, 0, 6))
 
 
 def test_maintenance_while_a_writer_appends_loses_and_duplicates_nothing(
