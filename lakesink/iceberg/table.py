@@ -294,7 +294,11 @@ class IcebergTable:
         attempt's outcome stayed unknown (then the files must stay)."""
         require("pyiceberg", "Iceberg tables")
         from pyiceberg.catalog.sql import SqlCatalog
-        from pyiceberg.exceptions import CommitFailedException, CommitStateUnknownException
+        from pyiceberg.exceptions import (
+            CommitFailedException,
+            CommitStateUnknownException,
+            ValidationException,
+        )
 
         if not isinstance(self._catalog, SqlCatalog):
             # the requirement travels inside the catalog's commit, which only the SQL catalog
@@ -342,7 +346,9 @@ class IcebergTable:
                 self._append(files, requirement, summary)
             except _RequirementNotMet:
                 continue  # the offsets moved under us: re-read and decide
-            except CommitFailedException as e:
+            except (CommitFailedException, ValidationException) as e:
+                # did not land; a ValidationException comes from pyiceberg's own retry when a
+                # concurrent expiry removed the snapshot this append started from
                 unknown = None
                 log.info("table %s: commit failed (%s), retrying", self.name, e)
                 continue

@@ -4,7 +4,8 @@ scan.
 
 Scenarios (one comment each): a rewrite is one REPLACE snapshot that keeps rows and offsets; a
 rewrite that lost files to a concurrent rewrite plans again without duplicating a row; an append
-between a rewrite's plan and its commit is kept; expiry after a rewrite keeps every writer's
+between a rewrite's plan and its commit is kept, and so is one whose base snapshot a concurrent
+expiry removed; expiry after a rewrite keeps every writer's
 offsets; orphan removal spares a batch in flight; maintenance running while a writer appends
 loses and duplicates nothing (nor does one that commits while orphan removal lists); the inline
 hook; the CLI.
@@ -160,6 +161,25 @@ def test_append_between_a_rewrites_plan_and_commit_is_kept(
     assert table.committed_offsets("wa").next_offsets == {P0: 9}
 
 
+def test_append_whose_base_snapshot_was_expired_meanwhile_lands_on_the_fresh_one(
+    local: Backend,
+) -> None:
+    writer = local.table("db.events")
+    for i in range(2):
+        ingest(writer, "wa", [R(P0, i * 3, i * 3 + 3)])
+    maint.rewrite_data_files(writer, SMALL)  # the replace snapshot is the writer's base
+    base = writer.pyiceberg.metadata.current_snapshot_id
+    files = write(writer, [R(P0, 6, 9)])  # the batch in flight, planned on `base`
+    other = local.table("db.events")
+    ingest(other, "wb", [R(OTHER, 0, 2)])
+    maint.rewrite_data_files(other, SMALL)
+    maint.expire_snapshots(other, 0, now_ms=int(time.time() * 1000) + 60_000)
+    assert base not in {s.snapshot_id for s in other.pyiceberg.metadata.snapshots}
+    result = writer.commit_append(files, writer.begin("wa", [R(P0, 6, 9)]).requirement)
+    assert result.outcome is CommitOutcome.COMMITTED and result.attempts == 2
+    assert keys(writer) == expected(R(P0, 0, 9), R(OTHER, 0, 2))
+
+
 def test_expiry_after_a_rewrite_keeps_every_writers_offsets(local: Backend) -> None:
     table = local.table("db.events")
     ingest(table, "wa", [R(P0, 0, 3)])
@@ -230,7 +250,7 @@ def test_maintenance_while_a_writer_appends_loses_and_duplicates_nothing(
     backend.table("db.events")  # created before the writer starts
     batches = 10
     errors: list[BaseException] = []
-    done = threading.Event()
+    started, done = threading.Event(), threading.Event()
 
     def writer() -> None:
         try:
@@ -242,9 +262,12 @@ def test_maintenance_while_a_writer_appends_loses_and_duplicates_nothing(
                     write(table, ranges), table.begin("w", ranges).requirement
                 )
                 assert result.outcome is CommitOutcome.COMMITTED, result
+                started.set()
+                time.sleep(0.05)  # a stream's pace: maintenance runs between and during commits
         except BaseException as e:  # reported below
             errors.append(e)
         finally:
+            started.set()
             done.set()
 
     thread = threading.Thread(target=writer)
@@ -254,16 +277,18 @@ def test_maintenance_while_a_writer_appends_loses_and_duplicates_nothing(
     options = maint.IcebergMaintenanceOptions(
         expire_older_than_hours=0.0, rewrite=SMALL, orphan_older_than_hours=30 / 3600
     )
-    while not done.is_set() or not runs:
+    assert started.wait(60)
+    while not done.is_set():
         runs.append(maint.run_iceberg_maintenance(table, options))
         offsets = table.committed_offsets("w").next_offsets
         assert offsets.get(P0, 0) // 3 == offsets.get(P1, 0) // 2  # one batch's offsets
     thread.join(120)
     assert not errors, errors[0]
     assert not [e for r in runs for e in r.errors], [r.errors for r in runs]
-    final = maint.run_iceberg_maintenance(table, options)  # and once more at rest
-    assert final.rewrite is not None and final.rewrite.snapshot_id is not None
-    assert any(r.expire is not None and r.expire.expired for r in [*runs, final])
+    rewrites = [r.rewrite for r in runs if r.rewrite is not None and r.rewrite.snapshot_id]
+    assert len(rewrites) >= 2, runs  # replace snapshots landed between the writer's appends
+    assert any(r.expire is not None and r.expire.expired for r in runs)
+    maint.run_iceberg_maintenance(table, options)  # and once more at rest
     fresh = backend.table("db.events")
     assert keys(fresh) == expected(R(P0, 0, batches * 3), R(P1, 0, batches * 2))
     assert fresh.committed_offsets("w").next_offsets == {P0: batches * 3, P1: batches * 2}
