@@ -84,12 +84,12 @@ def run(args: argparse.Namespace, cfg: Any) -> int:
         text = f"expire-snapshots: expired {len(e.expired)} snapshots, {e.retained} retained"
     elif cmd == "rewrite-data-files":
         rw = options.rewrite
-        rw = replace(
-            rw,
-            small_file_bytes=args.small_file_bytes or rw.small_file_bytes,
-            target_file_bytes=args.target_file_bytes or rw.target_file_bytes,
-            min_files=args.min_files if args.min_files is not None else rw.min_files,
-        )
+        given = {
+            "small_file_bytes": args.small_file_bytes,
+            "target_file_bytes": args.target_file_bytes,
+            "min_files": args.min_files,
+        }
+        rw = replace(rw, **{k: v for k, v in given.items() if v is not None})
         r = m.rewrite_data_files(table, rw)
         info = {
             "table": table.name,
