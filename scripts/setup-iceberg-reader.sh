@@ -7,36 +7,7 @@
 # LAKESINK_CACHE defaults to .cache/ in the repository (gitignored). Idempotent: stamp files hold
 # the hash of what each part was built from; a second run returns without building anything.
 set -euo pipefail
-cd "$(dirname "$0")/.."
-CACHE="${LAKESINK_CACHE:-$PWD/.cache}"
-mkdir -p "$CACHE"
-PYTHON="${PYTHON:-python3.11}"
-command -v "$PYTHON" >/dev/null 2>&1 || PYTHON=python3
-command -v java >/dev/null 2>&1 || { echo "the Iceberg reader needs Java 17: apt-get install openjdk-17-jre-headless" >&2; exit 1; }
-if ! command -v mvn >/dev/null 2>&1; then
-  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends maven >/dev/null
-fi
+. "$(dirname "$0")/lib/setup-common.sh" setup-iceberg-reader "the Iceberg reader"
 
-venv="$CACHE/peers-venv"
-want="$(sha256sum jvm/peers/requirements.txt | cut -d' ' -f1)"
-if [ "$(cat "$venv/.lakesink-stamp" 2>/dev/null || true)" != "$want" ]; then
-  echo "setup-iceberg-reader: creating $venv" >&2
-  rm -rf "$venv"
-  "$PYTHON" -m venv "$venv"
-  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -r jvm/peers/requirements.txt
-  echo "$want" > "$venv/.lakesink-stamp"
-fi
-
-jars="$CACHE/iceberg-jars"
-want="$(sha256sum jvm/iceberg/pom.xml | cut -d' ' -f1)"
-if [ "$(cat "$jars/.lakesink-stamp" 2>/dev/null || true)" != "$want" ]; then
-  echo "setup-iceberg-reader: resolving jvm/iceberg/pom.xml into $jars" >&2
-  rm -rf "$jars"
-  mkdir -p "$CACHE/maven"
-  mvn -q -B -Dstyle.color=never -f jvm/iceberg/pom.xml -Dmaven.repo.local="$CACHE/maven" \
-    dependency:copy-dependencies -DoutputDirectory="$jars"
-  ls "$jars"/*.jar >/dev/null
-  echo "$want" > "$jars/.lakesink-stamp"
-fi
+setup_venv "$CACHE/peers-venv" jvm/peers/requirements.txt
+setup_jars jvm/iceberg/pom.xml "$CACHE/iceberg-jars"

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
 
 from lakesink.cli.output import say
 from lakesink.config import LakesinkConfig
 from lakesink.spark.pipeline import IngestionResult, Progress
+
+if TYPE_CHECKING:
+    from lakesink.protocol.offsets import TopicPartition
 
 
 def progress_printer() -> object:
@@ -28,16 +32,30 @@ def progress_printer() -> object:
     return show
 
 
-def ingest(cfg: LakesinkConfig, *, once: bool, debug: bool = False) -> IngestionResult:
+def ingest(
+    cfg: LakesinkConfig,
+    *,
+    once: bool,
+    debug: bool = False,
+    partitions: list[TopicPartition] | None = None,
+) -> IngestionResult:
     """Runs the ingestion. Spark's own log lines (a failed task's Python and Java stack, the
-    query's termination) stay off unless `debug`: the error lakesink raises names what failed."""
+    query's termination) stay off unless `debug`: the error lakesink raises names what failed.
+    `partitions`: what check_kafka(cfg) returned just before, so the brokers are asked once."""
     from lakesink.spark.pipeline import Ingestion, check_kafka
     from lakesink.spark.session import get_spark
 
-    check_kafka(cfg)  # before Spark starts: a refused broker or a missing topic is one line
+    if partitions is None:
+        # before Spark starts: a refused broker or a missing topic is one line
+        partitions = check_kafka(cfg)
     spark = get_spark(cfg["spark.master"], cfg.spark_conf)
     spark.sparkContext.setLogLevel("WARN" if debug else "OFF")
-    ingestion = Ingestion(cfg, spark, on_progress=progress_printer())  # type: ignore[arg-type]
+    ingestion = Ingestion(
+        cfg,
+        spark,
+        on_progress=progress_printer(),  # type: ignore[arg-type]
+        partitions=partitions,
+    )
     try:
         url = ingestion.serve_metrics()
         if url:
@@ -50,7 +68,7 @@ def ingest(cfg: LakesinkConfig, *, once: bool, debug: bool = False) -> Ingestion
     return result
 
 
-def check_brokers(cfg: LakesinkConfig) -> None:
+def check_brokers(cfg: LakesinkConfig) -> list[TopicPartition]:
     """Before Spark starts: the brokers answer and accept our credentials, the topics exist and
     we may read them (and write the dead-letter topic), the value schema is valid. A refusal is
     then one line within about a second, not a failed Spark job."""
@@ -69,13 +87,14 @@ def check_brokers(cfg: LakesinkConfig) -> None:
             purpose="errors.deadletter.topic",
             extra=extra,
         )
+    return partitions
 
 
 def run_ingest(cfg: LakesinkConfig, *, once: bool, debug: bool = False) -> int:
     topics = ", ".join(cfg["kafka.topics"]) or cfg["kafka.topic.pattern"]
-    check_brokers(cfg)
+    partitions = check_brokers(cfg)
     say(f"lakesink: ingesting {topics} into {cfg['table.path']} as writer {cfg.writer_id}")
-    result = ingest(cfg, once=once, debug=debug)
+    result = ingest(cfg, once=once, debug=debug, partitions=partitions)
     if result.nothing_new or result.only_empty_ranges:
         # No query was needed, or its batches held only offsets without records (aborted
         # transactions, markers): either way nothing new is in the table.

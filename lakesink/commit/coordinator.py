@@ -42,6 +42,7 @@ from lakesink.protocol.offsets import OffsetRange, WriterOffsets
 from lakesink.protocol.write_status import WriteStatus
 from lakesink.table.hudi_table import HudiTable
 from lakesink.table.metadata import CommitMetadata
+from lakesink.table.timeline import Timeline
 
 log = logging.getLogger(__name__)
 
@@ -108,6 +109,8 @@ class Coordinator:
         # Run after each published commit (inline table services, handed in by the pipeline)
         self.post_commit: tuple[PostCommitHook, ...] = tuple(post_commit)
         self._committed: WriterOffsets | None = None
+        # The timeline recovery read, for the first `committed` after it (one LIST at start)
+        self._recovered: Timeline | None = None
         self._open: dict[str, TableTransaction] = {}
 
     def _transaction(self, t: InstantTime, *, hooks: bool = False) -> TableTransaction:
@@ -137,6 +140,7 @@ class Coordinator:
     def recover(self, keep: frozenset[InstantTime] = frozenset()) -> list[Instant]:
         """Roll back this writer's unfinished instants, and other writers' whose heartbeat
         expired — except those in `keep` and others' pre-committed ones (published later)."""
+        timeline = self.table.timeline()
         rolled = recover_failed_writes(
             self.table,
             self.control,
@@ -144,14 +148,19 @@ class Coordinator:
             keep=keep,
             metrics=self.metrics,
             crash=self._crash,
+            timeline=timeline,
         )
-        self._committed = None
+        # Rollbacks remove pending instants only: the completed commits this writer's offsets
+        # come from are as that timeline shows them (the writer id is claimed: no other
+        # incarnation completes one).
+        self._committed, self._recovered = None, timeline
         return rolled
 
     @property
     def committed(self) -> WriterOffsets:
         if self._committed is None:
-            self._committed = keys.committed_offsets(self.table, self.writer_id)
+            timeline, self._recovered = self._recovered, None
+            self._committed = keys.committed_offsets(self.table, self.writer_id, timeline)
         return self._committed
 
     def _base_for(

@@ -17,6 +17,7 @@ from lakesink.metrics import IngestionMetrics
 from lakesink.protocol.instant import Instant, InstantTime
 from lakesink.storage import StorageError
 from lakesink.table.hudi_table import HudiTable
+from lakesink.table.timeline import Timeline
 
 log = logging.getLogger(__name__)
 
@@ -54,11 +55,15 @@ def recover_failed_writes(
     keep: frozenset[InstantTime] = frozenset(),
     metrics: IngestionMetrics | None = None,
     crash: Callable[[str], None] = crash_point,
+    timeline: Timeline | None = None,
 ) -> list[Instant]:
     """Roll back `writer_id`'s unfinished instants, and other writers' whose heartbeat
-    expired — except those in `keep` and others' pre-committed ones (published later)."""
+    expired — except those in `keep` and others' pre-committed ones (published later).
+    `timeline`: a snapshot just taken (saves a LIST)."""
     rolled: list[Instant] = []
-    for instant in table.timeline().inflight_or_requested():
+    if timeline is None:
+        timeline = table.timeline()
+    for instant in timeline.inflight_or_requested():
         if not instant.action.writes_data or instant.time in keep:
             continue
         owner = intent_owner(table, instant.time)

@@ -74,7 +74,7 @@ def committed_offsets(
     """The offsets `writer_id` has committed: from its newest active commit, else from the
     archive's index of writers (archival moved its last commit away), else none.
     `timeline`: a snapshot just taken (saves a LIST)."""
-    found = last_commit_of(timeline or table.timeline(), writer_id)
+    found = last_commit_of(table.timeline() if timeline is None else timeline, writer_id)
     if found:
         return found[1]
     return archived_offsets(table, writer_id) or WriterOffsets.empty()

@@ -21,6 +21,7 @@ from lakesink.errors import ConfigError
 from lakesink.extras import require
 from lakesink.iceberg.errors import CatalogNotFoundError, CatalogUnavailableError
 from lakesink.storage import ObjectStoreOptions, is_remote_uri
+from lakesink.storage.objectstore import PYICEBERG_KEYS, s3_options, virtual_hosted
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
@@ -89,20 +90,8 @@ def file_io_properties(storage: ObjectStoreOptions) -> dict[str, str]:
     """pyiceberg FileIO properties (pyarrow's filesystems) for the storage options. They hold
     credentials: never log them."""
     props = {"py-io-impl": "pyiceberg.io.pyarrow.PyArrowFileIO"}
-    if storage.endpoint:
-        props["s3.endpoint"] = storage.endpoint
-    if storage.region:
-        props["s3.region"] = storage.region
-    if storage.access_key_id:
-        props["s3.access-key-id"] = storage.access_key_id
-    if storage.secret_access_key:
-        props["s3.secret-access-key"] = storage.secret_access_key
-    if storage.session_token:
-        props["s3.session-token"] = storage.session_token
-    props["s3.force-virtual-addressing"] = "false" if storage.path_style else "true"
-    if storage.endpoint and not storage.path_style:
-        # S3-compatible stores behind an endpoint are addressed by path unless told otherwise
-        props["s3.force-virtual-addressing"] = "false"
+    props.update(s3_options(storage, PYICEBERG_KEYS))
+    props["s3.force-virtual-addressing"] = "true" if virtual_hosted(storage) else "false"
     props["s3.connect-timeout"] = str(storage.connect_timeout_s)
     props["s3.request-timeout"] = str(storage.request_timeout_s)
     return props

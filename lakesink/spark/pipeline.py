@@ -173,13 +173,15 @@ class Ingestion:
         *,
         control: CommitControl | None = None,
         on_progress: Callable[[Progress], None] | None = None,
+        partitions: list[TopicPartition] | None = None,
     ) -> None:
         self.cfg = cfg
         self.spark = spark
         # Everything that can be checked is checked before anything is written: the brokers
         # and topics, the value schema, the transformation against the source columns (Spark
-        # analyzes it over an empty DataFrame); only then is the table created.
-        self.partitions = check_kafka(cfg)
+        # analyzes it over an empty DataFrame); only then is the table created. `partitions`:
+        # what check_kafka(cfg) returned just before (the caller checked already).
+        self.partitions = check_kafka(cfg) if partitions is None else partitions
         table_config = table_config_for(cfg)
         self.output_schema = analyze_rows(cfg, spark, table_config.partition_fields)
         self.direct = uses_direct_path(cfg)  # the direct task path, or Spark's DataFrame

@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 import re
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
@@ -54,6 +54,50 @@ class ObjectStoreOptions:
     max_backoff_s: float = 15.0
     connect_timeout_s: float = 5.0
     request_timeout_s: float = 30.0
+
+
+@dataclass(frozen=True)
+class S3Keys:
+    """One S3 client's option names for the settings lakesink passes on."""
+
+    endpoint: str
+    region: str
+    access_key_id: str
+    secret_access_key: str
+    session_token: str
+
+
+OBSTORE_KEYS = S3Keys("endpoint", "region", "access_key_id", "secret_access_key", "session_token")
+"""obstore's `S3Config` (lakesink's own store)."""
+OBJECT_STORE_KEYS = S3Keys(
+    "aws_endpoint_url",
+    "aws_region",
+    "aws_access_key_id",
+    "aws_secret_access_key",
+    "aws_session_token",
+)
+"""Rust object_store's environment-style keys (hudi-rs and other readers of the table)."""
+PYICEBERG_KEYS = S3Keys(
+    "s3.endpoint", "s3.region", "s3.access-key-id", "s3.secret-access-key", "s3.session-token"
+)
+"""pyiceberg's FileIO properties."""
+
+
+def s3_options(options: ObjectStoreOptions, keys: S3Keys) -> dict[str, str]:
+    """The endpoint, region and credentials that are set, under `keys`' names. Holds secrets:
+    hand it to a client, never log it."""
+    out: dict[str, str] = {}
+    for key in fields(keys):
+        value = getattr(options, key.name)
+        if value:
+            out[getattr(keys, key.name)] = value
+    return out
+
+
+def virtual_hosted(options: ObjectStoreOptions) -> bool:
+    """Virtual-hosted bucket addressing: only for AWS itself; an endpoint override (an
+    S3-compatible store) or path_style means path-style requests."""
+    return not options.path_style and not options.endpoint
 
 
 def split_uri(uri: str) -> tuple[str, str, str]:
@@ -145,16 +189,8 @@ class ObjectStoreStorage(Storage):
         if split_uri(self._uri)[0] not in ("s3", "s3a"):
             return {}
         out = {"aws_allow_http": "true" if o.allow_http else "false"}
-        for name, value in (
-            ("aws_endpoint_url", o.endpoint),
-            ("aws_region", o.region),
-            ("aws_access_key_id", o.access_key_id),
-            ("aws_secret_access_key", o.secret_access_key),
-            ("aws_session_token", o.session_token),
-        ):
-            if value:
-                out[name] = value
-        if o.endpoint or o.path_style:
+        out.update(s3_options(o, OBJECT_STORE_KEYS))
+        if not virtual_hosted(o):
             out["aws_virtual_hosted_style_request"] = "false"
         return out
 
@@ -168,17 +204,8 @@ class ObjectStoreStorage(Storage):
         scheme = split_uri(self._uri)[0]
         cfg: dict[str, Any] = {}
         if scheme in ("s3", "s3a"):
-            if o.endpoint:
-                cfg["endpoint"] = o.endpoint
-            if o.region:
-                cfg["region"] = o.region
-            if o.access_key_id:
-                cfg["access_key_id"] = o.access_key_id
-            if o.secret_access_key:
-                cfg["secret_access_key"] = o.secret_access_key
-            if o.session_token:
-                cfg["session_token"] = o.session_token
-            cfg["virtual_hosted_style_request"] = not o.path_style and not o.endpoint
+            cfg.update(s3_options(o, OBSTORE_KEYS))
+            cfg["virtual_hosted_style_request"] = virtual_hosted(o)
             cfg["conditional_put"] = "etag"
         return cfg
 

@@ -19,47 +19,23 @@ prints goes to stderr.
 
 from __future__ import annotations
 
-import json
-import os
 import sys
 import time
-import traceback
 from typing import Any
 
-
-def _protocol_stream() -> Any:
-    # replies go to a private copy of stdout; fd 1 then points at stderr so nothing the JVM or
-    # py4j prints can interleave with a reply
-    fd = os.dup(1)
-    os.dup2(2, 1)
-    sys.stdout = sys.stderr
-    return os.fdopen(fd, "w", buffering=1)
-
+from jvm_server import run_sql, serve, session_builder
 
 HOODIE_CATALOG = "org.apache.spark.sql.hudi.catalog.HoodieCatalog"
 
 
 def _session(jars: str, warehouse: str) -> Any:
-    from pyspark.sql import SparkSession
-
     return (
-        SparkSession.builder.master("local[2]")
-        .appName("lakesink-java-hudi-interop")
-        .config("spark.jars", jars)
-        .config("spark.driver.memory", os.environ.get("JAVA_HUDI_DRIVER_MEMORY", "1g"))
+        session_builder("lakesink-java-hudi-interop", jars, "JAVA_HUDI_DRIVER_MEMORY")
         .config("spark.serializer", "org.apache.spark.serializer.KryoSerializer")
         .config("spark.sql.extensions", "org.apache.spark.sql.hudi.HoodieSparkSessionExtension")
-        .config(
-            "spark.sql.catalog.spark_catalog", "org.apache.spark.sql.hudi.catalog.HoodieCatalog"
-        )
+        .config("spark.sql.catalog.spark_catalog", HOODIE_CATALOG)
         .config("spark.kryo.registrator", "org.apache.spark.HoodieSparkKryoRegistrar")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.default.parallelism", "2")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.warehouse.dir", warehouse)
-        .config("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
-        .config("spark.driver.extraJavaOptions", "-Duser.timezone=UTC")
         .getOrCreate()
     )
 
@@ -122,9 +98,7 @@ def _run(spark: Any, op: dict[str, Any]) -> dict[str, Any]:
         df.coalesce(1).write.mode("overwrite").parquet(op["out"])
         return {"ok": True}
     if kind == "sql":
-        df = None
-        for statement in op["statements"]:
-            df = spark.sql(statement)
+        df = run_sql(spark, op["statements"])
         if op.get("out") and df is not None:
             df.coalesce(1).write.mode("overwrite").parquet(op["out"])
         return {"ok": True}
@@ -149,29 +123,14 @@ def _run(spark: Any, op: dict[str, Any]) -> dict[str, Any]:
     return {"ok": False, "error": f"unknown op {kind!r} (valid: {valid})"}
 
 
-def _answer(spark: Any, op: dict[str, Any]) -> dict[str, Any]:
-    try:
-        return _run(spark, op)
-    except Exception as e:  # every failure goes back to the test that asked
-        msg = f"{type(e).__name__}: {e}"
-        return {"ok": False, "error": msg, "trace": traceback.format_exc()[-4000:]}
+def _quiet_session() -> Any:
+    spark = _session(sys.argv[1], sys.argv[2])
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
 
 
 def main() -> int:
-    out = _protocol_stream()
-    jars, warehouse = sys.argv[1], sys.argv[2]
-    spark = _session(jars, warehouse)
-    spark.sparkContext.setLogLevel("ERROR")
-    java = spark._jvm.java.lang.System.getProperty("java.version")
-    out.write(json.dumps({"ready": True, "spark": spark.version, "java": java}) + "\n")
-    for line in sys.stdin:
-        if not line.strip():
-            continue
-        request = json.loads(line)
-        results = [_answer(spark, op) for op in request["ops"]]
-        out.write(json.dumps({"results": results}) + "\n")
-    spark.stop()
-    return 0
+    return serve(_quiet_session, _run)
 
 
 if __name__ == "__main__":

@@ -20,38 +20,20 @@ Everything else Spark prints goes to stderr.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
-import traceback
 from typing import Any
 
-
-def _protocol_stream() -> Any:
-    fd = os.dup(1)
-    os.dup2(2, 1)
-    sys.stdout = sys.stderr
-    return os.fdopen(fd, "w", buffering=1)
+from jvm_server import run_sql, serve, session_builder
 
 
 def _session(jars: str) -> Any:
-    from pyspark.sql import SparkSession
-
     return (
-        SparkSession.builder.master("local[2]")
-        .appName("lakesink-java-iceberg-interop")
-        .config("spark.jars", jars)
-        .config("spark.driver.memory", os.environ.get("JAVA_ICEBERG_DRIVER_MEMORY", "1g"))
+        session_builder("lakesink-java-iceberg-interop", jars, "JAVA_ICEBERG_DRIVER_MEMORY")
         .config(
             "spark.sql.extensions",
             "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions",
         )
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.default.parallelism", "2")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
-        .config("spark.driver.extraJavaOptions", "-Duser.timezone=UTC")
         .getOrCreate()
     )
 
@@ -73,9 +55,7 @@ def _handle(spark: Any, op: dict[str, Any]) -> dict[str, Any]:
     if kind == "read":
         df = spark.read.format("iceberg").options(**op.get("options", {})).load(op["table"])
     elif kind == "sql":
-        df = None
-        for statement in op["statements"]:
-            df = spark.sql(statement)
+        df = run_sql(spark, op["statements"])
         assert df is not None
     else:
         raise ValueError(f"unknown op {kind!r}")
@@ -87,24 +67,9 @@ def _handle(spark: Any, op: dict[str, Any]) -> dict[str, Any]:
     return {"ok": True}
 
 
-def main() -> None:
-    out = _protocol_stream()
-    spark = _session(sys.argv[1])
-    out.write(json.dumps({"spark": spark.version}) + "\n")
-    for line in sys.stdin:
-        if not line.strip():
-            continue
-        results = []
-        for op in json.loads(line)["ops"]:
-            try:
-                results.append(_handle(spark, op))
-            except Exception as e:  # every failure goes back to the test as data
-                results.append(
-                    {"ok": False, "error": str(e)[:4000], "trace": traceback.format_exc()[-4000:]}
-                )
-        out.write(json.dumps({"results": results}) + "\n")
-    spark.stop()
+def main() -> int:
+    return serve(lambda: _session(sys.argv[1]), _handle)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -1,0 +1,76 @@
+"""Unit tests of the one mapping from ObjectStoreOptions to each S3 client's option names."""
+
+from __future__ import annotations
+
+import pytest
+
+from lakesink.iceberg.catalog import file_io_properties
+from lakesink.storage.objectstore import (
+    OBJECT_STORE_KEYS,
+    OBSTORE_KEYS,
+    PYICEBERG_KEYS,
+    ObjectStoreOptions,
+    ObjectStoreStorage,
+    S3Keys,
+    s3_options,
+    virtual_hosted,
+)
+
+FULL = ObjectStoreOptions(
+    endpoint="http://127.0.0.1:9000",
+    region="eu-west-1",
+    allow_http=True,
+    access_key_id="AKIDEXAMPLE",
+    secret_access_key="not-a-real-secret",
+    session_token="token-value",
+)
+
+
+@pytest.mark.parametrize("keys", [OBSTORE_KEYS, OBJECT_STORE_KEYS, PYICEBERG_KEYS])
+def test_s3_options_carry_every_set_value_under_the_clients_names(keys: S3Keys) -> None:
+    got = s3_options(FULL, keys)
+    assert sorted(got.values()) == sorted(
+        [
+            "http://127.0.0.1:9000",
+            "eu-west-1",
+            "AKIDEXAMPLE",
+            "not-a-real-secret",
+            "token-value",
+        ]
+    )
+    assert got[keys.endpoint] == FULL.endpoint
+    assert got[keys.secret_access_key] == FULL.secret_access_key
+
+
+def test_s3_options_leave_out_unset_values() -> None:
+    assert s3_options(ObjectStoreOptions(region="us-east-1"), PYICEBERG_KEYS) == {
+        "s3.region": "us-east-1"
+    }
+
+
+@pytest.mark.parametrize(
+    ("options", "virtual"),
+    [
+        (ObjectStoreOptions(), True),
+        (ObjectStoreOptions(path_style=True), False),
+        (ObjectStoreOptions(endpoint="http://127.0.0.1:9000"), False),
+    ],
+)
+def test_reader_options_and_file_io_agree_on_bucket_addressing(
+    options: ObjectStoreOptions, virtual: bool
+) -> None:
+    assert virtual_hosted(options) is virtual
+    props = file_io_properties(options)
+    assert props["s3.force-virtual-addressing"] == str(virtual).lower()
+    reader = ObjectStoreStorage("s3://bucket/table", options).reader_options()
+    assert ("aws_virtual_hosted_style_request" not in reader) is virtual
+    if not virtual:
+        assert reader["aws_virtual_hosted_style_request"] == "false"
+
+
+def test_reader_options_hold_the_credentials_and_http_flag_for_hudi_rs() -> None:
+    reader = ObjectStoreStorage("s3a://bucket/table", FULL).reader_options()
+    assert reader["aws_allow_http"] == "true"
+    assert reader["aws_endpoint_url"] == FULL.endpoint
+    assert reader["aws_session_token"] == FULL.session_token
+    assert ObjectStoreStorage("gs://bucket/table", FULL).reader_options() == {}
