@@ -1,0 +1,124 @@
+"""`lakesink verify`, `status` and `table show|files|timeline` on Iceberg tables written through
+IcebergTable (the shape `lakesink ingest` writes): the audit passes on a table holding every
+Kafka record of the writer's committed ranges once (with another writer's snapshot between
+its commits), and fails naming the fault on a duplicate and on a gap; the Hudi-only commands
+refuse an Iceberg table by name."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from iceberg_tables import ROWS, ingest, write
+from integration.conftest import ingest_config, write_config_file
+
+from lakesink.cli.verify import audit_config
+from lakesink.commit.iceberg import open_iceberg_table
+from lakesink.config import LakesinkConfig
+from lakesink.kafka.producer import produce_sample_events
+from lakesink.protocol.offsets import OffsetRange, TopicPartition
+
+pytestmark = pytest.mark.integration
+
+
+def _config(bootstrap: str, topic: str, warehouse: Path, name: str) -> LakesinkConfig:
+    return ingest_config(bootstrap, topic, warehouse, table__format="iceberg", table__name=name)
+
+
+@pytest.fixture(scope="module")
+def produced(
+    kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[str, dict[TopicPartition, int]]:
+    topic = "iceberg-verify-" + tmp_path_factory.mktemp("t").name.replace("_", "-")
+    return topic, produce_sample_events(kafka_bootstrap, topic, 40, 2)
+
+
+def test_verify_passes_on_every_record_once_and_fails_on_duplicate_and_gap(
+    kafka_bootstrap: str,
+    produced: tuple[str, dict[TopicPartition, int]],
+    tmp_path: Path,
+) -> None:
+    topic, counts = produced
+    p0, p1 = TopicPartition(topic, 0), TopicPartition(topic, 1)
+    n0, n1 = counts[p0], counts[p1]
+    good = _config(kafka_bootstrap, topic, tmp_path / "wh", "good")
+    table = open_iceberg_table(good, ROWS)
+    ingest(table, good.writer_id, [OffsetRange(p0, 0, 7), OffsetRange(p1, 0, 5)])
+    ingest(table, "other-writer", [OffsetRange(TopicPartition("elsewhere", 0), 0, 3)])
+    ingest(table, good.writer_id, [OffsetRange(p0, 7, n0), OffsetRange(p1, 5, n1)])
+    report = audit_config(good)
+    assert report.ok, report.problems
+    js = report.to_json()
+    assert js["readers"] == {"pyiceberg": n0 + n1, "duckdb": n0 + n1}
+    assert js["kafka_records"] == n0 + n1 and js["commits"] == 2 and js["snapshots"] == 3
+    assert js["committed"] == {p0.key(): n0, p1.key(): n1}
+    assert any("Spark" in why for why in js["not_run"])
+
+    dup = _config(kafka_bootstrap, topic, tmp_path / "wh", "dup")
+    dtable = open_iceberg_table(dup, ROWS)
+    ingest(dtable, dup.writer_id, [OffsetRange(p0, 0, n0), OffsetRange(p1, 0, n1)])
+    ingest(dtable, "other-writer", [OffsetRange(p0, 2, 4)])  # the same records again
+    report = audit_config(dup)
+    assert not report.ok
+    assert any("pyiceberg: 2 duplicated records" in p for p in report.problems), report.problems
+
+    gap = _config(kafka_bootstrap, topic, tmp_path / "wh", "gap")
+    gtable = open_iceberg_table(gap, ROWS)
+    ingest(gtable, gap.writer_id, [OffsetRange(p0, 0, 3), OffsetRange(p1, 0, n1)])
+    append = gtable.begin(gap.writer_id, [OffsetRange(p0, 3, n0)])
+    append.stage(write(gtable, [OffsetRange(p0, 3, 5)]))  # offsets 5.. never written
+    append.commit(vtts_ms=None)
+    report = audit_config(gap)
+    assert any(
+        f"{n0 - 5} Kafka records of committed ranges are not in the table" in p
+        for p in report.problems
+    ), report.problems
+
+
+def test_cli_verify_status_and_table_commands_on_an_iceberg_table(
+    kafka_bootstrap: str,
+    produced: tuple[str, dict[TopicPartition, int]],
+    tmp_path: Path,
+    cli: Callable[..., Any],
+) -> None:
+    topic, counts = produced
+    p0, p1 = TopicPartition(topic, 0), TopicPartition(topic, 1)
+    cfg = _config(kafka_bootstrap, topic, tmp_path / "wh", "events")
+    table = open_iceberg_table(cfg, ROWS)
+    ingest(table, cfg.writer_id, [OffsetRange(p0, 0, counts[p0]), OffsetRange(p1, 0, 4)])
+    conf = str(write_config_file(cfg, tmp_path / "ingest.toml"))
+
+    verify = cli(["verify", "-c", conf])
+    assert verify.returncode == 0, verify.stdout  # partition 1's committed range: [0, 4)
+    assert "PASS (pyiceberg and duckdb)" in verify.stdout, verify.stdout
+
+    status = cli(["status", "-c", conf, "--json"])
+    assert status.returncode == 0, status.stdout
+    st = json.loads(status.stdout)
+    lags = {p["partition"]: (p["committed"], p["lag"]) for p in st["partitions"]}
+    assert lags == {p0.key(): (counts[p0], 0), p1.key(): (4, counts[p1] - 4)}
+    (recent,) = st["table"]["recent"]
+    assert (recent["writer"], recent["added_records"]) == (cfg.writer_id, counts[p0] + 4)
+
+    location = table.location.removeprefix("file://")
+    show = cli(["table", "show", location, "--json"])
+    assert show.returncode == 0, show.stdout
+    assert json.loads(show.stdout)["records"] == counts[p0] + 4
+    timeline = cli(["table", "timeline", location, "--json"])
+    assert [r["writer"] for r in json.loads(timeline.stdout)] == [cfg.writer_id]
+    files = cli(["table", "files", location, "--json"])
+    assert sum(f["records"] for f in json.loads(files.stdout)) == counts[p0] + 4
+    warehouse = cli(["table", "show", str(tmp_path / "wh")])
+    assert warehouse.returncode != 0 and location in warehouse.stdout, warehouse.stdout
+    for command in (
+        ["table", "clean", location],
+        ["backfill", "--table", location, "--from", str(tmp_path)],
+    ):
+        refused = cli(command)
+        assert refused.returncode != 0
+        assert "not for Iceberg tables; see lakesink iceberg expire-snapshots" in refused.stdout, (
+            refused.stdout
+        )
