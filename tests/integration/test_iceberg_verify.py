@@ -140,5 +140,6 @@ def test_demo_with_iceberg_ingests_its_sample_events_exactly_once(
         "lakesink", uri=f"sqlite:///{warehouse}/catalog.db", warehouse=f"file://{warehouse}"
     )
     rows = catalog.load_table("lakesink.demo_events").scan().to_arrow()
-    coords = set(zip(rows["kafka_partition"].to_pylist(), rows["kafka_offset"].to_pylist()))
+    partitions, offsets = rows["kafka_partition"].to_pylist(), rows["kafka_offset"].to_pylist()
+    coords = set(zip(partitions, offsets, strict=True))
     assert rows.num_rows == len(coords) == 2000
