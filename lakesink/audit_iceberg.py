@@ -157,11 +157,15 @@ def audit_iceberg(
     consumer_config: Mapping[str, str] | None = None,
     dead_letter_coordinates: set[Coordinate] | None = None,
     from_log_start: bool = False,
+    extra_readers: Mapping[str, Callable[[IcebergTable], pa.Table]] | None = None,
 ) -> IcebergAuditReport:
     """Run the audit. With `bootstrap=None` the Kafka comparison is skipped; the snapshot
     offsets, the readers' agreement and the committed bounds are always checked.
     `from_log_start`: the writer began at each partition's log start (starting offsets
-    `earliest`), so its ranges start there rather than at the lowest offset the table holds."""
+    `earliest`), so its ranges start there rather than at the lowest offset the table holds.
+    `extra_readers`: further readers by name (each returns the coordinate columns of the
+    current snapshot), checked like the built-in ones; a reader named "spark" replaces the
+    note that Spark was not run."""
     table.refresh()
     report = IcebergAuditReport(writer_id, table.name)
     report.snapshots = len(table.pyiceberg.metadata.snapshots)
@@ -198,7 +202,16 @@ def audit_iceberg(
         readers["duckdb"] = _distinct("duckdb", drows, report)
     else:
         report.not_run.append("DuckDB: reads local warehouses only in this audit")
-    report.not_run.append(SPARK_NOT_IN_AUDIT)
+    for name, reader in (extra_readers or {}).items():
+        try:
+            got = reader(table)
+        except Exception as e:  # each engine raises its own error types
+            raise CorruptTableError(f"{name} cannot read {table.name}: {e}") from e
+        xrows = _coordinates(got, topics)
+        report.readers[name] = len(xrows)
+        readers[name] = _distinct(name, xrows, report)
+    if "spark" not in readers:
+        report.not_run.append(SPARK_NOT_IN_AUDIT)
     base = readers["pyiceberg"]
     for name, got_set in readers.items():
         if got_set != base:
