@@ -143,3 +143,27 @@ def test_demo_with_iceberg_ingests_its_sample_events_exactly_once(
     partitions, offsets = rows["kafka_partition"].to_pylist(), rows["kafka_offset"].to_pylist()
     coords = set(zip(partitions, offsets, strict=True))
     assert rows.num_rows == len(coords) == 2000
+
+
+def test_verify_names_a_snapshot_summary_of_another_layout(
+    kafka_bootstrap: str,
+    produced: tuple[str, dict[TopicPartition, int]],
+    tmp_path: Path,
+    cli: Callable[..., Any],
+) -> None:
+    from iceberg_tables import rows
+
+    topic, _ = produced
+    p0 = TopicPartition(topic, 0)
+    cfg = _config(kafka_bootstrap, topic, tmp_path / "wh", "layout")
+    table = open_iceberg_table(cfg, ROWS)
+    ingest(table, cfg.writer_id, [OffsetRange(p0, 0, 3)])
+    table.pyiceberg.append(
+        rows(p0, 3, 5),
+        snapshot_properties={"lakesink.layout": "9", "lakesink.writer-id": cfg.writer_id},
+    )
+    conf = str(write_config_file(cfg, tmp_path / "ingest.toml"))
+    run = cli(["verify", "-c", conf])
+    assert run.returncode not in (0, 10), run.stdout
+    assert "lakesink summary of layout '9'" in run.stdout, run.stdout
+    assert "Traceback" not in run.stdout
