@@ -47,10 +47,12 @@ def iceberg_kind(path: str) -> str | None:
     """ "table" for an Iceberg table location, "warehouse" for a folder with `catalog.db`,
     None for anything else (a Hudi table, an object-store path)."""
     local = local_path(path)
-    if local is None or (local / ".hoodie").exists():
+    if local is None:
         return None
     if (local / "catalog.db").is_file():
         return "warehouse"
+    if (local / ".hoodie").exists():
+        return None
     if newest_metadata(local) is not None:
         return "table"
     return None
@@ -194,11 +196,12 @@ def collect_iceberg_status(cfg: LakesinkConfig) -> dict[str, Any]:
     """`lakesink status` of an Iceberg table: the writer's committed offsets from the snapshot
     lineage, high watermarks and lag, and the recent snapshots."""
     from lakesink.commit.iceberg import open_iceberg_table
+    from lakesink.iceberg.errors import CatalogNotFoundError
     from lakesink.spark.pipeline import high_watermarks
 
     try:
         tbl = open_iceberg_table(cfg, create=False)
-    except TableNotFoundError:
+    except (TableNotFoundError, CatalogNotFoundError):  # nothing ingested yet
         tbl = None
     committed = tbl.committed_offsets(cfg.writer_id).to_json() if tbl is not None else {}
     marks = {tp.key(): hi for tp, hi in high_watermarks(cfg).items()}
@@ -212,6 +215,15 @@ def collect_iceberg_status(cfg: LakesinkConfig) -> dict[str, Any]:
         "format": "iceberg",
         "partitions": partitions,
     }
+    if cfg["commit.mode"] == "async":
+        from lakesink.commit.async_commit import pending_summary
+        from lakesink.spark.pipeline import pending_store_for
+
+        store = pending_store_for(cfg)
+        try:
+            out["pending"] = pending_summary(store, cfg.writer_id)
+        finally:
+            store.close()
     if tbl is None:
         out["table"] = None
         return out
@@ -236,6 +248,13 @@ def print_iceberg_status(st: dict[str, Any]) -> None:
         [p["partition"], p["committed"], p["high_watermark"], p["lag"]] for p in st["partitions"]
     ]
     say(table(["partition", "committed", "high watermark", "lag"], rows))
+    if "pending" in st:
+        p = st["pending"]
+        lag = "-" if p["commit_lag_s"] is None else f"{p['commit_lag_s']:.1f}s"
+        say(
+            f"async commit: {len(p['pending_epochs'])} pending epochs, commit lag {lag}, "
+            f"last committed epoch {p['latest_committed_epoch']}"
+        )
     t = st["table"]
     if t is None:
         say("Iceberg table: not created yet")

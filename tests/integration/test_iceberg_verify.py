@@ -100,6 +100,11 @@ def test_cli_verify_status_and_table_commands_on_an_iceberg_table(
     st = json.loads(status.stdout)
     lags = {p["partition"]: (p["committed"], p["lag"]) for p in st["partitions"]}
     assert lags == {p0.key(): (counts[p0], 0), p1.key(): (4, counts[p1] - 4)}
+    async_status = cli(["status", "-c", conf, "--set", "commit.mode=async"])
+    assert async_status.returncode == 0, async_status.stdout
+    assert "async commit: 0 pending epochs" in async_status.stdout, async_status.stdout
+    fresh = cli(["status", "-c", conf, "--set", f"table.path={tmp_path / 'none'}"])
+    assert fresh.returncode == 0 and "Iceberg table: not created yet" in fresh.stdout, fresh.stdout
     (recent,) = st["table"]["recent"]
     assert (recent["writer"], recent["added_records"]) == (cfg.writer_id, counts[p0] + 4)
 
