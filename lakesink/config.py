@@ -385,7 +385,7 @@ KEYS: tuple[Key, ...] = (
         _str_list,
         (),
         "Iceberg partition fields, comma-separated: col or identity(col), day(ts), hour(ts), "
-        "bucket[N](col). Used when the table is created; default: identity fields of "
+        "`bucket[N](col)`. Used when the table is created; default: identity fields of "
         "table.partition.by.",
     ),
     # Transformation

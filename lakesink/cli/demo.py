@@ -2,7 +2,9 @@
 
 Starts a local Kafka-protocol broker (noida-db), creates a topic, produces sample events,
 ingests them exactly once with Spark into a Hudi table under ./lakehouse/, reads the table back
-with hudi-rs, and prints a summary and the exactly-once audit.
+with hudi-rs, and prints a summary and the exactly-once audit. `--format iceberg` ingests into
+an Iceberg table instead (the warehouse ./lakehouse/iceberg with its SQLite catalog, the table
+`lakesink.demo_events`), reads it back with pyiceberg and audits it with pyiceberg and DuckDB.
 
 The sample events are produced without transactions (an idempotent producer) and ingested into
 a new table from offset 0: noida-db 0.2.3 returns no committed records under read_committed to a
@@ -16,10 +18,14 @@ import argparse
 import shutil
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from lakesink.cli.output import say, table
-from lakesink.config import build_config
+from lakesink.config import LakesinkConfig, build_config
 from lakesink.extras import require
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 
 def run_demo(args: argparse.Namespace) -> int:
@@ -28,9 +34,13 @@ def run_demo(args: argparse.Namespace) -> int:
     from lakesink.kafka.embedded_broker import EmbeddedBroker, noida_db_binary
     from lakesink.kafka.producer import SAMPLE_EVENT_DDL, produce_sample_events
 
-    require("hudi", "lakesink demo (it reads the table back with hudi-rs)")
+    iceberg = getattr(args, "format", "hudi") == "iceberg"
+    if iceberg:
+        require("pyiceberg", "lakesink demo --format iceberg (it writes an Iceberg table)")
+    else:
+        require("hudi", "lakesink demo (it reads the table back with hudi-rs)")
     noida_db_binary()  # the embedded broker: fail before anything starts when it is missing
-    table_path = Path(args.dir).resolve() / "demo_events"
+    table_path = Path(args.dir).resolve() / ("iceberg" if iceberg else "demo_events")
     if table_path.exists():
         say(f"lakesink demo: removing the previous demo table {table_path}")
         shutil.rmtree(table_path)
@@ -59,6 +69,7 @@ def run_demo(args: argparse.Namespace) -> int:
                 "kafka.max.records.per.batch": max(args.events // 4, 1000),
                 "writer.id": "demo-writer",
                 "lock.provider": "filesystem",
+                **({"table.format": "iceberg", "table.name": "demo_events"} if iceberg else {}),
             }
         )
         say(f"lakesink demo: ingesting with Spark {cfg['spark.master']} into {table_path} ...")
@@ -69,9 +80,23 @@ def run_demo(args: argparse.Namespace) -> int:
             f"{result.elapsed_s:.1f}s from start ({rate:,.0f} records/s); first commit after "
             f"{result.first_commit_s or 0:.1f}s"
         )
-        show_table(str(table_path))
+        if iceberg:
+            show_iceberg_table(cfg)
+        else:
+            show_table(str(table_path))
         report = audit_config(cfg)
         print_report(report)
+    if iceberg:
+        say(
+            f"\nThe Iceberg warehouse is at {table_path} (SQLite catalog {table_path}/catalog.db). "
+            "Read it with pyiceberg:\n"
+            f'  python -c "from pyiceberg.catalog.sql import SqlCatalog; '
+            f"c = SqlCatalog('lakesink', uri='sqlite:///{table_path}/catalog.db', "
+            f"warehouse='file://{table_path}'); "
+            f"print(c.load_table('lakesink.demo_events').scan().to_arrow().num_rows)\"\n"
+            "Spark, Trino and DuckDB: docs/iceberg.md"
+        )
+        return 0 if report.ok else 10
     say(
         f"\nThe table is at {table_path}. Read it with hudi-rs:\n"
         f'  python -c "import hudi; '
@@ -81,20 +106,38 @@ def run_demo(args: argparse.Namespace) -> int:
     return 0 if report.ok else 10
 
 
+def show_iceberg_table(cfg: LakesinkConfig) -> None:
+    from lakesink.commit.iceberg import open_iceberg_table
+
+    table = open_iceberg_table(cfg, create=False)
+    t = table.pyiceberg.scan().to_arrow()
+    snapshots = len(table.pyiceberg.metadata.snapshots)
+    say(f"\npyiceberg reads {t.num_rows:,} rows of {table.name} ({snapshots} snapshots)")
+    summarize(t, "pyiceberg")
+
+
 def show_table(path: str) -> None:
     import pyarrow as pa
-    import pyarrow.compute as pc
 
     hudi = require("hudi", "lakesink demo (it reads the table back with hudi-rs)")
     t = pa.Table.from_batches(hudi.HudiTableBuilder.from_base_uri(path).build().read())
-    say(f"\nhudi-rs reads {t.num_rows:,} rows; per date partition and event type:")
-    grouped = t.group_by(["dt", "event_type"]).aggregate([("amount", "sum"), ("event_id", "count")])
-    grouped = grouped.sort_by([("dt", "ascending"), ("event_type", "ascending")])
+    say(f"\nhudi-rs reads {t.num_rows:,} rows")
+    summarize(t, "hudi-rs")
+
+
+def summarize(t: pa.Table, reader: str) -> None:
+    """Events and amounts per date partition (when the table has one) and event type."""
+    import pyarrow.compute as pc
+
+    keys = [k for k in ("dt", "event_type") if k in t.column_names]
+    grouped = t.group_by(keys).aggregate([("amount", "sum"), ("event_id", "count")])
+    grouped = grouped.sort_by([(k, "ascending") for k in keys])
     rows = [
-        [r["dt"], r["event_type"], r["event_id_count"], f"{r['amount_sum']:,.2f}"]
+        [*(r[k] for k in keys), r["event_id_count"], f"{r['amount_sum']:,.2f}"]
         for r in grouped.to_pylist()[:12]
     ]
-    say(table(["dt", "event_type", "events", "amount"], rows))
+    say(f"per {' and '.join(keys)} ({reader}):")
+    say(table([*keys, "events", "amount"], rows))
     sample = t.sort_by([("kafka_partition", "ascending"), ("kafka_offset", "ascending")]).slice(
         0, 3
     )

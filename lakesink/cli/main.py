@@ -45,6 +45,12 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--partitions", type=int, default=4, help="topic partitions")
     demo.add_argument("--dir", default="lakehouse", help="where the table goes")
     demo.add_argument("--table-version", type=int, choices=(6, 8), default=8)
+    demo.add_argument(
+        "--format",
+        choices=("hudi", "iceberg"),
+        default="hudi",
+        help="the table format to ingest into (iceberg: a warehouse with a SQLite catalog)",
+    )
     demo.add_argument("--keep-broker", action="store_true", help="leave the broker's data dir")
 
     ingest = sub.add_parser("ingest", help="run the streaming ingestion")

@@ -131,6 +131,19 @@ def skipped_spans(table: Any, writer_id: str) -> list[dict[str, Any]]:
 
 
 def run_status(cfg: LakesinkConfig, *, as_json: bool, watch_s: float | None = None) -> int:
+    if cfg["table.format"] == "iceberg":
+        from lakesink.cli.iceberg_inspect import collect_iceberg_status, print_iceberg_status
+
+        if watch_s is not None:
+            from lakesink.errors import ConfigError
+
+            raise ConfigError("status --watch: not for Iceberg tables yet; run status without it")
+        st = collect_iceberg_status(cfg)
+        if as_json:
+            emit_json(st)
+        else:
+            print_iceberg_status(st)
+        return 0
     if watch_s is not None:
         from lakesink.cli.watch import watch_status
 

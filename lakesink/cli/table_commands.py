@@ -99,6 +99,10 @@ def run_backfill_command(args: argparse.Namespace) -> int:
 
         overrides = dict(kv.split("=", 1) for kv in args.set if "=" in kv)
         cfg = load_config(args.config, {**overrides, "table.path": args.table})
+    from lakesink.cli.iceberg_inspect import iceberg_kind, refuse_iceberg
+
+    if (cfg is not None and cfg["table.format"] == "iceberg") or iceberg_kind(args.table):
+        raise refuse_iceberg("backfill")
     if cfg is not None and args.lock_provider is None and not args.postgres_dsn:
         from lakesink.commit.control import ControlSettings, LockedCommitControl
 
@@ -150,6 +154,12 @@ def run(args: argparse.Namespace) -> int:
         )
         say(f"created {t.config.name} (version {t.config.version}) at {t.uri}")
         return 0
+    from lakesink.cli.iceberg_inspect import iceberg_kind, refuse_iceberg, run_table_command
+
+    if iceberg_kind(args.path) is not None:
+        if args.table_command in ("clean", "cluster", "archive", "rollback"):
+            raise refuse_iceberg(f"table {args.table_command}")
+        return run_table_command(args.table_command, args.path, args.json)
     tbl = HudiTable.open(table_storage_at(args.path))
     if args.table_command in ("clean", "cluster", "archive", "rollback"):
         return _service(tbl, args)

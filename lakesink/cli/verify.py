@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from lakesink.audit import AuditReport, audit
 from lakesink.cli.output import emit_json, say
 from lakesink.config import LakesinkConfig
 
+if TYPE_CHECKING:
+    from lakesink.audit_iceberg import IcebergAuditReport
 
-def audit_config(cfg: LakesinkConfig) -> AuditReport:
+
+def audit_config(cfg: LakesinkConfig) -> AuditReport | IcebergAuditReport:
     """The audit of this configuration's writer; records in the dead-letter topic count as
     accounted for (errors.tolerance=all), never as missing."""
     dead: set[tuple[str, int, int]] | None = None
@@ -34,6 +39,19 @@ def audit_config(cfg: LakesinkConfig) -> AuditReport:
             raise
         except KafkaError:
             dead = set()  # no dead-letter topic yet: nothing was dead-lettered
+    if cfg["table.format"] == "iceberg":
+        from lakesink.audit_iceberg import audit_iceberg
+        from lakesink.commit.iceberg import open_iceberg_table
+
+        return audit_iceberg(
+            open_iceberg_table(cfg, create=False),
+            cfg.writer_id,
+            bootstrap=cfg["kafka.bootstrap.servers"],
+            isolation_level=cfg["kafka.isolation.level"],
+            consumer_config=cfg.consumer_config,
+            dead_letter_coordinates=dead,
+            from_log_start=cfg["kafka.starting.offsets"] == "earliest",
+        )
     return audit(
         cfg.table_storage,
         cfg.writer_id,
@@ -44,7 +62,10 @@ def audit_config(cfg: LakesinkConfig) -> AuditReport:
     )
 
 
-def print_report(report: AuditReport) -> None:
+def print_report(report: AuditReport | IcebergAuditReport) -> None:
+    if not isinstance(report, AuditReport):
+        print_iceberg_report(report)
+        return
     say(f"audit of writer {report.writer_id}: {report.commits} commits")
     say(f"  rows read by hudi-rs:          {report.rows_hudi_rs:,}")
     say(f"  rows read by lakesink reader:  {report.rows_lakesink:,}")
@@ -53,6 +74,27 @@ def print_report(report: AuditReport) -> None:
         say(f"  dead-lettered records:         {report.dead_letters:,}")
     if report.ok:
         say("  PASS: every record exactly once; no duplicates, no gaps, readers agree")
+    else:
+        say("  FAIL:")
+        for p in report.problems:
+            say(f"    - {p}")
+
+
+def print_iceberg_report(report: IcebergAuditReport) -> None:
+    say(
+        f"audit of writer {report.writer_id} on Iceberg table {report.table}: "
+        f"{report.commits} commits in {report.snapshots} snapshots"
+    )
+    for name, n in report.readers.items():
+        say(f"  rows read by {name + ':':<22} {n:,}")
+    for why in report.not_run:
+        say(f"  not run: {why}")
+    say(f"  Kafka records in committed ranges: {report.kafka_records:,}")
+    if report.dead_letters:
+        say(f"  dead-lettered records:         {report.dead_letters:,}")
+    readers = " and ".join(report.readers)
+    if report.ok:
+        say(f"  PASS ({readers}): every record exactly once; no duplicates, no gaps, readers agree")
     else:
         say("  FAIL:")
         for p in report.problems:

@@ -132,3 +132,43 @@ def test_spark_reads_what_pyiceberg_reads_now_in_the_past_and_incrementally(
     assert sorted((r["kafka_topic"], r["kafka_partition"], r["kafka_offset"]) for r in now) == (
         expected(*all_ranges)
     )
+
+
+def test_audit_with_spark_passes_on_a_table_of_kafka_records(
+    java_iceberg: JavaIceberg, kafka_bootstrap: str, tmp_path: Path
+) -> None:
+    from integration.conftest import ingest_config
+
+    from lakesink.audit_iceberg import audit_iceberg
+    from lakesink.commit.iceberg import open_iceberg_table
+    from lakesink.kafka.producer import produce_sample_events
+
+    topic = "iceberg-spark-audit-" + uuid.uuid4().hex[:8]
+    counts = produce_sample_events(kafka_bootstrap, topic, 30, 2)
+    name = "audit_" + uuid.uuid4().hex[:8]
+    cfg = ingest_config(
+        kafka_bootstrap, topic, tmp_path / "wh", table__format="iceberg",
+        table__name="events", iceberg__catalog__name=name,
+    )  # fmt: skip
+    table = open_iceberg_table(cfg, ROWS)
+    p0, p1 = TopicPartition(topic, 0), TopicPartition(topic, 1)
+    ingest(table, cfg.writer_id, [OffsetRange(p0, 0, 4), OffsetRange(p1, 0, counts[p1])])
+    ingest(table, cfg.writer_id, [OffsetRange(p0, 4, counts[p0])])
+    java_iceberg.register_catalog(
+        name, tmp_path / "wh" / "catalog.db", warehouse_uri(str(tmp_path / "wh"))
+    )
+
+    def spark(t: IcebergTable) -> pa.Table:
+        (got,) = java_iceberg.run([IcebergRead(f"{name}.lakesink.events")])
+        assert isinstance(got, pa.Table), got
+        return got
+
+    report = audit_iceberg(
+        table, cfg.writer_id, bootstrap=kafka_bootstrap, from_log_start=True,
+        extra_readers={"spark": spark},
+    )  # fmt: skip
+    assert report.ok, report.problems
+    total = counts[p0] + counts[p1]
+    assert report.readers == {"pyiceberg": total, "duckdb": total, "spark": total}
+    assert report.kafka_records == total and report.commits == 2
+    assert not any("Spark" in why for why in report.not_run)

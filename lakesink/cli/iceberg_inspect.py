@@ -1,0 +1,282 @@
+"""`lakesink status` and `lakesink table show|files|timeline` for Iceberg tables.
+
+`table` commands take a path: an Iceberg table's location (the folder holding `metadata/`) is
+read catalog-free from its newest metadata file; a warehouse folder (holding the SQLite
+`catalog.db`) is answered with the locations of the tables in it. The Hudi table services
+(`table clean|cluster|archive|rollback`) and `backfill` refuse Iceberg tables, naming the
+Iceberg maintenance commands.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from lakesink.cli.output import emit_json, say, table
+from lakesink.config import LakesinkConfig
+from lakesink.errors import ConfigError, TableNotFoundError
+
+ICEBERG_MAINTENANCE = "lakesink iceberg expire-snapshots|rewrite-data-files|remove-orphan-files"
+_VERSION = re.compile(r"^(?:v)?(\d+)(?:-[^.]*)?\.metadata\.json$")
+
+
+def refuse_iceberg(command: str) -> ConfigError:
+    """The error of a Hudi-only command given an Iceberg table."""
+    return ConfigError(f"{command}: not for Iceberg tables; see {ICEBERG_MAINTENANCE}")
+
+
+def local_path(path: str) -> Path | None:
+    """`path` as a local folder (a plain path or a file: URI), None for object stores."""
+    if "://" in path and not path.startswith("file://"):
+        return None
+    return Path(path.removeprefix("file://"))
+
+
+def newest_metadata(location: Path) -> Path | None:
+    """The newest `metadata/*.metadata.json` of an Iceberg table location (None if none)."""
+    found = []
+    for f in (location / "metadata").glob("*.metadata.json"):
+        m = _VERSION.match(f.name)
+        if m:
+            found.append((int(m.group(1)), f.stat().st_mtime_ns, f))
+    return max(found)[2] if found else None
+
+
+def iceberg_kind(path: str) -> str | None:
+    """ "table" for an Iceberg table location, "warehouse" for a folder with `catalog.db`,
+    None for anything else (a Hudi table, an object-store path)."""
+    local = local_path(path)
+    if local is None:
+        return None
+    if (local / "catalog.db").is_file():
+        return "warehouse"
+    if (local / ".hoodie").exists():
+        return None
+    if newest_metadata(local) is not None:
+        return "table"
+    return None
+
+
+def warehouse_tables(path: Path) -> list[Path]:
+    """The Iceberg table locations under a warehouse folder (namespace.db/table/metadata)."""
+    return sorted(m.parent for m in path.glob("*/*/metadata") if newest_metadata(m.parent))
+
+
+def open_static(path: str) -> Any:
+    """The pyiceberg table at an Iceberg table location, read from its newest metadata."""
+    from pyiceberg.table import StaticTable
+
+    local = local_path(path)
+    metadata = newest_metadata(local) if local is not None else None
+    if metadata is None:
+        raise TableNotFoundError(f"no Iceberg metadata under {path}/metadata")
+    return StaticTable.from_metadata(str(metadata))
+
+
+def snapshot_rows(tbl: Any, limit: int | None = None) -> list[dict[str, Any]]:
+    """The snapshots of a pyiceberg table, oldest first: id, parent, time, operation, writer
+    (lakesink's summary key), records and data files added, totals."""
+    from lakesink.iceberg.snapshots import KEY_COMMIT_ID, KEY_VTTS, KEY_WRITER_ID
+
+    out = []
+    for s in tbl.metadata.snapshots:
+        summary = s.summary
+        extra = dict(summary.additional_properties) if summary is not None else {}
+        out.append(
+            {
+                "snapshot_id": s.snapshot_id,
+                "parent_id": s.parent_snapshot_id,
+                "timestamp_ms": s.timestamp_ms,
+                "operation": summary.operation.value if summary is not None else "",
+                "writer": extra.get(KEY_WRITER_ID, ""),
+                "commit_id": extra.get(KEY_COMMIT_ID, ""),
+                "vtts_ms": int(extra[KEY_VTTS]) if KEY_VTTS in extra else None,
+                "added_records": int(extra.get("added-records", 0)),
+                "added_files": int(extra.get("added-data-files", 0)),
+                "total_records": int(extra.get("total-records", 0)),
+                "total_files": int(extra.get("total-data-files", 0)),
+            }
+        )
+    return out[-limit:] if limit else out
+
+
+def _when(ms: int) -> str:
+    from datetime import UTC, datetime
+
+    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+
+
+def run_table_command(command: str, path: str, as_json: bool) -> int:
+    """`table show|files|timeline` of an Iceberg table location or warehouse."""
+    if iceberg_kind(path) == "warehouse":
+        local = local_path(path)
+        assert local is not None
+        found = [str(p) for p in warehouse_tables(local)]
+        raise ConfigError(
+            f"table {command}: {path} is an Iceberg warehouse; give one table's location: "
+            + (", ".join(found) if found else "(no tables in it yet)")
+        )
+    tbl = open_static(path)
+    if command == "show":
+        return _show(tbl, path, as_json)
+    if command == "timeline":
+        rows = snapshot_rows(tbl)
+        if as_json:
+            emit_json(rows)
+            return 0
+        say(
+            table(
+                ["snapshot", "time", "operation", "writer", "records", "files"],
+                [
+                    [
+                        r["snapshot_id"],
+                        _when(r["timestamp_ms"]),
+                        r["operation"],
+                        r["writer"],
+                        r["added_records"],
+                        r["added_files"],
+                    ]
+                    for r in rows
+                ],
+            )
+        )
+        return 0
+    files = [
+        {
+            "partition": str(t.file.partition) if len(t.file.partition) else "",
+            "path": t.file.file_path,
+            "records": t.file.record_count,
+            "bytes": t.file.file_size_in_bytes,
+        }
+        for t in tbl.scan().plan_files()
+    ]
+    if as_json:
+        emit_json(files)
+        return 0
+    say(
+        table(
+            ["partition", "file", "records", "bytes"],
+            [[f["partition"], f["path"], f["records"], f["bytes"]] for f in files],
+        )
+    )
+    return 0
+
+
+def _show(tbl: Any, path: str, as_json: bool) -> int:
+    md = tbl.metadata
+    current = tbl.current_snapshot()
+    summary = dict(current.summary.additional_properties) if current and current.summary else {}
+    info = {
+        "path": path,
+        "format": "iceberg",
+        "format_version": md.format_version,
+        "table_uuid": str(md.table_uuid),
+        "location": md.location,
+        "metadata": tbl.metadata_location,
+        "schema": [f.name for f in tbl.schema().fields],
+        "partition_spec": str(tbl.spec()),
+        "snapshots": len(md.snapshots),
+        "current_snapshot": current.snapshot_id if current else None,
+        "records": int(summary.get("total-records", 0)),
+        "files": int(summary.get("total-data-files", 0)),
+        "bytes": int(summary.get("total-files-size", 0)),
+        "properties": dict(md.properties),
+    }
+    if as_json:
+        emit_json(info)
+        return 0
+    for k, v in info.items():
+        if k != "properties":
+            say(f"{k:18} {v}")
+    return 0
+
+
+def collect_iceberg_status(cfg: LakesinkConfig) -> dict[str, Any]:
+    """`lakesink status` of an Iceberg table: the writer's committed offsets from the snapshot
+    lineage, high watermarks and lag, and the recent snapshots."""
+    from lakesink.commit.iceberg import open_iceberg_table
+    from lakesink.iceberg.errors import CatalogNotFoundError
+    from lakesink.spark.pipeline import high_watermarks
+
+    try:
+        tbl = open_iceberg_table(cfg, create=False)
+    except (TableNotFoundError, CatalogNotFoundError):  # nothing ingested yet
+        tbl = None
+    committed = tbl.committed_offsets(cfg.writer_id).to_json() if tbl is not None else {}
+    marks = {tp.key(): hi for tp, hi in high_watermarks(cfg).items()}
+    partitions = []
+    for key in sorted(set(marks) | set(committed)):
+        pos, hi = committed.get(key), marks.get(key)
+        lag = None if hi is None else hi - (pos or 0)
+        partitions.append({"partition": key, "committed": pos, "high_watermark": hi, "lag": lag})
+    out: dict[str, Any] = {
+        "writer_id": cfg.writer_id,
+        "format": "iceberg",
+        "partitions": partitions,
+    }
+    if cfg["commit.mode"] == "async":
+        from lakesink.commit.async_commit import pending_summary
+        from lakesink.spark.pipeline import pending_store_for
+
+        store = pending_store_for(cfg)
+        try:
+            out["pending"] = pending_summary(store, cfg.writer_id)
+        finally:
+            store.close()
+    if tbl is None:
+        out["table"] = None
+        return out
+    py = tbl.pyiceberg
+    current = py.current_snapshot()
+    summary = dict(current.summary.additional_properties) if current and current.summary else {}
+    out["table"] = {
+        "name": tbl.name,
+        "location": tbl.location,
+        "snapshots": len(py.metadata.snapshots),
+        "current_snapshot": current.snapshot_id if current else None,
+        "records": int(summary.get("total-records", 0)),
+        "files": int(summary.get("total-data-files", 0)),
+        "recent": snapshot_rows(py, limit=10),
+    }
+    return out
+
+
+def print_iceberg_status(st: dict[str, Any]) -> None:
+    say(f"writer {st['writer_id']}")
+    rows = [
+        [p["partition"], p["committed"], p["high_watermark"], p["lag"]] for p in st["partitions"]
+    ]
+    say(table(["partition", "committed", "high watermark", "lag"], rows))
+    if "pending" in st:
+        p = st["pending"]
+        lag = "-" if p["commit_lag_s"] is None else f"{p['commit_lag_s']:.1f}s"
+        say(
+            f"async commit: {len(p['pending_epochs'])} pending epochs, commit lag {lag}, "
+            f"last committed epoch {p['latest_committed_epoch']}"
+        )
+    t = st["table"]
+    if t is None:
+        say("Iceberg table: not created yet")
+        return
+    say(
+        f"\nIceberg table {t['name']} at {t['location']}: {t['records']:,} records in "
+        f"{t['files']} data files, {t['snapshots']} snapshots"
+    )
+    say("recent snapshots:")
+    say(
+        table(
+            ["snapshot", "time", "operation", "writer", "records", "files"],
+            [
+                [
+                    r["snapshot_id"],
+                    _when(r["timestamp_ms"]),
+                    r["operation"],
+                    r["writer"],
+                    r["added_records"],
+                    r["added_files"],
+                ]
+                for r in t["recent"]
+            ],
+        )
+    )

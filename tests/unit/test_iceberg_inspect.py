@@ -1,0 +1,48 @@
+"""How `lakesink table ...` tells an Iceberg table location, an Iceberg warehouse and anything
+else apart, and which metadata file of a table is the newest."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from lakesink.cli.iceberg_inspect import iceberg_kind, newest_metadata, refuse_iceberg
+from lakesink.errors import ConfigError
+
+
+def _table(root: Path, *names: str) -> Path:
+    (root / "metadata").mkdir(parents=True)
+    for n in names:
+        (root / "metadata" / n).write_text("{}")
+    return root
+
+
+def test_newest_metadata_orders_by_version_number_not_by_name(tmp_path: Path) -> None:
+    t = _table(tmp_path / "t", "00009-a.metadata.json", "00010-b.metadata.json", "snap-1.avro")
+    assert newest_metadata(t) == t / "metadata" / "00010-b.metadata.json"
+    hinted = _table(tmp_path / "h", "v2.metadata.json", "v11.metadata.json")
+    assert newest_metadata(hinted) == hinted / "metadata" / "v11.metadata.json"
+    assert newest_metadata(tmp_path / "nothing") is None
+
+
+def test_iceberg_kind_tells_table_warehouse_hudi_and_object_store_apart(tmp_path: Path) -> None:
+    table = _table(tmp_path / "wh" / "ns.db" / "events", "00001-x.metadata.json")
+    (tmp_path / "wh" / "catalog.db").write_bytes(b"")
+    hudi = tmp_path / "hudi"
+    (hudi / ".hoodie").mkdir(parents=True)
+    _table(hudi, "00001-x.metadata.json")
+    assert iceberg_kind(str(table)) == "table"
+    assert iceberg_kind(f"file://{table}") == "table"
+    assert iceberg_kind(str(tmp_path / "wh")) == "warehouse"
+    assert iceberg_kind(str(hudi)) is None
+    assert iceberg_kind("s3://bucket/lake/events") is None
+
+
+def test_refusal_names_the_command_and_the_iceberg_maintenance_commands() -> None:
+    with pytest.raises(
+        ConfigError,
+        match=r"table clean: not for Iceberg tables; see lakesink "
+        r"iceberg expire-snapshots\|rewrite-data-files\|remove-orphan-files",
+    ):
+        raise refuse_iceberg("table clean")
