@@ -48,6 +48,14 @@ class TableFormat(Protocol):
     """One table, as the commit engine needs it. Each method's guarantee is what any format
     must give; the engine supplies locking and retries around them."""
 
+    @property
+    def name(self) -> str:
+        """The table's name, for logs and errors."""
+
+    def next_instant_time(self, control: CommitControl) -> InstantTime:
+        """A new transaction id, later than every commit on the table (Hudi: the control's
+        instant time under the lock; Iceberg: the clock, past the newest snapshot)."""
+
     def begin(self, action: Action, instant_time: InstantTime, *, requested_content: bytes) -> None:
         """Make the commit `instant_time` known as in flight, so that recovery can find and
         roll back what it wrote if the writer dies. Hudi: requested then inflight file.

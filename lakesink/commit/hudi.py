@@ -55,6 +55,13 @@ class HudiFormat:
         self.table = table
         self._view: HudiView | None = None
 
+    @property
+    def name(self) -> str:
+        return self.table.config.name
+
+    def next_instant_time(self, control: CommitControl) -> InstantTime:
+        return control.next_instant_time(self.table)
+
     def begin(self, action: Action, instant_time: InstantTime, *, requested_content: bytes) -> None:
         self.table.timeline().begin(action, instant_time, requested_content=requested_content)
 

@@ -7,20 +7,36 @@ prefix), the table is `iceberg.namespace` . `table.name` in the catalog `iceberg
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+import logging
+import time
+from collections.abc import Callable, Collection, Sequence
 from typing import TYPE_CHECKING
 
+from lakesink.commit import writer_state as keys
+from lakesink.commit.control import CommitControl
 from lakesink.config import LakesinkConfig, parse_kv
-from lakesink.errors import ConfigError
+from lakesink.errors import CommitError, ConfigError, CorruptTableError
 from lakesink.iceberg.catalog import CatalogSettings, open_catalog
+from lakesink.iceberg.datafiles import DataFileDescription
 from lakesink.iceberg.schema import PartitionFieldSetting, parse_partition_spec
-from lakesink.iceberg.table import IcebergTable
+from lakesink.iceberg.snapshots import KEY_COMMIT_ID, AppendRequirement
+from lakesink.iceberg.table import CommitOutcome, CommitResult, IcebergTable, snapshot_infos
+from lakesink.protocol.conflicts import ConflictStrategy, Operation
+from lakesink.protocol.instant import Action, InstantTime
+from lakesink.protocol.offsets import OffsetRange, TopicPartition, WriterOffsets
 from lakesink.storage import options_from_config
+from lakesink.table.metadata import CommitMetadata
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
+log = logging.getLogger(__name__)
+
 __all__ = [
+    "VTTS_KEY",
+    "IcebergFormat",
+    "IcebergView",
     "catalog_settings_for",
     "iceberg_identifier",
     "iceberg_partition_fields",
@@ -77,3 +93,151 @@ def open_iceberg_table(
         iceberg_partition_fields(cfg),
         create=create,
     )
+
+
+VTTS_KEY = "lakesink.vtts_ms"
+"""The batch's valid-through timestamp (ms) in the commit metadata's extra map (Iceberg)."""
+
+
+def _ranges(metadata: CommitMetadata) -> tuple[OffsetRange, ...]:
+    """The ranges a commit ingested, from its metadata (`writer_state.RANGES_KEY`)."""
+    raw = json.loads(metadata.extra.get(keys.RANGES_KEY, "[]"))
+    return tuple(OffsetRange(TopicPartition.parse(k), s, e) for k, s, e in raw)
+
+
+class IcebergView:
+    """The Iceberg table at its refreshed metadata: the requirements read the writer's offsets
+    in the current lineage. Appends never conflict with each other, and a writer without a
+    lock has nothing to prove alive (its incarnation travels in the offsets requirement)."""
+
+    def __init__(self, table: IcebergTable) -> None:
+        self.table = table
+
+    def committed_offsets(self, writer_id: str) -> WriterOffsets:
+        return self.table.committed_offsets(writer_id)
+
+    def backfill_committed(self, backfill_id: str) -> bool:
+        return False  # backfills write Hudi tables only
+
+    def check_conflicts(self, operation: Operation, strategy: ConflictStrategy) -> None:
+        """Fast appends add files and remove none: no operation conflicts with them."""
+
+    def check_alive(self, control: CommitControl, instant_time: InstantTime) -> None:
+        """No lock, no heartbeat: the catalog's offsets requirement fences stale writers."""
+
+
+class IcebergFormat:
+    """`TableFormat` over an `IcebergTable`: one fast append per transaction through the
+    catalog's optimistic commit, with the writer's offsets requirement checked by the catalog
+    (`IcebergTable.commit_append`). The transaction id (instant time) leads the snapshot's
+    commit id, so `is_published` finds the commit after a restart."""
+
+    def __init__(self, table: IcebergTable, *, clock_ms: Callable[[], int] | None = None) -> None:
+        self.table = table
+        self._clock_ms = clock_ms or (lambda: int(time.time() * 1000))
+        self._files: dict[str, list[DataFileDescription]] = {}
+
+    @property
+    def name(self) -> str:
+        return self.table.name
+
+    @staticmethod
+    def commit_id(instant_time: InstantTime, engine_commit_id: str) -> str:
+        """The snapshot's commit id: the transaction id, then the engine's commit id."""
+        return f"{instant_time.value}-{engine_commit_id}"
+
+    def next_instant_time(self, control: CommitControl) -> InstantTime:
+        snaps, _ = snapshot_infos(self.table.pyiceberg.metadata)
+        latest = max((s.timestamp_ms for s in snaps.values()), default=0)
+        return InstantTime.from_epoch_ms(max(self._clock_ms(), latest + 1))
+
+    def begin(self, action: Action, instant_time: InstantTime, *, requested_content: bytes) -> None:
+        """Nothing durable: data files no snapshot references are orphans."""
+        if action is not Action.COMMIT:
+            raise CommitError(f"table {self.name}: Iceberg commits only append ({action.value})")
+        self._files.setdefault(instant_time.value, [])
+
+    def add_files(self, instant_time: InstantTime, files: Sequence[DataFileDescription]) -> None:
+        """The data files the tasks of `instant_time` reported (before `stage`)."""
+        self._files.setdefault(instant_time.value, []).extend(files)
+
+    def files(self, instant_time: InstantTime) -> list[DataFileDescription]:
+        return list(self._files.get(instant_time.value, ()))
+
+    def stage(self, instant_time: InstantTime, files: Collection[str]) -> set[str]:
+        """The reported files are exactly the described ones, and each exists. Files of failed
+        task attempts carry other names and stay unreferenced (orphan removal takes them)."""
+        described = {f.path for f in self._files.get(instant_time.value, ())}
+        kept = set(files)
+        if kept != described:
+            raise CommitError(
+                f"table {self.name} commit {instant_time}: reported files and data file "
+                f"descriptions differ ({sorted(kept ^ described)[:3]})"
+            )
+        io = self.table.pyiceberg.io
+        for path in sorted(kept):
+            if not io.new_input(path).exists():
+                raise CorruptTableError(
+                    f"table {self.name} commit {instant_time}: written file {path} is missing"
+                )
+        return kept
+
+    def view(self, instant_time: InstantTime) -> IcebergView:
+        self.table.refresh()
+        return IcebergView(self.table)
+
+    def is_published(self, instant_time: InstantTime) -> bool:
+        prefix = f"{instant_time.value}-"
+        snaps, _ = snapshot_infos(self.table.pyiceberg.metadata)
+        return any(s.summary.get(KEY_COMMIT_ID, "").startswith(prefix) for s in snaps.values())
+
+    def publish(
+        self, action: Action, instant_time: InstantTime, metadata: CommitMetadata
+    ) -> CommitResult:
+        """One fast append with the writer's summary; the catalog checks that the writer's
+        offsets are still the batch's start offsets."""
+        requirement = AppendRequirement(
+            metadata.extra[keys.WRITER_ID_KEY],
+            self.commit_id(instant_time, metadata.extra.get(keys.COMMIT_ID_KEY, "")),
+            _ranges(metadata),
+        )
+        vtts = metadata.extra.get(VTTS_KEY)
+        result = self.table.commit_append(
+            self.files(instant_time), requirement, int(vtts) if vtts else None
+        )
+        if result.outcome is CommitOutcome.REPLAYED:
+            raise CommitError(
+                f"table {self.name} commit {instant_time}: its ranges were committed by "
+                "another commit meanwhile; nothing was appended"
+            )
+        return result
+
+    def commit_landed(self, instant_time: InstantTime, commit_id: str) -> bool:
+        self.table.refresh()
+        return self.is_published(instant_time)
+
+    def finish(self, instant_time: InstantTime) -> None:
+        self._files.pop(instant_time.value, None)
+
+    def rollback(self, instant_time: InstantTime) -> bool:
+        """Delete the batch's data files (never those of a commit that landed)."""
+        self.table.refresh()
+        files = self._files.pop(instant_time.value, [])
+        if self.is_published(instant_time):
+            return False
+        self.table.abort(files)
+        return bool(files)
+
+    def committed_offsets(self, writer_id: str) -> WriterOffsets:
+        self.table.refresh()
+        return self.table.committed_offsets(writer_id)
+
+    def schema(self) -> str | None:
+        return self.table.pyiceberg.schema().model_dump_json()
+
+
+if TYPE_CHECKING:  # mypy proves the Iceberg side implements the engine's format interface
+    from lakesink.commit.format import TableFormat, TableView
+
+    _FORMAT: type[TableFormat] = IcebergFormat
+    _VIEW: type[TableView] = IcebergView

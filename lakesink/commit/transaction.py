@@ -83,7 +83,7 @@ class TableTransaction:
 
     def __init__(
         self,
-        table: HudiTable,
+        table: HudiTable | None,
         control: CommitControl,
         *,
         writer_id: str,
@@ -94,9 +94,15 @@ class TableTransaction:
         retry: RetryPolicy = DEFAULT_RETRY,
         table_format: TableFormat | None = None,
     ) -> None:
+        # the Hudi table (None for another format: then no heartbeat and no side files)
         self.table = table
         # the format the commit goes through (lakesink.commit.format); the Hudi table by default
-        self.format: TableFormat = table_format or HudiFormat(table)
+        if table_format is None:
+            if table is None:
+                raise CommitError("a transaction needs a table or a table format")
+            table_format = HudiFormat(table)
+        self.format: TableFormat = table_format
+        self.name = table_format.name  # the table's display name, for logs
         self.control = control
         self.writer_id = writer_id
         self.action = action
@@ -111,7 +117,7 @@ class TableTransaction:
     @classmethod
     def resume(
         cls,
-        table: HudiTable,
+        table: HudiTable | None,
         control: CommitControl,
         instant_time: InstantTime,
         *,
@@ -140,6 +146,9 @@ class TableTransaction:
     def locked(self) -> Iterator[Any]:
         """The table lock, the time waited for it recorded in the metrics."""
         started = time.perf_counter()
+        if self.table is None:  # a format without a lock (Iceberg: the catalog's optimistic commit)
+            yield None
+            return
         with self.control.locked(self.table) as lease:
             if self.metrics is not None:
                 self.metrics.record_lock_wait(time.perf_counter() - started)
@@ -169,11 +178,12 @@ class TableTransaction:
         whose instant it is), the heartbeat, then requested → inflight."""
         if self.state is not TxState.NEW:
             raise CommitError(f"cannot begin a transaction that is {self.state.value}")
-        t = self.control.next_instant_time(self.table)
+        t = self.format.next_instant_time(self.control)
         self._time = t
         if intent is not None:
             intent(t)
-        self.control.start_heartbeat(self.table, t)
+        if self.table is not None:
+            self.control.start_heartbeat(self.table, t)
         self.state = TxState.ACTIVE
         self.format.begin(self.action, t, requested_content=requested_content)
         return t
@@ -205,7 +215,7 @@ class TableTransaction:
         with self.locked():
             view = self.format.view(t)  # read now, under the lock
             if self.format.is_published(t):
-                log.info("table %s: instant %s is already published", self.table.config.name, t)
+                log.info("table %s: instant %s is already published", self.name, t)
                 self.state = TxState.COMMITTED
                 return CommitResult(t, published=False)
             for requirement in requirements:
@@ -227,9 +237,7 @@ class TableTransaction:
             try:
                 hook(t)
             except Exception:  # a hook never fails a published commit
-                log.exception(
-                    "table %s: post-commit hook after %s failed", self.table.config.name, t
-                )
+                log.exception("table %s: post-commit hook after %s failed", self.name, t)
         return CommitResult(
             t,
             published=True,
@@ -239,6 +247,8 @@ class TableTransaction:
 
     def complete(self, content: bytes) -> Instant:
         """Complete a non-data instant (a clean) with its content, then finish."""
+        if self.table is None:
+            raise CommitError(f"table {self.name}: only Hudi tables complete non-data instants")
         done = complete_instant(
             self.table, Instant(self.instant_time, self.action, State.INFLIGHT), content
         )
@@ -246,19 +256,22 @@ class TableTransaction:
         self._finish()
         return done
 
-    def _landed(self, commit_id: str) -> Instant | None:
+    def _landed(self, commit_id: str) -> object | None:
         t = self.instant_time
         if not self.format.commit_landed(t, commit_id):
             return None
-        return self.table.timeline().get(t)
+        return self.table.timeline().get(t) if self.table is not None else t
+
+    def _delete_side_files(self) -> None:
+        if self.side_files and self.table is not None:
+            self.table.storage.delete_many(self.side_files)
 
     def _finish(self) -> None:
         t = self.instant_time
-        self.control.stop_heartbeat(self.table, t)
+        self.stop_heartbeat()
         if self.action.writes_data:
             self.format.finish(t)
-        if self.side_files:
-            self.table.storage.delete_many(self.side_files)
+        self._delete_side_files()
 
     # --- abort -------------------------------------------------------------------------------
     def abort(self) -> bool:
@@ -268,21 +281,22 @@ class TableTransaction:
             self.state = TxState.ABORTED
             return False
         t = self._time
-        self.control.stop_heartbeat(self.table, t)
+        self.stop_heartbeat()
         rolled = self.format.rollback(t)
-        if self.side_files:
-            self.table.storage.delete_many(self.side_files)
+        self._delete_side_files()
         self.state = TxState.ABORTED
         return rolled
 
     def roll_back_pending(self, current: Instant) -> None:
         """Recovery's rollback of a pending instant found on the timeline (the caller holds
         the lock and checked that nobody publishes it); the heartbeat is not ours to stop."""
+        if self.table is None:
+            raise CommitError(f"table {self.name}: only Hudi tables have pending instants")
         rollback(self.table, current)
         self.state = TxState.ABORTED
 
     def stop_heartbeat(self) -> None:
-        if self._time is not None:
+        if self._time is not None and self.table is not None:
             self.control.stop_heartbeat(self.table, self._time)
 
     # --- context manager ---------------------------------------------------------------------
@@ -299,15 +313,13 @@ class TableTransaction:
             if exc is not None and self.state in (TxState.ACTIVE, TxState.STAGED):
                 log.warning(
                     "table %s: %s %s failed; rolling it back",
-                    self.table.config.name,
+                    self.name,
                     self.action.value,
                     self._time,
                 )
                 try:
                     self.abort()
                 except Exception:  # lazy rollback retries it once the heartbeat expired
-                    log.exception(
-                        "table %s: rollback of %s failed", self.table.config.name, self._time
-                    )
+                    log.exception("table %s: rollback of %s failed", self.name, self._time)
         finally:
             self.stop_heartbeat()
