@@ -701,6 +701,8 @@ class LakesinkConfig:
             return folder / parts.path.strip("/") / self.writer_id
         local = open_storage(table)
         assert isinstance(local, LocalStorage)
+        if self["table.format"] == "iceberg":  # table.path is the warehouse
+            return local.root / ".lakesink" / "checkpoints" / self.table_name / self.writer_id
         return local.root / ".hoodie" / ".lakesink" / "checkpoints" / self.writer_id
 
     @property

@@ -25,8 +25,14 @@ from lakesink.commit.recovery import (
     precommitted_key,
     recover_failed_writes,
 )
-from lakesink.commit.requirements import NoConflicts, OffsetsUnchanged, WriterStillLive
+from lakesink.commit.requirements import (
+    NoConflicts,
+    OffsetsUnchanged,
+    Requirement,
+    WriterStillLive,
+)
 from lakesink.commit.transaction import PostCommitHook, TableTransaction, TxState
+from lakesink.errors import CommitError
 from lakesink.faults import crash_point
 from lakesink.metrics import IngestionMetrics
 from lakesink.protocol.commit import Verdict, classify_batch, decide
@@ -80,7 +86,7 @@ class Coordinator:
 
     def __init__(
         self,
-        table: HudiTable,
+        table: HudiTable | None,
         writer_id: str,
         *,
         query_id: str = "",
@@ -92,7 +98,7 @@ class Coordinator:
         metrics: IngestionMetrics | None = None,
         post_commit: Sequence[PostCommitHook] = (),
     ) -> None:
-        self.table = table
+        self._table = table  # None for a subclass over another format (lakesink.commit.iceberg)
         self.writer_id = writer_id
         self.query_id = query_id
         self.control = control
@@ -113,21 +119,49 @@ class Coordinator:
         self._recovered: Timeline | None = None
         self._open: dict[str, TableTransaction] = {}
 
+    @property
+    def table(self) -> HudiTable:
+        """The Hudi table (the Hudi-only parts: intents, recovery, pre-commit marks)."""
+        if self._table is None:
+            raise CommitError(f"table {self.name}: this needs a Hudi table")
+        return self._table
+
+    @property
+    def name(self) -> str:
+        """The table's name, for logs."""
+        return self.table.config.name
+
+    def _new_transaction(self) -> TableTransaction:
+        return TableTransaction(
+            self.table,
+            self.control,
+            writer_id=self.writer_id,
+            metrics=self.metrics,
+            crash=self._crash,
+        )
+
+    def _resumed_transaction(self, t: InstantTime) -> TableTransaction:
+        return TableTransaction.resume(
+            self.table,
+            self.control,
+            t,
+            writer_id=self.writer_id,
+            metrics=self.metrics,
+            crash=self._crash,
+        )
+
+    def _side_files(self, t: InstantTime) -> list[str]:
+        """lakesink's files beside instant `t`, deleted when its transaction ends."""
+        return [intent_key(t), precommitted_key(t)]
+
     def _transaction(self, t: InstantTime, *, hooks: bool = False) -> TableTransaction:
         """The transaction of instant `t`: the one this coordinator began, or a resumed one
         (an epoch pre-committed before a restart)."""
         tx = self._open.get(t.value)
         if tx is None:
-            tx = TableTransaction.resume(
-                self.table,
-                self.control,
-                t,
-                writer_id=self.writer_id,
-                metrics=self.metrics,
-                crash=self._crash,
-            )
+            tx = self._resumed_transaction(t)
         tx.hooks = self.post_commit if hooks else ()
-        tx.side_files = [intent_key(t), precommitted_key(t)]
+        tx.side_files = self._side_files(t)
         return tx
 
     # --- start-up ----------------------------------------------------------------------------
@@ -184,7 +218,7 @@ class Coordinator:
             log.warning(
                 "table %s writer %s: skipping %d offsets of %s [%d, %d): deleted from Kafka "
                 "before they were read (kafka.fail.on.data.loss=false)",
-                self.table.config.name,
+                self.name,
                 self.writer_id,
                 span.end - span.start,
                 span.partition,
@@ -203,24 +237,18 @@ class Coordinator:
         if verdict is not Verdict.PUBLISH:
             log.info(
                 "table %s writer %s: batch %s %s, nothing to write",
-                self.table.config.name,
+                self.name,
                 self.writer_id,
                 batch_id,
                 verdict.value,
             )
             return None
-        tx = TableTransaction(
-            self.table,
-            self.control,
-            writer_id=self.writer_id,
-            metrics=self.metrics,
-            crash=self._crash,
-        )
+        tx = self._new_transaction()
         t = tx.begin(intent=lambda t: self._write_intent(t, batch_id, ranges))
         self._open[t.value] = tx
         log.info(
             "table %s writer %s: batch %s began instant %s",
-            self.table.config.name,
+            self.name,
             self.writer_id,
             batch_id,
             t,
@@ -260,7 +288,7 @@ class Coordinator:
             else {}
         )
         tx = self._transaction(instant_time)
-        kept = tx.stage({f.path for s in decision.statuses for f in s.files})
+        kept = self._stage(tx, decision.statuses)
         crash_point("after-reconcile")
         metadata = CommitMetadata(
             operation_type="INSERT",
@@ -286,6 +314,7 @@ class Coordinator:
                     else {}
                 ),
                 **({keys.TOPIC_IDS_KEY: json.dumps(dict(sorted(ids.items())))} if ids else {}),
+                **self._format_extra(decision.next_offsets, decision.statuses),
             },
         )
         return PreparedCommit(
@@ -305,31 +334,15 @@ class Coordinator:
         is not published twice. `run_hooks=False`: the caller runs them (`run_post_commit`)."""
         t = prepared.instant_time
         tx = self._transaction(t, hooks=run_hooks)
-        files = {w.path for w in prepared.metadata.writes}
         result = tx.commit(
-            prepared.metadata,
-            (
-                WriterStillLive(self.control, t),
-                OffsetsUnchanged(self.writer_id, prepared.base_offsets, t),
-                NoConflicts(
-                    Operation(
-                        t,
-                        OperationKind.INGESTION,
-                        file_groups_of_paths(files),
-                        phase=Phase.PENDING,
-                        writer=self.writer_id,
-                    ),
-                    self.conflict_strategy,
-                ),
-            ),
-            delay_s=self.publish_delay_s,
+            prepared.metadata, self._requirements(prepared), delay_s=self.publish_delay_s
         )
         self._open.pop(t.value, None)
         if not result.published:
             return BatchOutcome(prepared.batch_id, Verdict.ALREADY_COMMITTED, t)
         log.info(
             "table %s writer %s: published instant %s (batch %s, %d records, %d files, %.3fs)",
-            self.table.config.name,
+            self.name,
             self.writer_id,
             t,
             prepared.batch_id,
@@ -352,9 +365,7 @@ class Coordinator:
             try:
                 hook(t)
             except Exception:
-                log.exception(
-                    "table %s: post-commit hook after %s failed", self.table.config.name, t
-                )
+                log.exception("table %s: post-commit hook after %s failed", self.name, t)
 
     def mark_precommitted(self, t: InstantTime) -> None:
         """Tell other writers' lazy rollback that instant `t` is durably pre-committed: its owner
@@ -371,13 +382,43 @@ class Coordinator:
     def abort(self, instant_time: InstantTime) -> None:
         """Roll back an instant whose batch failed (best effort; recovery repeats it)."""
         tx = self._transaction(instant_time)
-        tx.side_files = [intent_key(instant_time)]
+        tx.side_files = self._side_files(instant_time)[:1]
         tx.state = TxState.ACTIVE
         self._open.pop(instant_time.value, None)
         if tx.abort() and self.metrics is not None:
             self.metrics.record_rollback("batch_failed")
 
     # --- helpers -----------------------------------------------------------------------------
+    def _requirements(self, prepared: PreparedCommit) -> tuple[Requirement, ...]:
+        """What must hold when the batch publishes: the writer live, its offsets unchanged,
+        the conflict rules against the file groups it wrote."""
+        t = prepared.instant_time
+        files = {w.path for w in prepared.metadata.writes}
+        return (
+            WriterStillLive(self.control, t),
+            OffsetsUnchanged(self.writer_id, prepared.base_offsets, t),
+            NoConflicts(
+                Operation(
+                    t,
+                    OperationKind.INGESTION,
+                    file_groups_of_paths(files),
+                    phase=Phase.PENDING,
+                    writer=self.writer_id,
+                ),
+                self.conflict_strategy,
+            ),
+        )
+
+    def _stage(self, tx: TableTransaction, statuses: Sequence[WriteStatus]) -> set[str]:
+        """Reconcile the files the accepted statuses report (the transaction's `stage`)."""
+        return tx.stage({f.path for s in statuses for f in s.files})
+
+    def _format_extra(
+        self, next_offsets: WriterOffsets, statuses: Sequence[WriteStatus]
+    ) -> dict[str, str]:
+        """Format-specific entries of the commit metadata's extra map (none for Hudi)."""
+        return {}
+
     @staticmethod
     def _crash(point: str) -> None:
         crash_point(point)  # looked up at call time: tests replace it

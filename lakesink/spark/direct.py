@@ -30,6 +30,7 @@ import pyarrow as pa
 
 from lakesink.config import LakesinkConfig
 from lakesink.errors import ConfigError
+from lakesink.iceberg.datafiles import WriteContext
 from lakesink.protocol.offsets import OffsetRange
 from lakesink.protocol.write_status import WriteStatus
 from lakesink.storage import Storage
@@ -88,6 +89,15 @@ class TableTarget:
 
 
 @dataclass(frozen=True, slots=True)
+class IcebergTarget:
+    """Where a task writes on an Iceberg table: the table's write context (schema, spec,
+    location, file IO) and the transaction its data files belong to."""
+
+    context: WriteContext
+    instant_time: str
+
+
+@dataclass(frozen=True, slots=True)
 class TaskStatuses:
     """What one direct task returns: its write status per table (None: no instant there)."""
 
@@ -123,7 +133,7 @@ class DirectTask:
         config_json: str,
         secrets_json: str,
         *,
-        rows: TableTarget | None,
+        rows: TableTarget | IcebergTarget | None,
         dead_letters: TableTarget | None,
         rows_schema: pa.Schema,
         dead_letter_schema: pa.Schema,
@@ -159,7 +169,11 @@ class DirectTask:
         ids = (ctx.partitionId(), ctx.stageId(), ctx.attemptNumber()) if ctx else (0, 0, 0)
         token = write_token(*ids)
         attempt = f"{ids[1]}.{ids[0]}.{ids[2]}"
-        rows = _Output(self.rows, token, self.target_file_size)
+        rows: _Output | _IcebergOutput = (
+            _IcebergOutput(self.rows)
+            if isinstance(self.rows, IcebergTarget)
+            else _Output(self.rows, token, self.target_file_size)
+        )
         dead = _Output(self.dead_letters, token, self.target_file_size)
         failed: list[Any] = []
         date_from = cfg["table.partition.date.from"]
@@ -235,6 +249,95 @@ class _Output:
             records_written=sum(f.num_writes for f in files),
             extra={**({"schema": schema} if schema else {}), TOPICS_EXTRA: self.topics},
         )
+
+
+class _IcebergOutput:
+    """The Iceberg table's writer inside a direct task: the task's rows become Parquet data
+    files with the table's field ids (split by partition, cut at the target size) when it
+    closes; its status carries their descriptions and the newest record time per partition
+    (for the snapshot's valid-through time)."""
+
+    def __init__(self, target: IcebergTarget) -> None:
+        self.target = target
+        self.writer = target  # not None: the task writes rows
+        self.batches: list[pa.RecordBatch] = []
+        self.records = 0
+        self.topics: dict[str, list[int]] = {}
+        self.newest_ms: dict[str, int] = {}
+
+    def write(self, batch: pa.RecordBatch, counts: dict[str, tuple[int, int]]) -> None:
+        self.batches.append(batch)
+        self.records += batch.num_rows
+        for topic, (n, nbytes) in counts.items():
+            had = self.topics.setdefault(topic, [0, 0])
+            had[0] += n
+            had[1] += nbytes
+        for key, ms in newest_record_ms(batch).items():
+            self.newest_ms[key] = max(ms, self.newest_ms.get(key, ms))
+
+    def close(self, attempt: str) -> WriteStatus | None:
+        from lakesink.commit.iceberg_coordinator import FILES_KEY, MAX_TS_KEY
+        from lakesink.iceberg.datafiles import write_data_files
+        from lakesink.protocol.write_status import FileWrite
+        from lakesink.spark.task_writer import TOPICS_EXTRA
+
+        t = self.target.instant_time
+        described = (
+            write_data_files(
+                self.target.context,
+                pa.Table.from_batches(self.batches),
+                attempt_id=f"{t}-{attempt}",
+            )
+            if self.batches
+            else []
+        )
+        return WriteStatus(
+            instant_time=t,
+            task_attempt=attempt,
+            files=tuple(
+                FileWrite("", d.path, d.path, d.record_count, d.size_bytes) for d in described
+            ),
+            records_read=self.records,
+            records_written=sum(d.record_count for d in described),
+            extra={
+                FILES_KEY: [d.to_json() for d in described],
+                MAX_TS_KEY: self.newest_ms,
+                TOPICS_EXTRA: self.topics,
+            },
+        )
+
+
+def newest_record_ms(batch: pa.RecordBatch) -> dict[str, int]:
+    """The newest `kafka_timestamp` (epoch ms) per topic partition (`TopicPartition.key()`)."""
+    import pyarrow.compute as pc
+
+    from lakesink.protocol.offsets import TopicPartition
+
+    names = batch.schema.names
+    if not batch.num_rows or "kafka_timestamp" not in names:
+        return {}
+    stamps = pc.cast(pc.cast(batch.column("kafka_timestamp"), pa.timestamp("ms")), pa.int64())
+    grouped = (
+        pa.table(
+            {
+                "t": batch.column("kafka_topic"),
+                "p": batch.column("kafka_partition"),
+                "ms": stamps,
+            }
+        )
+        .group_by(["t", "p"])
+        .aggregate([("ms", "max")])
+    )
+    return {
+        TopicPartition(str(t), int(p)).key(): int(ms)
+        for t, p, ms in zip(
+            grouped.column("t").to_pylist(),
+            grouped.column("p").to_pylist(),
+            grouped.column("ms_max").to_pylist(),
+            strict=True,
+        )
+        if ms is not None
+    }
 
 
 def shape_rows(batch: pa.RecordBatch, schema: pa.Schema, date_from: str | None) -> pa.RecordBatch:
@@ -331,7 +434,7 @@ def run_direct_batch(
             encode_config(cfg),
             encode_secrets(cfg),
             rows=_target(sink.coordinator, instant),
-            dead_letters=_target(dead, dead_instant),
+            dead_letters=_hudi_target(dead, dead_instant),
             rows_schema=rows_schema,
             dead_letter_schema=spark_arrow_schema(spark, from_arrow_schema(dead_letter_rows(cfg))),
             required=required,
@@ -351,10 +454,11 @@ def run_direct_batch(
         rows = [s.rows for s in statuses if s.rows is not None]
         sink._rows_by_topic = rows_per_topic(rows, ranges)
         schema = next((s.extra["schema"] for s in rows if s.extra.get("schema")), None)
-        schema = schema or sink.avro_schema_of(batch_df)
+        if schema is None and not sink.writes_iceberg:  # Iceberg keeps its own schema
+            schema = sink.avro_schema_of(batch_df)
         if sink.committer is None:
-            return sink.coordinator.complete_batch(instant, batch_id, ranges, rows, schema)
-        prepared = sink.coordinator.precommit(instant, batch_id, ranges, rows, schema)
+            return sink.coordinator.complete_batch(instant, batch_id, ranges, rows, schema or "")
+        prepared = sink.coordinator.precommit(instant, batch_id, ranges, rows, schema or "")
         return sink.committer.submit(prepared)
     except BaseException:
         if sink.coordinator.is_precommitted(instant):
@@ -388,9 +492,20 @@ def _relaxed(schema: pa.Schema, required: Sequence[str]) -> pa.Schema:
     return pa.schema([f if f.name in required else f.with_nullable(True) for f in schema])
 
 
-def _target(coordinator: Any, instant: Any) -> TableTarget | None:
+def _hudi_target(coordinator: Any, instant: Any) -> TableTarget | None:
+    """The dead-letter table's target (always a Hudi table)."""
+    target = _target(coordinator, instant)
+    assert target is None or isinstance(target, TableTarget)
+    return target
+
+
+def _target(coordinator: Any, instant: Any) -> TableTarget | IcebergTarget | None:
+    from lakesink.commit.iceberg_coordinator import IcebergCoordinator
+
     if coordinator is None or instant is None:
         return None
+    if isinstance(coordinator, IcebergCoordinator):
+        return IcebergTarget(coordinator.format.table.write_context(), instant.value)
     table = coordinator.table
     return TableTarget(table.storage, table.config, instant.value)
 

@@ -10,7 +10,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
@@ -21,7 +21,7 @@ from lakesink.commit.control import CommitControl, WriterCommitControl
 from lakesink.commit.coordinator import BatchOutcome, Coordinator
 from lakesink.commitlog.store import PendingCommitStore
 from lakesink.config import LakesinkConfig
-from lakesink.errors import LakesinkError
+from lakesink.errors import ConfigError, LakesinkError
 from lakesink.kafka.client import TopicIds
 from lakesink.metrics import IngestionMetrics
 from lakesink.protocol.conflicts import strategy_named
@@ -41,6 +41,9 @@ from lakesink.spark.task_writer import DATE_PARTITION_COLUMN
 from lakesink.storage import Storage
 from lakesink.table.config import TableConfig
 from lakesink.table.hudi_table import HudiTable
+
+if TYPE_CHECKING:
+    from lakesink.commit.iceberg_coordinator import IcebergCoordinator
 
 log = logging.getLogger(__name__)
 
@@ -188,21 +191,43 @@ class Ingestion:
         self.control = control or make_control(cfg)
         self.on_progress = on_progress
         self._stop = threading.Event()
-        self.table = HudiTable.create(open_table_storage(cfg), table_config)
+        self.iceberg = cfg["table.format"] == "iceberg"
+        if self.iceberg:
+            check_iceberg_options(cfg, direct=self.direct)
+        self.table = (
+            None if self.iceberg else HudiTable.create(open_table_storage(cfg), table_config)
+        )
         self.metrics = IngestionMetrics(
             writer_id=cfg.writer_id,
             table=str(cfg["table.path"]),
             topics=",".join(cfg["kafka.topics"]) or str(cfg["kafka.topic.pattern"]),
         )
-        self.coordinator = make_coordinator(
-            cfg,
-            self.table,
-            self.control,
-            query_id=str(uuid.uuid4()),
-            publish_delay_s=cfg["commit.publish.delay.s"],
-            topic_ids=TopicIds(cfg["kafka.bootstrap.servers"], cfg.kafka_client_config),
-            metrics=self.metrics,
-        )
+        topic_ids = TopicIds(cfg["kafka.bootstrap.servers"], cfg.kafka_client_config)
+        self.coordinator: Coordinator
+        if self.table is None:
+            from lakesink.commit.iceberg import IcebergFormat, open_iceberg_table
+            from lakesink.commit.iceberg_coordinator import IcebergCoordinator
+            from lakesink.spark.direct import spark_arrow_schema
+
+            table = open_iceberg_table(cfg, spark_arrow_schema(spark, self.output_schema))
+            self.coordinator = IcebergCoordinator(
+                IcebergFormat(table),
+                cfg.writer_id,
+                query_id=str(uuid.uuid4()),
+                allow_data_loss=not cfg["kafka.fail.on.data.loss"],
+                topic_ids=topic_ids,
+                metrics=self.metrics,
+            )
+        else:
+            self.coordinator = make_coordinator(
+                cfg,
+                self.table,
+                self.control,
+                query_id=str(uuid.uuid4()),
+                publish_delay_s=cfg["commit.publish.delay.s"],
+                topic_ids=topic_ids,
+                metrics=self.metrics,
+            )
         self.monitor: LagMonitor | None = None  # lag readings while metrics are served
 
     def serve_metrics(self) -> str | None:
@@ -357,7 +382,11 @@ class Ingestion:
 
     def _result(self, result: IngestionResult, started: float) -> IngestionResult:
         result.elapsed_s = time.monotonic() - started
-        result.committed = writer_state.committed_offsets(self.table, self.cfg.writer_id).to_json()
+        result.committed = (
+            writer_state.committed_offsets(self.table, self.cfg.writer_id)
+            if self.table is not None
+            else self._iceberg_coordinator().format.committed_offsets(self.cfg.writer_id)
+        ).to_json()
         # Dead letters sent to a topic are not counted here: only a table's are.
         result.only_empty_ranges = (
             result.batches > 0
@@ -368,12 +397,18 @@ class Ingestion:
         if result.nothing_new or result.only_empty_ranges:
             log.info(
                 "table %s writer %s: nothing new to ingest%s; committed offsets %s",
-                self.table.config.name,
+                self.coordinator.name,
                 self.cfg.writer_id,
                 "" if result.nothing_new else " (only offsets without records)",
                 result.committed,
             )
         return result
+
+    def _iceberg_coordinator(self) -> IcebergCoordinator:
+        from lakesink.commit.iceberg_coordinator import IcebergCoordinator
+
+        assert isinstance(self.coordinator, IcebergCoordinator)
+        return self.coordinator
 
     def _dead_letter_coordinator(self) -> Coordinator | None:
         """errors.deadletter.table: a second table, committed by its own coordinator with the
@@ -495,6 +530,25 @@ def make_committer(cfg: LakesinkConfig, coordinator: Coordinator) -> AsyncCommit
         pending_store_for(cfg),
         max_pending=cfg["commit.max.pending"],
     )
+
+
+def check_iceberg_options(cfg: LakesinkConfig, *, direct: bool) -> None:
+    """What table.format=iceberg cannot do yet, named with what is valid."""
+    if cfg["commit.mode"] != "sync":
+        raise ConfigError(
+            "commit.mode=async is not yet available with table.format=iceberg; set commit.mode=sync"
+        )
+    if cfg["errors.deadletter.table"]:
+        raise ConfigError(
+            "errors.deadletter.table is not yet available with table.format=iceberg; use "
+            "errors.deadletter.topic"
+        )
+    if not direct:
+        raise ConfigError(
+            "table.format=iceberg writes on the direct task path only for now: "
+            "transform.sql, transform.python and write.path=dataframe are not yet available "
+            "with it (set write.path=auto and no transformation)"
+        )
 
 
 def make_control(cfg: LakesinkConfig) -> WriterCommitControl:

@@ -202,6 +202,8 @@ class CommittingSink:
         self.current_batch: int | None = None
         self.in_batch = False  # a batch is running now
         self.metrics: IngestionMetrics | None = coordinator.metrics
+        # an Iceberg table (lakesink.commit.iceberg_coordinator): the direct path only
+        self.writes_iceberg = cfg["table.format"] == "iceberg"
         self._rows_by_topic: dict[str, tuple[int, int]] = {}
 
     def prepare(self, df: DataFrame) -> DataFrame:

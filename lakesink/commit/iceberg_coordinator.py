@@ -1,0 +1,142 @@
+"""The commit coordinator over an Iceberg table: the same batch protocol as the Hudi
+`Coordinator` (begin_batch, precommit/commit, abort, start/recover), with the table's format an
+`IcebergFormat`. Nothing durable precedes a commit (no intents, no instants), so recovery has
+nothing to roll back: data files of a batch that never committed are orphans for orphan removal.
+Tasks report their data file descriptions in `WriteStatus.extra[FILES_KEY]`, and the maximum
+record timestamp they read in `WriteStatus.extra[MAX_TS_KEY]` (for the snapshot's VTTS).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping, Sequence
+
+from lakesink.commit.control import CommitControl
+from lakesink.commit.coordinator import Coordinator, PreparedCommit
+from lakesink.commit.iceberg import VTTS_KEY, IcebergFormat
+from lakesink.commit.requirements import OffsetsUnchanged, Requirement
+from lakesink.commit.transaction import PostCommitHook, TableTransaction
+from lakesink.errors import ConfigError
+from lakesink.iceberg.datafiles import DataFileDescription
+from lakesink.iceberg.snapshots import valid_through
+from lakesink.metrics import IngestionMetrics
+from lakesink.protocol.instant import Instant, InstantTime
+from lakesink.protocol.offsets import TopicPartition, WriterOffsets
+from lakesink.protocol.write_status import WriteStatus
+
+log = logging.getLogger(__name__)
+
+__all__ = ["FILES_KEY", "MAX_TS_KEY", "IcebergCoordinator"]
+
+FILES_KEY = "iceberg.files"
+"""`WriteStatus.extra`: the JSON forms of the data files a task wrote (`DataFileDescription`)."""
+MAX_TS_KEY = "max_timestamp_ms"
+"""`WriteStatus.extra`: the newest record timestamp (ms) a task wrote per topic partition
+(`TopicPartition.key()` -> ms); partitions without records are absent."""
+
+
+class IcebergCoordinator(Coordinator):
+    """One writer on one Iceberg table, through the commit engine (`IcebergFormat`)."""
+
+    def __init__(
+        self,
+        table_format: IcebergFormat,
+        writer_id: str,
+        *,
+        query_id: str = "",
+        control: CommitControl | None = None,
+        allow_data_loss: bool = False,
+        topic_ids: Callable[[Iterable[str]], Mapping[str, str]] | None = None,
+        metrics: IngestionMetrics | None = None,
+        post_commit: Sequence[PostCommitHook] = (),
+    ) -> None:
+        super().__init__(
+            None,
+            writer_id,
+            query_id=query_id,
+            control=control or CommitControl(),
+            allow_data_loss=allow_data_loss,
+            topic_ids=topic_ids,
+            metrics=metrics,
+            post_commit=post_commit,
+        )
+        self.format = table_format
+
+    @property
+    def name(self) -> str:
+        return self.format.name
+
+    def _new_transaction(self) -> TableTransaction:
+        return TableTransaction(
+            None,
+            self.control,
+            writer_id=self.writer_id,
+            metrics=self.metrics,
+            crash=self._crash,
+            table_format=self.format,
+        )
+
+    def _resumed_transaction(self, t: InstantTime) -> TableTransaction:
+        return TableTransaction.resume(
+            None,
+            self.control,
+            t,
+            writer_id=self.writer_id,
+            metrics=self.metrics,
+            crash=self._crash,
+            table_format=self.format,
+        )
+
+    def _side_files(self, t: InstantTime) -> list[str]:
+        return []
+
+    # --- start-up: nothing to roll back ------------------------------------------------------
+    def start(self, keep: frozenset[InstantTime] = frozenset()) -> None:
+        self.recover(keep)
+
+    def recover(self, keep: frozenset[InstantTime] = frozenset()) -> list[Instant]:
+        self._committed = None
+        return []
+
+    @property
+    def committed(self) -> WriterOffsets:
+        if self._committed is None:
+            self._committed = self.format.committed_offsets(self.writer_id)
+        return self._committed
+
+    # --- the batch ---------------------------------------------------------------------------
+    def _write_intent(self, t: InstantTime, batch_id: int, ranges: Sequence[object]) -> None:
+        """No intent: a batch that never committed leaves only unreferenced data files."""
+
+    def _stage(self, tx: TableTransaction, statuses: Sequence[WriteStatus]) -> set[str]:
+        described = [
+            DataFileDescription.from_json(d) for s in statuses for d in s.extra.get(FILES_KEY, ())
+        ]
+        self.format.add_files(tx.instant_time, described)
+        return tx.stage({f.path for s in statuses for f in s.files})
+
+    def _format_extra(
+        self, next_offsets: WriterOffsets, statuses: Sequence[WriteStatus]
+    ) -> dict[str, str]:
+        newest: dict[TopicPartition, int | None] = {}
+        for s in statuses:
+            for key, ms in (s.extra.get(MAX_TS_KEY) or {}).items():
+                tp = TopicPartition.parse(key)
+                newest[tp] = max(int(ms), newest.get(tp) or int(ms))
+        vtts = valid_through(newest, next_offsets.next_offsets)
+        return {VTTS_KEY: str(vtts)} if vtts is not None else {}
+
+    def _requirements(self, prepared: PreparedCommit) -> tuple[Requirement, ...]:
+        """The writer's offsets unchanged (read from the refreshed metadata; the catalog checks
+        them again inside its commit). Appends conflict with nothing; no lock to hold."""
+        return (OffsetsUnchanged(self.writer_id, prepared.base_offsets, prepared.instant_time),)
+
+    # --- async commits: not yet --------------------------------------------------------------
+    def mark_precommitted(self, t: InstantTime) -> None:
+        raise ConfigError(
+            f"table {self.name}: commit.mode=async is not yet supported with table.format=iceberg"
+            " (valid: commit.mode=sync)"
+        )
+
+    def is_precommitted(self, t: InstantTime) -> bool:
+        return False
