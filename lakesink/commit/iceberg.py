@@ -95,6 +95,19 @@ def open_iceberg_table(
     )
 
 
+def committed_offsets_of(cfg: LakesinkConfig) -> WriterOffsets:
+    """The configured writer's committed offsets in the configured Iceberg table (from the
+    current snapshot's lineage); empty when the table or its catalog does not exist yet."""
+    from lakesink.errors import TableNotFoundError
+    from lakesink.iceberg.errors import CatalogNotFoundError
+
+    try:
+        table = open_iceberg_table(cfg, create=False)
+    except (CatalogNotFoundError, TableNotFoundError):
+        return WriterOffsets.empty()
+    return table.committed_offsets(cfg.writer_id)
+
+
 VTTS_KEY = "lakesink.vtts_ms"
 """The batch's valid-through timestamp (ms) in the commit metadata's extra map (Iceberg)."""
 

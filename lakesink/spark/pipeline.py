@@ -583,6 +583,10 @@ def make_coordinator(
 
 
 def committed_offsets(cfg: LakesinkConfig) -> dict[str, int]:
+    if cfg["table.format"] == "iceberg":
+        from lakesink.commit.iceberg import committed_offsets_of
+
+        return committed_offsets_of(cfg).to_json()
     return writer_state.committed_offsets_at(cfg.table_storage, cfg.writer_id).to_json()
 
 

@@ -207,6 +207,10 @@ class KafkaStreamReader(DataSourceStreamReader):
     def _table_offsets(self) -> WriterOffsets:
         from lakesink.commit.writer_state import committed_offsets_at
 
+        if self.cfg["table.format"] == "iceberg":
+            from lakesink.commit.iceberg import committed_offsets_of
+
+            return committed_offsets_of(self.cfg)
         return committed_offsets_at(self.cfg.table_storage, self.cfg.writer_id)
 
     def _starts(
