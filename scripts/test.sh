@@ -10,7 +10,7 @@ bash scripts/setup-kafka.sh
 bash scripts/setup-interop.sh   # Java Hudi (pyspark 3.5, Hudi Spark bundle) for the interop tests
 bash scripts/setup-iceberg-reader.sh   # Java Iceberg (pyspark 4.1, Iceberg Spark runtime) for its reader test
 . .venv/bin/activate
-echo "== ruff"; ruff check lakesink tests benchmarks && ruff format --check lakesink tests benchmarks
+echo "== ruff"; ruff check lakesink tests benchmarks; ruff format --check lakesink tests benchmarks
 echo "== mypy"; mypy lakesink
 echo "== docs site"; bash scripts/build-docs.sh
 if [ $# -eq 0 ]; then   # the whole run (CI); with pytest arguments only the tests asked for

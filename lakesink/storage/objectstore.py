@@ -121,8 +121,13 @@ def _translate(err: BaseException, what: str, uri: str) -> StorageError:
         return ObjectExistsError(f"{what}: exists already ({uri})")
     if isinstance(err, ox.PreconditionError):
         return ObjectChangedError(f"{what}: changed since it was read ({uri})")
-    if isinstance(err, ox.UnauthenticatedError | ox.PermissionDeniedError) or any(
-        w in lowered for w in ("invalidaccesskeyid", "signaturedoesnotmatch", "accessdenied", "403")
+    # 403 only as the status the store answered: object keys hold instants such as
+    # 20261124030120778, whose digits must never read as a refusal of the credentials
+    if (
+        isinstance(err, ox.UnauthenticatedError | ox.PermissionDeniedError)
+        or any(w in lowered for w in ("invalidaccesskeyid", "signaturedoesnotmatch"))
+        or "accessdenied" in lowered
+        or re.search(r"status(?: code)?:? 403\b|(?<!\d)403 forbidden", lowered) is not None
     ):
         return StorageError(
             f"{what}: the store refused the credentials for {uri} ({name}); check "
