@@ -16,27 +16,103 @@ passes silently.
 from __future__ import annotations
 
 import importlib
+import json
 import logging
+import os
+import subprocess
+import tempfile
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from lakesink.audit import COORDINATES, Coordinate, _coordinates, kafka_offsets
 from lakesink.errors import CorruptTableError
+from lakesink.iceberg.catalog import SQLITE_FILE, CatalogSettings, warehouse_uri
 from lakesink.iceberg.snapshots import WriterCommit
 from lakesink.iceberg.table import IcebergTable, snapshot_infos
 from lakesink.protocol.offsets import TopicPartition
+from lakesink.storage import is_remote_uri
 
 log = logging.getLogger(__name__)
 
 SPARK_NOT_IN_AUDIT = (
-    "Spark (iceberg-spark-runtime-4.1_2.13): not run by `lakesink verify`; the Java reader runs "
-    "in the Iceberg interop environment (bash scripts/setup-iceberg-reader.sh, see "
-    "docs/iceberg.md)"
+    "Spark (iceberg-spark-runtime-4.1_2.13): not run; it reads in the Iceberg reader "
+    "environment, which `bash scripts/setup-iceberg-reader.sh` builds (see docs/iceberg.md)"
 )
+SPARK_READ_SCRIPT = Path(__file__).resolve().parent / "iceberg_spark_read.py"
+SPARK_READ_TIMEOUT_S = 600.0
+
+
+def spark_environment() -> tuple[Path, list[Path]] | str:
+    """The Python (pyspark 4.1) and the jars (Iceberg's Spark runtime, sqlite-jdbc) of the
+    Iceberg reader environment in lakesink's cache, or why there are none."""
+    from lakesink.kafka.kafka_server import cache_dir
+
+    cache = cache_dir()
+    python = cache / "peers-venv" / "bin" / "python"
+    jars = sorted((cache / "iceberg-jars").glob("*.jar"))
+    if not python.exists() or not any(j.name.startswith("iceberg-spark-runtime") for j in jars):
+        return f"{SPARK_NOT_IN_AUDIT}; not found under {cache}"
+    return python, jars
+
+
+def spark_reader(settings: CatalogSettings) -> Callable[[IcebergTable], pa.Table] | str:
+    """A reader of the table's current snapshot by Spark with Iceberg's Java runtime, run in
+    the Iceberg reader environment (a subprocess; lakesink's own Spark is newer than Iceberg
+    supports), or why there is none. Spark opens the same SQL catalog through Iceberg's
+    JdbcCatalog: a SQLite catalog file and a local warehouse."""
+    env = spark_environment()
+    if isinstance(env, str):
+        return env
+    python, jars = env
+    uri = settings.uri or ""
+    if settings.kind != "sql" or not (uri == "" or uri.startswith("sqlite:")):
+        return "Spark: reads SQLite SQL catalogs only in this audit"
+    if is_remote_uri(settings.warehouse):
+        return "Spark: reads local warehouses only in this audit"
+    catalog_file = (
+        uri.removeprefix("sqlite:///")
+        if uri
+        else str(Path(settings.warehouse.removeprefix("file://")).resolve() / SQLITE_FILE)
+    )
+
+    def read(table: IcebergTable) -> pa.Table:
+        with tempfile.TemporaryDirectory(prefix="lakesink-verify-spark-") as work:
+            out = Path(work) / "rows.parquet"
+            request = {
+                "jars": [str(j) for j in jars],
+                "catalog": settings.name,
+                "jdbc_uri": f"jdbc:sqlite:{catalog_file}",
+                "warehouse": warehouse_uri(settings.warehouse),
+                "table": f"{settings.name}.{table.name}",
+                "columns": list(COORDINATES),
+                "out": str(out),
+            }
+            env = {k: v for k, v in os.environ.items() if not k.startswith(("PYSPARK", "SPARK_"))}
+            env.pop("VIRTUAL_ENV", None)
+            log.info("reading %s with Spark (Iceberg's Java runtime)", table.name)
+            done = subprocess.run(
+                [str(python), str(SPARK_READ_SCRIPT)],
+                input=json.dumps(request),
+                capture_output=True,
+                text=True,
+                env=env,
+                cwd=work,
+                timeout=SPARK_READ_TIMEOUT_S,
+                check=False,
+            )
+            if done.returncode != 0:
+                said = [ln for ln in done.stderr.splitlines() if ln.startswith("error:")]
+                raise CorruptTableError(
+                    (said[-1] if said else done.stderr.strip()[-500:]).removeprefix("error: ")
+                )
+            return pq.read_table(out)
+
+    return read
 
 
 @dataclass
@@ -157,15 +233,15 @@ def audit_iceberg(
     consumer_config: Mapping[str, str] | None = None,
     dead_letter_coordinates: set[Coordinate] | None = None,
     from_log_start: bool = False,
-    extra_readers: Mapping[str, Callable[[IcebergTable], pa.Table]] | None = None,
+    extra_readers: Mapping[str, Callable[[IcebergTable], pa.Table] | str] | None = None,
 ) -> IcebergAuditReport:
     """Run the audit. With `bootstrap=None` the Kafka comparison is skipped; the snapshot
     offsets, the readers' agreement and the committed bounds are always checked.
     `from_log_start`: the writer began at each partition's log start (starting offsets
     `earliest`), so its ranges start there rather than at the lowest offset the table holds.
     `extra_readers`: further readers by name (each returns the coordinate columns of the
-    current snapshot), checked like the built-in ones; a reader named "spark" replaces the
-    note that Spark was not run."""
+    current snapshot), checked like the built-in ones, or why that reader cannot run (named in
+    `not_run`); without a reader named "spark", `not_run` says how to get one."""
     table.refresh()
     report = IcebergAuditReport(writer_id, table.name)
     report.snapshots = len(table.pyiceberg.metadata.snapshots)
@@ -203,6 +279,9 @@ def audit_iceberg(
     else:
         report.not_run.append("DuckDB: reads local warehouses only in this audit")
     for name, reader in (extra_readers or {}).items():
+        if isinstance(reader, str):
+            report.not_run.append(reader)
+            continue
         try:
             got = reader(table)
         except Exception as e:  # each engine raises its own error types
@@ -210,7 +289,7 @@ def audit_iceberg(
         xrows = _coordinates(got, topics)
         report.readers[name] = len(xrows)
         readers[name] = _distinct(name, xrows, report)
-    if "spark" not in readers:
+    if "spark" not in (extra_readers or {}):
         report.not_run.append(SPARK_NOT_IN_AUDIT)
     base = readers["pyiceberg"]
     for name, got_set in readers.items():

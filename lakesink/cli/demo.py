@@ -4,7 +4,8 @@ Starts a local Kafka-protocol broker (noida-db), creates a topic, produces sampl
 ingests them exactly once with Spark into a Hudi table under ./lakehouse/, reads the table back
 with hudi-rs, and prints a summary and the exactly-once audit. `--format iceberg` ingests into
 an Iceberg table instead (the warehouse ./lakehouse/iceberg with its SQLite catalog, the table
-`lakesink.demo_events`), reads it back with pyiceberg and audits it with pyiceberg and DuckDB.
+`lakesink.demo_events`), reads it back with pyiceberg and audits it with pyiceberg, DuckDB and
+Spark (Iceberg's Java runtime, where scripts/setup-iceberg-reader.sh built its environment).
 
 The sample events are produced without transactions (an idempotent producer) and ingested into
 a new table from offset 0: noida-db 0.2.3 returns no committed records under read_committed to a
@@ -84,7 +85,7 @@ def run_demo(args: argparse.Namespace) -> int:
             show_iceberg_table(cfg)
         else:
             show_table(str(table_path))
-        report = audit_config(cfg)
+        report = audit_config(cfg, spark=True)
         print_report(report)
     if iceberg:
         say(

@@ -45,6 +45,13 @@ CONTROLLER_LISTENER = "CONTROLLER"
 _SOURCE_ROOT = Path(__file__).resolve().parents[2]
 
 
+def cache_dir() -> Path:
+    """lakesink's cache of downloaded environments: $LAKESINK_CACHE, else `.cache/` in the
+    source checkout (the scripts/setup-*.sh fill it)."""
+    cache = os.environ.get(CACHE_ENV)
+    return Path(cache) if cache else _SOURCE_ROOT / ".cache"
+
+
 def kafka_lib_dir() -> Path:
     """The folder of Apache Kafka's jars; a ConfigError saying how to get them if missing."""
     override = os.environ.get(LIB_ENV)
@@ -52,8 +59,7 @@ def kafka_lib_dir() -> Path:
         lib = Path(override)
         how = f"${LIB_ENV} names {lib}"
     else:
-        cache = os.environ.get(CACHE_ENV)
-        lib = Path(cache if cache else _SOURCE_ROOT / ".cache") / "kafka" / "lib"
+        lib = cache_dir() / "kafka" / "lib"
         how = "run scripts/setup-kafka.sh (needs Java 17 and Maven) to resolve them into it"
     if not any(lib.glob("kafka_2.13-*.jar")):
         raise ConfigError(
