@@ -2,6 +2,7 @@
 
     python benchmarks/soak.py --minutes 30 [--partitions 8] [--seed S] [--second-writer]
                               [--services-every N] [--json out.json] [--workdir DIR] [--keep]
+                              [--format hudi|iceberg]
 
 For `--minutes` minutes it produces continuously (bounded rate, acks=all, idempotent) to a
 multi-partition topic of its own broker on loopback (Apache Kafka; `--broker noida` for
@@ -30,6 +31,13 @@ own count of table rows, duplicates and missing records against the Kafka logs a
 events the producer saw acknowledged (acknowledged events that are not in the broker's log at
 all were lost by the broker over a restart; they are counted apart, not as lakesink's loss; with
 Apache Kafka any such loss fails the soak). Exit status 0 only with zero loss and zero duplicates.
+
+With `--format iceberg` the table is an Iceberg table (`table.format=iceberg`, the work dir's
+`table/` folder the warehouse with its SQLite catalog): no lock, so no kill-lock-holder; the
+crash points are the engine's up to after-publish (after the catalog commit, before Spark's commit
+log); `--services-every N` runs inline expire-snapshots and rewrite-data-files every N commits;
+the audit is `lakesink.audit_iceberg` (pyiceberg and DuckDB against Kafka) and this script's own
+count reads the table with pyiceberg.
 """
 
 from __future__ import annotations
@@ -347,7 +355,12 @@ def write_config(path: Path, values: dict[str, Any]) -> None:
     path.write_text("\n".join(lines) + "\n")
 
 
-def completed_commits(table_path: Path) -> int:
+ICEBERG_TABLE = "soak"
+
+
+def completed_commits(table_path: Path, table_format: str = "hudi") -> int:
+    if table_format == "iceberg":  # a new metadata file a commit (the creation's first one too)
+        return max(0, sum(1 for _ in table_path.glob("*/*/metadata/*.metadata.json")) - 1)
     folder = table_path / ".hoodie" / "timeline"
     try:
         return sum(1 for n in os.listdir(folder) if n.endswith(".commit"))
@@ -451,11 +464,7 @@ class Soak:
                     "trigger.interval.s": 1,
                     "spark.master": "local[2,4]",
                     "spark.conf": "spark.sql.shuffle.partitions=2,spark.driver.memory=1g",
-                    "lock.provider": "filesystem",
-                    "lock.lease.s": 6,
-                    "lock.timeout.s": 90,
-                    "heartbeat.interval.s": 1,
-                    "heartbeat.tolerance.s": 15,
+                    **self.format_config(),
                     **self.services_config(),
                 },
             )
@@ -468,12 +477,36 @@ class Soak:
         )
         self.producer.start()
 
+    @property
+    def iceberg(self) -> bool:
+        return bool(self.args.format == "iceberg")
+
+    def format_config(self) -> dict[str, Any]:
+        """Hudi: the filesystem lease lock with short leases (so kill-lock-holder has a holder
+        to find); Iceberg: its table in the warehouse (catalog OCC, no lock)."""
+        if self.iceberg:
+            return {"table.format": "iceberg", "table.name": ICEBERG_TABLE}
+        return {
+            "lock.provider": "filesystem",
+            "lock.lease.s": 6,
+            "lock.timeout.s": 90,
+            "heartbeat.interval.s": 1,
+            "heartbeat.tolerance.s": 15,
+        }
+
     def services_config(self) -> dict[str, Any]:
         """With --services-every N: inline clean, cluster and archive every N commits, keeping
         few instants and packing the archive in small packs, so that archival and packing run
         (and are crashed into) often."""
         if self.args.services_every <= 0:
             return {}
+        if self.iceberg:  # expire (keeping each writer's newest) and rewrite small files
+            return {
+                "table.services.inline.every.commits": self.args.services_every,
+                "table.services.clean.retain.hours": 0.002,  # snapshots older than 7 s
+                "table.services.clustering.small.file.bytes": 10_000_000,
+                "table.services.clustering.min.files": 2,
+            }
         return {
             "table.services.inline.every.commits": self.args.services_every,
             "table.services.clean.retain.commits": 3,
@@ -489,7 +522,11 @@ class Soak:
         """The environment of a restarted driver: sometimes a crash point or failing tasks."""
         r = self.rng.random()
         if r < self.args.crash_step_prob:
-            points = CRASH_POINTS + (("during-archival",) if self.args.services_every > 0 else ())
+            points = CRASH_POINTS
+            if self.iceberg:  # nothing to roll back: an unfinished batch leaves orphan files only
+                points = tuple(p for p in CRASH_POINTS if p != "during-rollback")
+            elif self.args.services_every > 0:
+                points += ("during-archival",)
             return {
                 "LAKESINK_CRASH_AT": self.rng.choice(points),
                 "LAKESINK_CRASH_AFTER_BATCHES": str(self.rng.randint(0, 1)),
@@ -515,7 +552,7 @@ class Soak:
                 w.start(self.restart_env() if w.runs else {})
 
     def pick_fault(self) -> str:
-        kinds = list(FAULT_WEIGHTS)
+        kinds = [k for k in FAULT_WEIGHTS if not (self.iceberg and k == "kill-lock-holder")]
         weights = [FAULT_WEIGHTS[k] for k in kinds]
         return self.rng.choices(kinds, weights)[0]
 
@@ -597,7 +634,7 @@ class Soak:
         next_fault = time.monotonic() + self.rng.uniform(lo, hi) + 10
         while time.monotonic() < end:
             self.ensure_drivers()
-            commits = completed_commits(self.table)
+            commits = completed_commits(self.table, self.args.format)
             if commits != self.last_commits:
                 self.last_commits, self.last_progress = commits, time.monotonic()
             elif time.monotonic() - self.last_progress > self.args.stall_s:
@@ -670,6 +707,106 @@ class Soak:
         return self.audit()
 
     def audit(self) -> dict[str, Any]:
+        if self.iceberg:
+            return self.audit_iceberg()
+        return self.audit_hudi()
+
+    def audit_iceberg(self) -> dict[str, Any]:
+        """Each writer: lakesink's Iceberg audit (pyiceberg and DuckDB against Kafka), and this
+        script's own count of the pyiceberg rows against Kafka's logs and the acked events."""
+        from lakesink.audit_iceberg import audit_iceberg
+        from lakesink.commit.iceberg import IcebergFormat, open_iceberg_table
+        from lakesink.config import load_config
+
+        assert self.producer is not None
+        bootstrap = self.broker.bootstrap_servers
+        table = open_iceberg_table(load_config(self.writers[0].config), create=False)
+        rows = table.pyiceberg.scan(
+            selected_fields=("kafka_topic", "kafka_partition", "kafka_offset", "event_id")
+        ).to_arrow()
+        result: dict[str, Any] = {"writers": {}}
+        totals: Counter[str] = Counter()
+        for w in self.writers:
+            report = audit_iceberg(table, w.writer_id, bootstrap=bootstrap, from_log_start=True)
+            counted = self.count_against_kafka(w, rows, IcebergFormat(table).committed_offsets)
+            result["writers"][w.name] = {
+                "writer_id": w.writer_id,
+                "topic": w.topic,
+                "audit_ok": report.ok,
+                "audit_problems": report.problems,
+                "audit_readers": report.readers,
+                "commits": report.commits,
+                **counted,
+                "driver_runs": w.runs,
+                "driver_ends": dict(w.exits),
+            }
+            if not report.ok:
+                self.problems.append(f"{w.name}: audit: {report.problems}")
+            totals.update({k: v for k, v in counted.items() if isinstance(v, int)})
+            self.faults["task-failure"] += w.task_faults
+        result.update(
+            records_produced=self.producer.acked_count,
+            records_in_kafka=totals["kafka_records"],
+            records_in_table=totals["rows_pyiceberg"],
+            duplicates=totals["duplicates"],
+            missing=totals["missing"],
+            rows_not_in_kafka=totals["rows_not_in_kafka"],
+            acked_events_missing=totals["acked_events_missing"],
+            acked_events_lost_by_broker=totals["acked_events_lost_by_broker"],
+            producer_failed_deliveries=self.producer.failed,
+            snapshots=len(table.pyiceberg.metadata.snapshots),
+        )
+        return result
+
+    def count_against_kafka(self, w: Writer, rows: Any, committed_offsets: Any) -> dict[str, Any]:
+        """The writer's rows (kafka_topic, kafka_partition, kafka_offset, event_id) against
+        Kafka's logs and the events the producer saw acknowledged; problems are recorded."""
+        from lakesink.kafka.client import OffsetClient
+        from lakesink.protocol.offsets import TopicPartition
+
+        assert self.producer is not None
+        bootstrap = self.broker.bootstrap_servers
+        parts = [TopicPartition(w.topic, p) for p in range(self.args.partitions)]
+        with OffsetClient(bootstrap) as client:
+            hw = {tp: hi for tp, (_lo, hi) in client.watermarks(parts).items()}
+        kafka_at = kafka_records(bootstrap, parts, hw)
+        in_kafka = set(kafka_at)
+        kafka_ids = {i for i in kafka_at.values() if i is not None}
+        mine = [
+            (t, int(p), int(o), e)
+            for t, p, o, e in zip(*(rows.column(i).to_pylist() for i in range(4)), strict=True)
+            if t == w.topic
+        ]
+        counts = Counter((t, p, o) for t, p, o, _ in mine)
+        committed = committed_offsets(w.writer_id)
+        behind = {
+            tp.key(): (committed.get(tp) or 0, hw[tp])
+            for tp in parts
+            if (committed.get(tp) or 0) != hw[tp]
+        }
+        acked = self.producer.acked[w.topic]
+        broker_lost = len(acked - kafka_ids)
+        acked_missing = len((acked & kafka_ids) - {e for *_, e in mine})
+        out = {
+            "kafka_records": len(in_kafka),
+            "acked_events": len(acked),
+            "rows_pyiceberg": len(mine),
+            "duplicates": sum(n - 1 for n in counts.values() if n > 1),
+            "missing": len(in_kafka - set(counts)),
+            "rows_not_in_kafka": len(set(counts) - in_kafka),
+            "acked_events_missing": acked_missing,
+            "acked_events_lost_by_broker": broker_lost,
+            "not_caught_up": behind,
+        }
+        if behind:
+            self.problems.append(f"{w.name}: committed offsets are not at the end: {behind}")
+        if acked_missing:
+            self.problems.append(f"{w.name}: {acked_missing} acknowledged events missing")
+        if broker_lost and self.args.broker == "kafka":
+            self.problems.append(f"{w.name}: Apache Kafka lost {broker_lost} acknowledged events")
+        return out
+
+    def audit_hudi(self) -> dict[str, Any]:
         import pyarrow.compute as pc
 
         from lakesink.audit import audit, read_with_hudi_rs
@@ -831,6 +968,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="the local broker: Apache Kafka (scripts/setup-kafka.sh) or noida-db",
     )
     p.add_argument("--second-writer", action="store_true")
+    p.add_argument(
+        "--format",
+        choices=("hudi", "iceberg"),
+        default="hudi",
+        help="table.format of the soaked table",
+    )
     p.add_argument(
         "--services-every",
         type=int,

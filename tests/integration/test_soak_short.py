@@ -82,3 +82,44 @@ def test_short_soak_with_random_faults_loses_and_duplicates_nothing(
     assert result["faults_total"] >= 5, result["faults"]
     assert len([k for k, n in result["faults"].items() if n]) >= 2, result["faults"]
     assert proc.returncode == 0
+
+
+def test_short_soak_into_an_iceberg_table_loses_and_duplicates_nothing(tmp_path: Path) -> None:
+    """The same soak into an Iceberg table on Apache Kafka: killed drivers and Python workers,
+    broker kills, crash points up to after the catalog commit, failing task attempts, inline
+    expire-snapshots and rewrite-data-files every 3 commits; then every record exactly once by
+    pyiceberg, DuckDB and the soak's own count against Kafka's logs and the acked events."""
+    out = tmp_path / "soak.json"
+    args = [
+        *("--minutes", "1", "--seed", "20261125", "--broker", "kafka", "--format", "iceberg"),
+        *("--partitions", "3", "--fault-interval", "3", "7", "--patience-s", "40"),
+        *("--broker-restart-gap-s", "8", "--services-every", "3", "--final-timeout-s", "240"),
+        *("--workdir", str(tmp_path / "work"), "--json", str(out)),
+    ]
+    proc = subprocess.Popen(
+        [sys.executable, str(SOAK), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    try:
+        stdout, _ = proc.communicate(timeout=600)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert out.exists(), stdout[-5000:]
+    result = json.loads(out.read_text())
+    assert result["ok"], (result["problems"], stdout[-5000:])
+    assert result["duplicates"] == result["missing"] == result["acked_events_missing"] == 0
+    assert result["records_in_table"] == result["records_in_kafka"] > 0
+    assert result["records_produced"] <= result["records_in_kafka"]
+    assert result["acked_events_lost_by_broker"] == 0
+    (writer,) = result["writers"].values()
+    assert writer["audit_ok"] and set(writer["audit_readers"]) >= {"pyiceberg", "duckdb"}
+    assert "kill-lock-holder" not in result["faults"]
+    assert result["faults_total"] >= 3, result["faults"]
+    assert len([k for k, n in result["faults"].items() if n]) >= 2, result["faults"]
+    assert proc.returncode == 0
