@@ -7,6 +7,7 @@ import argparse
 from typing import Any
 
 from lakesink.cli.output import emit_json, say, table
+from lakesink.errors import ConfigError
 
 
 def add_parser(sub: Any) -> None:
@@ -99,10 +100,13 @@ def run_backfill_command(args: argparse.Namespace) -> int:
 
         overrides = dict(kv.split("=", 1) for kv in args.set if "=" in kv)
         cfg = load_config(args.config, {**overrides, "table.path": args.table})
-    from lakesink.cli.iceberg_inspect import iceberg_kind, refuse_iceberg
+    from lakesink.cli.iceberg_inspect import iceberg_kind
 
     if (cfg is not None and cfg["table.format"] == "iceberg") or iceberg_kind(args.table):
-        raise refuse_iceberg("backfill")
+        raise ConfigError(
+            "backfill: not yet available for Iceberg tables (table.format=iceberg); it writes "
+            "Hudi tables only"
+        )
     if cfg is not None and args.lock_provider is None and not args.postgres_dsn:
         from lakesink.commit.control import ControlSettings, LockedCommitControl
 
