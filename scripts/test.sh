@@ -17,4 +17,4 @@ if [ $# -eq 0 ]; then   # the whole run (CI); with pytest arguments only the tes
   echo "== wheel"; bash scripts/check-wheel.sh       # build, install in a clean venv, run the demo
   echo "== oldest pins"; bash scripts/check-oldest.sh # lower bounds: unit tests + a real ingestion
 fi
-echo "== pytest"; python -m pytest -q -p no:cacheprovider "$@"
+echo "== pytest"; python -m pytest -q -p no:cacheprovider --durations=25 "$@"
