@@ -434,7 +434,9 @@ KEYS: tuple[Key, ...] = (
         "commit.pending.store.path",
         _optional_str,
         None,
-        "SQLite file of the pending store (default under the table's .hoodie/.lakesink/).",
+        "SQLite file of the pending store (default: <table.path>/.hoodie/.lakesink/"
+        "pending-commits.sqlite; with table.format=iceberg <warehouse>/.lakesink/pending/"
+        "<iceberg.namespace>.<table.name>.sqlite).",
     ),
     Key("commit.max.pending", _positive_int, 4, "Most unpublished epochs before the writer waits."),
     Key(
@@ -704,6 +706,21 @@ class LakesinkConfig:
         if self["table.format"] == "iceberg":  # table.path is the warehouse
             return local.root / ".lakesink" / "checkpoints" / self.table_name / self.writer_id
         return local.root / ".hoodie" / ".lakesink" / "checkpoints" / self.writer_id
+
+    @property
+    def pending_store_path(self) -> Path:
+        """The SQLite file of the pending-commit store (`commit.pending.store=sqlite`): beside
+        the Hudi table's timeline, or under an Iceberg warehouse's `.lakesink/` (where its
+        checkpoints go), one file per table."""
+        if self["commit.pending.store.path"]:
+            return Path(self["commit.pending.store.path"])
+        table = str(self["table.path"])
+        if self["table.format"] == "iceberg" and not is_remote_uri(table):
+            local = open_storage(table)
+            assert isinstance(local, LocalStorage)
+            namespace = str(self["iceberg.namespace"] or "lakesink")
+            return local.root / ".lakesink" / "pending" / f"{namespace}.{self.table_name}.sqlite"
+        return Path(table) / ".hoodie" / ".lakesink" / "pending-commits.sqlite"
 
     @property
     def table_storage(self) -> Storage:

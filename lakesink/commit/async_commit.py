@@ -4,7 +4,10 @@ Pre-commit: after tasks wrote and the coordinator reconciled the files, the batc
 metadata is stored durably as a Pending epoch; then Spark may record the batch and go on.
 Commit: a committer thread publishes Pending epochs strictly in order and marks them Committed.
 Recovery, before the first new batch: Pending epochs are published (their files are on storage
-and reconciled); inflight instants that never reached the store are dirty and rolled back.
+and reconciled); inflight instants that never reached the store are dirty and rolled back (an
+Iceberg batch leaves nothing in flight: its data files stay unreferenced, for orphan removal).
+The same committer serves both formats: the coordinator (Hudi `Coordinator` or
+`IcebergCoordinator`) publishes through the one commit engine.
 
 The epoch of a batch is its instant time (17 digits, increasing per writer): Spark's batch ids
 restart at 0 when a checkpoint is deleted, instant times never repeat.
@@ -17,10 +20,10 @@ import queue
 import threading
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from lakesink.commit.coordinator import BatchOutcome, Coordinator, PreparedCommit
-from lakesink.commit.writer_state import committed_offsets
-from lakesink.commitlog.store import PendingCommit, PendingCommitStore
+from lakesink.commitlog.store import PendingCommit, PendingCommitStore, PendingEntryConflictError
 from lakesink.errors import CommitError
 from lakesink.faults import crash_point
 from lakesink.protocol.commit import Verdict
@@ -37,35 +40,52 @@ def epoch_of(t: InstantTime) -> int:
     return int(t.value)
 
 
+DATA_FILES_KEY = "data_files"
+"""The pending entry's `extra`: the format's data file descriptions (`PreparedCommit.data_files`),
+present only when there are some, so a Hudi entry encodes as it always did."""
+
+
 def encode(prepared: PreparedCommit) -> bytes:
+    """The pending entry of a prepared commit: everything to publish it from another process
+    (the commit metadata with writer id, commit id, offsets and VTTS; the base offsets; the
+    data file descriptions of formats whose metadata does not describe its files)."""
+    extra: dict[str, Any] = {
+        "batch_id": prepared.batch_id,
+        "base_offsets": prepared.base_offsets.to_json(),
+        "records": prepared.records,
+        "files": prepared.files,
+        "metadata": prepared.metadata.to_bytes(TimelineLayout.V1, Action.COMMIT).decode(),
+    }
+    if prepared.data_files:
+        extra[DATA_FILES_KEY] = [dict(d) for d in prepared.data_files]
     return PendingCommit(
         instant_time=prepared.instant_time,
         statuses=(),
         offsets=prepared.next_offsets,
-        extra={
-            "batch_id": prepared.batch_id,
-            "base_offsets": prepared.base_offsets.to_json(),
-            "records": prepared.records,
-            "files": prepared.files,
-            "metadata": prepared.metadata.to_bytes(TimelineLayout.V1, Action.COMMIT).decode(),
-        },
+        extra=extra,
     ).to_bytes()
 
 
 def decode(data: bytes) -> PreparedCommit:
     pc = PendingCommit.from_bytes(data)
     extra = pc.extra
-    return PreparedCommit(
-        instant_time=pc.instant_time,
-        batch_id=int(extra["batch_id"]),
-        metadata=CommitMetadata.from_bytes(
-            str(extra["metadata"]).encode(), TimelineLayout.V1, Action.COMMIT
-        ),
-        base_offsets=WriterOffsets.from_json(extra["base_offsets"]),
-        next_offsets=pc.offsets,
-        records=int(extra["records"]),
-        files=int(extra["files"]),
-    )
+    try:
+        return PreparedCommit(
+            instant_time=pc.instant_time,
+            batch_id=int(extra["batch_id"]),
+            metadata=CommitMetadata.from_bytes(
+                str(extra["metadata"]).encode(), TimelineLayout.V1, Action.COMMIT
+            ),
+            base_offsets=WriterOffsets.from_json(extra["base_offsets"]),
+            next_offsets=pc.offsets,
+            records=int(extra["records"]),
+            files=int(extra["files"]),
+            data_files=tuple(dict(d) for d in extra.get(DATA_FILES_KEY, ())),
+        )
+    except (KeyError, TypeError, ValueError) as e:
+        raise PendingEntryConflictError(
+            f"pending epoch {pc.instant_time} cannot be decoded ({e!r}); the entry is corrupted"
+        ) from e
 
 
 @dataclass
@@ -119,7 +139,7 @@ class AsyncCommitter:
         return published
 
     def _table_offsets(self) -> WriterOffsets:
-        return committed_offsets(self.coordinator.table, self.writer_id)
+        return self.coordinator.table_offsets()
 
     def start(self) -> AsyncCommitter:
         self._thread = threading.Thread(target=self._run, name="lakesink-committer", daemon=True)

@@ -14,6 +14,7 @@ import logging
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from lakesink.commit import writer_state as keys
 from lakesink.commit.conflicts import file_groups_of_paths
@@ -78,6 +79,10 @@ class PreparedCommit:
     next_offsets: WriterOffsets
     records: int
     files: int
+    # The format's descriptions of the files the commit adds, for a publish from another
+    # process (Iceberg: `DataFileDescription.to_json()`); empty for Hudi, whose metadata
+    # names its files.
+    data_files: tuple[Mapping[str, Any], ...] = ()
 
 
 class Coordinator:
@@ -196,6 +201,11 @@ class Coordinator:
             timeline, self._recovered = self._recovered, None
             self._committed = keys.committed_offsets(self.table, self.writer_id, timeline)
         return self._committed
+
+    def table_offsets(self) -> WriterOffsets:
+        """The writer's committed offsets as the table holds them now (read afresh, unlike
+        `committed`, which includes pre-committed batches)."""
+        return keys.committed_offsets(self.table, self.writer_id)
 
     def _base_for(
         self, ranges: Sequence[OffsetRange], *, warn: bool = False

@@ -149,6 +149,7 @@ class IcebergFormat:
         self.table = table
         self._clock_ms = clock_ms or (lambda: int(time.time() * 1000))
         self._files: dict[str, list[DataFileDescription]] = {}
+        self._last_issued = 0  # ms of the newest transaction id handed out
 
     @property
     def name(self) -> str:
@@ -160,9 +161,14 @@ class IcebergFormat:
         return f"{instant_time.value}-{engine_commit_id}"
 
     def next_instant_time(self, control: CommitControl) -> InstantTime:
+        """Past the newest snapshot and past every id handed out before: with
+        commit.mode=async a batch begins before the previous one's snapshot exists, and the
+        ids are the pending store's epochs (strictly increasing per writer)."""
         snaps, _ = snapshot_infos(self.table.pyiceberg.metadata)
         latest = max((s.timestamp_ms for s in snaps.values()), default=0)
-        return InstantTime.from_epoch_ms(max(self._clock_ms(), latest + 1))
+        ms = max(self._clock_ms(), latest + 1, self._last_issued + 1)
+        self._last_issued = ms
+        return InstantTime.from_epoch_ms(ms)
 
     def begin(self, action: Action, instant_time: InstantTime, *, requested_content: bytes) -> None:
         """Nothing durable: data files no snapshot references are orphans."""
@@ -177,6 +183,14 @@ class IcebergFormat:
     def files(self, instant_time: InstantTime) -> list[DataFileDescription]:
         return list(self._files.get(instant_time.value, ()))
 
+    def restore_files(
+        self, instant_time: InstantTime, files: Sequence[DataFileDescription]
+    ) -> None:
+        """The data files of a commit pre-committed by an earlier process (from its pending
+        entry), each checked to exist: a snapshot must never reference a missing file."""
+        self._check_exist(instant_time, [f.path for f in files])
+        self._files[instant_time.value] = list(files)
+
     def stage(self, instant_time: InstantTime, files: Collection[str]) -> set[str]:
         """The reported files are exactly the described ones, and each exists. Files of failed
         task attempts carry other names and stay unreferenced (orphan removal takes them)."""
@@ -187,13 +201,16 @@ class IcebergFormat:
                 f"table {self.name} commit {instant_time}: reported files and data file "
                 f"descriptions differ ({sorted(kept ^ described)[:3]})"
             )
+        self._check_exist(instant_time, kept)
+        return kept
+
+    def _check_exist(self, instant_time: InstantTime, paths: Collection[str]) -> None:
         io = self.table.pyiceberg.io
-        for path in sorted(kept):
+        for path in sorted(paths):
             if not io.new_input(path).exists():
                 raise CorruptTableError(
                     f"table {self.name} commit {instant_time}: written file {path} is missing"
                 )
-        return kept
 
     def view(self, instant_time: InstantTime) -> IcebergView:
         self.table.refresh()

@@ -4,24 +4,30 @@
 nothing to roll back: data files of a batch that never committed are orphans for orphan removal.
 Tasks report their data file descriptions in `WriteStatus.extra[FILES_KEY]`, and the maximum
 record timestamp they read in `WriteStatus.extra[MAX_TS_KEY]` (for the snapshot's VTTS).
+
+With commit.mode=async (lakesink.commit.async_commit) a prepared commit carries the data file
+descriptions (`PreparedCommit.data_files`) into the pending store, so that a later process
+publishes it: the snapshot's commit id starts with the batch's transaction id, so a publish
+that landed before a crash is recognised and not repeated, and the offsets requirement guards
+every publish.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
 
 from lakesink.commit.control import CommitControl
-from lakesink.commit.coordinator import Coordinator, PreparedCommit
+from lakesink.commit.coordinator import BatchOutcome, Coordinator, PreparedCommit
 from lakesink.commit.iceberg import VTTS_KEY, IcebergFormat
 from lakesink.commit.requirements import OffsetsUnchanged, Requirement
 from lakesink.commit.transaction import PostCommitHook, TableTransaction
-from lakesink.errors import ConfigError
 from lakesink.iceberg.datafiles import DataFileDescription
 from lakesink.iceberg.snapshots import valid_through
 from lakesink.metrics import IngestionMetrics
 from lakesink.protocol.instant import Instant, InstantTime
-from lakesink.protocol.offsets import TopicPartition, WriterOffsets
+from lakesink.protocol.offsets import OffsetRange, TopicPartition, WriterOffsets
 from lakesink.protocol.write_status import WriteStatus
 
 log = logging.getLogger(__name__)
@@ -61,6 +67,8 @@ class IcebergCoordinator(Coordinator):
             post_commit=post_commit,
         )
         self.format = table_format
+        # transaction ids durable in the pending store: never rolled back by this process
+        self._precommitted: set[str] = set()
 
     @property
     def name(self) -> str:
@@ -104,6 +112,9 @@ class IcebergCoordinator(Coordinator):
             self._committed = self.format.committed_offsets(self.writer_id)
         return self._committed
 
+    def table_offsets(self) -> WriterOffsets:
+        return self.format.committed_offsets(self.writer_id)
+
     # --- the batch ---------------------------------------------------------------------------
     def _write_intent(self, t: InstantTime, batch_id: int, ranges: Sequence[object]) -> None:
         """No intent: a batch that never committed leaves only unreferenced data files."""
@@ -131,12 +142,39 @@ class IcebergCoordinator(Coordinator):
         them again inside its commit). Appends conflict with nothing; no lock to hold."""
         return (OffsetsUnchanged(self.writer_id, prepared.base_offsets, prepared.instant_time),)
 
-    # --- async commits: not yet --------------------------------------------------------------
+    # --- two phases (commit.mode=async) -----------------------------------------------------
+    def precommit(
+        self,
+        instant_time: InstantTime,
+        batch_id: int,
+        ranges: Sequence[OffsetRange],
+        statuses: Sequence[WriteStatus],
+        schema: str,
+    ) -> PreparedCommit:
+        """The engine's pre-commit, with the data file descriptions the snapshot will add
+        (the pending entry must hold them: the format keeps them in this process only)."""
+        prepared = super().precommit(instant_time, batch_id, ranges, statuses, schema)
+        described = tuple(d.to_json() for d in self.format.files(instant_time))
+        return replace(prepared, data_files=described)
+
+    def commit(self, prepared: PreparedCommit, *, run_hooks: bool = True) -> BatchOutcome:
+        """The engine's commit. A batch this process did not begin (a Pending epoch of an
+        earlier process, at recovery) gets its data files back from the prepared commit."""
+        t = prepared.instant_time
+        if t.value not in self._open:
+            self.format.restore_files(
+                t, [DataFileDescription.from_json(d) for d in prepared.data_files]
+            )
+        outcome = super().commit(prepared, run_hooks=run_hooks)
+        self.format.finish(t)  # also when the snapshot was there already (nothing published)
+        self._precommitted.discard(t.value)
+        return outcome
+
     def mark_precommitted(self, t: InstantTime) -> None:
-        raise ConfigError(
-            f"table {self.name}: commit.mode=async is not yet supported with table.format=iceberg"
-            " (valid: commit.mode=sync)"
-        )
+        """The batch is durable in the pending store: a failure after this point must not
+        delete its data files (the committer or the next start publishes it). Other writers
+        never roll back an Iceberg batch, so nothing goes to the table."""
+        self._precommitted.add(t.value)
 
     def is_precommitted(self, t: InstantTime) -> bool:
-        return False
+        return t.value in self._precommitted

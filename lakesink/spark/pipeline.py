@@ -9,7 +9,6 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import DataFrame, SparkSession
@@ -514,12 +513,10 @@ def source_stream(spark: SparkSession, cfg: LakesinkConfig) -> DataFrame:
 def pending_store_for(cfg: LakesinkConfig) -> PendingCommitStore:
     from lakesink.commitlog.factory import make_pending_store
 
-    path = cfg["commit.pending.store.path"] or str(
-        Path(cfg["table.path"]) / ".hoodie" / ".lakesink" / "pending-commits.sqlite"
-    )
+    path = cfg.pending_store_path
     if cfg["commit.pending.store"] == "sqlite":
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-    return make_pending_store(cfg["commit.pending.store"], path=path, dsn=cfg["postgres.dsn"])
+        path.parent.mkdir(parents=True, exist_ok=True)
+    return make_pending_store(cfg["commit.pending.store"], path=str(path), dsn=cfg["postgres.dsn"])
 
 
 def make_committer(cfg: LakesinkConfig, coordinator: Coordinator) -> AsyncCommitter | None:
@@ -534,10 +531,6 @@ def make_committer(cfg: LakesinkConfig, coordinator: Coordinator) -> AsyncCommit
 
 def check_iceberg_options(cfg: LakesinkConfig, *, direct: bool) -> None:
     """What table.format=iceberg cannot do yet, named with what is valid."""
-    if cfg["commit.mode"] != "sync":
-        raise ConfigError(
-            "commit.mode=async is not yet available with table.format=iceberg; set commit.mode=sync"
-        )
     if cfg["errors.deadletter.table"]:
         raise ConfigError(
             "errors.deadletter.table is not yet available with table.format=iceberg; use "
