@@ -16,7 +16,11 @@ def audit_config(cfg: LakesinkConfig) -> AuditReport | IcebergAuditReport:
     """The audit of this configuration's writer; records in the dead-letter topic count as
     accounted for (errors.tolerance=all), never as missing."""
     dead: set[tuple[str, int, int]] | None = None
-    if cfg["errors.deadletter.table"]:
+    if cfg["errors.deadletter.table"] and cfg["table.format"] == "iceberg":
+        from lakesink.commit.iceberg import dead_letter_coordinates_of
+
+        dead = dead_letter_coordinates_of(cfg)
+    elif cfg["errors.deadletter.table"]:
         from lakesink.audit import dead_letter_table_coordinates
 
         dead = dead_letter_table_coordinates(cfg.storage_for(cfg["errors.deadletter.table"]))
