@@ -555,7 +555,8 @@ def make_committer(cfg: LakesinkConfig, coordinator: Coordinator) -> AsyncCommit
 
 
 def check_iceberg_options(cfg: LakesinkConfig) -> None:
-    """What table.format=iceberg cannot do yet, named with what is valid."""
+    """What table.format=iceberg cannot do yet, named with what is valid; a dead-letter table
+    must be a table name (of the same catalog), not a path."""
     if cfg["commit.mode"] != "sync":
         raise ConfigError(
             "commit.mode=async is not yet available with table.format=iceberg; set commit.mode=sync"
