@@ -35,6 +35,9 @@ TRANSFORM = (
     "upper(event_type) AS kind, CAST(amount * 100 AS BIGINT) AS cents FROM source"
 )
 Coordinate = tuple[str, int, int]
+# A run's first batch starts Python workers that import pyiceberg: on a loaded 2-core machine
+# that alone has taken a minute, so a run gets more than the suite's usual two minutes.
+RUN_TIMEOUT_S = 300
 
 
 def _reference(event: dict[str, Any]) -> dict[str, Any]:
@@ -92,16 +95,16 @@ def test_sql_transformation_lands_every_record_once_with_the_reference_values(
         iceberg__partition__spec="kind",
         kafka__max__records__per__batch=150,  # two batches, the second one replayed
     )
-    assert run_ingestion(cfg, spark).records == 300
+    assert run_ingestion(cfg, spark, RUN_TIMEOUT_S).records == 300
     _replay_last_batch(cfg)
     produce_sample_events(kafka_bootstrap, topic, 90, 3, first_event_id=300, create=False)
-    assert run_ingestion(cfg, spark).records == 90
+    assert run_ingestion(cfg, spark, RUN_TIMEOUT_S).records == 90
     # a transformation whose rows the table cannot take: refused by name, nothing written
     changed = cfg.with_overrides(
         {"transform.sql": TRANSFORM.replace(" FROM", ", CAST(cents AS STRING) AS cents_text FROM")}
     )
     with pytest.raises(LakesinkError, match="cents_text"):
-        run_ingestion(changed, spark)
+        run_ingestion(changed, spark, RUN_TIMEOUT_S)
 
     rows = _table_rows(cfg)
     table = open_iceberg_table(cfg, create=False)
@@ -180,10 +183,10 @@ def test_bad_records_land_in_the_iceberg_dead_letter_table_exactly_once(
         errors__deadletter__table="events_dead_letters",
         kafka__max__records__per__batch=10,  # two batches, one dead letter in each
     )
-    first = run_ingestion(cfg, spark)
+    first = run_ingestion(cfg, spark, RUN_TIMEOUT_S)
     assert (first.records, first.dead_letters) == (len(GOOD) - len(BAD_AT), len(BAD_AT))
     _replay_last_batch(cfg)
-    replayed = run_ingestion(cfg, spark)
+    replayed = run_ingestion(cfg, spark, RUN_TIMEOUT_S)
     assert replayed.dead_letters == 0 and replayed.records == 0
     dead = open_dead_letter_table(cfg, create=False)
     assert dead.name == "lakesink.events_dead_letters"
