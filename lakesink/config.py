@@ -303,7 +303,9 @@ KEYS: tuple[Key, ...] = (
         _optional_str,
         None,
         "Path of a Hudi dead-letter table for records that fail to decode "
-        "(errors.tolerance=all; exactly once, committed with the main table's offsets).",
+        "(errors.tolerance=all; exactly once, committed with the main table's offsets); with "
+        "table.format=iceberg the name of an Iceberg table in iceberg.namespace of the same "
+        "catalog.",
     ),
     # Table
     Key(

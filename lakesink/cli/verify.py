@@ -18,7 +18,11 @@ def audit_config(cfg: LakesinkConfig, *, spark: bool = False) -> AuditReport | I
     read by Spark with Iceberg's Java runtime, in its own environment (a subprocess that starts
     Spark: seconds; `lakesink verify` and the demo ask for it)."""
     dead: set[tuple[str, int, int]] | None = None
-    if cfg["errors.deadletter.table"]:
+    if cfg["errors.deadletter.table"] and cfg["table.format"] == "iceberg":
+        from lakesink.commit.iceberg import dead_letter_coordinates_of
+
+        dead = dead_letter_coordinates_of(cfg)
+    elif cfg["errors.deadletter.table"]:
         from lakesink.audit import dead_letter_table_coordinates
 
         dead = dead_letter_table_coordinates(cfg.storage_for(cfg["errors.deadletter.table"]))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import time
 from collections.abc import Callable, Collection, Sequence
 from typing import TYPE_CHECKING
@@ -38,8 +39,11 @@ __all__ = [
     "IcebergFormat",
     "IcebergView",
     "catalog_settings_for",
+    "dead_letter_coordinates_of",
+    "dead_letter_identifier",
     "iceberg_identifier",
     "iceberg_partition_fields",
+    "open_dead_letter_table",
     "open_iceberg_table",
 ]
 
@@ -93,6 +97,50 @@ def open_iceberg_table(
         iceberg_partition_fields(cfg),
         create=create,
     )
+
+
+DEAD_LETTER_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def dead_letter_identifier(cfg: LakesinkConfig) -> tuple[str, ...]:
+    """`iceberg.namespace` . `errors.deadletter.table`: with table.format=iceberg the dead-letter
+    table is a table of the same catalog, named by the key (ConfigError for a path or an
+    invalid name)."""
+    name = str(cfg["errors.deadletter.table"] or "")
+    if not DEAD_LETTER_NAME.fullmatch(name):
+        raise ConfigError(
+            f"errors.deadletter.table={name!r}: with table.format=iceberg it names the "
+            "dead-letter table in iceberg.namespace of the same catalog (letters, digits and "
+            "_, e.g. events_dead_letters), not a path"
+        )
+    return (*iceberg_identifier(cfg)[:-1], name)
+
+
+def open_dead_letter_table(
+    cfg: LakesinkConfig, rows: pa.Schema | None = None, *, create: bool = True
+) -> IcebergTable:
+    """The Iceberg dead-letter table of `cfg` (unpartitioned), created on first use from the
+    dead-letter `rows` schema when `create`."""
+    catalog = open_catalog(catalog_settings_for(cfg, create=create))
+    return IcebergTable.open(catalog, dead_letter_identifier(cfg), rows, (), create=create)
+
+
+def dead_letter_coordinates_of(cfg: LakesinkConfig) -> set[tuple[str, int, int]]:
+    """The Kafka coordinates of the records in the Iceberg dead-letter table (none if it or its
+    catalog does not exist yet)."""
+    from lakesink.errors import TableNotFoundError
+    from lakesink.iceberg.errors import CatalogNotFoundError
+
+    try:
+        table = open_dead_letter_table(cfg, create=False)
+    except (CatalogNotFoundError, TableNotFoundError):
+        return set()
+    rows = (
+        table.pyiceberg.scan(selected_fields=("kafka_topic", "kafka_partition", "kafka_offset"))
+        .to_arrow()
+        .to_pydict()
+    )
+    return set(zip(rows["kafka_topic"], rows["kafka_partition"], rows["kafka_offset"], strict=True))
 
 
 def committed_offsets_of(cfg: LakesinkConfig) -> WriterOffsets:

@@ -134,7 +134,7 @@ class DirectTask:
         secrets_json: str,
         *,
         rows: TableTarget | IcebergTarget | None,
-        dead_letters: TableTarget | None,
+        dead_letters: TableTarget | IcebergTarget | None,
         rows_schema: pa.Schema,
         dead_letter_schema: pa.Schema,
         required: tuple[str, ...],
@@ -169,12 +169,8 @@ class DirectTask:
         ids = (ctx.partitionId(), ctx.stageId(), ctx.attemptNumber()) if ctx else (0, 0, 0)
         token = write_token(*ids)
         attempt = f"{ids[1]}.{ids[0]}.{ids[2]}"
-        rows: _Output | _IcebergOutput = (
-            _IcebergOutput(self.rows)
-            if isinstance(self.rows, IcebergTarget)
-            else _Output(self.rows, token, self.target_file_size)
-        )
-        dead = _Output(self.dead_letters, token, self.target_file_size)
+        rows = _output(self.rows, token, self.target_file_size)
+        dead = _output(self.dead_letters, token, self.target_file_size)
         failed: list[Any] = []
         date_from = cfg["table.partition.date.from"]
         for piece in pieces:
@@ -201,6 +197,14 @@ class DirectTask:
         if ctx is not None:  # a test fault: this attempt fails after its files are whole
             task_fault(ctx.attemptNumber())
         yield statuses.to_json()
+
+
+def _output(
+    target: TableTarget | IcebergTarget | None, token: str, target_file_size: int
+) -> _Output | _IcebergOutput:
+    if isinstance(target, IcebergTarget):
+        return _IcebergOutput(target)
+    return _Output(target, token, target_file_size)
 
 
 class _Output:
@@ -275,7 +279,7 @@ class _IcebergOutput:
         for key, ms in newest_record_ms(batch).items():
             self.newest_ms[key] = max(ms, self.newest_ms.get(key, ms))
 
-    def close(self, attempt: str) -> WriteStatus | None:
+    def close(self, attempt: str) -> WriteStatus:
         from lakesink.commit.iceberg_coordinator import FILES_KEY, MAX_TS_KEY
         from lakesink.iceberg.datafiles import write_data_files
         from lakesink.protocol.write_status import FileWrite
@@ -307,14 +311,50 @@ class _IcebergOutput:
         )
 
 
+class IcebergArrowWriter:
+    """A picklable function for `DataFrame.mapInArrow` (the DataFrame path, e.g. after a
+    transformation): writes the rows it is given as data files of the Iceberg table and yields
+    one row holding this attempt's WriteStatus as JSON, shaped as a direct task's (data file
+    descriptions, newest record time per partition), so the coordinator commits either alike.
+    A failed or retried attempt's files carry its own attempt id and stay unreferenced."""
+
+    def __init__(self, target: IcebergTarget, required: tuple[str, ...] = ()) -> None:
+        self.target = target
+        self.required = required  # declared non-nullable columns (see `with_required`)
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from pyspark import TaskContext
+
+        from lakesink.faults import task_fault
+        from lakesink.spark.task_writer import topic_counts, with_required
+        from lakesink.spark.worker_gc import freeze_worker_heap
+
+        freeze_worker_heap()
+        ctx = TaskContext.get()
+        ids = (ctx.partitionId(), ctx.stageId(), ctx.attemptNumber()) if ctx else (0, 0, 0)
+        out = _IcebergOutput(self.target)
+        for batch in batches:
+            if batch.num_rows:
+                rows = with_required(batch, self.required)
+                out.write(rows, topic_counts(rows))
+        status = out.close(f"{ids[1]}.{ids[0]}.{ids[2]}")
+        if ctx is not None:  # a test fault: this attempt fails after its files are whole
+            task_fault(ctx.attemptNumber())
+        yield pa.RecordBatch.from_pylist(
+            [{"status": json.dumps(status.to_json())}], pa.schema([("status", pa.string())])
+        )
+
+
 def newest_record_ms(batch: pa.RecordBatch) -> dict[str, int]:
-    """The newest `kafka_timestamp` (epoch ms) per topic partition (`TopicPartition.key()`)."""
+    """The newest `kafka_timestamp` (epoch ms) per topic partition (`TopicPartition.key()`);
+    none when the rows lack a Kafka coordinate column (a transformation dropped it)."""
     import pyarrow.compute as pc
 
     from lakesink.protocol.offsets import TopicPartition
 
     names = batch.schema.names
-    if not batch.num_rows or "kafka_timestamp" not in names:
+    needed = ("kafka_timestamp", "kafka_topic", "kafka_partition")
+    if not batch.num_rows or not all(n in names for n in needed):
         return {}
     stamps = pc.cast(pc.cast(batch.column("kafka_timestamp"), pa.timestamp("ms")), pa.int64())
     grouped = (
@@ -434,7 +474,7 @@ def run_direct_batch(
             encode_config(cfg),
             encode_secrets(cfg),
             rows=_target(sink.coordinator, instant),
-            dead_letters=_hudi_target(dead, dead_instant),
+            dead_letters=_target(dead, dead_instant),
             rows_schema=rows_schema,
             dead_letter_schema=spark_arrow_schema(spark, from_arrow_schema(dead_letter_rows(cfg))),
             required=required,
@@ -492,20 +532,21 @@ def _relaxed(schema: pa.Schema, required: Sequence[str]) -> pa.Schema:
     return pa.schema([f if f.name in required else f.with_nullable(True) for f in schema])
 
 
-def _hudi_target(coordinator: Any, instant: Any) -> TableTarget | None:
-    """The dead-letter table's target (always a Hudi table)."""
-    target = _target(coordinator, instant)
-    assert target is None or isinstance(target, TableTarget)
-    return target
+def iceberg_target(coordinator: Any, instant: Any) -> IcebergTarget | None:
+    """Where an Iceberg coordinator's tasks write for `instant` (None: not an Iceberg table)."""
+    from lakesink.commit.iceberg_coordinator import IcebergCoordinator
+
+    if not isinstance(coordinator, IcebergCoordinator):
+        return None
+    return IcebergTarget(coordinator.format.table.write_context(), instant.value)
 
 
 def _target(coordinator: Any, instant: Any) -> TableTarget | IcebergTarget | None:
-    from lakesink.commit.iceberg_coordinator import IcebergCoordinator
-
     if coordinator is None or instant is None:
         return None
-    if isinstance(coordinator, IcebergCoordinator):
-        return IcebergTarget(coordinator.format.table.write_context(), instant.value)
+    iceberg = iceberg_target(coordinator, instant)
+    if iceberg is not None:
+        return iceberg
     table = coordinator.table
     return TableTarget(table.storage, table.config, instant.value)
 
@@ -539,8 +580,12 @@ def _publish_dead_letters(
     assert dead is not None
     written = [s.dead_letters for s in statuses if s.dead_letters is not None]
     try:
-        schema = avro_schema_for(
-            with_meta_columns(DEAD_LETTER_SCHEMA), f"{dead.table.config.name}_record"
+        schema = (
+            ""  # an Iceberg dead-letter table keeps its own schema
+            if sink.writes_iceberg
+            else avro_schema_for(
+                with_meta_columns(DEAD_LETTER_SCHEMA), f"{dead.table.config.name}_record"
+            )
         )
         dead.complete_batch(instant, batch_id, ranges, written, schema)
     except BaseException:

@@ -20,7 +20,7 @@ from lakesink.commit.control import CommitControl, WriterCommitControl
 from lakesink.commit.coordinator import BatchOutcome, Coordinator
 from lakesink.commitlog.store import PendingCommitStore
 from lakesink.config import LakesinkConfig
-from lakesink.errors import ConfigError, LakesinkError
+from lakesink.errors import LakesinkError
 from lakesink.kafka.client import TopicIds
 from lakesink.metrics import IngestionMetrics
 from lakesink.protocol.conflicts import strategy_named
@@ -192,7 +192,7 @@ class Ingestion:
         self._stop = threading.Event()
         self.iceberg = cfg["table.format"] == "iceberg"
         if self.iceberg:
-            check_iceberg_options(cfg, direct=self.direct)
+            check_iceberg_options(cfg)
         self.table = (
             None if self.iceberg else HudiTable.create(open_table_storage(cfg), table_config)
         )
@@ -415,6 +415,8 @@ class Ingestion:
         path = self.cfg["errors.deadletter.table"]
         if not path:
             return None
+        if self.iceberg:
+            return self._iceberg_dead_letter_coordinator()
         cfg = self.cfg.with_overrides(
             {"table.path": path, "writer.id": f"{self.cfg.writer_id}.deadletters"}
         )
@@ -428,6 +430,26 @@ class Ingestion:
         )
         coordinator = make_coordinator(
             cfg, table, make_control(cfg), query_id=self.coordinator.query_id
+        )
+        coordinator.start()
+        return coordinator
+
+    def _iceberg_dead_letter_coordinator(self) -> Coordinator:
+        """The Iceberg dead-letter table (same catalog, iceberg.namespace), committed by its own
+        writer `<writer.id>.deadletters` with the main table's ranges: its snapshots carry
+        that writer's offsets, so a replayed batch appends no dead letter twice."""
+        from pyspark.sql.pandas.types import from_arrow_schema
+
+        from lakesink.commit.iceberg import IcebergFormat, open_dead_letter_table
+        from lakesink.commit.iceberg_coordinator import IcebergCoordinator
+        from lakesink.spark.direct import dead_letter_rows, spark_arrow_schema
+
+        rows = spark_arrow_schema(self.spark, from_arrow_schema(dead_letter_rows(self.cfg)))
+        coordinator = IcebergCoordinator(
+            IcebergFormat(open_dead_letter_table(self.cfg, rows)),
+            f"{self.cfg.writer_id}.deadletters",
+            query_id=self.coordinator.query_id,
+            allow_data_loss=not self.cfg["kafka.fail.on.data.loss"],
         )
         coordinator.start()
         return coordinator
@@ -529,19 +551,13 @@ def make_committer(cfg: LakesinkConfig, coordinator: Coordinator) -> AsyncCommit
     )
 
 
-def check_iceberg_options(cfg: LakesinkConfig, *, direct: bool) -> None:
-    """What table.format=iceberg cannot do yet, named with what is valid."""
+def check_iceberg_options(cfg: LakesinkConfig) -> None:
+    """What table.format=iceberg needs of its options: a dead-letter table must be a table
+    name (of the same catalog), not a path."""
     if cfg["errors.deadletter.table"]:
-        raise ConfigError(
-            "errors.deadletter.table is not yet available with table.format=iceberg; use "
-            "errors.deadletter.topic"
-        )
-    if not direct:
-        raise ConfigError(
-            "table.format=iceberg writes on the direct task path only for now: "
-            "transform.sql, transform.python and write.path=dataframe are not yet available "
-            "with it (set write.path=auto and no transformation)"
-        )
+        from lakesink.commit.iceberg import dead_letter_identifier
+
+        dead_letter_identifier(cfg)  # a table name in iceberg.namespace, not a path
 
 
 def make_control(cfg: LakesinkConfig) -> WriterCommitControl:

@@ -23,7 +23,7 @@ from lakesink.errors import ConfigError, LakesinkError
 from lakesink.metrics import IngestionMetrics
 from lakesink.protocol.offsets import OffsetRange
 from lakesink.protocol.write_status import WriteStatus
-from lakesink.spark.direct import run_direct_batch
+from lakesink.spark.direct import IcebergArrowWriter, iceberg_target, run_direct_batch
 from lakesink.spark.source import ERROR_COLUMN, RAW_VALUE_COLUMN, offset_to_ranges
 from lakesink.spark.task_writer import (
     DATE_PARTITION_COLUMN,
@@ -202,21 +202,26 @@ class CommittingSink:
         self.current_batch: int | None = None
         self.in_batch = False  # a batch is running now
         self.metrics: IngestionMetrics | None = coordinator.metrics
-        # an Iceberg table (lakesink.commit.iceberg_coordinator): the direct path only
+        # an Iceberg table (lakesink.commit.iceberg_coordinator): its tasks write data files
+        # (spark/direct.py), its coordinator keeps the table's schema and partition spec
         self.writes_iceberg = cfg["table.format"] == "iceberg"
         self._rows_by_topic: dict[str, tuple[int, int]] = {}
 
+    @property
+    def partition_fields(self) -> tuple[str, ...]:
+        """The columns the rows must have for the table's partitioning."""
+        if not self.writes_iceberg:
+            return self.coordinator.table.config.partition_fields
+        date = (DATE_PARTITION_COLUMN,) if self.cfg["table.partition.date.from"] else ()
+        return (*self.cfg["table.partition.by"], *date)
+
     def prepare(self, df: DataFrame) -> DataFrame:
-        return prepare_rows(
-            df, self.cfg, self.transform, self.coordinator.table.config.partition_fields
-        )
+        return prepare_rows(df, self.cfg, self.transform, self.partition_fields)
 
     def required_columns(self, spark: SparkSession) -> tuple[str, ...]:
         """Top-level columns the rows keep non-nullable, as declared (analyzed once)."""
         if self.output_schema is None:
-            self.output_schema = analyze_rows(
-                self.cfg, spark, self.coordinator.table.config.partition_fields
-            )
+            self.output_schema = analyze_rows(self.cfg, spark, self.partition_fields)
         return tuple(f.name for f in self.output_schema.fields if not f.nullable)
 
     def avro_schema_of(self, df: DataFrame) -> str:
@@ -308,7 +313,9 @@ class CommittingSink:
             statuses = self._write(self.coordinator, out, instant, required)
             self._rows_by_topic = rows_per_topic(statuses, ranges)
             schema = next((s.extra["schema"] for s in statuses if s.extra.get("schema")), None)
-            schema = schema or self.avro_schema_of(out)
+            if not self.writes_iceberg:  # Iceberg keeps its own schema
+                schema = schema or self.avro_schema_of(out)
+            schema = schema or ""
             if self.committer is None:
                 return self.coordinator.complete_batch(instant, batch_id, ranges, statuses, schema)
             prepared = self.coordinator.precommit(instant, batch_id, ranges, statuses, schema)
@@ -343,9 +350,13 @@ class CommittingSink:
             )
             statuses = self._write(self.dead_letters, bad, instant)
             written = sum(s.records_written for s in statuses)
-            schema = avro_schema_for(
-                with_meta_columns(DEAD_LETTER_SCHEMA),
-                f"{self.dead_letters.table.config.name}_record",
+            schema = (
+                ""  # an Iceberg dead-letter table keeps its own schema
+                if self.writes_iceberg
+                else avro_schema_for(
+                    with_meta_columns(DEAD_LETTER_SCHEMA),
+                    f"{self.dead_letters.table.config.name}_record",
+                )
             )
             self.dead_letters.complete_batch(instant, batch_id, ranges, statuses, schema)
             self.stats.dead_letters += written
@@ -363,6 +374,10 @@ class CommittingSink:
         instant: Any,
         required: tuple[str, ...] = (),
     ) -> list[WriteStatus]:
+        iceberg = iceberg_target(coordinator, instant)
+        if iceberg is not None:
+            task = IcebergArrowWriter(iceberg, required)
+            return parse_statuses(df.mapInArrow(task, STATUS_SCHEMA).collect())
         writer = TaskWriter(
             coordinator.table.storage,
             coordinator.table.config,
@@ -378,7 +393,7 @@ class CommittingSink:
         # only with debug logging, so the command line shows one line for it.
         log.info(
             "table %s writer %s: batch %s failed; rolling back instant %s",
-            coordinator.table.config.name,
+            coordinator.name,  # the table's name (an Iceberg coordinator has no Hudi table)
             coordinator.writer_id,
             batch_id,
             instant,

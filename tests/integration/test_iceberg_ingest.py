@@ -108,7 +108,12 @@ def test_iceberg_refuses_what_it_cannot_do_yet_by_name(
 ) -> None:
     topic = topic_factory("ice-refuse")
     produce_sample_events(kafka_bootstrap, topic, 3, 1)
-    for overrides, named in (({"transform__sql": "SELECT * FROM batch"}, "transform.sql"),):
+    for overrides, named in (
+        (
+            {"errors__tolerance": "all", "errors__deadletter__table": str(tmp_path / "dlq")},
+            "errors.deadletter.table=.*iceberg.namespace",
+        ),
+    ):
         cfg = _config(kafka_bootstrap, topic, tmp_path / "wh", **overrides)
         with pytest.raises(ConfigError, match=named):
             run_ingestion(cfg, spark)
