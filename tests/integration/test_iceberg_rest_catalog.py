@@ -247,7 +247,9 @@ def test_ingest_through_the_rest_catalog_lands_every_record_once_across_reruns(
     # the server decides where a new table goes: its own warehouse
     assert table.location.startswith(rest_server.warehouse.as_uri())
     assert len(table.pyiceberg.metadata.snapshots) >= 3  # batches of at most 200 records
-    last = WriterCommit.from_summary(table.pyiceberg.current_snapshot().summary)
+    current = table.pyiceberg.current_snapshot()
+    assert current is not None and current.summary is not None
+    last = WriterCommit.from_summary(current.summary.additional_properties)
     assert last is not None and last.offsets.next_offsets == dict(counts)
     # nothing new: no snapshot; more records and Spark's checkpoint lost: the table's offsets
     assert run_ingestion(cfg, spark).nothing_new
