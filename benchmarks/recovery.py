@@ -4,8 +4,10 @@ The first `lakesink ingest --once` runs with LAKESINK_CRASH_AT=after-write: in i
 after the tasks wrote their files and before the commit, the driver SIGKILLs itself; the rest of
 its process group (Spark's JVM, Python workers) is killed at once, like a power cut. A second
 `lakesink ingest --once` starts right away. Measured: seconds from the kill until the next
-completed instant is on the timeline (JVM start, query start, rollback of the dead instant, one
-batch), and until the restart has caught up."""
+commit lands (JVM start, query start, recovery, one batch), and until the restart has caught up.
+A Hudi table's next commit is a completed instant on its timeline (after the rollback of the
+dead one); an Iceberg table's is a new snapshot in its catalog (nothing to roll back: the dead
+batch's files are orphans)."""
 
 from __future__ import annotations
 
@@ -27,12 +29,14 @@ EVENTS = 400_000
 PER_BATCH = 100_000
 
 
-def _config(path: Path, bootstrap: str, table: Path, cores: int) -> None:
+def _config(
+    path: Path, bootstrap: str, table: Path, cores: int, fmt: str, topic: str, per_batch: int
+) -> None:
     path.write_text(
         f"""[kafka]
 "bootstrap.servers" = "{bootstrap}"
-topics = ["{TOPIC}"]
-"max.records.per.batch" = {PER_BATCH}
+topics = ["{topic}"]
+"max.records.per.batch" = {per_batch}
 
 [value]
 format = "json"
@@ -40,6 +44,8 @@ schema = "{SAMPLE_EVENT_DDL}"
 
 [table]
 path = "{table}"
+format = "{fmt}"
+name = "events"
 
 [writer]
 id = "bench-recovery"
@@ -53,21 +59,50 @@ master = "local[{cores}]"
     )
 
 
-def _completed(table: Path) -> list[str]:
+def _completed(table: Path, fmt: str) -> list[str]:
+    """The commits on the table so far: completed instants (Hudi) or snapshots (Iceberg)."""
+    if fmt == "iceberg":
+        return [str(s) for s in _iceberg_snapshots(table)]
     tl = Timeline.load(table, TimelineLayout.V2)
     return [i.time.value for i in tl.completed(Action.COMMIT)]
 
 
-def _rollbacks(table: Path) -> int:
+def _iceberg_snapshots(warehouse: Path) -> list[int]:
+    from pyiceberg.exceptions import NoSuchTableError
+
+    from lakesink.iceberg.catalog import CatalogSettings, open_catalog
+    from lakesink.iceberg.errors import CatalogNotFoundError
+
+    try:
+        catalog = open_catalog(CatalogSettings(warehouse=str(warehouse), create=False))
+        table = catalog.load_table(("lakesink", "events"))
+    except (CatalogNotFoundError, NoSuchTableError):
+        return []  # the first batch has not committed yet
+    return [s.snapshot_id for s in table.metadata.snapshots]
+
+
+def _rollbacks(table: Path, fmt: str) -> int:
+    if fmt == "iceberg":
+        return 0  # no instants: a dead batch leaves orphan files, nothing to roll back
     return len(Timeline.load(table, TimelineLayout.V2).completed(Action.ROLLBACK))
 
 
-def run_recovery(bootstrap: str, work: Path, cores: int) -> dict[str, Any]:
+def run_recovery(
+    bootstrap: str,
+    work: Path,
+    cores: int,
+    *,
+    fmt: str = "hudi",
+    events: int = EVENTS,
+    per_batch: int = PER_BATCH,
+    topic: str = TOPIC,
+) -> dict[str, Any]:
+    """`fmt`: the table format (`hudi` or `iceberg`); `topic` is produced `events` events."""
     work.mkdir(parents=True, exist_ok=True)
-    produce_sample_events(bootstrap, TOPIC, EVENTS, 8)
+    produce_sample_events(bootstrap, topic, events, 8)
     table = work / "table"
     cfg = work / "ingest.toml"
-    _config(cfg, bootstrap, table, cores)
+    _config(cfg, bootstrap, table, cores, fmt, topic, per_batch)
     cmd = [sys.executable, "-m", "lakesink.cli.main", "ingest", "--config", str(cfg), "--once"]
     env = {**os.environ, "LAKESINK_CRASH_AT": "after-write", "LAKESINK_CRASH_AFTER_BATCHES": "1"}
     log1 = open(work / "crash.log", "wb")  # noqa: SIM115 - closed below
@@ -81,7 +116,7 @@ def run_recovery(bootstrap: str, work: Path, cores: int) -> dict[str, Any]:
     log1.close()
     if first.returncode != -signal.SIGKILL:
         raise RuntimeError(f"the crashing run exited with {first.returncode}, see {work}/crash.log")
-    before = set(_completed(table))
+    before = set(_completed(table, fmt))
     log2 = open(work / "restart.log", "wb")  # noqa: SIM115 - closed below
     env2 = {k: v for k, v in os.environ.items() if not k.startswith("LAKESINK_CRASH")}
     second = subprocess.Popen(
@@ -89,23 +124,24 @@ def run_recovery(bootstrap: str, work: Path, cores: int) -> dict[str, Any]:
     )
     t_next = None
     while second.poll() is None:
-        if t_next is None and set(_completed(table)) - before:
+        if t_next is None and set(_completed(table, fmt)) - before:
             t_next = time.time()
         time.sleep(0.05)
     t_done = time.time()
     log2.close()
     if second.returncode != 0:
         raise RuntimeError(f"the restart exited with {second.returncode}, see {work}/restart.log")
-    if t_next is None and set(_completed(table)) - before:
+    if t_next is None and set(_completed(table, fmt)) - before:
         t_next = t_done
     text = (work / "restart.log").read_text(errors="replace")
     return {
+        "format": fmt,
         "crash_point": "after-write (batch 2 written, not committed)",
-        "events": EVENTS,
-        "records_per_batch": PER_BATCH,
+        "events": events,
+        "records_per_batch": per_batch,
         "commits_before_kill": len(before),
         "kill_to_next_commit_s": round((t_next or t_done) - t_kill, 2),
         "kill_to_caught_up_s": round(t_done - t_kill, 2),
-        "rolled_back": _rollbacks(table),
+        "rolled_back": _rollbacks(table, fmt),
         "restart_summary": [ln for ln in text.splitlines() if "records in" in ln][-1:],
     }

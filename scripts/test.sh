@@ -9,6 +9,7 @@ bash scripts/install-postgres.sh
 bash scripts/setup-kafka.sh
 bash scripts/setup-interop.sh   # Java Hudi (pyspark 3.5, Hudi Spark bundle) for the interop tests
 bash scripts/setup-iceberg-reader.sh   # Java Iceberg (pyspark 4.1, Iceberg Spark runtime) for its reader test
+bash scripts/setup-iceberg-rest.sh     # Apache Iceberg's REST catalog server for the REST catalog tests
 . .venv/bin/activate
 echo "== ruff"; ruff check lakesink tests benchmarks; ruff format --check lakesink tests benchmarks
 echo "== mypy"; mypy lakesink

@@ -165,8 +165,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     # --debug only; the error that ends the command says what failed in one line.
     logging.getLogger(LIBRDKAFKA_LOGGER).setLevel(logging.DEBUG if args.debug else logging.CRITICAL)
     # py4j logs the stand-in error a failed batch raises to Spark, traceback and all; the
-    # batch's own error is what the command reports.
-    logging.getLogger("py4j").setLevel(logging.DEBUG if args.debug else logging.CRITICAL)
+    # batch's own error is what the command reports. Its DEBUG level is the wire protocol:
+    # every command sent to the JVM, the data-source options with their secrets among them.
+    logging.getLogger("py4j").setLevel(logging.INFO if args.debug else logging.CRITICAL)
     try:
         return run(args)
     except LakesinkError as e:

@@ -6,11 +6,15 @@ What the engine calls (the format interface, in the engine's words):
 - `begin(writer_id, ranges)` -> `IcebergAppend`: `stage(files)`, `commit(vtts_ms)` with the
   requirement, `rollback()` (delete the staged files);
 - `commit_append(files, requirement)`: one fast append whose requirement — the writer's offsets
-  in the current lineage are exactly the batch's start offsets — is validated by the catalog
-  against the metadata it commits on (an `AssertWriterOffsets` beside pyiceberg's own
-  assertions), so it holds on every retry after a concurrent commit. The outcome says whether
-  the append was committed now, had landed earlier (our commit id found: a lost response), or
-  was a replay of committed ranges;
+  in the current lineage are exactly the batch's start offsets — holds on the metadata the
+  catalog commits on. The SQL catalog runs its commit in this process, so it validates the
+  requirement itself (an `AssertWriterOffsets` beside pyiceberg's own assertions) on every
+  retry after a concurrent commit. A REST server knows only the REST spec's requirements: the
+  append asserts that `main` is still the snapshot the offsets were checked on
+  (`assert-ref-snapshot-id`), the server refuses it when another commit moved `main`, and the
+  table is refreshed and the offsets checked again. The outcome says whether the append was
+  committed now, had landed earlier (our commit id found: a lost response), or was a replay of
+  committed ranges;
 - `schema()`, `write_context()` (for tasks), and the maintenance primitives
   `expire_snapshots` (keeping each writer's newest commit) and `remove_orphan_files`.
 """
@@ -33,7 +37,6 @@ from lakesink.errors import (
     CommitStateUnknownError,
     CorruptTableError,
     TableNotFoundError,
-    UnsupportedTableError,
 )
 from lakesink.extras import require
 from lakesink.iceberg.datafiles import DataFileDescription, WriteContext, to_data_file
@@ -300,14 +303,9 @@ class IcebergTable:
             ValidationException,
         )
 
-        if not isinstance(self._catalog, SqlCatalog):
-            # the requirement travels inside the catalog's commit, which only the SQL catalog
-            # runs in this process; a REST server would be sent a requirement it does not know
-            raise UnsupportedTableError(
-                f"table {self.name}: appends with lakesink's offsets requirement need the SQL "
-                f"catalog (SQLite or PostgreSQL) for now; catalog {self._catalog.name!r} is a "
-                f"{type(self._catalog).__name__}"
-            )
+        # the SQL catalog commits in this process and can run lakesink's own requirement; any
+        # other catalog (REST) is sent only the spec's requirements, the base snapshot among them
+        in_catalog = isinstance(self._catalog, SqlCatalog)
         unknown: BaseException | None = None
         for attempt in range(1, self._max_attempts + 1):
             if attempt > 1:
@@ -343,7 +341,10 @@ class IcebergTable:
                 vtts_ms,
             )
             try:
-                self._append(files, requirement, summary)
+                if in_catalog:
+                    self._append(files, requirement, summary)
+                else:
+                    self._append_on_base(files, summary)
             except _RequirementNotMet:
                 continue  # the offsets moved under us: re-read and decide
             except (CommitFailedException, ValidationException) as e:
@@ -402,6 +403,37 @@ class IcebergTable:
             for f in files:
                 append.append_data_file(to_data_file(f, version))
         tx.commit_transaction()
+
+    def _append_on_base(self, files: Sequence[DataFileDescription], summary: WriterCommit) -> None:
+        """The append for a catalog that cannot run lakesink's requirement (REST): it requires
+        that `main` is still the snapshot the caller checked the writer's offsets on, so the
+        server refuses it (CommitFailedException) when any other commit landed meanwhile."""
+        from pyiceberg.exceptions import CommitFailedException, ValidationException
+        from pyiceberg.table.refs import MAIN_BRANCH
+        from pyiceberg.table.update import AssertRefSnapshotId
+
+        metadata = self._table.metadata
+        main = metadata.refs.get(MAIN_BRANCH)
+        base = AssertRefSnapshotId.model_validate(
+            {"ref": MAIN_BRANCH, "snapshot-id": main.snapshot_id if main is not None else None}
+        )
+        tx = self._table.transaction()
+        tx._stage((), (base,))
+        snapshot = tx.update_snapshot(snapshot_properties=summary.to_summary())
+        with snapshot.fast_append() as append:
+            for f in files:
+                append.append_data_file(to_data_file(f, metadata.format_version))
+        # pyiceberg retries a refused commit by moving the append onto the new head, which would
+        # skip the offsets check: without its producers it raises instead, and the caller
+        # refreshes and checks again. Their manifests of a refused commit are deleted here.
+        producers = list(getattr(tx, "_snapshot_producers", ()))
+        tx._snapshot_producers = []
+        try:
+            tx.commit_transaction()
+        except (CommitFailedException, ValidationException):
+            for producer in producers:
+                producer._clean_all_uncommitted()
+            raise
 
     def _writer_snapshot(self, commit: WriterCommit) -> int | None:
         snaps, current = snapshot_infos(self._table.metadata)
