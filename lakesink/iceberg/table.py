@@ -327,8 +327,17 @@ class IcebergTable:
         number; retried on a concurrent commit. From then on every append of an older
         incarnation is refused (`commit_append(..., incarnation=)`)."""
         require("pyiceberg", "Iceberg tables")
+        from pyiceberg.catalog.sql import SqlCatalog
         from pyiceberg.exceptions import CommitFailedException
 
+        if not isinstance(self._catalog, SqlCatalog):
+            # as for appends: the requirement is checked inside the catalog's commit, which only
+            # the SQL catalog runs in this process
+            raise UnsupportedTableError(
+                f"table {self.name}: claiming writer {writer_id!r}'s incarnation needs the SQL "
+                f"catalog (SQLite or PostgreSQL) for now; catalog {self._catalog.name!r} is a "
+                f"{type(self._catalog).__name__}"
+            )
         assert_type = _assert_incarnation_type()
         for attempt in range(1, self._max_attempts * 4 + 1):
             if attempt > 1:
