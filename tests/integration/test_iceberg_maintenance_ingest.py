@@ -100,7 +100,7 @@ def test_maintenance_commands_while_an_ingest_process_commits_lose_and_duplicate
     runs: list[tuple[str, dict[str, Any]]] = []
     with ThreadPoolExecutor(1) as pool:
         ingest = pool.submit(cli, ["ingest", "--config", str(conf), "--once"], None, 480)
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + 300  # Spark's start in a process of its own
         while not table.committed_offsets(cfg.writer_id).next_offsets:  # its first commit
             assert not ingest.done(), ingest.result().stdout[-3000:]
             assert time.monotonic() < deadline, "the ingest process committed nothing"
