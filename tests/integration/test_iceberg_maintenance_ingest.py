@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -59,6 +60,16 @@ def _audited_rows(cfg: LakesinkConfig) -> int:
 def _data_files_on_disk(table: IcebergTable) -> set[str]:
     root = Path(table.location.removeprefix("file://")) / "data"
     return {str(p) for p in root.rglob("*.parquet")}
+
+
+def _json_of(output: str) -> dict[str, Any]:
+    """The JSON object a `--json` command printed; its output also carries the log lines of
+    pyiceberg's retries (stderr goes to the same capture)."""
+    start = re.search(r"^\{", output, re.MULTILINE)
+    assert start is not None, output[-3000:]
+    value, _ = json.JSONDecoder().raw_decode(output[start.start() :])
+    assert isinstance(value, dict)
+    return value
 
 
 def _plain(location: str) -> str:
@@ -111,7 +122,7 @@ def test_maintenance_commands_while_an_ingest_process_commits_lose_and_duplicate
             for args in commands:
                 out = cli(args)
                 assert out.returncode == 0, (args, out.stdout[-3000:])
-                runs.append((args[1], json.loads(out.stdout.strip().splitlines()[-1])))
+                runs.append((args[1], _json_of(out.stdout)))
                 during += not ingest.done()
         done = ingest.result()
     assert done.returncode == 0, done.stdout[-3000:]
