@@ -109,25 +109,31 @@ def test_maintenance_commands_while_an_ingest_process_commits_lose_and_duplicate
         ["iceberg", "remove-orphan-files", "-c", str(conf), "--older-than-hours", "1", "--json"],
     ]
     runs: list[tuple[str, dict[str, Any]]] = []
-    with ThreadPoolExecutor(1) as pool:
+
+    def committed() -> int:
+        table.refresh()
+        return sum(table.committed_offsets(cfg.writer_id).next_offsets.values())
+
+    overlapped = 0  # rounds of the three commands that ran while the writer committed
+    with ThreadPoolExecutor(1) as pool, ThreadPoolExecutor(len(commands)) as crew:
         ingest = pool.submit(cli, ["ingest", "--config", str(conf), "--once"], None, 480)
         deadline = time.monotonic() + 300  # Spark's start in a process of its own
-        while not table.committed_offsets(cfg.writer_id).next_offsets:  # its first commit
+        while not committed():  # its first commit landed
             assert not ingest.done(), ingest.result().stdout[-3000:]
             assert time.monotonic() < deadline, "the ingest process committed nothing"
             time.sleep(0.2)
-            table.refresh()
-        during = 0
         while not ingest.done():
-            for args in commands:
-                out = cli(args)
-                assert out.returncode == 0, (args, out.stdout[-3000:])
+            before = committed()
+            for args, out in zip(commands, list(crew.map(cli, commands)), strict=True):
+                if out.returncode != 0:  # a maintenance commit may give up, and say so
+                    assert "lost to concurrent commits" in out.stdout, (args, out.stdout[-3000:])
+                    continue
                 runs.append((args[1], _json_of(out.stdout)))
-                during += not ingest.done()
+            overlapped += not ingest.done() and committed() > before
         done = ingest.result()
     assert done.returncode == 0, done.stdout[-3000:]
-    # the commands ran while the writer committed: each kind at least once, and work was done
-    assert during >= 3, runs
+    # the three commands ran at once, and beside the writer's commits, with work to do
+    assert overlapped >= 1, runs
     assert any(r["expired"] for name, r in runs if name == "expire-snapshots"), runs
     assert any(r["snapshot_id"] for name, r in runs if name == "rewrite-data-files"), runs
     removed = {_plain(p) for n, r in runs if n == "remove-orphan-files" for p in r["deleted"]}
