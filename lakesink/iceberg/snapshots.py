@@ -48,6 +48,7 @@ __all__ = [
     "find_writer_commit",
     "incarnation_key",
     "last_commit_by_writer",
+    "lineage",
     "parse_incarnation",
     "valid_through",
 ]
@@ -195,6 +196,12 @@ def _lineage(snapshots: Mapping[int, SnapshotInfo], current_id: int | None) -> l
         ]
         out.extend(sorted(rest, key=lambda s: s.sequence_number, reverse=True))
     return out
+
+
+def lineage(snapshots: Mapping[int, SnapshotInfo], current_id: int | None) -> list[SnapshotInfo]:
+    """The snapshots a writer's commits are looked for in, newest first: the current snapshot's
+    ancestors, then past an expiry gap the retained older ones (see `_lineage`)."""
+    return _lineage(snapshots, current_id)
 
 
 def find_writer_commit(
