@@ -3,11 +3,13 @@ processes and the `lakesink iceberg` commands on one table, audited with pyicebe
 against Kafka.
 
 Scenarios (one comment each): expire-snapshots, rewrite-data-files and remove-orphan-files run
-as processes again and again while an ingest process commits batch after batch to the same table
-(next to another writer's older commit): every record once, and each writer's offsets still read
-after expiry; inline maintenance after every commit of an ingestion whose failed task attempts
-left orphans: every record once, no orphan left; orphan removal in a writer's post-commit hook
-spares a batch of the same writer still in flight, with no safety window at all.
+as processes, all three at once, again and again while an ingest process commits batch after
+batch to the same table (next to another writer's older commit): every record once, and each
+writer's offsets still read after expiry; inline maintenance after every commit of an
+ingestion with an orphan file in the table: every record once, no orphan left; orphan removal
+in a writer's post-commit hook spares a batch of the same writer still in flight, with no
+safety window at all; an inline rewrite that keeps losing to concurrent commits gives up, says
+so in the log, and the batch it followed stands.
 """
 
 from __future__ import annotations
