@@ -32,7 +32,7 @@ import pyarrow.parquet as pq
 from lakesink.audit import COORDINATES, Coordinate, _coordinates, kafka_offsets
 from lakesink.errors import CorruptTableError
 from lakesink.iceberg.catalog import SQLITE_FILE, CatalogSettings, warehouse_uri
-from lakesink.iceberg.snapshots import WriterCommit
+from lakesink.iceberg.snapshots import WriterCommit, lineage
 from lakesink.iceberg.table import IcebergTable, snapshot_infos
 from lakesink.protocol.offsets import TopicPartition
 from lakesink.storage import is_remote_uri
@@ -162,16 +162,12 @@ def _distinct(name: str, rows: list[Coordinate], report: IcebergAuditReport) -> 
 
 
 def writer_commits(table: IcebergTable, writer_id: str) -> list[tuple[int, WriterCommit]]:
-    """The writer's commits in the current snapshot's lineage, oldest first."""
+    """The writer's commits in the current snapshot's lineage, oldest first; past an expiry
+    gap too (expiry keeps each writer's newest commit behind it, and a writer whose commits all
+    lie there must still be audited)."""
     snaps, current = snapshot_infos(table.pyiceberg.metadata)
-    chain = []
-    sid, seen = current, set()
-    while sid is not None and sid in snaps and sid not in seen:
-        seen.add(sid)
-        chain.append(snaps[sid])
-        sid = snaps[sid].parent_id
     out = []
-    for s in reversed(chain):
+    for s in reversed(lineage(snaps, current)):
         c = WriterCommit.from_summary(s.summary, s.snapshot_id)
         if c is not None and c.writer_id == writer_id:
             out.append((s.snapshot_id, c))

@@ -108,6 +108,13 @@ def _non_negative_int(v: Any) -> int:
     return n
 
 
+def _non_negative_float(v: Any) -> float:
+    x = float(v)
+    if not 0 <= x < float("inf"):  # also refuses nan
+        raise ValueError("expected 0 or a positive number")
+    return x
+
+
 def _optional_port(v: Any) -> int | None:
     if v is None or str(v).strip() == "":
         return None
@@ -589,16 +596,27 @@ KEYS: tuple[Key, ...] = (
         "The cleaner also keeps file versions needed by commits of this many last hours.",
     ),
     Key(
+        "table.services.orphans.retain.hours",
+        _non_negative_float,
+        72.0,
+        "Iceberg tables: remove-orphan-files (inline, in `clean`) keeps unreferenced files "
+        "younger than this many hours, so files of batches other writers are still writing "
+        "or committing survive: keep it longer than any writer's batch takes.",
+    ),
+    Key(
         "table.services.inline.every.commits",
         _non_negative_int,
         0,
-        "Run table services (clean, cluster, archive) after every N commits; 0: never inline.",
+        "Run table services (clean, cluster, archive) after every N commits; 0: never inline. "
+        "Iceberg tables run their maintenance (table.services.inline) the same way.",
     ),
     Key(
         "table.services.inline",
         _str_list,
         ("clean", "cluster", "archive"),
-        "Which services run inline, in this order: clean, cluster, archive.",
+        "Which services run inline, in this order: clean, cluster, archive. Iceberg tables: "
+        "clean = expire-snapshots then remove-orphan-files, cluster = rewrite-data-files "
+        "(archive is skipped), or Iceberg's own action names.",
     ),
     Key(
         "table.services.clustering.small.file.bytes",

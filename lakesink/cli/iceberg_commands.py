@@ -53,7 +53,8 @@ def add_parser(sub: Any, add_config_args: Any) -> None:
                 "--older-than-hours",
                 type=float,
                 default=None,
-                help="the safety window (default 72: files of in-flight batches are younger)",
+                help="the safety window (default: table.services.orphans.retain.hours, 72; "
+                "files of in-flight batches are younger)",
             )
 
 

@@ -168,11 +168,13 @@ def _ranges(metadata: CommitMetadata) -> tuple[OffsetRange, ...]:
 
 class IcebergView:
     """The Iceberg table at its refreshed metadata: the requirements read the writer's offsets
-    in the current lineage. Appends never conflict with each other, and a writer without a
-    lock has nothing to prove alive (its incarnation travels in the offsets requirement)."""
+    in the current lineage. Appends never conflict with each other; a writer without a lock
+    proves it alive by its incarnation (`claimed`: the writer id and the incarnation it
+    claimed), which must still be the table's."""
 
-    def __init__(self, table: IcebergTable) -> None:
+    def __init__(self, table: IcebergTable, claimed: tuple[str, int] | None = None) -> None:
         self.table = table
+        self.claimed = claimed
 
     def committed_offsets(self, writer_id: str) -> WriterOffsets:
         return self.table.committed_offsets(writer_id)
@@ -184,20 +186,36 @@ class IcebergView:
         """Fast appends add files and remove none: no operation conflicts with them."""
 
     def check_alive(self, control: CommitControl, instant_time: InstantTime) -> None:
-        """No lock, no heartbeat: the catalog's offsets requirement fences stale writers."""
+        """No lock, no heartbeat: FencedError when a newer incarnation of the writer id
+        started (the catalog checks it again inside the commit)."""
+        if self.claimed is not None:
+            self.table.check_incarnation(*self.claimed)
 
 
 class IcebergFormat:
     """`TableFormat` over an `IcebergTable`: one fast append per transaction through the
     catalog's optimistic commit, with the writer's offsets requirement checked by the catalog
     (`IcebergTable.commit_append`). The transaction id (instant time) leads the snapshot's
-    commit id, so `is_published` finds the commit after a restart."""
+    commit id, so `is_published` finds the commit after a restart. After `claim`, every
+    publish also requires the writer's claimed incarnation to be the table's (zombie fencing)."""
 
     def __init__(self, table: IcebergTable, *, clock_ms: Callable[[], int] | None = None) -> None:
         self.table = table
         self._clock_ms = clock_ms or (lambda: int(time.time() * 1000))
         self._files: dict[str, list[DataFileDescription]] = {}
         self._last_issued = 0  # ms of the newest transaction id handed out
+        self.claimed: tuple[str, int] | None = None  # (writer id, incarnation) after claim()
+
+    def claim(self, writer_id: str) -> int:
+        """Claim the next incarnation of `writer_id` in the table (fencing older ones)."""
+        n = self.table.claim_incarnation(writer_id)
+        self.claimed = (writer_id, n)
+        return n
+
+    def in_flight_files(self) -> list[str]:
+        """The data files of this writer's transactions begun and not yet finished or rolled
+        back: orphan removal must spare them."""
+        return [f.path for files in self._files.values() for f in files]
 
     @property
     def name(self) -> str:
@@ -262,7 +280,7 @@ class IcebergFormat:
 
     def view(self, instant_time: InstantTime) -> IcebergView:
         self.table.refresh()
-        return IcebergView(self.table)
+        return IcebergView(self.table, self.claimed)
 
     def is_published(self, instant_time: InstantTime) -> bool:
         prefix = f"{instant_time.value}-"
@@ -280,8 +298,10 @@ class IcebergFormat:
             _ranges(metadata),
         )
         vtts = metadata.extra.get(VTTS_KEY)
+        writer_id = requirement.writer_id
+        own = self.claimed[1] if self.claimed is not None and self.claimed[0] == writer_id else None
         result = self.table.commit_append(
-            self.files(instant_time), requirement, int(vtts) if vtts else None
+            self.files(instant_time), requirement, int(vtts) if vtts else None, incarnation=own
         )
         if result.outcome is CommitOutcome.REPLAYED:
             raise CommitError(

@@ -21,7 +21,7 @@ from dataclasses import replace
 from lakesink.commit.control import CommitControl
 from lakesink.commit.coordinator import BatchOutcome, Coordinator, PreparedCommit
 from lakesink.commit.iceberg import VTTS_KEY, IcebergFormat
-from lakesink.commit.requirements import OffsetsUnchanged, Requirement
+from lakesink.commit.requirements import OffsetsUnchanged, Requirement, WriterStillLive
 from lakesink.commit.transaction import PostCommitHook, TableTransaction
 from lakesink.iceberg.datafiles import DataFileDescription
 from lakesink.iceberg.snapshots import valid_through
@@ -55,12 +55,14 @@ class IcebergCoordinator(Coordinator):
         topic_ids: Callable[[Iterable[str]], Mapping[str, str]] | None = None,
         metrics: IngestionMetrics | None = None,
         post_commit: Sequence[PostCommitHook] = (),
+        publish_delay_s: float = 0.0,
     ) -> None:
         super().__init__(
             None,
             writer_id,
             query_id=query_id,
             control=control or CommitControl(),
+            publish_delay_s=publish_delay_s,
             allow_data_loss=allow_data_loss,
             topic_ids=topic_ids,
             metrics=metrics,
@@ -69,6 +71,7 @@ class IcebergCoordinator(Coordinator):
         self.format = table_format
         # transaction ids durable in the pending store: never rolled back by this process
         self._precommitted: set[str] = set()
+        self.incarnation: int | None = None  # claimed by start()
 
     @property
     def name(self) -> str:
@@ -98,8 +101,11 @@ class IcebergCoordinator(Coordinator):
     def _side_files(self, t: InstantTime) -> list[str]:
         return []
 
-    # --- start-up: nothing to roll back ------------------------------------------------------
+    # --- start-up: claim the writer id; nothing to roll back --------------------------------
     def start(self, keep: frozenset[InstantTime] = frozenset()) -> None:
+        """Claim the next incarnation of this writer id in the table (older incarnations, e.g.
+        a driver thought dead, can no longer commit), then recover (nothing to roll back)."""
+        self.incarnation = self.format.claim(self.writer_id)
         self.recover(keep)
 
     def recover(self, keep: frozenset[InstantTime] = frozenset()) -> list[Instant]:
@@ -138,9 +144,14 @@ class IcebergCoordinator(Coordinator):
         return {VTTS_KEY: str(vtts)} if vtts is not None else {}
 
     def _requirements(self, prepared: PreparedCommit) -> tuple[Requirement, ...]:
-        """The writer's offsets unchanged (read from the refreshed metadata; the catalog checks
-        them again inside its commit). Appends conflict with nothing; no lock to hold."""
-        return (OffsetsUnchanged(self.writer_id, prepared.base_offsets, prepared.instant_time),)
+        """The writer's incarnation still the table's and its offsets unchanged (read from the
+        refreshed metadata; the catalog checks both again inside its commit). Appends conflict
+        with nothing; no lock to hold."""
+        t = prepared.instant_time
+        return (
+            WriterStillLive(self.control, t),
+            OffsetsUnchanged(self.writer_id, prepared.base_offsets, t),
+        )
 
     # --- two phases (commit.mode=async) -----------------------------------------------------
     def precommit(

@@ -6,7 +6,13 @@ Every snapshot lakesink commits carries (the Iceberg Kafka Connect sink's shape)
 - `lakesink.offsets`: the writer's next Kafka offset of every partition it has committed, after
   this commit (`{"topic:partition": offset}`, JSON) — the table is the source of truth;
 - `lakesink.vtts`: the valid-through timestamp in ms (the minimum over the writer's partitions of
-  the maximum record timestamp it ingested; absent when a partition had no records in the batch).
+  the maximum record timestamp it ingested; absent when a partition had no records in the batch);
+- `lakesink.incarnation`: the writer's incarnation that committed (absent for a writer that
+  claimed none).
+
+Zombie fencing: each start of a writer claims the next incarnation of its writer id in the table
+property `lakesink.writer.<writer id>.incarnation` (`incarnation_key`), and each of its commits
+requires, inside the catalog's commit, that the property still holds its own number.
 
 Recovery walks the current snapshot's lineage back (parent by parent, past other writers'
 snapshots) to the writer's newest commit (`find_writer_commit`). The `AppendRequirement` decides a
@@ -28,6 +34,7 @@ from lakesink.protocol.offsets import OffsetRange, TopicPartition, WriterOffsets
 
 __all__ = [
     "KEY_COMMIT_ID",
+    "KEY_INCARNATION",
     "KEY_LAYOUT",
     "KEY_MAINTENANCE",
     "KEY_OFFSETS",
@@ -39,7 +46,10 @@ __all__ = [
     "Verdict",
     "WriterCommit",
     "find_writer_commit",
+    "incarnation_key",
     "last_commit_by_writer",
+    "lineage",
+    "parse_incarnation",
     "valid_through",
 ]
 
@@ -50,9 +60,32 @@ KEY_WRITER_ID = PREFIX + "writer-id"
 KEY_COMMIT_ID = PREFIX + "commit-id"
 KEY_OFFSETS = PREFIX + "offsets"
 KEY_VTTS = PREFIX + "vtts"
+KEY_INCARNATION = PREFIX + "incarnation"
 KEY_MAINTENANCE = PREFIX + "maintenance"
 """In the summary of a snapshot lakesink's maintenance committed (a rewrite): which action. Such a
 snapshot is no writer's commit; the lineage walk passes it by."""
+
+
+def incarnation_key(writer_id: str) -> str:
+    """The table property holding the newest incarnation claimed for `writer_id`."""
+    return f"{PREFIX}writer.{writer_id}.incarnation"
+
+
+def parse_incarnation(properties: Mapping[str, str], writer_id: str) -> int | None:
+    """The incarnation of `writer_id` in the table `properties`; None when unset.
+    SummaryLayoutError when the property is not a positive whole number."""
+    raw = properties.get(incarnation_key(writer_id))
+    if raw is None:
+        return None
+    try:
+        n = int(raw)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise SummaryLayoutError(
+            f"table property {incarnation_key(writer_id)}={raw!r} is not a positive whole number"
+        )
+    return n
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +97,7 @@ class WriterCommit:
     commit_id: str
     offsets: WriterOffsets
     vtts_ms: int | None = None
+    incarnation: int | None = None
 
     def to_summary(self) -> dict[str, str]:
         """The summary properties (strings only, as Iceberg requires)."""
@@ -75,6 +109,8 @@ class WriterCommit:
         }
         if self.vtts_ms is not None:
             out[KEY_VTTS] = str(self.vtts_ms)
+        if self.incarnation is not None:
+            out[KEY_INCARNATION] = str(self.incarnation)
         return out
 
     @classmethod
@@ -106,11 +142,13 @@ class WriterCommit:
                 raise ValueError("not an object of whole numbers")
             offsets = WriterOffsets.from_json(raw)
             vtts = int(summary[KEY_VTTS]) if KEY_VTTS in summary else None
+            inc = int(summary[KEY_INCARNATION]) if KEY_INCARNATION in summary else None
         except (ValueError, OffsetError) as e:
             raise SummaryLayoutError(
-                f"{where}: lakesink summary {KEY_OFFSETS}/{KEY_VTTS} cannot be read: {e}"
+                f"{where}: lakesink summary {KEY_OFFSETS}/{KEY_VTTS}/{KEY_INCARNATION} cannot be "
+                f"read: {e}"
             ) from e
-        return cls(summary[KEY_WRITER_ID], summary[KEY_COMMIT_ID], offsets, vtts)
+        return cls(summary[KEY_WRITER_ID], summary[KEY_COMMIT_ID], offsets, vtts, inc)
 
 
 def valid_through(
@@ -158,6 +196,12 @@ def _lineage(snapshots: Mapping[int, SnapshotInfo], current_id: int | None) -> l
         ]
         out.extend(sorted(rest, key=lambda s: s.sequence_number, reverse=True))
     return out
+
+
+def lineage(snapshots: Mapping[int, SnapshotInfo], current_id: int | None) -> list[SnapshotInfo]:
+    """The snapshots a writer's commits are looked for in, newest first: the current snapshot's
+    ancestors, then past an expiry gap the retained older ones (see `_lineage`)."""
+    return _lineage(snapshots, current_id)
 
 
 def find_writer_commit(

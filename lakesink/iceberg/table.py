@@ -36,6 +36,7 @@ from lakesink.errors import (
     CommitError,
     CommitStateUnknownError,
     CorruptTableError,
+    FencedError,
     TableNotFoundError,
 )
 from lakesink.extras import require
@@ -54,7 +55,9 @@ from lakesink.iceberg.snapshots import (
     Verdict,
     WriterCommit,
     find_writer_commit,
+    incarnation_key,
     last_commit_by_writer,
+    parse_incarnation,
 )
 from lakesink.protocol.offsets import OffsetRange, WriterOffsets
 
@@ -135,6 +138,45 @@ def _assert_writer_offsets_type() -> Any:
 
 
 _ASSERT_CLASS: Any = None
+
+
+class _IncarnationMoved(Exception):
+    """Raised inside the catalog's commit by AssertWriterIncarnation: the table's incarnation
+    of the writer id is not the one expected (found: `found`). Not a CommitFailedException, so
+    pyiceberg does not retry it."""
+
+    def __init__(self, found: int | None) -> None:
+        super().__init__(f"incarnation {found}")
+        self.found = found
+
+
+def _assert_incarnation_type() -> Any:
+    """The pyiceberg requirement that the table property `lakesink.writer.<id>.incarnation`
+    holds `expected` (None: unset) in the metadata being committed on; built on first use."""
+    global _INCARNATION_CLASS
+    if _INCARNATION_CLASS is not None:
+        return _INCARNATION_CLASS
+    from pyiceberg.table.update import ValidatableTableRequirement
+
+    class AssertWriterIncarnation(ValidatableTableRequirement):
+        type: str = "lakesink-assert-writer-incarnation"
+        writer_id: str
+        expected: int | None
+
+        def validate(self, base_metadata: TableMetadata | None) -> None:  # type: ignore[override]
+            found = (
+                parse_incarnation(base_metadata.properties, self.writer_id)
+                if base_metadata is not None
+                else None
+            )
+            if found != self.expected:
+                raise _IncarnationMoved(found)
+
+    _INCARNATION_CLASS = AssertWriterIncarnation
+    return AssertWriterIncarnation
+
+
+_INCARNATION_CLASS: Any = None
 
 
 def snapshot_infos(metadata: TableMetadata) -> tuple[dict[int, SnapshotInfo], int | None]:
@@ -274,6 +316,80 @@ class IcebergTable:
         last = self.last_commit(writer_id)
         return last.offsets if last is not None else WriterOffsets.empty()
 
+    def writer_incarnation(self, writer_id: str) -> int | None:
+        """The newest incarnation claimed for `writer_id` (the table property
+        `lakesink.writer.<id>.incarnation`), None when none was."""
+        return parse_incarnation(self._table.metadata.properties, writer_id)
+
+    # -- fencing --------------------------------------------------------------------------
+
+    def claim_incarnation(self, writer_id: str) -> int:
+        """Become the newest incarnation of `writer_id`: the table property
+        `lakesink.writer.<id>.incarnation` goes from the value read (n, or unset) to n + 1 in
+        one catalog commit that requires it still to be n, so two starts never get the same
+        number; retried on a concurrent commit. From then on every append of an older
+        incarnation is refused (`commit_append(..., incarnation=)`)."""
+        require("pyiceberg", "Iceberg tables")
+        from pyiceberg.catalog.sql import SqlCatalog
+        from pyiceberg.exceptions import CommitFailedException
+
+        if not isinstance(self._catalog, SqlCatalog):
+            return self._claim_without_requirement(writer_id)
+        assert_type = _assert_incarnation_type()
+        for attempt in range(1, self._max_attempts * 4 + 1):
+            if attempt > 1:
+                self._sleep(min(0.02 * 2**attempt, 1.0))
+            self.refresh()
+            current = self.writer_incarnation(writer_id)
+            claimed = (current or 0) + 1
+            tx = self._table.transaction()
+            try:
+                tx._stage((), (assert_type(writer_id=writer_id, expected=current),))
+                tx.set_properties({incarnation_key(writer_id): str(claimed)})
+                tx.commit_transaction()
+            except (CommitFailedException, _IncarnationMoved) as e:
+                log.info(
+                    "table %s: claiming incarnation %d of writer %s lost to a concurrent "
+                    "commit (%s); trying again", self.name, claimed, writer_id, e,
+                )  # fmt: skip
+                continue
+            self.refresh()
+            log.info("table %s: writer %s claimed incarnation %d", self.name, writer_id, claimed)
+            return claimed
+        raise CommitError(
+            f"table {self.name}: writer {writer_id!r} could not claim an incarnation "
+            f"({self._max_attempts * 4} concurrent commits won); start it again"
+        )
+
+    def _claim_without_requirement(self, writer_id: str) -> int:
+        """The claim on a catalog that cannot run lakesink's requirement inside its commit
+        (REST: the spec has no requirement on a table property): n + 1 is set on the newest
+        metadata. A start after another one fences it as on the SQL catalog; two starts at the
+        same moment may both get n + 1 (their offsets requirement still lands each batch once)."""
+        self.refresh()
+        claimed = (self.writer_incarnation(writer_id) or 0) + 1
+        tx = self._table.transaction()
+        tx.set_properties({incarnation_key(writer_id): str(claimed)})
+        tx.commit_transaction()
+        self.refresh()
+        log.info("table %s: writer %s claimed incarnation %d", self.name, writer_id, claimed)
+        return claimed
+
+    def _fenced(self, writer_id: str, own: int, found: int | None) -> FencedError:
+        return FencedError(
+            f"table {self.name}: writer {writer_id!r} incarnation {own} is fenced: the table's "
+            f"incarnation of this writer id is now {found} (a newer start of the same writer "
+            "id claimed it); this one commits nothing and must stop (two processes with the "
+            "same writer.id?)"
+        )
+
+    def check_incarnation(self, writer_id: str, own: int) -> None:
+        """FencedError naming both incarnations when the table's incarnation of `writer_id`
+        (in the metadata loaded last) is not `own`."""
+        found = self.writer_incarnation(writer_id)
+        if found != own:
+            raise self._fenced(writer_id, own, found)
+
     # -- committing -----------------------------------------------------------------------
 
     def begin(
@@ -288,13 +404,18 @@ class IcebergTable:
         files: Sequence[DataFileDescription],
         requirement: AppendRequirement,
         vtts_ms: int | None = None,
+        *,
+        incarnation: int | None = None,
     ) -> CommitResult:
         """One fast append of `files` with lakesink's summary, if `requirement` holds.
 
         Retries (refreshing, re-checking) on pyiceberg's CommitFailedException and after a
         commit whose outcome is unknown. OffsetError when the writer's offsets moved
         elsewhere; CommitError when the retries ran out; CommitStateUnknownError when the last
-        attempt's outcome stayed unknown (then the files must stay)."""
+        attempt's outcome stayed unknown (then the files must stay). `incarnation`: the
+        writer's claimed incarnation (`claim_incarnation`); the catalog then also requires that
+        the table's incarnation of the writer id is still this one, and FencedError naming both
+        says a newer incarnation started (nothing is appended)."""
         require("pyiceberg", "Iceberg tables")
         from pyiceberg.catalog.sql import SqlCatalog
         from pyiceberg.exceptions import (
@@ -319,6 +440,8 @@ class IcebergTable:
                             "landed; the catalog cannot be read to tell"
                         ) from e
                     raise
+            if incarnation is not None:
+                self.check_incarnation(requirement.writer_id, incarnation)
             last = self.last_commit(requirement.writer_id)
             verdict = requirement.evaluate(last)
             if verdict is not Verdict.PROCEED:
@@ -339,12 +462,15 @@ class IcebergTable:
                 requirement.commit_id,
                 requirement.end_offsets(committed),
                 vtts_ms,
+                incarnation,
             )
             try:
                 if in_catalog:
-                    self._append(files, requirement, summary)
+                    self._append(files, requirement, summary, incarnation)
                 else:
                     self._append_on_base(files, summary)
+            except _IncarnationMoved as e:
+                raise self._fenced(requirement.writer_id, incarnation or 0, e.found) from None
             except _RequirementNotMet:
                 continue  # the offsets moved under us: re-read and decide
             except (CommitFailedException, ValidationException) as e:
@@ -384,6 +510,7 @@ class IcebergTable:
         files: Sequence[DataFileDescription],
         requirement: AppendRequirement,
         summary: WriterCommit,
+        incarnation: int | None = None,
     ) -> None:
         assert_type = _assert_writer_offsets_type()
         check = assert_type(
@@ -398,6 +525,10 @@ class IcebergTable:
         tx = self._table.transaction()
         # checked now against this base, and by the catalog against the metadata it commits on
         tx._stage((), (check,))
+        if incarnation is not None:  # a zombie's append fails inside the catalog's commit
+            tx._stage(
+                (), (_assert_incarnation_type()(writer_id=summary.writer_id, expected=incarnation),)
+            )
         snapshot = tx.update_snapshot(snapshot_properties=summary.to_summary())
         with snapshot.fast_append() as append:
             for f in files:

@@ -13,18 +13,22 @@ procedure names): `expire-snapshots`, `rewrite-data-files`, `remove-orphan-files
 
 Defaults come from the `table.services.*` keys that the Hudi services use:
 `table.services.clean.retain.hours` (expire older than; 5 days, Iceberg's default, when unset),
-`table.services.clustering.small.file.bytes` and `.min.files` (rewrite threshold) and
-`table.target.file.size.bytes` (rewrite target). Inline, after every N commits
-(`table.services.inline.every.commits`), `table.services.inline` names what runs: Iceberg's
-names, or the Hudi services' (`clean` = expire-snapshots then remove-orphan-files, `cluster` =
-rewrite-data-files; `archive` has no Iceberg counterpart and is skipped).
+`table.services.orphans.retain.hours` (the orphan safety window), `table.services.clustering.
+small.file.bytes` and `.min.files` (rewrite threshold) and `table.target.file.size.bytes`
+(rewrite target). Inline, after every N commits (`table.services.inline.every.commits`), the
+writer's post-commit hook (`iceberg_maintenance_hook`) runs what `table.services.inline` names:
+Iceberg's names, or the Hudi services' (`clean` = expire-snapshots then remove-orphan-files,
+`cluster` = rewrite-data-files; `archive` has no Iceberg counterpart and is skipped). Inline,
+orphan removal also spares the files of the writer's own batches in flight, whatever their age.
+An action that fails or keeps losing to concurrent commits is logged and given up until the next
+run: it never fails the batch it follows.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -32,6 +36,8 @@ from lakesink.config import LakesinkConfig
 from lakesink.errors import CommitError, ConfigError
 from lakesink.iceberg.rewrite import RewriteOptions, plan_rewrite, replace_files
 from lakesink.iceberg.snapshots import KEY_LAYOUT, KEY_MAINTENANCE, LAYOUT
+from lakesink.protocol.instant import InstantTime
+from lakesink.storage import options_from_config
 
 if TYPE_CHECKING:
     from lakesink.iceberg.table import CommitResult, IcebergTable
@@ -86,6 +92,7 @@ class IcebergMaintenanceOptions:
         hours = cfg["table.services.clean.retain.hours"]
         return cls(
             expire_older_than_hours=float(hours) if hours is not None else DEFAULT_EXPIRE_HOURS,
+            orphan_older_than_hours=float(cfg["table.services.orphans.retain.hours"]),
             rewrite=RewriteOptions(
                 small_file_bytes=cfg["table.services.clustering.small.file.bytes"],
                 target_file_bytes=cfg["table.target.file.size.bytes"],
@@ -180,6 +187,10 @@ def rewrite_data_files(
         return RewriteResult(
             out.snapshot_id, before, len(out.added), out.rows, attempt, out.removed, out.added
         )
+    log.warning(
+        "table %s: rewrite-data-files gave up after losing to concurrent commits %d times; "
+        "nothing was replaced (the rows are untouched)", table.name, max_attempts,
+    )  # fmt: skip
     raise CommitError(
         f"table {table.name}: rewrite-data-files lost to concurrent commits {max_attempts} "
         "times; run it again"
@@ -229,9 +240,11 @@ def run_iceberg_maintenance(
     which: Sequence[str] = ACTIONS,
     *,
     storage_options: object = None,
+    in_flight: Callable[[], Collection[str]] | None = None,
 ) -> MaintenanceRun:
     """Run the named actions once, in order (rewrite before expiry and orphans is the useful
-    order: the files it replaced become unreferenced once their snapshots expire)."""
+    order: the files it replaced become unreferenced once their snapshots expire). Orphan
+    removal spares what `in_flight()` names when it runs (data files of batches in flight)."""
     run = MaintenanceRun()
     for action in inline_actions(which):
         try:
@@ -241,39 +254,59 @@ def run_iceberg_maintenance(
                 run.rewrite = rewrite_data_files(table, options.rewrite)
             else:
                 run.orphans = remove_orphan_files(
-                    table, options.orphan_older_than_hours, storage_options=storage_options
+                    table,
+                    options.orphan_older_than_hours,
+                    storage_options=storage_options,
+                    in_flight=tuple(in_flight()) if in_flight is not None else (),
                 )
         except Exception as e:  # inline maintenance must never fail a published commit
-            log.warning("table %s: %s failed (tried again later): %s", table.name, action, e)
+            log.warning(
+                "table %s: %s failed, given up until the next run: %s", table.name, action, e
+            )
             run.errors.append(f"{action}: {e}")
     return run
 
 
 def iceberg_maintenance_hook(
-    table: IcebergTable, cfg: LakesinkConfig
-) -> Callable[[CommitResult], MaintenanceRun | None]:
+    table: IcebergTable,
+    cfg: LakesinkConfig,
+    *,
+    in_flight: Callable[[], Collection[str]] | None = None,
+) -> Callable[[CommitResult | InstantTime], MaintenanceRun | None]:
     """The post-commit hook for inline maintenance: after every `table.services.inline.every.
     commits` commits that landed (counted in this process), run `table.services.inline`'s
-    actions. Never raises; None when nothing ran."""
+    actions. The engine calls it with the instant time of a commit it published; called with
+    an `IcebergTable` commit result, only a new snapshot counts (not a replay). `in_flight`:
+    the data files of the writer's batches in flight (orphan removal spares them). Never
+    raises; None when nothing ran."""
     from lakesink.iceberg.table import CommitOutcome
 
     every = cfg["table.services.inline.every.commits"]
     which = inline_actions(tuple(cfg["table.services.inline"]))
     options = IcebergMaintenanceOptions.from_config(cfg)
+    storage = options_from_config(cfg.values)
     count = 0
 
-    def hook(result: CommitResult) -> MaintenanceRun | None:
+    def hook(result: CommitResult | InstantTime) -> MaintenanceRun | None:
         nonlocal count
-        if every <= 0 or result.outcome is not CommitOutcome.COMMITTED:
+        landed = isinstance(result, InstantTime) or result.outcome is CommitOutcome.COMMITTED
+        if every <= 0 or not landed:
             return None
         count += 1
         if count < every:
             return None
         count = 0
         try:
-            return run_iceberg_maintenance(table, options, which)
+            run = run_iceberg_maintenance(
+                table, options, which, storage_options=storage, in_flight=in_flight
+            )
         except Exception:  # never fail a published commit
             log.exception("table %s: inline maintenance failed", table.name)
             return None
+        log.info(
+            "table %s: inline maintenance ran %s%s", table.name, ", ".join(which),
+            f" ({len(run.errors)} given up: {'; '.join(run.errors)})" if run.errors else "",
+        )  # fmt: skip
+        return run
 
     return hook

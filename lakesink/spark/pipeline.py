@@ -206,16 +206,25 @@ class Ingestion:
         if self.table is None:
             from lakesink.commit.iceberg import IcebergFormat, open_iceberg_table
             from lakesink.commit.iceberg_coordinator import IcebergCoordinator
+            from lakesink.services.iceberg_maintenance import iceberg_maintenance_hook
             from lakesink.spark.direct import spark_arrow_schema
 
             table = open_iceberg_table(cfg, spark_arrow_schema(spark, self.output_schema))
+            iceberg_format = IcebergFormat(table)
+            # inline maintenance after commits; orphan removal spares the writer's batches
+            # in flight
+            maintenance = iceberg_maintenance_hook(
+                table, cfg, in_flight=iceberg_format.in_flight_files
+            )
             self.coordinator = IcebergCoordinator(
-                IcebergFormat(table),
+                iceberg_format,
                 cfg.writer_id,
                 query_id=str(uuid.uuid4()),
                 allow_data_loss=not cfg["kafka.fail.on.data.loss"],
                 topic_ids=topic_ids,
                 metrics=self.metrics,
+                post_commit=(maintenance,),
+                publish_delay_s=cfg["commit.publish.delay.s"],
             )
         else:
             self.coordinator = make_coordinator(

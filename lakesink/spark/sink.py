@@ -393,7 +393,7 @@ class CommittingSink:
         # only with debug logging, so the command line shows one line for it.
         log.info(
             "table %s writer %s: batch %s failed; rolling back instant %s",
-            coordinator.name,  # the table's name (an Iceberg coordinator has no Hudi table)
+            coordinator.name,  # not .table: an Iceberg coordinator has no Hudi table
             coordinator.writer_id,
             batch_id,
             instant,

@@ -3,11 +3,14 @@ back past other writers' snapshots, and the append requirement's verdicts. Pure 
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from lakesink.errors import CorruptTableError, OffsetError
 from lakesink.iceberg.errors import SummaryLayoutError
 from lakesink.iceberg.snapshots import (
+    KEY_INCARNATION,
     KEY_LAYOUT,
     KEY_OFFSETS,
     KEY_VTTS,
@@ -16,7 +19,9 @@ from lakesink.iceberg.snapshots import (
     Verdict,
     WriterCommit,
     find_writer_commit,
+    incarnation_key,
     last_commit_by_writer,
+    parse_incarnation,
     valid_through,
 )
 from lakesink.protocol.offsets import OffsetRange, TopicPartition, WriterOffsets
@@ -36,6 +41,29 @@ def test_summary_round_trips_writer_commit_id_offsets_and_vtts() -> None:
     assert all(isinstance(v, str) for v in summary.values())
     assert summary[KEY_LAYOUT] == "1" and summary[KEY_VTTS] == "1700000"
     assert WriterCommit.from_summary({**summary, "added-records": "5"}) == c
+
+
+def test_summary_round_trips_the_incarnation_and_omits_it_when_none_was_claimed() -> None:
+    c = WriterCommit("w1", "c-1", WriterOffsets({A0: 3}), incarnation=4)
+    summary = c.to_summary()
+    assert summary[KEY_INCARNATION] == "4"
+    assert WriterCommit.from_summary(summary) == c
+    plain = commit("w1", "c-2", **{"a:0": 3}).to_summary()
+    assert KEY_INCARNATION not in plain
+    decoded = WriterCommit.from_summary(plain)
+    assert decoded is not None and decoded.incarnation is None
+    with pytest.raises(SummaryLayoutError, match=re.escape(KEY_INCARNATION)):
+        WriterCommit.from_summary({**summary, KEY_INCARNATION: "four"})
+
+
+def test_incarnation_property_is_per_writer_id_and_must_be_a_positive_whole_number() -> None:
+    props = {incarnation_key("w1"): "3", incarnation_key("w2"): "1"}
+    assert incarnation_key("w1") == "lakesink.writer.w1.incarnation"
+    assert parse_incarnation(props, "w1") == 3 and parse_incarnation(props, "w2") == 1
+    assert parse_incarnation(props, "w3") is None
+    for bad in ("0", "-2", "x", ""):
+        with pytest.raises(SummaryLayoutError, match=re.escape("lakesink.writer.w1.incarnation")):
+            parse_incarnation({incarnation_key("w1"): bad}, "w1")
 
 
 def test_summary_without_vtts_has_no_vtts_key_and_decodes_to_none() -> None:
