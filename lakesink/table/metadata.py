@@ -20,6 +20,7 @@ import fastavro
 from lakesink.errors import CorruptTableError
 from lakesink.protocol.instant import Action, TimelineLayout
 from lakesink.protocol.write_status import FileWrite
+from lakesink.table.avro_container import ContainerWriter
 
 SCHEMA_KEY = "schema"
 _NS = "org.apache.hudi.avro.model"
@@ -86,6 +87,10 @@ def _commit_avro_schema(replace: bool) -> dict[str, Any]:
 
 _COMMIT_SCHEMA = fastavro.parse_schema(_commit_avro_schema(False))
 _REPLACE_SCHEMA = fastavro.parse_schema(_commit_avro_schema(True))
+# Commit metadata is written on every publish and grows with the files of a commit: compiled
+# encoders (lakesink.table.avro_container), byte for byte what fastavro writes.
+_COMMIT_WRITER = ContainerWriter(_COMMIT_SCHEMA)
+_REPLACE_WRITER = ContainerWriter(_REPLACE_SCHEMA)
 
 _INSTANT_INFO_SCHEMA: dict[str, Any] = {
     "type": "record",
@@ -267,11 +272,15 @@ class CommitMetadata:
 
     def to_bytes(self, layout: TimelineLayout, action: Action = Action.COMMIT) -> bytes:
         """The completed file's content for this layout and action."""
-        d = self.to_dict(layout, action)
+        return self.encode(self.to_dict(layout, action), layout, action)
+
+    @staticmethod
+    def encode(d: Mapping[str, Any], layout: TimelineLayout, action: Action) -> bytes:
+        """The completed file's content for `to_dict`'s output `d`."""
         if layout is TimelineLayout.V1:
             return json.dumps(d, indent=2, sort_keys=False).encode("utf-8")
-        schema = _REPLACE_SCHEMA if action is Action.REPLACE_COMMIT else _COMMIT_SCHEMA
-        return _avro_bytes(schema, d)
+        writer = _REPLACE_WRITER if action is Action.REPLACE_COMMIT else _COMMIT_WRITER
+        return writer.file_bytes(d)
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], what: str = "commit metadata") -> CommitMetadata:
