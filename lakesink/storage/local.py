@@ -222,6 +222,13 @@ class LocalStorage(Storage):
                 continue
         return Listing(tuple(sorted(objects, key=lambda m: m.key)), tuple(sorted(folders)))
 
+    def list_keys(self, prefix: str) -> list[str]:
+        out: list[str] = []
+        for dirpath, _dirs, files in os.walk(self.path(prefix)):
+            rel_dir = os.path.relpath(dirpath, self._root)
+            out.extend(name if rel_dir == "." else f"{rel_dir}/{name}" for name in files)
+        return sorted(out)
+
     def list_names(self, prefix: str) -> list[str]:
         try:
             with os.scandir(self.path(prefix)) as entries:

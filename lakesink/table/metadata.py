@@ -12,6 +12,7 @@ import io
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from itertools import pairwise
 from types import MappingProxyType
 from typing import Any, cast
 
@@ -281,6 +282,17 @@ class CommitMetadata:
             return json.dumps(d, indent=2, sort_keys=False).encode("utf-8")
         writer = _REPLACE_WRITER if action is Action.REPLACE_COMMIT else _COMMIT_WRITER
         return writer.file_bytes(d)
+
+    def as_read(self, d: Mapping[str, Any]) -> CommitMetadata:
+        """What a reader parses from the file written from `d` (this metadata's `to_dict`):
+        this very object when parsing would rebuild it equal (writes grouped by partition as
+        the file lists them, every field set), else the dict parsed."""
+        writes = self.writes
+        runs = 1 + sum(a.partition_path != b.partition_path for a, b in pairwise(writes))
+        grouped = runs == len({w.partition_path for w in writes}) or not writes
+        if self.operation_type and grouped and all(w.prev_commit for w in writes):
+            return self
+        return self.from_dict(d)
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], what: str = "commit metadata") -> CommitMetadata:

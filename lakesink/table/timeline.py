@@ -390,7 +390,7 @@ class Timeline:
         # not the Avro/JSON to be parsed again.
         key = self._metadata_key(done)
         if key is not None:
-            _remember_metadata(key, CommitMetadata.from_dict(as_dict, self.key_of(done)))
+            _remember_metadata(key, metadata.as_read(as_dict))
         return done
 
     def complete_rollback(

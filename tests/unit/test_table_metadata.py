@@ -155,3 +155,23 @@ def test_version_8_commit_files_are_the_bytes_fastavro_writes(action: Action) ->
     )
     with pytest.raises(TypeError):
         writer.file_bytes({**record, "operationType": 7})
+
+
+@pytest.mark.parametrize("layout", list(TimelineLayout))
+@pytest.mark.parametrize(
+    "writes",
+    [
+        (W1, W2),
+        (W2, W1, W2),  # partitions interleaved: the file lists them grouped
+        (W1, FileWrite("day=1", "f3-0", "day=1/f3-0_0-1-0_20240102030405678.parquet", 1, 1, "")),
+        (),
+    ],
+)
+def test_as_read_is_what_a_reader_parses_from_the_file(
+    layout: TimelineLayout, writes: tuple[FileWrite, ...]
+) -> None:
+    """The metadata a publish keeps for later reads equals what parsing its file gives."""
+    for action, replaced in ((Action.COMMIT, {}), (Action.REPLACE_COMMIT, {"day=1": ("x-0",)})):
+        md = CommitMetadata("INSERT", writes, replaced, schema=SCHEMA, extra={"k": "v"})
+        parsed = CommitMetadata.from_bytes(md.to_bytes(layout, action), layout, action)
+        assert md.as_read(md.to_dict(layout, action)) == parsed
