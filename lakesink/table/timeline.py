@@ -385,9 +385,8 @@ class Timeline:
             completion_time,
             snapshot_is_fresh=snapshot_is_fresh,
         )
-        # The next commit step reads this commit's metadata (the writer's offsets): keep what
-        # the file holds (parsed from the same dict, so the same as a reader gets from the file),
-        # not the Avro/JSON to be parsed again.
+        # The next commit step reads this commit's metadata (the writer's offsets): keep what a
+        # reader parses from the file (`as_read`), instead of reading and parsing it again.
         key = self._metadata_key(done)
         if key is not None:
             _remember_metadata(key, metadata.as_read(as_dict))
