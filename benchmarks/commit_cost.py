@@ -8,8 +8,11 @@ publish). "publish" is the part under the lock that writes the completed instant
 
 from __future__ import annotations
 
+import argparse
 import json
 import statistics
+import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -96,14 +99,15 @@ def measure(
     publish: list[float] = []
     overhead: list[float] = []
     begin_s: list[float] = []
+    cpu: list[float] = []  # this process's CPU time: steadier than wall time on a shared machine
     for batch in range(repeats):
         ranges = [
             OffsetRange(tp, start, start + RECORDS_PER_PARTITION)
             for tp, start in sorted(offsets.next_offsets.items())
         ]
-        a = time.perf_counter()
+        a, a_cpu = time.perf_counter(), time.process_time()
         t = coordinator.begin_batch(batch, ranges)
-        b = time.perf_counter()
+        b, b_cpu = time.perf_counter(), time.process_time()
         assert t is not None
         statuses = []
         for r in ranges:
@@ -113,13 +117,14 @@ def measure(
             statuses.append(
                 WriteStatus(t.value, f"0.{r.partition.partition}.0", r, (f,), 1000, 1000)
             )
-        c = time.perf_counter()
+        c, c_cpu = time.perf_counter(), time.process_time()
         outcome = coordinator.complete_batch(t, batch, ranges, statuses, schema=SCHEMA)
-        d = time.perf_counter()
+        d, d_cpu = time.perf_counter(), time.process_time()
         offsets = offsets.advanced_by(ranges)
         publish.append(outcome.publish_s)
         begin_s.append(b - a)
         overhead.append((b - a) + (d - c))
+        cpu.append((b_cpu - a_cpu) + (d_cpu - c_cpu))
     return {
         "files": files,
         "partitions": partitions,
@@ -129,6 +134,7 @@ def measure(
         "publish_ms": _pcts(publish),
         "begin_ms": _pcts(begin_s),
         "batch_overhead_ms": _pcts(overhead),
+        "batch_cpu_ms": _pcts(cpu),
     }
 
 
@@ -148,6 +154,7 @@ CASES = [
     (100_000, 8, True),
     (10_000, 64, False),
     (10_000, 512, False),
+    (100_000, 512, False),
 ]
 
 
@@ -171,7 +178,7 @@ def print_commit_cost(rows: list[dict[str, Any]]) -> None:
     print(
         f"\n{'files':>8} {'kafka partitions':>16} {'instants':>8} {'archival':>8} "
         f"{'publish p50/p95 ms':>19} "
-        f"{'batch overhead p50/p95 ms':>26}"
+        f"{'batch overhead p50/p95 ms':>26} {'batch CPU p50/p95 ms':>21}"
     )
     for r in rows:
         p, o = r["publish_ms"], r["batch_overhead_ms"]
@@ -179,4 +186,36 @@ def print_commit_cost(rows: list[dict[str, Any]]) -> None:
             f"{r['files']:>8,} {r['partitions']:>16} {r['instants']:>8} "
             f"{'on' if r.get('archived') else 'off':>8} "
             f"{p['p50']:>9.1f} / {p['p95']:<7.1f} {o['p50']:>13.1f} / {o['p95']:<8.1f}"
+            + (f" {c['p50']:>10.1f} / {c['p95']:<8.1f}" if (c := r.get("batch_cpu_ms")) else "")
         )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeats", type=int, default=30, help="measured batches per case")
+    parser.add_argument(
+        "--case",
+        action="append",
+        default=[],
+        help="files:partitions[:archived], repeatable (default: every case of CASES)",
+    )
+    parser.add_argument("--json", type=Path, help="write the rows here as JSON")
+    args = parser.parse_args(argv)
+    cases = [
+        (int(c.split(":")[0]), int(c.split(":")[1]), c.endswith(":archived")) for c in args.case
+    ] or CASES
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="commit-cost-") as work:
+        for files, partitions, archived in cases:
+            label = f"t{files}-{partitions}" + ("-archived" if archived else "")
+            row = measure(Path(work) / label, files, partitions, args.repeats, archived)
+            print(json.dumps(row), flush=True)
+            rows.append(row)
+    print_commit_cost(rows)
+    if args.json is not None:
+        args.json.write_text(json.dumps(rows, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

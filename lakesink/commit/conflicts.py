@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from lakesink.commit.instants import plan_path, read_json
@@ -73,9 +73,16 @@ def _mtime(timeline: Timeline, instant: Instant) -> float | None:
     return meta.modified if meta is not None and meta.modified else None
 
 
-def completed_after(timeline: Timeline, began: InstantTime, other: Instant) -> bool:
+def completed_after(
+    timeline: Timeline,
+    began: InstantTime,
+    other: Instant,
+    began_mtime: Callable[[], float | None] | None = None,
+) -> bool:
     """Whether `other` completed after the instant `began` was begun (by completion time,
-    and for recent ones by the times their timeline files were written)."""
+    and for recent ones by the times their timeline files were written). `began_mtime`: when
+    `began`'s requested file was written, asked for only when needed (one HEAD on an object
+    store, shared by every instant compared with it)."""
     if completed_since(began, other.time, other.completion_time):
         return True
     recent = other.completion_time is None or (
@@ -83,11 +90,17 @@ def completed_after(timeline: Timeline, began: InstantTime, other: Instant) -> b
     )
     if not recent:
         return False
+    ours = began_mtime() if began_mtime is not None else _requested_mtime(timeline, began)
+    theirs = _mtime(timeline, other)
+    return ours is None or theirs is None or theirs >= ours
+
+
+def _requested_mtime(timeline: Timeline, began: InstantTime) -> float | None:
+    """When `began`'s requested file (a commit's or a replacecommit's) was written."""
     ours = _mtime(timeline, Instant(began, Action.COMMIT, State.REQUESTED))
     if ours is None:
         ours = _mtime(timeline, Instant(began, Action.REPLACE_COMMIT, State.REQUESTED))
-    theirs = _mtime(timeline, other)
-    return ours is None or theirs is None or theirs >= ours
+    return ours
 
 
 def pending_clustering_groups(
@@ -107,11 +120,18 @@ def concurrent_operations(
     """Every data instant other than `began` that completed since it began or is pending."""
     tl = timeline or table.timeline()
     out: list[Operation] = []
+    known: list[float | None] = []
+
+    def began_mtime() -> float | None:
+        if not known:
+            known.append(_requested_mtime(tl, began))
+        return known[0]
+
     for inst in tl.instants:
         if inst.time == began or not inst.action.writes_data:
             continue
         if inst.is_completed:
-            if completed_after(tl, began, inst):
+            if completed_after(tl, began, inst, began_mtime):
                 out.append(operation_of(inst, tl.commit_metadata(inst)))
         elif inst.action is Action.REPLACE_COMMIT:
             out.append(
@@ -131,7 +151,18 @@ def concurrent_operations(
     return out
 
 
-def check_operation(table: HudiTable, operation: Operation, strategy: ConflictStrategy) -> None:
+def check_operation(
+    table: HudiTable,
+    operation: Operation,
+    strategy: ConflictStrategy,
+    *,
+    timeline: Timeline | None = None,
+) -> None:
     """Under the lock, right before publishing: CommitConflictError if `strategy` forbids
-    `operation` against the operations concurrent with it."""
-    check(strategy, operation, concurrent_operations(table, operation.instant_time))
+    `operation` against the operations concurrent with it. `timeline`: a snapshot listed under
+    the same lock hold (saves a LIST)."""
+    check(
+        strategy,
+        operation,
+        concurrent_operations(table, operation.instant_time, timeline=timeline),
+    )

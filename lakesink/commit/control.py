@@ -34,6 +34,7 @@ from lakesink.errors import FencedError
 from lakesink.protocol.instant import InstantTime
 from lakesink.storage import Storage
 from lakesink.table.hudi_table import HudiTable
+from lakesink.table.timeline import Timeline
 
 SERVICES_WRITER_ID = "lakesink-table-services"
 """The writer id table services use in heartbeats and logs."""
@@ -87,8 +88,10 @@ class CommitControl:
     def locked(self, table: HudiTable) -> Any:
         return contextlib.nullcontext()
 
-    def next_instant_time(self, table: HudiTable) -> InstantTime:
-        instants = table.timeline().instants
+    def next_instant_time(self, table: HudiTable, timeline: Timeline | None = None) -> InstantTime:
+        """A new instant time after every instant on the table (`timeline`: a snapshot listed
+        just now, under the lock, to read instead of listing again)."""
+        instants = (timeline or table.timeline()).instants
         latest = max((i.time.to_epoch_ms() for i in instants), default=0)
         return InstantTime.from_epoch_ms(max(self._clock_ms(), latest + 1))
 
@@ -157,8 +160,8 @@ class LockedCommitControl(CommitControl):
             finally:
                 self._lease = None
 
-    def next_instant_time(self, table: HudiTable) -> InstantTime:
-        latest = max((i.time for i in table.timeline().instants), default=None)
+    def next_instant_time(self, table: HudiTable, timeline: Timeline | None = None) -> InstantTime:
+        latest = max((i.time for i in (timeline or table.timeline()).instants), default=None)
         return self.generator.next(latest, lease=self._lease)
 
     def start_heartbeat(self, table: HudiTable, t: InstantTime) -> None:

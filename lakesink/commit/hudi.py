@@ -41,29 +41,43 @@ class HudiView:
         return writer_state.backfill_committed(self.table, backfill_id, self.timeline)
 
     def check_conflicts(self, operation: Operation, strategy: ConflictStrategy) -> None:
-        check_operation(self.table, operation, strategy)
+        check_operation(self.table, operation, strategy, timeline=self.timeline)
 
     def check_alive(self, control: CommitControl, instant_time: InstantTime) -> None:
         control.check_alive(self.table, instant_time)
 
 
 class HudiFormat:
-    """`TableFormat` over a `HudiTable`. Under the lock, `view`, `is_published` and `publish`
-    share one timeline snapshot: the view's (a LIST saved per commit)."""
+    """`TableFormat` over a `HudiTable`. The timeline is listed once per lock hold: under the
+    lock at begin, `next_instant_time` and `begin` share one snapshot; at commit, `view`, the
+    requirements, `is_published` and `publish` share the view's. Nothing is reused across lock
+    holds: another writer may add instants in between."""
 
     def __init__(self, table: HudiTable) -> None:
         self.table = table
         self._view: HudiView | None = None
+        # the snapshot `next_instant_time` listed under the lock, for the `begin` that follows
+        self._begin_snapshot: Timeline | None = None
+        # the instant whose publish deleted its markers already (`finish` need not list them)
+        self._markers_gone: InstantTime | None = None
 
     @property
     def name(self) -> str:
         return self.table.config.name
 
     def next_instant_time(self, control: CommitControl) -> InstantTime:
-        return control.next_instant_time(self.table)
+        # called under the lock, right before `begin` (TableTransaction.begin_locked)
+        self._begin_snapshot = self.table.timeline()
+        return control.next_instant_time(self.table, self._begin_snapshot)
 
     def begin(self, action: Action, instant_time: InstantTime, *, requested_content: bytes) -> None:
-        self.table.timeline().begin(action, instant_time, requested_content=requested_content)
+        snapshot, self._begin_snapshot = self._begin_snapshot, None
+        if snapshot is not None:  # listed under this lock hold: still complete
+            snapshot.begin(
+                action, instant_time, requested_content=requested_content, snapshot_is_fresh=True
+            )
+        else:
+            self.table.timeline().begin(action, instant_time, requested_content=requested_content)
 
     def stage(self, instant_time: InstantTime, files: Collection[str]) -> set[str]:
         """Delete files of failed or duplicate task attempts (marked but in no accepted status)
@@ -114,7 +128,9 @@ class HudiFormat:
         instant = Instant(instant_time, action, State.INFLIGHT)
         try:
             # under the lock: the view's snapshot is fresh
-            return timeline.publish(instant, metadata, snapshot_is_fresh=view is not None)
+            done = timeline.publish(instant, metadata, snapshot_is_fresh=view is not None)
+            self._markers_gone = instant_time  # the publish deleted them
+            return done
         except ObjectExistsError:
             raise
         except StorageError as e:
@@ -135,7 +151,8 @@ class HudiFormat:
         return timeline.commit_metadata(done).extra.get(writer_state.COMMIT_ID_KEY) == commit_id
 
     def finish(self, instant_time: InstantTime) -> None:
-        delete_markers(self.table.storage, instant_time.value)
+        if self._markers_gone != instant_time:  # a publish resolved after an unknown outcome
+            delete_markers(self.table.storage, instant_time.value)
 
     def rollback(self, instant_time: InstantTime) -> bool:
         """True when a pending instant was rolled back (False: it was gone already, and

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from pathlib import Path
 from typing import Any
 
@@ -14,20 +13,12 @@ from lakesink.errors import CommitError
 from lakesink.protocol.instant import Instant, InstantTime, State, TimelineLayout
 from lakesink.storage import ObjectExistsError, StorageError
 from lakesink.table.hudi_table import HudiTable
-from lakesink.table.timeline import Timeline
+from lakesink.table.timeline import next_completion_time
 
 log = logging.getLogger(__name__)
 
 SERVICES_DIR = Path(".hoodie") / ".lakesink" / "services"
 """lakesink's own files of table services (plans, last inline run), relative to the base."""
-
-
-def completion_time_for(timeline: Timeline, instant_time: InstantTime) -> InstantTime:
-    """A completion time after every instant and completion time on the timeline (layout 2)."""
-    taken = [i.time.to_epoch_ms() for i in timeline.instants]
-    taken += [i.completion_time.to_epoch_ms() for i in timeline.instants if i.completion_time]
-    floor = max([instant_time.to_epoch_ms(), *(t + 1 for t in taken if t != 0)])
-    return InstantTime.from_epoch_ms(max(int(time.time() * 1000), floor))
 
 
 def complete_instant(table: HudiTable, instant: Instant, content: bytes) -> Instant:
@@ -38,7 +29,7 @@ def complete_instant(table: HudiTable, instant: Instant, content: bytes) -> Inst
         raise CommitError(f"cannot complete {instant} in {timeline.where}: found {current}")
     done = instant.with_state(State.COMPLETED)
     if table.layout is TimelineLayout.V2:
-        done = instant.with_state(State.COMPLETED, completion_time_for(timeline, instant.time))
+        done = instant.with_state(State.COMPLETED, next_completion_time(timeline, instant.time))
     try:
         table.storage.create(timeline.key_of(done), content)
     except ObjectExistsError:

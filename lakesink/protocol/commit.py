@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from lakesink.errors import CommitError, OffsetError
-from lakesink.protocol.offsets import OffsetRange, WriterOffsets, merge_contiguous
+from lakesink.protocol.offsets import OffsetRange, WriterOffsets, merge_contiguous, range_order
 from lakesink.protocol.write_status import WriteStatus
 
 
@@ -86,5 +86,5 @@ def decide(
         if missing:
             names = ", ".join(f"{r.partition}[{r.start},{r.end})" for r in missing)
             raise CommitError(f"no write status for planned ranges {names}; batch not committed")
-    ordered = tuple(by_range[r] for r in sorted(by_range)) + tuple(unranged)
+    ordered = tuple(by_range[r] for r in sorted(by_range, key=range_order)) + tuple(unranged)
     return CommitDecision(verdict, ordered, committed.advanced_by(wanted))

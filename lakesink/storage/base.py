@@ -119,6 +119,16 @@ class Storage(abc.ABC):
     def list_folder(self, prefix: str) -> Listing:
         """The objects directly in the folder `prefix` and its sub-folder names."""
 
+    def list_keys(self, prefix: str) -> list[str]:
+        """The keys of every object under the folder `prefix`, recursively, sorted:
+        `list_prefix` without sizes and tags (locally: no stat per file)."""
+        return [m.key for m in self.list_prefix(prefix)]
+
+    def list_names(self, prefix: str) -> list[str]:
+        """The names (last key part) of the objects directly in the folder `prefix`, sorted:
+        `list_folder` without sizes and tags (locally: no stat per file)."""
+        return sorted(m.key.rsplit("/", 1)[-1] for m in self.list_folder(prefix).objects)
+
     @abc.abstractmethod
     def delete(self, key: str) -> None:
         """Delete the object; no error if it is gone already."""

@@ -9,6 +9,7 @@ import errno
 import fcntl
 import hashlib
 import os
+import stat
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -180,10 +181,10 @@ class LocalStorage(Storage):
 
     def head(self, key: str) -> ObjectMeta | None:
         try:
-            st = os.stat(self.path(key))
+            st = os.stat(f"{self._root}/{key}" if key else self._root)
         except (FileNotFoundError, NotADirectoryError):
             return None
-        if not os.path.isfile(self.path(key)):
+        if not stat.S_ISREG(st.st_mode):
             return None
         return ObjectMeta(key, st.st_size, _etag(st), st.st_mtime)
 
@@ -220,6 +221,21 @@ class LocalStorage(Storage):
             except FileNotFoundError:
                 continue
         return Listing(tuple(sorted(objects, key=lambda m: m.key)), tuple(sorted(folders)))
+
+    def list_keys(self, prefix: str) -> list[str]:
+        out: list[str] = []
+        for dirpath, _dirs, files in os.walk(self.path(prefix)):
+            rel_dir = os.path.relpath(dirpath, self._root)
+            out.extend(name if rel_dir == "." else f"{rel_dir}/{name}" for name in files)
+        return sorted(out)
+
+    def list_names(self, prefix: str) -> list[str]:
+        try:
+            with os.scandir(self.path(prefix)) as entries:
+                # is_file() answers from the directory entry's type: no stat per file
+                return sorted(e.name for e in entries if e.is_file())
+        except (FileNotFoundError, NotADirectoryError):
+            return []
 
     def delete(self, key: str) -> None:
         try:

@@ -51,9 +51,9 @@ def list_marked_files(table: Storage | str | Path, instant_time: InstantTime | s
     """Relative paths (from the table base) of every file the instant's markers name, sorted."""
     d = marker_key(instant_time)
     out: list[str] = []
-    for meta in as_storage(table).list_prefix(d):
-        if meta.key.endswith(MARKER_SUFFIX):
-            out.append(meta.key[len(d) + 1 : -len(MARKER_SUFFIX)])
+    for key in as_storage(table).list_keys(d):
+        if key.endswith(MARKER_SUFFIX):
+            out.append(key[len(d) + 1 : -len(MARKER_SUFFIX)])
     return sorted(out)
 
 

@@ -12,6 +12,7 @@ import io
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from itertools import pairwise
 from types import MappingProxyType
 from typing import Any, cast
 
@@ -20,6 +21,7 @@ import fastavro
 from lakesink.errors import CorruptTableError
 from lakesink.protocol.instant import Action, TimelineLayout
 from lakesink.protocol.write_status import FileWrite
+from lakesink.table.avro_container import ContainerWriter
 
 SCHEMA_KEY = "schema"
 _NS = "org.apache.hudi.avro.model"
@@ -86,6 +88,10 @@ def _commit_avro_schema(replace: bool) -> dict[str, Any]:
 
 _COMMIT_SCHEMA = fastavro.parse_schema(_commit_avro_schema(False))
 _REPLACE_SCHEMA = fastavro.parse_schema(_commit_avro_schema(True))
+# Commit metadata is written on every publish and grows with the files of a commit: compiled
+# encoders (lakesink.table.avro_container), byte for byte what fastavro writes.
+_COMMIT_WRITER = ContainerWriter(_COMMIT_SCHEMA)
+_REPLACE_WRITER = ContainerWriter(_REPLACE_SCHEMA)
 
 _INSTANT_INFO_SCHEMA: dict[str, Any] = {
     "type": "record",
@@ -267,11 +273,26 @@ class CommitMetadata:
 
     def to_bytes(self, layout: TimelineLayout, action: Action = Action.COMMIT) -> bytes:
         """The completed file's content for this layout and action."""
-        d = self.to_dict(layout, action)
+        return self.encode(self.to_dict(layout, action), layout, action)
+
+    @staticmethod
+    def encode(d: Mapping[str, Any], layout: TimelineLayout, action: Action) -> bytes:
+        """The completed file's content for `to_dict`'s output `d`."""
         if layout is TimelineLayout.V1:
             return json.dumps(d, indent=2, sort_keys=False).encode("utf-8")
-        schema = _REPLACE_SCHEMA if action is Action.REPLACE_COMMIT else _COMMIT_SCHEMA
-        return _avro_bytes(schema, d)
+        writer = _REPLACE_WRITER if action is Action.REPLACE_COMMIT else _COMMIT_WRITER
+        return writer.file_bytes(d)
+
+    def as_read(self, d: Mapping[str, Any]) -> CommitMetadata:
+        """What a reader parses from the file written from `d` (this metadata's `to_dict`):
+        this very object when parsing would rebuild it equal (writes grouped by partition as
+        the file lists them, every field set), else the dict parsed."""
+        writes = self.writes
+        runs = 1 + sum(a.partition_path != b.partition_path for a, b in pairwise(writes))
+        grouped = runs == len({w.partition_path for w in writes}) or not writes
+        if self.operation_type and grouped and all(w.prev_commit for w in writes):
+            return self
+        return self.from_dict(d)
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], what: str = "commit metadata") -> CommitMetadata:

@@ -114,6 +114,12 @@ step), so each commit's Avro/JSON is parsed once, not on every batch."""
 _METADATA_MAX = 2048
 
 
+def _remember_metadata(key: tuple[str, int, int, int, str], metadata: CommitMetadata) -> None:
+    if len(_METADATA) >= _METADATA_MAX:
+        _METADATA.clear()
+    _METADATA[key] = metadata
+
+
 def _latest_states(
     parsed: Iterable[tuple[str, Instant]], folder: str, known: Sequence[Instant] = ()
 ) -> list[Instant]:
@@ -178,9 +184,7 @@ class Timeline:
         1000 entries on an object store), never of data folders."""
         base = as_storage(base_path)
         folder = f"{base.uri}/{timeline_key(layout)}"
-        names = sorted(
-            m.key.rsplit("/", 1)[-1] for m in base.list_folder(timeline_key(layout)).objects
-        )
+        names = base.list_names(timeline_key(layout))
         key = folder
         hit = _LOADED.get(key)
         if hit is not None and hit[0] == names:
@@ -264,36 +268,32 @@ class Timeline:
             )
         cached = self._commit_cache.get(instant)
         if cached is None:
-            # A completed file is written once, whole, and never changed: its name identifies
-            # its content on an object store; a local file also by inode and mtime.
-            name = self.key_of(instant)
-            action = instant.action.value
-            key: tuple[str, int, int, int, str] | None = (
-                f"{self.storage.uri}/{name}",
-                0,
-                0,
-                0,
-                action,
-            )
-            if isinstance(self.storage, LocalStorage):
-                path = self.path_of(instant)
-                try:
-                    st = path.stat()
-                    key = (str(path), st.st_ino, st.st_mtime_ns, st.st_size, action)
-                except FileNotFoundError:
-                    key = None  # archival moved it since this snapshot was listed
+            key = self._metadata_key(instant)
             cached = _METADATA.get(key) if key is not None else None
             if cached is None:
+                name = self.key_of(instant)
                 content, source = self._commit_file(name)
                 cached = CommitMetadata.from_bytes(
                     content, self.layout, instant.action, source=source
                 )
                 if key is not None:
-                    if len(_METADATA) >= _METADATA_MAX:
-                        _METADATA.clear()
-                    _METADATA[key] = cached
+                    _remember_metadata(key, cached)
             self._commit_cache[instant] = cached
         return cached
+
+    def _metadata_key(self, instant: Instant) -> tuple[str, int, int, int, str] | None:
+        """The `_METADATA` key of a completed commit file (None: the file is gone). A completed
+        file is written once, whole, and never changed: its name identifies its content on an
+        object store; a local file also by inode and mtime."""
+        action = instant.action.value
+        if isinstance(self.storage, LocalStorage):
+            path = self.path_of(instant)
+            try:
+                st = path.stat()
+            except FileNotFoundError:
+                return None  # archival moved it since this snapshot was listed
+            return (str(path), st.st_ino, st.st_mtime_ns, st.st_size, action)
+        return (f"{self.storage.uri}/{self.key_of(instant)}", 0, 0, 0, action)
 
     def _commit_file(self, key: str) -> tuple[bytes, str]:
         """(content, where it was read) of a commit file, from the archive when archival
@@ -332,11 +332,17 @@ class Timeline:
     # -- writing -----------------------------------------------------------------------------
 
     def begin(
-        self, action: Action, time_: InstantTime, *, requested_content: bytes = b""
+        self,
+        action: Action,
+        time_: InstantTime,
+        *,
+        requested_content: bytes = b"",
+        snapshot_is_fresh: bool = False,
     ) -> Instant:
         """Write the instant's requested then inflight file. CommitError if an instant with
-        this time exists already (pick a new time and retry)."""
-        fresh = Timeline.load(self.storage, self.layout)
+        this time exists already (pick a new time and retry). `snapshot_is_fresh`: this
+        timeline was listed under the lock held now: it is not listed again."""
+        fresh = self if snapshot_is_fresh else Timeline.load(self.storage, self.layout)
         existing = fresh.get(time_)
         if existing is not None:
             raise CommitError(
@@ -372,12 +378,19 @@ class Timeline:
             raise CommitError(f"publish() completes commits and replacecommits, not {instant}")
         if instant.action is Action.COMMIT and metadata.replaced_file_ids:
             raise CommitError(f"{instant}: only a replacecommit may replace file groups")
-        return self._complete(
+        as_dict = metadata.to_dict(self.layout, instant.action)
+        done = self._complete(
             instant,
-            metadata.to_bytes(self.layout, instant.action),
+            CommitMetadata.encode(as_dict, self.layout, instant.action),
             completion_time,
             snapshot_is_fresh=snapshot_is_fresh,
         )
+        # The next commit step reads this commit's metadata (the writer's offsets): keep what a
+        # reader parses from the file (`as_read`), instead of reading and parsing it again.
+        key = self._metadata_key(done)
+        if key is not None:
+            _remember_metadata(key, metadata.as_read(as_dict))
+        return done
 
     def complete_rollback(
         self,
@@ -409,7 +422,7 @@ class Timeline:
         done = instant.with_state(State.COMPLETED)
         if self.layout is TimelineLayout.V2:
             if completion_time is None:
-                completion_time = fresh._next_completion_time(instant.time)
+                completion_time = next_completion_time(fresh, instant.time)
             elif completion_time < instant.time:
                 raise CommitError(
                     f"completion time {completion_time} of {instant.time} is before its "
@@ -441,24 +454,31 @@ class Timeline:
             delete_markers(self.storage, done.time)
         return done
 
-    def _next_completion_time(self, instant_time: InstantTime) -> InstantTime:
-        # Instant times are fixed-width digit strings: compare them as text and convert only
-        # the few values needed to epoch ms (a strptime each; a whole timeline of them was a
-        # third of a publish).
-        taken = {i.time.value for i in self.instants}
-        taken |= {i.completion_time.value for i in self.instants if i.completion_time}
-        last = max((i.completion_time for i in self.instants if i.completion_time), default=None)
-        last_done = last.to_epoch_ms() if last is not None else 0
-        own = instant_time.to_epoch_ms()
-        candidate = max(int(time.time() * 1000), own, last_done + 1)
-        while candidate != own and InstantTime.from_epoch_ms(candidate).value in taken:
-            candidate += 1
-        return InstantTime.from_epoch_ms(candidate)
-
     def remove_pending(self, instant: Instant) -> None:
         """Delete an instant's inflight then requested files (after its rollback completed)."""
         for state in (State.INFLIGHT, State.REQUESTED):
             self.storage.delete(self.key_of(instant.with_state(state)))
+
+
+def next_completion_time(timeline: Timeline, instant_time: InstantTime) -> InstantTime:
+    """The completion time (layout 2) of `instant_time` completing now on `timeline`: the clock,
+    but never before the instant's own time nor at or before the last completion time, and no
+    other instant's time or completion time (each completion time on a timeline is unique).
+    The one rule for every instant lakesink completes, data commits and cleans alike."""
+    # Instant times are fixed-width digit strings: compare them as text and convert only the few
+    # values needed to epoch ms (a strptime each; a whole timeline of them was a third of a
+    # publish).
+    instants = timeline.instants
+    done = [i.completion_time for i in instants if i.completion_time is not None]
+    taken = {i.time.value for i in instants}
+    taken.update(c.value for c in done)
+    last = max(done, default=None)
+    last_done = last.to_epoch_ms() if last is not None else 0
+    own = instant_time.to_epoch_ms()
+    candidate = max(int(time.time() * 1000), own, last_done + 1)
+    while candidate != own and InstantTime.from_epoch_ms(candidate).value in taken:
+        candidate += 1
+    return InstantTime.from_epoch_ms(candidate)
 
 
 def _completed_files_of(
@@ -469,8 +489,7 @@ def _completed_files_of(
     prefix = time_.value
     except_name = except_key.rsplit("/", 1)[-1]
     out = []
-    for m in storage.list_folder(folder_key).objects:
-        n = m.key.rsplit("/", 1)[-1]
+    for n in storage.list_names(folder_key):
         if n == except_name or not n.startswith(prefix) or not _looks_like_instant(n):
             continue
         try:

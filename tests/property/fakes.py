@@ -15,6 +15,7 @@ from lakesink.commit.control import CommitControl
 from lakesink.errors import FencedError, HeartbeatExpiredError, LockError
 from lakesink.protocol.instant import InstantTime
 from lakesink.table.hudi_table import HudiTable
+from lakesink.table.timeline import Timeline
 
 
 class Crash(BaseException):
@@ -94,8 +95,9 @@ class FakeServices(CommitControl):
         if self.world.lock_holder is self:
             self.world.lock_holder = None
 
-    def next_instant_time(self, table: HudiTable) -> InstantTime:
-        latest = max((i.time.to_epoch_ms() for i in table.timeline().instants), default=0)
+    def next_instant_time(self, table: HudiTable, timeline: Timeline | None = None) -> InstantTime:
+        instants = (timeline or table.timeline()).instants
+        latest = max((i.time.to_epoch_ms() for i in instants), default=0)
         ms = max(self.world.now_ms(), latest + 1, self._last_issued + 1)
         self._last_issued = ms
         return InstantTime.from_epoch_ms(ms)

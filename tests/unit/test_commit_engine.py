@@ -4,6 +4,7 @@ TableTransaction's states on a local table (no lock, no Spark)."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -259,3 +260,24 @@ def test_transaction_publish_whose_response_was_lost_is_found_on_the_table(
     assert result.published and calls == [1]
     done = table.timeline().get(t)
     assert done is not None and done.is_completed
+
+
+def test_cleans_and_commits_get_completion_times_by_one_rule(tmp_path: Path) -> None:
+    """A clean's completed file and a commit's follow the same completion-time rule: after the
+    newest completion time, never before the instant's own time, never a time already taken."""
+    from lakesink.commit.instants import complete_instant
+    from lakesink.protocol.instant import Instant, State
+
+    table = HudiTable.create(tmp_path / "t", TableConfig("t", ("k",), (), version=8))
+    ahead = InstantTime.from_epoch_ms(int(time.time() * 1000) + 60_000)  # ahead of the clock
+    timeline = table.timeline()
+    commit = timeline.begin(Action.COMMIT, ahead)
+    done = timeline.publish(commit, CommitMetadata("INSERT", (), schema=SCHEMA))
+    assert done.completion_time is not None and done.completion_time >= ahead
+    clean_time = InstantTime.from_epoch_ms(ahead.to_epoch_ms() - 30_000)
+    table.timeline().begin(Action.CLEAN, clean_time)
+    cleaned = complete_instant(table, Instant(clean_time, Action.CLEAN, State.INFLIGHT), b"x")
+    assert cleaned.completion_time is not None
+    assert cleaned.completion_time > done.completion_time  # after the newest completion
+    taken = {i.time for i in table.timeline().instants} | {done.completion_time}
+    assert cleaned.completion_time not in taken - {cleaned.time}

@@ -108,3 +108,70 @@ def test_rollback_metadata_and_plan_round_trip() -> None:
     assert RollbackPlan.from_bytes(plan.to_bytes()) == plan
     with pytest.raises(CorruptTableError, match="empty"):
         RollbackPlan.from_bytes(b"")
+
+
+@pytest.mark.parametrize("action", [Action.COMMIT, Action.REPLACE_COMMIT])
+def test_version_8_commit_files_are_the_bytes_fastavro_writes(action: Action) -> None:
+    """The compiled encoder of commit metadata writes exactly what fastavro writes for the same
+    record and sync marker (nulls, empty and non-ASCII strings, large and negative longs)."""
+    from lakesink.table import metadata
+
+    writes = tuple(
+        FileWrite(
+            f"day={i % 3}",
+            f"f{i}-0",
+            f"day={i % 3}/f{i}-0_{i}-1-0_20240102.parquet",
+            i * 1_000_003,
+            2**40 + i,
+            "null" if i % 2 else "20240101",
+            i,
+            -i,
+        )
+        for i in range(40)
+    )
+    md = CommitMetadata(
+        "INSERT",
+        writes,
+        replaced_file_ids={"day=1": ("a-0", "b-0"), "é": ()}
+        if action is Action.REPLACE_COMMIT
+        else {},
+        schema=SCHEMA,
+        extra={"lakesink.offsets": "{}", "ключ": "значение", "": ""},
+    )
+    record = md.to_dict(TimelineLayout.V2, action)
+    schema = (
+        metadata._REPLACE_SCHEMA if action is Action.REPLACE_COMMIT else metadata._COMMIT_SCHEMA
+    )
+    writer = (
+        metadata._REPLACE_WRITER if action is Action.REPLACE_COMMIT else metadata._COMMIT_WRITER
+    )
+    sync = bytes(range(16))
+    expected = io.BytesIO()
+    fastavro.writer(expected, schema, [record], codec="null", sync_marker=sync)
+    assert writer.file_bytes(record, sync) == expected.getvalue()
+    got = md.to_bytes(TimelineLayout.V2, action)
+    assert CommitMetadata.from_bytes(got, TimelineLayout.V2, action) == CommitMetadata.from_dict(
+        record
+    )
+    with pytest.raises(TypeError):
+        writer.file_bytes({**record, "operationType": 7})
+
+
+@pytest.mark.parametrize("layout", list(TimelineLayout))
+@pytest.mark.parametrize(
+    "writes",
+    [
+        (W1, W2),
+        (W2, W1, W2),  # partitions interleaved: the file lists them grouped
+        (W1, FileWrite("day=1", "f3-0", "day=1/f3-0_0-1-0_20240102030405678.parquet", 1, 1, "")),
+        (),
+    ],
+)
+def test_as_read_is_what_a_reader_parses_from_the_file(
+    layout: TimelineLayout, writes: tuple[FileWrite, ...]
+) -> None:
+    """The metadata a publish keeps for later reads equals what parsing its file gives."""
+    for action, replaced in ((Action.COMMIT, {}), (Action.REPLACE_COMMIT, {"day=1": ("x-0",)})):
+        md = CommitMetadata("INSERT", writes, replaced, schema=SCHEMA, extra={"k": "v"})
+        parsed = CommitMetadata.from_bytes(md.to_bytes(layout, action), layout, action)
+        assert md.as_read(md.to_dict(layout, action)) == parsed
