@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -19,38 +20,12 @@ pytestmark = pytest.mark.integration
 SOAK = Path(__file__).resolve().parents[2] / "benchmarks" / "soak.py"
 
 
-def test_short_soak_with_random_faults_loses_and_duplicates_nothing(
-    tmp_path: Path, broker_kind: str
-) -> None:
+def run_soak(tmp_path: Path, *args: str) -> tuple[dict[str, Any], str, int]:
+    """Run benchmarks/soak.py with `args` in its own process group (killed whole if it
+    outlives 10 minutes); its JSON result, its output and its exit status."""
     out = tmp_path / "soak.json"
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            str(SOAK),
-            "--minutes",
-            "1.5",
-            "--seed",
-            "20240611",
-            "--broker",
-            broker_kind,
-            "--partitions",
-            "4",
-            "--fault-interval",
-            "3",
-            "7",
-            "--patience-s",
-            "40",
-            "--broker-restart-gap-s",
-            "8",
-            "--services-every",
-            "3",
-            "--final-timeout-s",
-            "240",
-            "--workdir",
-            str(tmp_path / "work"),
-            "--json",
-            str(out),
-        ],
+        [sys.executable, str(SOAK), *args, "--workdir", str(tmp_path / "work"), "--json", str(out)],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -64,7 +39,18 @@ def test_short_soak_with_random_faults_loses_and_duplicates_nothing(
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
     assert out.exists(), stdout[-5000:]
-    result = json.loads(out.read_text())
+    return json.loads(out.read_text()), stdout, proc.returncode
+
+
+def test_short_soak_with_random_faults_loses_and_duplicates_nothing(
+    tmp_path: Path, broker_kind: str
+) -> None:
+    result, stdout, returncode = run_soak(
+        tmp_path,
+        *("--minutes", "1.5", "--seed", "20240611", "--broker", broker_kind),
+        *("--partitions", "4", "--fault-interval", "3", "7", "--patience-s", "40"),
+        *("--broker-restart-gap-s", "8", "--services-every", "3", "--final-timeout-s", "240"),
+    )
     assert result["ok"], (result["problems"], stdout[-5000:])
     assert result["duplicates"] == 0
     assert result["missing"] == 0
@@ -81,7 +67,7 @@ def test_short_soak_with_random_faults_loses_and_duplicates_nothing(
         assert result["records_produced"] - broker_lost <= result["records_in_kafka"]
     assert result["faults_total"] >= 5, result["faults"]
     assert len([k for k, n in result["faults"].items() if n]) >= 2, result["faults"]
-    assert proc.returncode == 0
+    assert returncode == 0
 
 
 def test_short_soak_into_an_iceberg_table_loses_and_duplicates_nothing(tmp_path: Path) -> None:
@@ -89,29 +75,12 @@ def test_short_soak_into_an_iceberg_table_loses_and_duplicates_nothing(tmp_path:
     broker kills, crash points up to after the catalog commit, failing task attempts, inline
     expire-snapshots and rewrite-data-files every 3 commits; then every record exactly once by
     pyiceberg, DuckDB and the soak's own count against Kafka's logs and the acked events."""
-    out = tmp_path / "soak.json"
-    args = [
+    result, stdout, returncode = run_soak(
+        tmp_path,
         *("--minutes", "1", "--seed", "20261125", "--broker", "kafka", "--format", "iceberg"),
         *("--partitions", "3", "--fault-interval", "3", "7", "--patience-s", "40"),
         *("--broker-restart-gap-s", "8", "--services-every", "3", "--final-timeout-s", "240"),
-        *("--workdir", str(tmp_path / "work"), "--json", str(out)),
-    ]
-    proc = subprocess.Popen(
-        [sys.executable, str(SOAK), *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
-    try:
-        stdout, _ = proc.communicate(timeout=600)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    assert out.exists(), stdout[-5000:]
-    result = json.loads(out.read_text())
     assert result["ok"], (result["problems"], stdout[-5000:])
     assert result["duplicates"] == result["missing"] == result["acked_events_missing"] == 0
     assert result["records_in_table"] == result["records_in_kafka"] > 0
@@ -122,4 +91,4 @@ def test_short_soak_into_an_iceberg_table_loses_and_duplicates_nothing(tmp_path:
     assert "kill-lock-holder" not in result["faults"]
     assert result["faults_total"] >= 3, result["faults"]
     assert len([k for k, n in result["faults"].items() if n]) >= 2, result["faults"]
-    assert proc.returncode == 0
+    assert returncode == 0
