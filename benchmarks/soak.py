@@ -728,7 +728,9 @@ class Soak:
         totals: Counter[str] = Counter()
         for w in self.writers:
             report = audit_iceberg(table, w.writer_id, bootstrap=bootstrap, from_log_start=True)
-            counted = self.count_against_kafka(w, rows, IcebergFormat(table).committed_offsets)
+            counted = self.count_against_kafka(
+                w, rows, IcebergFormat(table).committed_offsets, reader="pyiceberg"
+            )
             result["writers"][w.name] = {
                 "writer_id": w.writer_id,
                 "topic": w.topic,
@@ -753,14 +755,19 @@ class Soak:
             rows_not_in_kafka=totals["rows_not_in_kafka"],
             acked_events_missing=totals["acked_events_missing"],
             acked_events_lost_by_broker=totals["acked_events_lost_by_broker"],
+            offsets_rewritten_by_broker=totals["offsets_rewritten_by_broker"],
             producer_failed_deliveries=self.producer.failed,
             snapshots=len(table.pyiceberg.metadata.snapshots),
         )
         return result
 
-    def count_against_kafka(self, w: Writer, rows: Any, committed_offsets: Any) -> dict[str, Any]:
-        """The writer's rows (kafka_topic, kafka_partition, kafka_offset, event_id) against
-        Kafka's logs and the events the producer saw acknowledged; problems are recorded."""
+    def count_against_kafka(
+        self, w: Writer, rows: Any, committed_offsets: Any, *, reader: str, id_rows: Any = None
+    ) -> dict[str, Any]:
+        """The writer's rows against Kafka's logs and the events the producer saw acknowledged;
+        problems are recorded. `rows` (kafka_topic, kafka_partition, kafka_offset, ...) are what
+        `reader` read: duplicates and gaps are counted on them; `id_rows` (the same coordinates
+        plus event_id; default `rows`) tell which acknowledged events the table holds."""
         from lakesink.kafka.client import OffsetClient
         from lakesink.protocol.offsets import TopicPartition
 
@@ -772,12 +779,23 @@ class Soak:
         kafka_at = kafka_records(bootstrap, parts, hw)
         in_kafka = set(kafka_at)
         kafka_ids = {i for i in kafka_at.values() if i is not None}
-        mine = [
-            (t, int(p), int(o), e)
-            for t, p, o, e in zip(*(rows.column(i).to_pylist() for i in range(4)), strict=True)
+        coords = [
+            (t, int(p), int(o))
+            for t, p, o in zip(*(rows.column(i).to_pylist() for i in range(3)), strict=True)
             if t == w.topic
         ]
-        counts = Counter((t, p, o) for t, p, o, _ in mine)
+        counts = Counter(coords)
+        id_source = rows if id_rows is None else id_rows
+        with_ids = [
+            (int(p), int(o), e)
+            for t, p, o, e in zip(*(id_source.column(i).to_pylist() for i in range(4)), strict=True)
+            if t == w.topic
+        ]
+        table_ids = {e for *_, e in with_ids}
+        # an offset whose record the broker replaced after lakesink read it (noida-db can lose
+        # acked records over a restart and give their offsets to later ones): the table holds
+        # what the broker served there; the new record is the broker's loss to report
+        rewritten = {now for p, o, e in with_ids if (now := kafka_at.get((w.topic, p, o), e)) != e}
         committed = committed_offsets(w.writer_id)
         behind = {
             tp.key(): (committed.get(tp) or 0, hw[tp])
@@ -785,34 +803,43 @@ class Soak:
             if (committed.get(tp) or 0) != hw[tp]
         }
         acked = self.producer.acked[w.topic]
+        # acknowledged by the broker but not in its log (noida-db can lose acked records over a
+        # restart): not lakesink's loss, reported apart
         broker_lost = len(acked - kafka_ids)
-        acked_missing = len((acked & kafka_ids) - {e for *_, e in mine})
+        acked_missing = len((acked & kafka_ids) - table_ids - rewritten)
         out = {
             "kafka_records": len(in_kafka),
             "acked_events": len(acked),
-            "rows_pyiceberg": len(mine),
+            f"rows_{reader}": len(coords),
             "duplicates": sum(n - 1 for n in counts.values() if n > 1),
             "missing": len(in_kafka - set(counts)),
             "rows_not_in_kafka": len(set(counts) - in_kafka),
             "acked_events_missing": acked_missing,
             "acked_events_lost_by_broker": broker_lost,
+            "offsets_rewritten_by_broker": len(rewritten),
             "not_caught_up": behind,
         }
         if behind:
             self.problems.append(f"{w.name}: committed offsets are not at the end: {behind}")
         if acked_missing:
             self.problems.append(f"{w.name}: {acked_missing} acknowledged events missing")
-        if broker_lost and self.args.broker == "kafka":
-            self.problems.append(f"{w.name}: Apache Kafka lost {broker_lost} acknowledged events")
+        if self.args.broker == "kafka" and (broker_lost or rewritten):
+            self.problems.append(
+                f"{w.name}: Apache Kafka lost {broker_lost} acknowledged events and replaced "
+                f"the records at {len(rewritten)} offsets"
+            )
+        if rewritten:
+            self.warnings.append(
+                f"{w.name}: the broker replaced the records at {len(rewritten)} offsets after "
+                "lakesink read them (the table holds what it served there)"
+            )
         return out
 
     def audit_hudi(self) -> dict[str, Any]:
-        import pyarrow.compute as pc
-
+        """Each writer: lakesink's audit (hudi-rs and lakesink's reader against Kafka), and this
+        script's own count of the hudi-rs rows against Kafka's logs and the acked events."""
         from lakesink.audit import audit, read_with_hudi_rs
         from lakesink.commit import writer_state as commit_state
-        from lakesink.kafka.client import OffsetClient
-        from lakesink.protocol.offsets import TopicPartition
         from lakesink.table.hudi_table import HudiTable
         from lakesink.table.reader import TableReader
 
@@ -820,116 +847,52 @@ class Soak:
         bootstrap = self.broker.bootstrap_servers
         table = HudiTable.open(self.table)
         rows_rs = read_with_hudi_rs(str(self.table))
-        coords_rs = list(
-            zip(
-                rows_rs.column("kafka_topic").to_pylist(),
-                rows_rs.column("kafka_partition").to_pylist(),
-                rows_rs.column("kafka_offset").to_pylist(),
-                strict=True,
-            )
-        )
         own = TableReader(table).snapshot(
             columns=["kafka_topic", "kafka_partition", "kafka_offset", "event_id"]
         )
         result: dict[str, Any] = {"writers": {}}
-        total_kafka = total_rows = total_dupes = total_missing = total_extra = 0
-        total_acked_missing = total_broker_lost = total_rewritten = 0
+        totals: Counter[str] = Counter()
         for w in self.writers:
             report = audit(str(self.table), w.writer_id, bootstrap=bootstrap)
-            parts = [TopicPartition(w.topic, p) for p in range(self.args.partitions)]
-            with OffsetClient(bootstrap) as client:
-                hw = {tp: hi for tp, (_lo, hi) in client.watermarks(parts).items()}
-            kafka_at = kafka_records(bootstrap, parts, hw)
-            in_kafka = set(kafka_at)
-            kafka_ids = {i for i in kafka_at.values() if i is not None}
-            mine = [(t, int(p), int(o)) for t, p, o in coords_rs if t == w.topic]
-            counts = Counter(mine)
-            dupes = sum(n - 1 for n in counts.values() if n > 1)
-            missing = len(in_kafka - set(counts))
-            extra = len(set(counts) - in_kafka)
-            committed = commit_state.committed_offsets(table, w.writer_id)
-            behind = {
-                tp.key(): (committed.get(tp) or 0, hw[tp])
-                for tp in parts
-                if (committed.get(tp) or 0) != hw[tp]
-            }
-            mask = pc.equal(own.column("kafka_topic"), w.topic)
-            mine_own = own.filter(mask)
-            table_ids = set(mine_own.column("event_id").to_pylist())
-            # an offset whose record the broker replaced after lakesink read it (noida-db can
-            # lose acked records over a restart and give their offsets to later ones): the table
-            # holds what the broker served there; the new record is the broker's loss to report
-            rewritten: set[int | None] = set()
-            for p, o, e in zip(
-                mine_own.column("kafka_partition").to_pylist(),
-                mine_own.column("kafka_offset").to_pylist(),
-                mine_own.column("event_id").to_pylist(),
-                strict=True,
-            ):
-                now = kafka_at.get((w.topic, int(p), int(o)), e)
-                if now != e:
-                    rewritten.add(now)
-            acked = self.producer.acked[w.topic]
-            # acknowledged by the broker but not in its log (noida-db can lose acked records
-            # over a restart): not lakesink's loss, reported apart
-            broker_lost = len(acked - kafka_ids)
-            acked_missing = len((acked & kafka_ids) - table_ids - rewritten)
+            counted = self.count_against_kafka(
+                w,
+                rows_rs,
+                lambda writer_id: commit_state.committed_offsets(table, writer_id),
+                reader="hudi_rs",
+                id_rows=own,
+            )
+            rows_lakesink = own.column("kafka_topic").to_pylist().count(w.topic)
+            if rows_lakesink != counted["rows_hudi_rs"]:
+                self.problems.append(
+                    f"{w.name}: hudi-rs read {counted['rows_hudi_rs']} rows, lakesink's reader "
+                    f"{rows_lakesink}"
+                )
             result["writers"][w.name] = {
                 "writer_id": w.writer_id,
                 "topic": w.topic,
                 "audit_ok": report.ok,
                 "audit_problems": report.problems,
                 "commits": report.commits,
-                "kafka_records": len(in_kafka),
-                "acked_events": len(self.producer.acked[w.topic]),
-                "rows_hudi_rs": len(mine),
-                "rows_lakesink": int(pc.sum(mask.cast("int64")).as_py() or 0),
-                "duplicates": dupes,
-                "missing": missing,
-                "rows_not_in_kafka": extra,
-                "acked_events_missing": acked_missing,
-                "acked_events_lost_by_broker": broker_lost,
-                "offsets_rewritten_by_broker": len(rewritten),
-                "not_caught_up": behind,
+                **counted,
+                "rows_lakesink": rows_lakesink,
                 "driver_runs": w.runs,
                 "driver_ends": dict(w.exits),
             }
             if not report.ok:
                 self.problems.append(f"{w.name}: audit: {report.problems}")
-            if behind:
-                self.problems.append(f"{w.name}: committed offsets are not at the end: {behind}")
-            if acked_missing:
-                self.problems.append(f"{w.name}: {acked_missing} acknowledged events missing")
-            if self.args.broker == "kafka" and (broker_lost or rewritten):
-                self.problems.append(
-                    f"{w.name}: Apache Kafka lost {broker_lost} acknowledged events and replaced "
-                    f"the records at {len(rewritten)} offsets"
-                )
-            if rewritten:
-                self.warnings.append(
-                    f"{w.name}: the broker replaced the records at {len(rewritten)} offsets after "
-                    "lakesink read them (the table holds what it served there)"
-                )
-            total_kafka += len(in_kafka)
-            total_rows += len(mine)
-            total_dupes += dupes
-            total_missing += missing
-            total_extra += extra
-            total_acked_missing += acked_missing
-            total_broker_lost += broker_lost
-            total_rewritten += len(rewritten)
+            totals.update({k: v for k, v in counted.items() if isinstance(v, int)})
             self.faults["task-failure"] += w.task_faults
         pending = table.timeline().inflight_or_requested()
         result.update(
             records_produced=self.producer.acked_count,
-            records_in_kafka=total_kafka,
-            records_in_table=total_rows,
-            duplicates=total_dupes,
-            missing=total_missing,
-            rows_not_in_kafka=total_extra,
-            acked_events_missing=total_acked_missing,
-            acked_events_lost_by_broker=total_broker_lost,
-            offsets_rewritten_by_broker=total_rewritten,
+            records_in_kafka=totals["kafka_records"],
+            records_in_table=totals["rows_hudi_rs"],
+            duplicates=totals["duplicates"],
+            missing=totals["missing"],
+            rows_not_in_kafka=totals["rows_not_in_kafka"],
+            acked_events_missing=totals["acked_events_missing"],
+            acked_events_lost_by_broker=totals["acked_events_lost_by_broker"],
+            offsets_rewritten_by_broker=totals["offsets_rewritten_by_broker"],
             producer_failed_deliveries=self.producer.failed,
             pending_instants_left=[str(i) for i in pending],
             completed_commits=len(table.timeline().completed()),

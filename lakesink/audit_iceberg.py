@@ -30,7 +30,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from lakesink.audit import COORDINATES, Coordinate, _coordinates, kafka_offsets
-from lakesink.errors import CorruptTableError
+from lakesink.errors import ReaderError
 from lakesink.iceberg.catalog import SQLITE_FILE, CatalogSettings, warehouse_uri
 from lakesink.iceberg.snapshots import WriterCommit, lineage
 from lakesink.iceberg.table import IcebergTable, snapshot_infos
@@ -107,7 +107,7 @@ def spark_reader(settings: CatalogSettings) -> Callable[[IcebergTable], pa.Table
             )
             if done.returncode != 0:
                 said = [ln for ln in done.stderr.splitlines() if ln.startswith("error:")]
-                raise CorruptTableError(
+                raise ReaderError(
                     (said[-1] if said else done.stderr.strip()[-500:]).removeprefix("error: ")
                 )
             return pq.read_table(out)
@@ -258,7 +258,7 @@ def audit_iceberg(
     try:
         rows = _coordinates(read_with_pyiceberg(table), topics)
     except Exception as e:  # pyiceberg and pyarrow raise their own error types
-        raise CorruptTableError(f"pyiceberg cannot read {table.name}: {e}") from e
+        raise ReaderError(f"pyiceberg cannot read {table.name}: {e}") from e
     report.readers["pyiceberg"] = len(rows)
     readers["pyiceberg"] = _distinct("pyiceberg", rows, report)
     duck = duckdb_reader()
@@ -268,7 +268,7 @@ def audit_iceberg(
         try:
             got = duck(table.pyiceberg.metadata_location.removeprefix("file://"))
         except Exception as e:  # duckdb raises its own error types
-            raise CorruptTableError(f"DuckDB cannot read {table.name}: {e}") from e
+            raise ReaderError(f"DuckDB cannot read {table.name}: {e}") from e
         drows = _coordinates(got, topics)
         report.readers["duckdb"] = len(drows)
         readers["duckdb"] = _distinct("duckdb", drows, report)
@@ -281,7 +281,7 @@ def audit_iceberg(
         try:
             got = reader(table)
         except Exception as e:  # each engine raises its own error types
-            raise CorruptTableError(f"{name} cannot read {table.name}: {e}") from e
+            raise ReaderError(f"{name} cannot read {table.name}: {e}") from e
         xrows = _coordinates(got, topics)
         report.readers[name] = len(xrows)
         readers[name] = _distinct(name, xrows, report)

@@ -38,6 +38,11 @@ class CorruptTableError(TableError):
     """A timeline or metadata file cannot be parsed, or a file it references is missing."""
 
 
+class ReaderError(TableError):
+    """An engine the audit reads the table with (pyiceberg, DuckDB, Spark) failed to read it:
+    the table may be unreadable to users of that engine, or the engine's set-up is broken."""
+
+
 class SchemaMismatchError(TableError):
     """Rows do not match the table's schema."""
 

@@ -69,7 +69,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="a live view, refreshed every SECONDS (default 2) until Ctrl-C",
     )
 
-    verify = sub.add_parser("verify", help="the exactly-once audit (hudi-rs and lakesink reader)")
+    verify = sub.add_parser(
+        "verify",
+        help="the exactly-once audit: reads the table with readers lakesink did not write "
+        "(hudi-rs or pyiceberg, DuckDB and Spark) and checks it against Kafka",
+    )
     _add_config_args(verify)
     verify.add_argument("--json", action="store_true")
 

@@ -121,6 +121,13 @@ TROUBLESHOOTING: dict[str, Remedy] = {
         "do not delete files under the table by hand; restore the missing file from a copy; "
         "`lakesink table timeline PATH` and `lakesink verify` show what is affected",
     ),
+    "ReaderError": Remedy(
+        "`lakesink verify` read an Iceberg table with pyiceberg, DuckDB or Spark and that engine "
+        "failed: the table may be unreadable for its users, or the engine's set-up is broken "
+        "(for Spark: the reader environment `scripts/setup-iceberg-reader.sh` builds)",
+        "the message names the engine and what it said; read the table with that engine by hand "
+        "to tell a broken table from a broken set-up",
+    ),
     "SchemaMismatchError": Remedy(
         "the rows of a batch do not fit the table's schema (a changed `value.schema` or "
         "`transform.sql`, a null in a required column, bytes that are not UTF-8 in a string)",

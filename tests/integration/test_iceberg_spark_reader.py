@@ -18,6 +18,7 @@ import pytest
 from iceberg_tables import ROWS, Backend, expected, ingest
 from interop.java_iceberg import IcebergRead, JavaIceberg, JavaIcebergError
 
+from lakesink.errors import ReaderError
 from lakesink.iceberg.catalog import CatalogSettings, warehouse_uri
 from lakesink.iceberg.table import IcebergTable
 from lakesink.protocol.offsets import OffsetRange, TopicPartition
@@ -172,3 +173,13 @@ def test_audit_with_spark_passes_on_a_table_of_kafka_records(
     assert report.readers == {"pyiceberg": total, "duckdb": total, "spark": total}
     assert report.kafka_records == total and report.commits == 2
     assert not any("Spark" in why for why in report.not_run)
+
+    def broken(t: IcebergTable) -> pa.Table:
+        raise RuntimeError("no catalog named lakesink_missing")
+
+    # an engine that fails is reported as that engine's failure, not as a corrupted table
+    with pytest.raises(ReaderError, match=r"^spark cannot read lakesink.events: no catalog named"):
+        audit_iceberg(
+            table, cfg.writer_id, bootstrap=kafka_bootstrap, from_log_start=True,
+            extra_readers={"spark": broken},
+        )  # fmt: skip
