@@ -713,6 +713,12 @@ class LakesinkConfig:
         return re.sub(r"[^A-Za-z0-9._-]", "_", f"{self.table_name}.{topics}")[:128]
 
     @property
+    def dead_letter_writer_id(self) -> str:
+        """The writer that commits the dead-letter table (errors.deadletter.table), with the
+        main table's ranges: its own offsets keep each table exactly once on its own."""
+        return f"{self.writer_id}.deadletters"
+
+    @property
     def checkpoint_location(self) -> Path:
         if self["checkpoint.location"]:
             return Path(self["checkpoint.location"])

@@ -1,10 +1,10 @@
 """`lakesink status` and `lakesink table show|files|timeline` for Iceberg tables.
 
-`table` commands take a path: an Iceberg table's location (the folder holding `metadata/`) is
-read catalog-free from its newest metadata file; a warehouse folder (holding the SQLite
-`catalog.db`) is answered with the locations of the tables in it. The Hudi table services
-(`table clean|cluster|archive|rollback`) and `backfill` refuse Iceberg tables, naming the
-Iceberg maintenance commands.
+`table` commands take a path: an Iceberg table's location (the folder holding `metadata/`,
+local or on an object store) is read catalog-free from its newest metadata file; a warehouse
+folder (holding the SQLite `catalog.db`) is answered with the locations of the tables in it.
+The Hudi table services (`table clean|cluster|archive|rollback`) and `backfill` refuse Iceberg
+tables, naming the Iceberg maintenance commands.
 """
 
 from __future__ import annotations
@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from lakesink.cli.output import emit_json, say, table
-from lakesink.config import LakesinkConfig
+from lakesink.config import LakesinkConfig, storage_settings, table_storage_at
 from lakesink.errors import ConfigError, TableNotFoundError
+from lakesink.storage import Storage
 
 ICEBERG_MAINTENANCE = "lakesink iceberg expire-snapshots|rewrite-data-files|remove-orphan-files"
 _VERSION = re.compile(r"^(?:v)?(\d+)(?:-[^.]*)?\.metadata\.json$")
@@ -33,45 +34,58 @@ def local_path(path: str) -> Path | None:
     return Path(path.removeprefix("file://"))
 
 
-def newest_metadata(location: Path) -> Path | None:
-    """The newest `metadata/*.metadata.json` of an Iceberg table location (None if none)."""
+def newest_metadata(storage: Storage) -> str | None:
+    """The key of the newest `metadata/*.metadata.json` of an Iceberg table location (None if
+    none): the highest version, the newest write between two of one version."""
     found = []
-    for f in (location / "metadata").glob("*.metadata.json"):
-        m = _VERSION.match(f.name)
+    for meta in storage.list_folder("metadata").objects:
+        m = _VERSION.match(meta.key.rsplit("/", 1)[-1])
         if m:
-            found.append((int(m.group(1)), f.stat().st_mtime_ns, f))
+            found.append((int(m.group(1)), meta.modified, meta.key))
     return max(found)[2] if found else None
 
 
 def iceberg_kind(path: str) -> str | None:
-    """ "table" for an Iceberg table location, "warehouse" for a folder with `catalog.db`,
-    None for anything else (a Hudi table, an object-store path)."""
+    """ "table" for an Iceberg table location (local or on an object store), "warehouse" for a
+    local folder with `catalog.db`, None for anything else (a Hudi table, no table)."""
     local = local_path(path)
-    if local is None:
-        return None
-    if (local / "catalog.db").is_file():
+    if local is not None and (local / "catalog.db").is_file():
         return "warehouse"
-    if (local / ".hoodie").exists():
+    if local is not None and not local.is_dir():
         return None
-    if newest_metadata(local) is not None:
+    storage = table_storage_at(path)
+    if storage.exists(".hoodie/hoodie.properties"):
+        return None
+    if newest_metadata(storage) is not None:
         return "table"
     return None
 
 
 def warehouse_tables(path: Path) -> list[Path]:
     """The Iceberg table locations under a warehouse folder (namespace.db/table/metadata)."""
-    return sorted(m.parent for m in path.glob("*/*/metadata") if newest_metadata(m.parent))
+    return sorted(
+        m.parent
+        for m in path.glob("*/*/metadata")
+        if newest_metadata(table_storage_at(str(m.parent)))
+    )
 
 
 def open_static(path: str) -> Any:
-    """The pyiceberg table at an Iceberg table location, read from its newest metadata."""
+    """The pyiceberg table at an Iceberg table location, read from its newest metadata; on an
+    object store with the storage.* settings of the environment (LAKESINK_STORAGE_S3_...)."""
     from pyiceberg.table import StaticTable
 
-    local = local_path(path)
-    metadata = newest_metadata(local) if local is not None else None
-    if metadata is None:
+    from lakesink.iceberg.catalog import file_io_properties
+    from lakesink.storage import options_from_config
+
+    storage = table_storage_at(path)
+    key = newest_metadata(storage)
+    if key is None:
         raise TableNotFoundError(f"no Iceberg metadata under {path}/metadata")
-    return StaticTable.from_metadata(str(metadata))
+    if storage.is_local:
+        return StaticTable.from_metadata(str(Path(storage.uri.removeprefix("file://")) / key))
+    properties = file_io_properties(options_from_config(storage_settings()))
+    return StaticTable.from_metadata(f"{storage.uri}/{key}", properties)
 
 
 def snapshot_rows(tbl: Any, limit: int | None = None) -> list[dict[str, Any]]:
@@ -224,6 +238,11 @@ def collect_iceberg_status(cfg: LakesinkConfig) -> dict[str, Any]:
             out["pending"] = pending_summary(store, cfg.writer_id)
         finally:
             store.close()
+    from lakesink.cli.status import status_metrics
+
+    out["metrics_source"], out["metrics"] = status_metrics(cfg, out)
+    if cfg["errors.deadletter.table"]:
+        out["dead_letter_table"] = _dead_letter_status(cfg)
     if tbl is None:
         out["table"] = None
         return out
@@ -242,6 +261,28 @@ def collect_iceberg_status(cfg: LakesinkConfig) -> dict[str, Any]:
     return out
 
 
+def _dead_letter_status(cfg: LakesinkConfig) -> dict[str, Any] | None:
+    """The Iceberg dead-letter table's name, records and snapshots, and the offsets its writer
+    (`<writer id>.deadletters`) has committed; None while it does not exist yet."""
+    from lakesink.commit.iceberg import open_dead_letter_table
+    from lakesink.iceberg.errors import CatalogNotFoundError
+
+    try:
+        dead = open_dead_letter_table(cfg, create=False)
+    except (TableNotFoundError, CatalogNotFoundError):
+        return None
+    current = dead.pyiceberg.current_snapshot()
+    summary = dict(current.summary.additional_properties) if current and current.summary else {}
+    writer = cfg.dead_letter_writer_id
+    return {
+        "name": dead.name,
+        "records": int(summary.get("total-records", 0)),
+        "snapshots": len(dead.pyiceberg.metadata.snapshots),
+        "writer_id": writer,
+        "committed": dead.committed_offsets(writer).to_json(),
+    }
+
+
 def print_iceberg_status(st: dict[str, Any]) -> None:
     say(f"writer {st['writer_id']}")
     rows = [
@@ -254,6 +295,14 @@ def print_iceberg_status(st: dict[str, Any]) -> None:
         say(
             f"async commit: {len(p['pending_epochs'])} pending epochs, commit lag {lag}, "
             f"last committed epoch {p['latest_committed_epoch']}"
+        )
+    if "dead_letter_table" in st:
+        d = st["dead_letter_table"]
+        say(
+            "dead-letter table: not created yet (no record has failed to decode)"
+            if d is None
+            else f"dead-letter table {d['name']}: {d['records']:,} records, "
+            f"{d['snapshots']} snapshots (writer {d['writer_id']})"
         )
     t = st["table"]
     if t is None:

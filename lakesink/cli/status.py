@@ -135,9 +135,10 @@ def run_status(cfg: LakesinkConfig, *, as_json: bool, watch_s: float | None = No
         from lakesink.cli.iceberg_inspect import collect_iceberg_status, print_iceberg_status
 
         if watch_s is not None:
-            from lakesink.errors import ConfigError
+            from lakesink.cli.watch import watch_status
 
-            raise ConfigError("status --watch: not for Iceberg tables yet; run status without it")
+            watch_status(cfg, interval_s=watch_s, collect=collect_iceberg_status)
+            return 0
         st = collect_iceberg_status(cfg)
         if as_json:
             emit_json(st)

@@ -1,5 +1,5 @@
 """`lakesink status --watch`: a live terminal view of lag per partition, rates and recent
-instants, refreshed every few seconds (rich)."""
+instants (Hudi) or snapshots (Iceberg), refreshed every few seconds (rich)."""
 
 from __future__ import annotations
 
@@ -91,8 +91,34 @@ def render(st: dict[str, Any], state: WatchState, interval_s: float) -> Group:
         summary.append(f"{len(st['pending']['pending_epochs'])} pending epochs")
     body: list[Any] = [title, parts, Text("  ".join(summary))]
     table = st.get("table")
+    if "dead_letter_table" in st:
+        dead = st["dead_letter_table"]
+        body.append(
+            Text("dead-letter table: not created yet", style="dim")
+            if dead is None
+            else Text(f"dead-letter table {dead['name']}: {dead['records']:,} records")
+        )
     if table is None:
         body.append(Text("table: not created yet", style="dim"))
+    elif st.get("format") == "iceberg":
+        snapshots = Table(title="recent snapshots", title_justify="left", expand=False)
+        for column in ("snapshot", "operation", "writer", "records", "files"):
+            snapshots.add_column(
+                column, justify="right" if column in ("records", "files") else "left"
+            )
+        for r in table["recent"][-RECENT_INSTANTS:][::-1]:
+            snapshots.add_row(
+                str(r["snapshot_id"]),
+                r["operation"],
+                Text(r["writer"]),
+                _num(r["added_records"]),
+                _num(r["added_files"]),
+            )
+        body.append(snapshots)
+        files = table["files"]
+        body.append(
+            Text(f"{table['records']:,} records in {files:,} data file{'' if files == 1 else 's'}")
+        )
     else:
         instants = Table(title="recent instants", title_justify="left", expand=False)
         instants.add_column("instant")

@@ -427,7 +427,7 @@ class Ingestion:
         if self.iceberg:
             return self._iceberg_dead_letter_coordinator()
         cfg = self.cfg.with_overrides(
-            {"table.path": path, "writer.id": f"{self.cfg.writer_id}.deadletters"}
+            {"table.path": path, "writer.id": self.cfg.dead_letter_writer_id}
         )
         table = HudiTable.create(
             open_table_storage(cfg),
@@ -456,7 +456,7 @@ class Ingestion:
         rows = spark_arrow_schema(self.spark, from_arrow_schema(dead_letter_rows(self.cfg)))
         coordinator = IcebergCoordinator(
             IcebergFormat(open_dead_letter_table(self.cfg, rows)),
-            f"{self.cfg.writer_id}.deadletters",
+            self.cfg.dead_letter_writer_id,
             query_id=self.coordinator.query_id,
             allow_data_loss=not self.cfg["kafka.fail.on.data.loss"],
         )

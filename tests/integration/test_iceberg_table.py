@@ -10,6 +10,7 @@ each writer's offsets, orphan removal sparing fresh files, and the bad inputs.
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from collections.abc import Iterator
@@ -367,3 +368,36 @@ def test_writers_committing_at_once_each_land_every_batch_once(backend: Backend)
     assert fresh.committed_offsets("wa").next_offsets == {topics["wa"]: 12}
     assert fresh.committed_offsets("wb").next_offsets == {topics["wb"]: 12}
     assert len(fresh.pyiceberg.metadata.snapshots) == 8
+
+
+def test_table_commands_read_a_table_location_on_local_disk_and_on_s3(
+    store: Backend,
+    request: pytest.FixtureRequest,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`lakesink table show|timeline|files` take the table's location, catalog-free; on an
+    object store with the storage.* settings of the environment, as for Hudi tables."""
+    from lakesink.cli.main import main
+
+    table = store.table("db.events")
+    ingest(table, "w1", [R(P0, 0, 5), R(P1, 0, 3)])
+    ingest(table, "w1", [R(P0, 5, 7)])
+    on_s3 = store.settings.warehouse.startswith("s3://")
+    if on_s3:
+        for key, value in request.getfixturevalue("s3_server").storage_config().items():
+            env = "LAKESINK_" + key.upper().replace(".", "_")
+            monkeypatch.setenv(env, str(value).lower() if isinstance(value, bool) else str(value))
+    location = table.location
+    assert location.startswith("s3://" if on_s3 else "file://")
+
+    def run(command: str) -> Any:
+        assert main(["table", command, location, "--json"]) == 0
+        return json.loads(capsys.readouterr().out)
+
+    shown = run("show")
+    assert (shown["format"], shown["records"]) == ("iceberg", 10), shown
+    assert [(r["writer"], r["added_records"]) for r in run("timeline")] == [("w1", 8), ("w1", 2)]
+    files = run("files")
+    assert sum(f["records"] for f in files) == 10
+    assert all(f["path"].startswith(location) for f in files), files

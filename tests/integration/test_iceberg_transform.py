@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from integration.conftest import ingest_config, run_ingestion, write_config_file
 
+from lakesink.cli.iceberg_inspect import collect_iceberg_status
 from lakesink.cli.verify import audit_config
 from lakesink.commit.iceberg import (
     dead_letter_coordinates_of,
@@ -194,6 +195,9 @@ def test_bad_records_land_in_the_iceberg_dead_letter_table_exactly_once(
     assert sorted(r["kafka_offset"] for r in letters) == list(BAD_AT)
     assert all(r["kafka_value"] == values[r["kafka_offset"]] and r["error"] for r in letters)
     assert dead_letter_coordinates_of(cfg) == {(topic, 0, at) for at in BAD_AT}
+    shown = collect_iceberg_status(cfg)["dead_letter_table"]
+    assert (shown["name"], shown["records"]) == (dead.name, len(BAD_AT)), shown
+    assert shown["committed"] == {f"{topic}:0": len(GOOD)}, shown  # the main table's ranges
     report = audit_config(cfg)
     assert report.ok, report.problems
     assert report.dead_letters == len(BAD_AT)

@@ -6,6 +6,7 @@ refuse an Iceberg table by name."""
 
 from __future__ import annotations
 
+import io
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -14,8 +15,11 @@ from typing import Any
 import pytest
 from iceberg_tables import ROWS, ingest, write
 from integration.conftest import ingest_config, write_config_file
+from rich.console import Console
 
+from lakesink.cli.iceberg_inspect import collect_iceberg_status
 from lakesink.cli.verify import audit_config
+from lakesink.cli.watch import watch_status
 from lakesink.commit.iceberg import open_iceberg_table
 from lakesink.config import LakesinkConfig
 from lakesink.kafka.producer import produce_sample_events
@@ -109,6 +113,15 @@ def test_cli_verify_status_and_table_commands_on_an_iceberg_table(
     assert fresh.returncode == 0 and "Iceberg table: not created yet" in fresh.stdout, fresh.stdout
     (recent,) = st["table"]["recent"]
     assert (recent["writer"], recent["added_records"]) == (cfg.writer_id, counts[p0] + 4)
+    out = io.StringIO()
+    console = Console(file=out, force_terminal=True, width=160, color_system=None)
+    frames = watch_status(
+        cfg, interval_s=0.1, collect=collect_iceberg_status, console=console, refreshes=1
+    )
+    frame = out.getvalue()
+    assert frames == 1 and f"total lag {counts[p1] - 4}" in frame, frame
+    assert str(recent["snapshot_id"]) in frame and "recent snapshots" in frame, frame
+    assert f"{counts[p0] + 4:,} records in " in frame, frame
 
     location = table.location.removeprefix("file://")
     show = cli(["table", "show", location, "--json"])
