@@ -25,6 +25,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import unquote, urlsplit
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -60,25 +61,69 @@ def spark_environment() -> tuple[Path, list[Path]] | str:
     return python, jars
 
 
+def spark_catalog_properties(settings: CatalogSettings) -> dict[str, str] | str:
+    """The properties of Iceberg's Java catalog that open the same catalog in Spark (they hold
+    credentials: never log them), or why Spark cannot: a SQL catalog (SQLite file or
+    PostgreSQL) through Iceberg's JdbcCatalog, a REST catalog through its RESTCatalog; a
+    warehouse on local disk or S3 (Iceberg's S3FileIO with the storage settings)."""
+    props: dict[str, str] = {}
+    if settings.kind == "rest":
+        props.update(settings.properties)  # token, credential, ...: the same names in Java
+        props.update({"type": "rest", "uri": str(settings.uri)})
+    else:
+        uri = settings.uri or ""
+        if not uri:
+            catalog_file = Path(settings.warehouse.removeprefix("file://")).resolve() / SQLITE_FILE
+            uri = f"sqlite:///{catalog_file}"
+        parts = urlsplit(uri)
+        scheme = parts.scheme.lower().partition("+")[0]
+        if scheme == "sqlite":
+            jdbc = "jdbc:sqlite:" + uri.split(":///", 1)[1]
+        elif scheme in ("postgresql", "postgres"):
+            jdbc = f"jdbc:postgresql://{parts.hostname}:{parts.port or 5432}{parts.path}"
+            if parts.username:
+                props["jdbc.user"] = unquote(parts.username)
+            if parts.password:
+                props["jdbc.password"] = unquote(parts.password)
+        else:
+            return f"Spark: cannot open a SQL catalog of scheme {scheme!r} in this audit"
+        props.update(
+            {
+                "catalog-impl": "org.apache.iceberg.jdbc.JdbcCatalog",
+                "uri": jdbc,
+                "jdbc.schema-version": "V1",
+            }
+        )
+    props["warehouse"] = warehouse_uri(settings.warehouse)
+    remote = is_remote_uri(settings.warehouse)
+    if remote and not settings.warehouse.lower().startswith(("s3://", "s3a://")):
+        return "Spark: reads local and S3 warehouses only in this audit"
+    if remote:
+        storage = settings.storage
+        props["io-impl"] = "org.apache.iceberg.aws.s3.S3FileIO"
+        props["s3.path-style-access"] = "true" if storage.path_style else "false"
+        given = {
+            "s3.endpoint": storage.endpoint,
+            "client.region": storage.region,
+            "s3.access-key-id": storage.access_key_id,
+            "s3.secret-access-key": storage.secret_access_key,
+            "s3.session-token": storage.session_token,
+        }
+        props.update({k: v for k, v in given.items() if v})
+    return props
+
+
 def spark_reader(settings: CatalogSettings) -> Callable[[IcebergTable], pa.Table] | str:
     """A reader of the table's current snapshot by Spark with Iceberg's Java runtime, run in
     the Iceberg reader environment (a subprocess; lakesink's own Spark is newer than Iceberg
-    supports), or why there is none. Spark opens the same SQL catalog through Iceberg's
-    JdbcCatalog: a SQLite catalog file and a local warehouse."""
+    supports), or why there is none. Spark opens the same catalog (`spark_catalog_properties`)."""
     env = spark_environment()
     if isinstance(env, str):
         return env
     python, jars = env
-    uri = settings.uri or ""
-    if settings.kind != "sql" or not (uri == "" or uri.startswith("sqlite:")):
-        return "Spark: reads SQLite SQL catalogs only in this audit"
-    if is_remote_uri(settings.warehouse):
-        return "Spark: reads local warehouses only in this audit"
-    catalog_file = (
-        uri.removeprefix("sqlite:///")
-        if uri
-        else str(Path(settings.warehouse.removeprefix("file://")).resolve() / SQLITE_FILE)
-    )
+    catalog = spark_catalog_properties(settings)
+    if isinstance(catalog, str):
+        return catalog
 
     def read(table: IcebergTable) -> pa.Table:
         with tempfile.TemporaryDirectory(prefix="lakesink-verify-spark-") as work:
@@ -86,8 +131,7 @@ def spark_reader(settings: CatalogSettings) -> Callable[[IcebergTable], pa.Table
             request = {
                 "jars": [str(j) for j in jars],
                 "catalog": settings.name,
-                "jdbc_uri": f"jdbc:sqlite:{catalog_file}",
-                "warehouse": warehouse_uri(settings.warehouse),
+                "catalog_properties": catalog,
                 "table": f"{settings.name}.{table.name}",
                 "columns": list(COORDINATES),
                 "out": str(out),

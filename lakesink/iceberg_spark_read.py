@@ -1,13 +1,14 @@
 """Read an Iceberg table with Spark and Iceberg's own Java runtime, for `lakesink verify`.
 
 This file runs as a script in the Iceberg reader environment (pyspark 4.1 with
-iceberg-spark-runtime-4.1_2.13 and the SQLite JDBC driver; `bash scripts/setup-iceberg-reader.sh`
-builds it), never inside lakesink's own Python: released Iceberg supports Spark up to 4.1 only.
-It imports nothing of lakesink. The request is one JSON object on stdin (so nothing of it shows
-in the process list):
+iceberg-spark-runtime-4.1_2.13, the SQLite and PostgreSQL JDBC drivers and iceberg-aws-bundle;
+`bash scripts/setup-iceberg-reader.sh` builds it), never inside lakesink's own Python: released
+Iceberg supports Spark up to 4.1 only.
+It imports nothing of lakesink. The request is one JSON object on stdin (so nothing of it, the
+catalog's credentials included, shows in the process list):
 
-    {"jars": [...], "catalog": NAME, "jdbc_uri": "jdbc:sqlite:/abs/catalog.db",
-     "warehouse": "file:///abs/wh", "table": "NAME.ns.table", "columns": [...], "out": FILE}
+    {"jars": [...], "catalog": NAME, "catalog_properties": {"catalog-impl": ..., "uri": ...,
+     "warehouse": "file:///abs/wh", ...}, "table": "NAME.ns.table", "columns": [...], "out": FILE}
 
 The rows of the table's current snapshot, only `columns`, are written to FILE as Parquet.
 Failures end with exit status 1 and one line on stderr that starts with `error:`.
@@ -25,7 +26,7 @@ def _session(request: dict[str, Any]) -> Any:
     from pyspark.sql import SparkSession
 
     prefix = f"spark.sql.catalog.{request['catalog']}"
-    return (
+    builder = (
         SparkSession.builder.master("local[2]")
         .appName("lakesink-verify-iceberg")
         .config("spark.jars", ",".join(request["jars"]))
@@ -34,12 +35,10 @@ def _session(request: dict[str, Any]) -> Any:
         .config("spark.ui.enabled", "false")
         .config("spark.sql.session.timeZone", "UTC")
         .config(prefix, "org.apache.iceberg.spark.SparkCatalog")
-        .config(prefix + ".catalog-impl", "org.apache.iceberg.jdbc.JdbcCatalog")
-        .config(prefix + ".uri", request["jdbc_uri"])
-        .config(prefix + ".warehouse", request["warehouse"])
-        .config(prefix + ".jdbc.schema-version", "V1")
-        .getOrCreate()
     )
+    for key, value in request["catalog_properties"].items():
+        builder = builder.config(f"{prefix}.{key}", value)
+    return builder.getOrCreate()
 
 
 def main() -> int:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import json
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ from lakesink.kafka.producer import produce_sample_events
 from lakesink.protocol.offsets import OffsetRange, TopicPartition
 
 pytestmark = pytest.mark.integration
+pytest_plugins = ["pg_fixture"]
 
 
 def _config(bootstrap: str, topic: str, warehouse: Path, name: str) -> LakesinkConfig:
@@ -188,3 +190,45 @@ def test_verify_names_a_snapshot_summary_of_another_layout(
     assert run.returncode not in (0, 10), run.stdout
     assert "lakesink summary of layout '9'" in run.stdout, run.stdout
     assert "Traceback" not in run.stdout
+
+
+@pytest.mark.parametrize("where", ["postgres-catalog", "s3-warehouse"])
+def test_verify_reads_with_spark_from_a_postgres_catalog_and_an_s3_warehouse(
+    where: str,
+    kafka_bootstrap: str,
+    produced: tuple[str, dict[TopicPartition, int]],
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+) -> None:
+    """Spark opens the catalog lakesink wrote (Iceberg's JdbcCatalog on PostgreSQL, or the
+    SQLite catalog of a warehouse on S3 through Iceberg's S3FileIO) and reads what pyiceberg
+    reads; the credentials reach Spark on its stdin only."""
+    topic, counts = produced
+    p0, p1 = TopicPartition(topic, 0), TopicPartition(topic, 1)
+    if where == "postgres-catalog":
+        pg = request.getfixturevalue("postgres_server")
+        name = "v" + uuid.uuid4().hex[:10]  # one catalog per test in the shared database
+        overrides = {
+            "iceberg.catalog.uri": f"postgresql://postgres:{pg.password}@127.0.0.1:{pg.port}/postgres",
+            "iceberg.catalog.name": name,
+        }
+        warehouse: Any = tmp_path / "wh"
+    else:
+        s3 = request.getfixturevalue("s3_server")
+        overrides = {
+            **s3.storage_config(),
+            "storage.s3.path.style": True,
+            "iceberg.catalog.uri": f"sqlite:///{tmp_path / 'catalog.db'}",
+        }
+        warehouse = f"s3://{s3.new_bucket('verify')}/wh"
+    cfg = ingest_config(
+        kafka_bootstrap, topic, warehouse, table__format="iceberg", table__name="events",
+        **{k.replace(".", "__"): v for k, v in overrides.items()},
+    )  # fmt: skip
+    table = open_iceberg_table(cfg, ROWS)
+    ingest(table, cfg.writer_id, [OffsetRange(p0, 0, counts[p0]), OffsetRange(p1, 0, 6)])
+    report = audit_config(cfg, spark=True)
+    assert report.ok, report.problems
+    total = counts[p0] + 6
+    assert report.to_json()["readers"]["spark"] == total, report.to_json()
+    assert not any("Spark" in why for why in report.to_json()["not_run"]), report.to_json()
