@@ -6,7 +6,8 @@ The server knows only the REST spec's commit requirements, so lakesink's append 
 `main` is still the snapshot it checked the writer's offsets on; a commit whose base moved is
 refused by the server, and lakesink refreshes and checks the offsets again. Scenarios: a stale
 base refused and rebased, a stale incarnation's replay refused by the server and never
-duplicated, writers committing at once, a lost commit response, and `lakesink ingest` end to end
+duplicated, writers committing at once, a lost commit response, the maintenance actions, and
+`lakesink ingest` end to end
 (the CLI, then a rerun without its Spark checkpoint, two writers on one table), audited against
 Kafka with lakesink's audit and with a plain pyiceberg scan; the catalog token never printed.
 """
@@ -293,3 +294,35 @@ def test_two_writers_share_one_table_through_the_rest_catalog(
     assert writers.count("a") == 2 and writers.count("b") == 1, writers
     assert _audited_rows(a) == 180 and _audited_rows(b) == 80
     assert table.pyiceberg.scan().to_arrow().num_rows == 260
+
+
+def test_maintenance_through_the_rest_catalog_keeps_rows_and_every_writers_offsets(
+    rest: Backend, namespace: str
+) -> None:
+    """rewrite-data-files, expire-snapshots and remove-orphan-files commit through the REST
+    catalog like appends do (the server checks `main` is still the snapshot they planned on):
+    rows, each writer's offsets and replay detection survive them."""
+    from lakesink.iceberg.rewrite import RewriteOptions
+    from lakesink.services import iceberg_maintenance as maint
+
+    table = rest.table(f"{namespace}.events")
+    for i in range(3):
+        ingest(table, "wa", [R(P0, i * 4, i * 4 + 4)])
+    ingest(table, "wb", [R(OTHER, 0, 2)])
+    failed = write(table, [R(P0, 12, 15)])  # a task attempt whose batch was given up
+    small = RewriteOptions(small_file_bytes=1 << 20, target_file_bytes=64 << 20)
+    result = maint.rewrite_data_files(table, small)
+    assert (result.files_before, result.rows) == (4, 14) and result.files_after < 4
+    expired = maint.expire_snapshots(table, 0, now_ms=int(time.time() * 1000) + 60_000)
+    assert expired.expired and expired.retained >= 1
+    gone = maint.remove_orphan_files(table, 0.0, now=time.time() + 3600).deleted
+    assert {Path(f.path.removeprefix("file://")).name for f in failed} <= {
+        Path(p).name for p in gone
+    }
+    fresh = rest.table(f"{namespace}.events")
+    assert fresh.committed_offsets("wa").next_offsets == {P0: 12}
+    assert fresh.committed_offsets("wb").next_offsets == {OTHER: 2}
+    assert keys(fresh) == expected(R(P0, 0, 12), R(OTHER, 0, 2))
+    assert ingest(fresh, "wa", [R(P0, 8, 12)]).outcome is CommitOutcome.REPLAYED
+    assert ingest(fresh, "wa", [R(P0, 12, 13)]).outcome is CommitOutcome.COMMITTED
+    assert keys(fresh) == expected(R(P0, 0, 13), R(OTHER, 0, 2))
