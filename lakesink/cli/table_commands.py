@@ -65,10 +65,18 @@ def _add_lock_args(cmd: Any) -> None:
 
 def add_backfill_parser(sub: Any) -> None:
     p = sub.add_parser("backfill", help="write files into a table beside the streaming writer")
-    p.add_argument("--table", required=True, help="the table's path")
+    p.add_argument(
+        "--table",
+        required=True,
+        help="the table's path (Hudi); with table.format=iceberg in --config, the warehouse",
+    )
     p.add_argument("--from", dest="source", required=True, help="a file or folder of files")
     p.add_argument("--format", choices=("parquet", "json", "csv"), default="parquet")
-    p.add_argument("--config", "-c", help="configuration file (lock, heartbeat, partitioning)")
+    p.add_argument(
+        "--config",
+        "-c",
+        help="configuration file (lock, heartbeat, partitioning; an Iceberg table's catalog)",
+    )
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     p.add_argument("--writer-id", default=None)
     p.add_argument("--spark-master", default="local[2]")
@@ -102,10 +110,12 @@ def run_backfill_command(args: argparse.Namespace) -> int:
         cfg = load_config(args.config, {**overrides, "table.path": args.table})
     from lakesink.cli.iceberg_inspect import iceberg_kind
 
-    if (cfg is not None and cfg["table.format"] == "iceberg") or iceberg_kind(args.table):
+    if cfg is not None and cfg["table.format"] == "iceberg":
+        return _iceberg_backfill(args, cfg)
+    if iceberg_kind(args.table):
         raise ConfigError(
-            "backfill: not yet available for Iceberg tables (table.format=iceberg); it writes "
-            "Hudi tables only"
+            f"backfill: {args.table} is an Iceberg table; give the configuration of its catalog "
+            "(--config with table.format=iceberg, --table the warehouse)"
         )
     if cfg is not None and args.lock_provider is None and not args.postgres_dsn:
         from lakesink.commit.control import ControlSettings, LockedCommitControl
@@ -125,13 +135,39 @@ def run_backfill_command(args: argparse.Namespace) -> int:
         cfg=cfg,
         writer_id=args.writer_id,
     )
-    if args.json:
+    return _say_backfill(result, args.json)
+
+
+def _iceberg_backfill(args: argparse.Namespace, cfg: Any) -> int:
+    """`backfill` into the Iceberg table of `cfg` (`--table`: its warehouse, as table.path)."""
+    from lakesink.spark.iceberg_backfill import run_iceberg_backfill
+    from lakesink.spark.session import get_spark
+
+    if args.lock_provider is not None or args.postgres_dsn:
+        raise ConfigError(
+            "backfill: --lock-provider and --postgres-dsn are for Hudi tables; an Iceberg "
+            "table's catalog orders its commits"
+        )
+    spark = get_spark(cfg["spark.master"])
+    result = run_iceberg_backfill(
+        spark, cfg, args.source, fmt=args.format, writer_id=args.writer_id
+    )
+    return _say_backfill(result, args.json)
+
+
+def _say_backfill(result: Any, as_json: bool) -> int:
+    if as_json:
         emit_json(result.to_json())
-    elif result.instant_time is None:
+    elif result.already_committed:
         say(f"backfill {result.backfill_id} was committed before; nothing written")
     else:
+        what = (
+            f"snapshot {result.snapshot_id}"
+            if result.snapshot_id is not None
+            else f"instant {result.instant_time}"
+        )
         say(
-            f"backfill {result.backfill_id} committed instant {result.instant_time} as writer "
+            f"backfill {result.backfill_id} committed {what} as writer "
             f"{result.writer_id}: {result.records:,} records in {result.files} files"
         )
     return 0

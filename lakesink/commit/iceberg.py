@@ -180,7 +180,7 @@ class IcebergView:
         return self.table.committed_offsets(writer_id)
 
     def backfill_committed(self, backfill_id: str) -> bool:
-        return False  # backfills write Hudi tables only
+        return self.table.backfill_snapshot(backfill_id) is not None
 
     def check_conflicts(self, operation: Operation, strategy: ConflictStrategy) -> None:
         """Fast appends add files and remove none: no operation conflicts with them."""

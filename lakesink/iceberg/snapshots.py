@@ -33,6 +33,8 @@ from lakesink.iceberg.errors import SummaryLayoutError
 from lakesink.protocol.offsets import OffsetRange, TopicPartition, WriterOffsets
 
 __all__ = [
+    "KEY_BACKFILL_ID",
+    "KEY_BACKFILL_SOURCE",
     "KEY_COMMIT_ID",
     "KEY_INCARNATION",
     "KEY_LAYOUT",
@@ -61,6 +63,10 @@ KEY_COMMIT_ID = PREFIX + "commit-id"
 KEY_OFFSETS = PREFIX + "offsets"
 KEY_VTTS = PREFIX + "vtts"
 KEY_INCARNATION = PREFIX + "incarnation"
+KEY_BACKFILL_ID = PREFIX + "backfill-id"
+"""In the summary of a backfill's snapshot: the digest of its source files (`lakesink backfill`)."""
+KEY_BACKFILL_SOURCE = PREFIX + "backfill-source"
+"""In the summary of a backfill's snapshot: its first source files, as a JSON list."""
 KEY_MAINTENANCE = PREFIX + "maintenance"
 """In the summary of a snapshot lakesink's maintenance committed (a rewrite): which action. Such a
 snapshot is no writer's commit; the lineage walk passes it by."""

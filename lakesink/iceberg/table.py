@@ -25,7 +25,7 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING, Any
@@ -50,6 +50,7 @@ from lakesink.iceberg.schema import (
     partition_spec,
 )
 from lakesink.iceberg.snapshots import (
+    KEY_BACKFILL_ID,
     AppendRequirement,
     SnapshotInfo,
     Verdict,
@@ -311,6 +312,14 @@ class IcebergTable:
         snaps, current = snapshot_infos(self._table.metadata)
         return find_writer_commit(snaps, current, writer_id)
 
+    def backfill_snapshot(self, backfill_id: str) -> int | None:
+        """The retained snapshot that committed backfill `backfill_id` (None: none did)."""
+        for snapshot in self._table.metadata.snapshots:
+            summary = snapshot.summary
+            if summary is not None and summary.get(KEY_BACKFILL_ID) == backfill_id:
+                return int(snapshot.snapshot_id)
+        return None
+
     def committed_offsets(self, writer_id: str) -> WriterOffsets:
         """The writer's next offset of every partition it committed (empty if none)."""
         last = self.last_commit(writer_id)
@@ -406,8 +415,10 @@ class IcebergTable:
         vtts_ms: int | None = None,
         *,
         incarnation: int | None = None,
+        extra_summary: Mapping[str, str] | None = None,
     ) -> CommitResult:
-        """One fast append of `files` with lakesink's summary, if `requirement` holds.
+        """One fast append of `files` with lakesink's summary (plus `extra_summary`, e.g. a
+        backfill's id), if `requirement` holds.
 
         Retries (refreshing, re-checking) on pyiceberg's CommitFailedException and after a
         commit whose outcome is unknown. OffsetError when the writer's offsets moved
@@ -465,10 +476,11 @@ class IcebergTable:
                 incarnation,
             )
             try:
+                properties = {**summary.to_summary(), **(extra_summary or {})}
                 if in_catalog:
-                    self._append(files, requirement, summary, incarnation)
+                    self._append(files, requirement, summary, properties, incarnation)
                 else:
-                    self._append_on_base(files, summary)
+                    self._append_on_base(files, properties)
             except _IncarnationMoved as e:
                 raise self._fenced(requirement.writer_id, incarnation or 0, e.found) from None
             except _RequirementNotMet:
@@ -510,6 +522,7 @@ class IcebergTable:
         files: Sequence[DataFileDescription],
         requirement: AppendRequirement,
         summary: WriterCommit,
+        properties: Mapping[str, str],
         incarnation: int | None = None,
     ) -> None:
         assert_type = _assert_writer_offsets_type()
@@ -529,13 +542,15 @@ class IcebergTable:
             tx._stage(
                 (), (_assert_incarnation_type()(writer_id=summary.writer_id, expected=incarnation),)
             )
-        snapshot = tx.update_snapshot(snapshot_properties=summary.to_summary())
+        snapshot = tx.update_snapshot(snapshot_properties=dict(properties))
         with snapshot.fast_append() as append:
             for f in files:
                 append.append_data_file(to_data_file(f, version))
         tx.commit_transaction()
 
-    def _append_on_base(self, files: Sequence[DataFileDescription], summary: WriterCommit) -> None:
+    def _append_on_base(
+        self, files: Sequence[DataFileDescription], properties: Mapping[str, str]
+    ) -> None:
         """The append for a catalog that cannot run lakesink's requirement (REST): it requires
         that `main` is still the snapshot the caller checked the writer's offsets on, so the
         server refuses it (CommitFailedException) when any other commit landed meanwhile."""
@@ -550,7 +565,7 @@ class IcebergTable:
         )
         tx = self._table.transaction()
         tx._stage((), (base,))
-        snapshot = tx.update_snapshot(snapshot_properties=summary.to_summary())
+        snapshot = tx.update_snapshot(snapshot_properties=dict(properties))
         with snapshot.fast_append() as append:
             for f in files:
                 append.append_data_file(to_data_file(f, metadata.format_version))

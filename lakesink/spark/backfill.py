@@ -58,22 +58,29 @@ DATE_PARTITION_COLUMN = "dt"
 
 @dataclass(frozen=True, slots=True)
 class BackfillResult:
-    """What one backfill did; `instant_time` is None when it had been committed before."""
+    """What one backfill did: the Hudi instant or the Iceberg snapshot it committed, neither
+    when it had been committed before."""
 
     writer_id: str
     backfill_id: str
     instant_time: InstantTime | None
     records: int = 0
     files: int = 0
+    snapshot_id: int | None = None
+
+    @property
+    def already_committed(self) -> bool:
+        return self.instant_time is None and self.snapshot_id is None
 
     def to_json(self) -> dict[str, Any]:
         return {
             "writer_id": self.writer_id,
             "backfill_id": self.backfill_id,
             "instant_time": self.instant_time.value if self.instant_time else None,
+            **({"snapshot_id": self.snapshot_id} if self.snapshot_id is not None else {}),
             "records": self.records,
             "files": self.files,
-            "already_committed": self.instant_time is None,
+            "already_committed": self.already_committed,
         }
 
 

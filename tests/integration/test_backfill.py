@@ -144,3 +144,55 @@ def test_backfill_command_line_arguments() -> None:
         ["backfill", "--table", "t", "--from", "src", "--format", "json", "--json"]
     )
     assert (args.command, args.table, args.source, args.format) == ("backfill", "t", "src", "json")
+
+
+def test_backfill_into_an_iceberg_table_appends_once_beside_the_streaming_writer(
+    spark: Any,
+    kafka_bootstrap: str,
+    topic_factory: Callable[[str], str],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """An Iceberg table: the backfill is one snapshot of its own writer whose commit id is the
+    backfill id; a rerun (the command line, another writer id) appends nothing, and the
+    streaming writer's audit still passes."""
+    from integration.conftest import run_ingestion, write_config_file
+
+    from lakesink.cli.main import main
+    from lakesink.commit.iceberg import open_iceberg_table
+    from lakesink.spark.iceberg_backfill import run_iceberg_backfill
+
+    live, hist = topic_factory("ice-live"), topic_factory("ice-hist")
+    produce_sample_events(kafka_bootstrap, live, 200, 2)
+    cfg = ingest_config(
+        kafka_bootstrap, live, tmp_path / "wh", table__format="iceberg", table__name="events"
+    )
+    assert run_ingestion(cfg, spark).records == 200
+    table = open_iceberg_table(cfg, create=False)
+    source = tmp_path / "history"
+    _history_files(table.schema(), hist, source, 90)
+
+    result = run_iceberg_backfill(spark, cfg, source)
+    assert (result.records, result.already_committed) == (90, False), result
+    assert result.snapshot_id is not None and result.writer_id == f"backfill-{result.backfill_id}"
+    table.refresh()
+    summary = table.pyiceberg.current_snapshot().summary
+    assert summary["lakesink.backfill-id"] == result.backfill_id
+    assert summary["lakesink.commit-id"] == result.backfill_id
+
+    # again on the command line, and under another writer id: recognised, nothing appended
+    conf = str(write_config_file(cfg, tmp_path / "ingest.toml"))
+    args = ["backfill", "--config", conf, "--table", str(tmp_path / "wh"), "--from", str(source)]
+    assert main(args) == 0
+    assert f"backfill {result.backfill_id} was committed before" in capsys.readouterr().out
+    assert run_iceberg_backfill(spark, cfg, source, writer_id="other").already_committed
+
+    produce_sample_events(kafka_bootstrap, live, 40, 2, first_event_id=200, create=False)
+    assert run_ingestion(cfg, spark).records == 40
+    report = audit_config(cfg)  # the streaming writer, past the backfill's snapshot
+    assert report.ok, report.problems
+    table.refresh()
+    rows = table.pyiceberg.scan(selected_fields=COORDINATES).to_arrow()
+    coords = sorted(zip(*(rows.column(c).to_pylist() for c in COORDINATES), strict=True))
+    assert len(coords) == len(set(coords)) == 330
+    assert sorted(o for t, _p, o in coords if t == hist) == list(range(90))

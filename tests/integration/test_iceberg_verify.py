@@ -142,7 +142,9 @@ def test_cli_verify_status_and_table_commands_on_an_iceberg_table(
     )
     refused = cli(["backfill", "--table", location, "--from", str(tmp_path)])
     assert refused.returncode != 0
-    assert "backfill: not yet available for Iceberg tables" in refused.stdout, refused.stdout
+    assert f"backfill: {location} is an Iceberg table; give the configuration" in refused.stdout, (
+        refused.stdout
+    )
 
 
 def test_demo_with_iceberg_ingests_its_sample_events_exactly_once(
