@@ -28,6 +28,7 @@ from lakesink.protocol.conflicts import strategy_named
 from lakesink.protocol.offsets import TopicPartition, WriterOffsets
 from lakesink.services.inline import inline_services_hook
 from lakesink.spark.direct import uses_direct_path
+from lakesink.spark.liveness_file import writer_liveness
 from lakesink.spark.monitoring import LagMonitor
 from lakesink.spark.sink import CommittingSink, analyze_rows
 from lakesink.spark.source import (
@@ -268,8 +269,6 @@ class Ingestion:
         """`liveness`: the writer's liveness file this process owns already (a standby that
         took over); by default it is taken now. It is renewed while this runs and marked
         stopped at the end, so a standby takes over at once."""
-        from lakesink.spark.standby import writer_liveness
-
         started = time.monotonic()
         self.serve_metrics()
         self.liveness = (liveness or writer_liveness(self.cfg)).start()
