@@ -485,6 +485,14 @@ KEYS: tuple[Key, ...] = (
         "not been renewed for this many seconds (at least twice standby.liveness.interval.s); "
         "at once when the active writer stopped cleanly.",
     ),
+    Key(
+        "standby.warmup.query",
+        _bool,
+        True,
+        "A standby runs the ingestion's own query once, one small batch into a scratch table "
+        "it then deletes, so the JVM has loaded what the query needs before a takeover; "
+        "false: only a tiny job that starts the Python workers.",
+    ),
     # Spark
     Key("spark.master", str, "local[2]", "Spark master URL."),
     Key("spark.conf", _optional_str, None, "Extra Spark settings, 'k=v,k=v'."),

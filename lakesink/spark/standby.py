@@ -141,7 +141,8 @@ class Standby:
         """Warm Spark: the ingestion's query once on a scratch table, and the Python
         workers (seconds it took)."""
         started = time.monotonic()
-        warm_stream(self.cfg, self.spark)
+        if self.cfg["standby.warmup.query"]:
+            warm_stream(self.cfg, self.spark)
         warm_up(self.spark)
         took = time.monotonic() - started
         log.info("writer %s: standby warm in %.1fs; watching %s", self.cfg.writer_id, took,

@@ -145,7 +145,14 @@ def test_paused_active_is_taken_over_and_fenced_when_it_resumes(
     produce_sample_events(kafka_bootstrap, topic, 1200, 3)
     # Every commit of the active waits 2 s before it takes the lock and publishes: the pause
     # lands in that wait, with the batch's files written and its instant inflight.
-    cfg = ingest_config(kafka_bootstrap, topic, tmp_path / "table", trigger__interval__s=0.5)
+    # (this standby warms its Python workers only, no warm-up query: the other test has one)
+    cfg = ingest_config(
+        kafka_bootstrap,
+        topic,
+        tmp_path / "table",
+        trigger__interval__s=0.5,
+        standby__warmup__query=False,
+    )
     conf = str(write_config_file(cfg, tmp_path / "c.toml"))
     active_conf = str(
         write_config_file(
