@@ -95,9 +95,12 @@ class IngestionHandle:
         *,
         once: bool,
         on_progress: Callable[[Progress], None] | None = None,
+        standby: bool = False,
     ) -> None:
         self._ingestion = ingestion
         self._once = once
+        self._standby = standby
+        self._stop_standby = threading.Event()
         self._user_progress = on_progress
         self._last_progress: Progress | None = None
         self._result: IngestionResult | None = None
@@ -170,6 +173,7 @@ class IngestionHandle:
     def stop(self, timeout: float | None = 120.0) -> None:
         """End the ingestion after the batch in flight, then stop its metrics endpoint. Does
         not raise the ingestion's error (see `exception()`)."""
+        self._stop_standby.set()
         self._ingestion.stop()
         if self._thread is not None and not self._done.wait(timeout):
             log.warning("writer %s: ingestion did not end within %ss", self.writer_id, timeout)
@@ -214,7 +218,24 @@ class IngestionHandle:
         from lakesink.spark.pipeline import translate_query_error
 
         try:
-            self._result = self._ingestion.run(once=self._once)
+            liveness = None
+            if self._standby:
+                from lakesink.spark.standby import Standby
+
+                standby = Standby(self.config, self._ingestion.spark)
+                standby.warm()
+                takeover = standby.wait(self._stop_standby)
+                if takeover is None:
+                    log.info("writer %s: standby stopped before taking over", self.writer_id)
+                    return
+                log.warning(
+                    "writer %s: standby taking over on %s: %s",
+                    self.writer_id,
+                    self.table_path,
+                    takeover.reason,
+                )
+                liveness = takeover.liveness
+            self._result = self._ingestion.run(once=self._once, liveness=liveness)
             log.info(
                 "writer %s: ingestion ended: %d records in %d batches",
                 self.writer_id,
@@ -237,6 +258,7 @@ def ingest(
     once: bool = False,
     start: bool = True,
     on_progress: Callable[[Progress], None] | None = None,
+    standby: bool = False,
 ) -> IngestionHandle:
     """Ingest the configured Kafka topics into the configured table, exactly once, with
     `spark` (your own session; lakesink's data sources are registered on it).
@@ -247,12 +269,19 @@ def ingest(
     ingestion is started on a thread and the handle returned at once, like
     `DataStreamWriter.start()`; `once=True` ends it when it has caught up with the high
     watermarks seen at start. `on_progress` is called after every published batch.
+
+    `standby=True` makes this a warm standby of the writer id (the command line's
+    `ingest --standby`): the thread warms Spark's Python workers, then waits until the
+    active writer stops or its liveness lapses (`standby.takeover.after.s`), and only then
+    claims the writer id, recovers and ingests; `stop()` ends the wait.
     """
     from lakesink.spark.pipeline import Ingestion
 
     cfg = load_config(config)
     _prepare(spark)
-    handle = IngestionHandle(Ingestion(cfg, spark), once=once, on_progress=on_progress)
+    handle = IngestionHandle(
+        Ingestion(cfg, spark), once=once, on_progress=on_progress, standby=standby
+    )
     return handle.start() if start else handle
 
 

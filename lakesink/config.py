@@ -470,6 +470,29 @@ KEYS: tuple[Key, ...] = (
         60.0,
         "An inflight instant whose heartbeat is older than this is a failed write.",
     ),
+    Key(
+        "standby.liveness.interval.s",
+        _positive_float,
+        1.0,
+        "Seconds between renewals of the writer's liveness file, by a background thread of "
+        "the active `lakesink ingest` (a warm standby, `ingest --standby`, watches it).",
+    ),
+    Key(
+        "standby.takeover.after.s",
+        _positive_float,
+        4.0,
+        "A standby (`ingest --standby`) takes over when the active writer's liveness file has "
+        "not been renewed for this many seconds (at least twice standby.liveness.interval.s); "
+        "at once when the active writer stopped cleanly.",
+    ),
+    Key(
+        "standby.warmup.query",
+        _bool,
+        True,
+        "A standby runs the ingestion's own query once, one small batch into a scratch table "
+        "it then deletes, so the JVM has loaded what the query needs before a takeover; "
+        "false: only a tiny job that starts the Python workers.",
+    ),
     # Spark
     Key("spark.master", str, "local[2]", "Spark master URL."),
     Key("spark.conf", _optional_str, None, "Extra Spark settings, 'k=v,k=v'."),
@@ -829,6 +852,12 @@ def _check_combinations(cfg: LakesinkConfig) -> None:
             f"table.format=iceberg with the warehouse {cfg['table.path']} on an object store "
             "needs iceberg.catalog.uri (postgresql://user:password@host:port/db, or a SQLite "
             "file on local disk: sqlite:////abs/catalog.db)"
+        )
+    if cfg["standby.takeover.after.s"] < 2 * cfg["standby.liveness.interval.s"]:
+        raise ConfigError(
+            f"standby.takeover.after.s={cfg['standby.takeover.after.s']:g} must be at least "
+            f"twice standby.liveness.interval.s={cfg['standby.liveness.interval.s']:g}: a late "
+            "renewal must not look like a dead writer"
         )
     if not cfg["kafka.topics"] and not cfg["kafka.topic.pattern"]:
         raise ConfigError("set kafka.topics (comma-separated) or kafka.topic.pattern")

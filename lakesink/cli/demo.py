@@ -75,6 +75,7 @@ def run_demo(args: argparse.Namespace) -> int:
         )
         say(f"lakesink demo: ingesting with Spark {cfg['spark.master']} into {table_path} ...")
         result = ingest(cfg, once=True, debug=args.debug)
+        assert result is not None  # None only for a standby
         rate = result.records / result.elapsed_s if result.elapsed_s else 0.0
         say(
             f"lakesink demo: {result.records:,} records in {result.batches} commits, "

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import signal
 import sys
+import threading
 from typing import TYPE_CHECKING
 
 from lakesink.cli.output import say
@@ -38,12 +40,16 @@ def ingest(
     once: bool,
     debug: bool = False,
     partitions: list[TopicPartition] | None = None,
-) -> IngestionResult:
+    standby: bool = False,
+) -> IngestionResult | None:
     """Runs the ingestion. Spark's own log lines (a failed task's Python and Java stack, the
     query's termination) stay off unless `debug`: the error lakesink raises names what failed.
-    `partitions`: what check_kafka(cfg) returned just before, so the brokers are asked once."""
+    `partitions`: what check_kafka(cfg) returned just before, so the brokers are asked once.
+    `standby`: first wait, warm, until the active writer stops (None if SIGTERM came first).
+    SIGTERM ends the ingestion after the batch in flight and hands over to a standby."""
     from lakesink.spark.pipeline import Ingestion, check_kafka
     from lakesink.spark.session import get_spark
+    from lakesink.spark.standby import Standby
 
     if partitions is None:
         # before Spark starts: a refused broker or a missing topic is one line
@@ -56,12 +62,36 @@ def ingest(
         on_progress=progress_printer(),  # type: ignore[arg-type]
         partitions=partitions,
     )
+    stop = threading.Event()
+
+    def on_sigterm(_signum: int, _frame: object) -> None:
+        stop.set()
+        ingestion.stop()
+
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, on_sigterm) if main_thread else None
     try:
+        liveness = None
+        if standby:
+            waiting = Standby(cfg, spark)
+            took = waiting.warm()
+            say(f"lakesink: standby warm ({took:.1f}s); watching {waiting.watched}")
+            takeover = waiting.wait(stop)
+            if takeover is None:
+                say(f"lakesink: standby of writer {cfg.writer_id} stopped before taking over")
+                return None
+            say(
+                f"lakesink: standby taking over writer {cfg.writer_id} on {cfg['table.path']}: "
+                f"{takeover.reason}"
+            )
+            liveness = takeover.liveness
         url = ingestion.serve_metrics()
         if url:
             say(f"lakesink: metrics at {url}")
-        result = ingestion.run(once=once)
+        result = ingestion.run(once=once, liveness=liveness)
     finally:
+        if main_thread:
+            signal.signal(signal.SIGTERM, previous)
         ingestion.close()
     if sys.stdout.isatty():
         sys.stdout.write("\n")
@@ -90,11 +120,22 @@ def check_brokers(cfg: LakesinkConfig) -> list[TopicPartition]:
     return partitions
 
 
-def run_ingest(cfg: LakesinkConfig, *, once: bool, debug: bool = False) -> int:
+def run_ingest(
+    cfg: LakesinkConfig, *, once: bool, debug: bool = False, standby: bool = False
+) -> int:
     topics = ", ".join(cfg["kafka.topics"]) or cfg["kafka.topic.pattern"]
     partitions = check_brokers(cfg)
-    say(f"lakesink: ingesting {topics} into {cfg['table.path']} as writer {cfg.writer_id}")
-    result = ingest(cfg, once=once, debug=debug, partitions=partitions)
+    if standby:
+        say(
+            f"lakesink: standby for writer {cfg.writer_id} ({topics} into {cfg['table.path']}): "
+            f"takes over when its liveness lapses for {cfg['standby.takeover.after.s']:g}s "
+            "or it stops"
+        )
+    else:
+        say(f"lakesink: ingesting {topics} into {cfg['table.path']} as writer {cfg.writer_id}")
+    result = ingest(cfg, once=once, debug=debug, partitions=partitions, standby=standby)
+    if result is None:
+        return 0
     if result.nothing_new or result.only_empty_ranges:
         # No query was needed, or its batches held only offsets without records (aborted
         # transactions, markers): either way nothing new is in the table.

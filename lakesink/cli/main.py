@@ -56,6 +56,12 @@ def build_parser() -> argparse.ArgumentParser:
     ingest = sub.add_parser("ingest", help="run the streaming ingestion")
     _add_config_args(ingest)
     ingest.add_argument("--once", action="store_true", help="stop when caught up")
+    ingest.add_argument(
+        "--standby",
+        action="store_true",
+        help="a warm standby: start and warm Spark, wait until the active writer of this "
+        "writer id stops or its liveness lapses (standby.takeover.after.s), then take over",
+    )
 
     status = sub.add_parser("status", help="committed offsets, lag, recent instants")
     _add_config_args(status)
@@ -119,7 +125,7 @@ def run(args: argparse.Namespace) -> int:
     if args.command == "ingest":
         from lakesink.cli.ingest import run_ingest
 
-        return run_ingest(load(args), once=args.once, debug=args.debug)
+        return run_ingest(load(args), once=args.once, debug=args.debug, standby=args.standby)
     if args.command == "status":
         from lakesink.cli.status import run_status
 

@@ -212,7 +212,9 @@ class WriterCommitControl(LockedCommitControl):
         self.incarnation = claim_writer(table.storage, writer_id)
 
     def check_alive(self, table: HudiTable, t: InstantTime) -> None:
-        super().check_alive(table, t)
+        # The incarnation first: a writer replaced by a newer one (a standby that took over)
+        # is told FencedError, the cause, rather than that its heartbeat was rolled back.
         if self.incarnation is None:
             raise FencedError(f"writer {self.writer_id} never claimed its incarnation")
         self.incarnation.check()
+        super().check_alive(table, t)

@@ -19,14 +19,16 @@ from lakesink.commit.async_commit import AsyncCommitter
 from lakesink.commit.control import CommitControl, WriterCommitControl
 from lakesink.commit.coordinator import BatchOutcome, Coordinator
 from lakesink.commitlog.store import PendingCommitStore
+from lakesink.concurrency.liveness import WriterLiveness
 from lakesink.config import LakesinkConfig
-from lakesink.errors import LakesinkError
+from lakesink.errors import FencedError, LakesinkError
 from lakesink.kafka.client import TopicIds
 from lakesink.metrics import IngestionMetrics
 from lakesink.protocol.conflicts import strategy_named
 from lakesink.protocol.offsets import TopicPartition, WriterOffsets
 from lakesink.services.inline import inline_services_hook
 from lakesink.spark.direct import uses_direct_path
+from lakesink.spark.liveness_file import writer_liveness
 from lakesink.spark.monitoring import LagMonitor
 from lakesink.spark.sink import CommittingSink, analyze_rows
 from lakesink.spark.source import (
@@ -237,6 +239,7 @@ class Ingestion:
                 metrics=self.metrics,
             )
         self.monitor: LagMonitor | None = None  # lag readings while metrics are served
+        self.liveness: WriterLiveness | None = None  # renewed while run() runs
 
     def serve_metrics(self) -> str | None:
         """Start the Prometheus endpoint and the lag readings when `metrics.port` is set
@@ -256,9 +259,19 @@ class Ingestion:
             self.monitor = None
         self.metrics.close()
 
-    def run(self, *, once: bool = False, timeout_s: float | None = None) -> IngestionResult:
+    def run(
+        self,
+        *,
+        once: bool = False,
+        timeout_s: float | None = None,
+        liveness: WriterLiveness | None = None,
+    ) -> IngestionResult:
+        """`liveness`: the writer's liveness file this process owns already (a standby that
+        took over); by default it is taken now. It is renewed while this runs and marked
+        stopped at the end, so a standby takes over at once."""
         started = time.monotonic()
         self.serve_metrics()
+        self.liveness = (liveness or writer_liveness(self.cfg)).start()
         committer = make_committer(self.cfg, self.coordinator)
         try:
             return self._run(started, committer, once=once, timeout_s=timeout_s)
@@ -269,6 +282,7 @@ class Ingestion:
             if committer is not None:
                 committer.close()
                 committer.store.close()
+            self.liveness.stop(handover=True)
 
     def start_commits(self, committer: AsyncCommitter | None) -> None:
         """Claim the writer id and recover before the first new batch: roll back unfinished
@@ -342,6 +356,13 @@ class Ingestion:
             while query.isActive:
                 if query.exception() is not None or sink.failure is not None:
                     break
+                if self.liveness is not None and self.liveness.lost.is_set():
+                    # A standby took over (this process was paused or cut off for longer
+                    # than standby.takeover.after.s); the claim fences its publishes anyway.
+                    raise FencedError(
+                        f"writer {self.cfg.writer_id}: a standby took over its liveness file "
+                        f"{self.liveness.key}; this process stops and publishes nothing more"
+                    )
                 if self._stop.is_set():  # stop(): a continuous ingestion ends here
                     caught_up = True
                     self._let_batch_finish(query, sink)

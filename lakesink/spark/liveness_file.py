@@ -1,0 +1,27 @@
+"""Where a writer's liveness file is, and the active writer's liveness object
+(lakesink.concurrency.liveness): beside the writer's other state on the table's storage, so
+it works on an object store too."""
+
+from __future__ import annotations
+
+from lakesink.concurrency.liveness import WriterLiveness
+from lakesink.config import LakesinkConfig
+
+
+def liveness_key(cfg: LakesinkConfig) -> str:
+    """`.hoodie/.lakesink/liveness/<writer>.json` in a Hudi table,
+    `.lakesink/liveness/<namespace>.<table>/<writer>.json` in an Iceberg warehouse."""
+    if cfg["table.format"] == "iceberg":
+        namespace = str(cfg["iceberg.namespace"] or "lakesink")
+        return f".lakesink/liveness/{namespace}.{cfg.table_name}/{cfg.writer_id}.json"
+    return f".hoodie/.lakesink/liveness/{cfg.writer_id}.json"
+
+
+def writer_liveness(cfg: LakesinkConfig) -> WriterLiveness:
+    """The active writer's liveness (not started yet)."""
+    return WriterLiveness(
+        cfg.table_storage,
+        liveness_key(cfg),
+        writer_id=cfg.writer_id,
+        interval_s=cfg["standby.liveness.interval.s"],
+    )
