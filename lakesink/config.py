@@ -471,6 +471,14 @@ KEYS: tuple[Key, ...] = (
         "An inflight instant whose heartbeat is older than this is a failed write.",
     ),
     Key(
+        "standby.liveness.enabled",
+        _bool,
+        True,
+        "The active `lakesink ingest` keeps a liveness file for a warm standby to watch (on an "
+        "object store: one PUT per standby.liveness.interval.s); false: none, and no standby "
+        "can take this writer over.",
+    ),
+    Key(
         "standby.liveness.interval.s",
         _positive_float,
         1.0,

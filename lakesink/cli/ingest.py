@@ -123,6 +123,13 @@ def check_brokers(cfg: LakesinkConfig) -> list[TopicPartition]:
 def run_ingest(
     cfg: LakesinkConfig, *, once: bool, debug: bool = False, standby: bool = False
 ) -> int:
+    if standby and not cfg["standby.liveness.enabled"]:
+        from lakesink.errors import ConfigError
+
+        raise ConfigError(
+            "ingest --standby: standby.liveness.enabled=false, so no liveness file tells when "
+            "the active writer stops; set it to true (the default) on the active writer and here"
+        )
     topics = ", ".join(cfg["kafka.topics"]) or cfg["kafka.topic.pattern"]
     partitions = check_brokers(cfg)
     if standby:

@@ -271,7 +271,8 @@ class Ingestion:
         stopped at the end, so a standby takes over at once."""
         started = time.monotonic()
         self.serve_metrics()
-        self.liveness = (liveness or writer_liveness(self.cfg)).start()
+        if liveness is not None or self.cfg["standby.liveness.enabled"]:
+            self.liveness = (liveness or writer_liveness(self.cfg)).start()
         committer = make_committer(self.cfg, self.coordinator)
         try:
             return self._run(started, committer, once=once, timeout_s=timeout_s)
@@ -282,7 +283,8 @@ class Ingestion:
             if committer is not None:
                 committer.close()
                 committer.store.close()
-            self.liveness.stop(handover=True)
+            if self.liveness is not None:
+                self.liveness.stop(handover=True)
 
     def start_commits(self, committer: AsyncCommitter | None) -> None:
         """Claim the writer id and recover before the first new batch: roll back unfinished

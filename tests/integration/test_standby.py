@@ -190,3 +190,31 @@ def test_paused_active_is_taken_over_and_fenced_when_it_resumes(
     report = audit_config(cfg)
     assert report.ok, report.problems
     assert report.rows_hudi_rs == report.rows_lakesink == 1200
+
+
+def test_the_liveness_file_is_kept_by_default_and_not_when_turned_off(
+    spark: Any,
+    kafka_bootstrap: str,
+    topic_factory: Callable[[str], str],
+    tmp_path: Path,
+) -> None:
+    """An ingestion leaves its liveness file marked stopped (a standby takes over at once);
+    with standby.liveness.enabled=false it writes none (no PUT per interval on an object
+    store), and `ingest --standby` refuses that setting in one line."""
+    from integration.conftest import run_ingestion
+
+    from lakesink.cli.ingest import run_ingest
+    from lakesink.errors import ConfigError
+    from lakesink.spark.liveness_file import liveness_key
+
+    topic = topic_factory("liveness")
+    produce_sample_events(kafka_bootstrap, topic, 20, 1)
+    kept = ingest_config(kafka_bootstrap, topic, tmp_path / "kept")
+    assert run_ingestion(kept, spark).records == 20
+    stopped = kept.table_storage.read(liveness_key(kept))
+    assert b"stopped" in stopped, stopped
+    off = ingest_config(kafka_bootstrap, topic, tmp_path / "off", standby__liveness__enabled=False)
+    assert run_ingestion(off, spark).records == 20
+    assert not off.table_storage.exists(liveness_key(off))
+    with pytest.raises(ConfigError, match=r"standby\.liveness\.enabled=false"):
+        run_ingest(off, once=True, standby=True)
