@@ -410,6 +410,15 @@ KEYS: tuple[Key, ...] = (
         None,
         "A function 'module:function' taking and returning a DataFrame.",
     ),
+    Key(
+        "transform.arrow",
+        _optional_str,
+        None,
+        "A function 'module:function' taking a pyarrow.RecordBatch of decoded records and "
+        "returning a RecordBatch or Table, applied in the Spark tasks (keeps the direct path); "
+        "pure per record, it must take an empty batch and keep kafka_topic, kafka_partition "
+        "and kafka_offset.",
+    ),
     # Writer and commit
     Key(
         "writer.id",
@@ -423,9 +432,9 @@ KEYS: tuple[Key, ...] = (
         "auto",
         "How tasks write: direct (each task reads its Kafka range, decodes and writes its base "
         "files in one Python worker, no rows through the JVM), dataframe (through a Spark "
-        "DataFrame, needed by transform.sql and transform.python), or auto (direct unless a "
-        "transformation is set or table.partition.date.from names a column that is not a "
-        "timestamp or date).",
+        "DataFrame, needed by transform.sql and transform.python), or auto (direct unless "
+        "transform.sql or transform.python is set or table.partition.date.from names a column "
+        "that is not a timestamp or date; transform.arrow runs on either path).",
     ),
     Key(
         "commit.mode",
@@ -895,8 +904,12 @@ def _check_combinations(cfg: LakesinkConfig) -> None:
             "errors.tolerance=all needs exactly one of errors.deadletter.topic and "
             "errors.deadletter.table: bad records are never dropped"
         )
-    if cfg["transform.sql"] and cfg["transform.python"]:
-        raise ConfigError("set only one of transform.sql and transform.python")
+    transforms = [k for k in ("transform.sql", "transform.python", "transform.arrow") if cfg[k]]
+    if len(transforms) > 1:
+        raise ConfigError(
+            f"set only one of transform.sql, transform.python and transform.arrow "
+            f"(set: {', '.join(transforms)})"
+        )
     if cfg["write.path"] == "direct" and (cfg["transform.sql"] or cfg["transform.python"]):
         raise ConfigError(
             "write.path=direct cannot apply transform.sql or transform.python (they run on a "

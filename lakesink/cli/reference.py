@@ -194,9 +194,12 @@ TROUBLESHOOTING: dict[str, Remedy] = {
     ),
     "RecordError": Remedy(
         "a record value does not decode under `value.format` and `value.schema` with "
-        "`errors.tolerance=none`; the message names topic, partition and offset",
+        "`errors.tolerance=none`; the message names topic, partition and offset. Or the "
+        "`transform.arrow` function failed on a batch of records, or returned columns unlike "
+        "its result for an empty batch; the message names the function and the records",
         "fix the producer, or set `errors.tolerance=all` with a dead-letter topic or table "
-        "(see Bad records)",
+        "(see Bad records); for `transform.arrow`, fix the function and run again: nothing of "
+        "the batch was published (see Transformations)",
     ),
     "PendingStoreError": Remedy(
         "the pending-commit store (SQLite beside the table, or PostgreSQL at `postgres.dsn`) "

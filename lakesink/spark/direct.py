@@ -12,10 +12,12 @@ sequence numbers are those of the DataFrame path. A failed or retried attempt le
 that are in no returned status; the coordinator's marker reconciliation deletes them before it
 publishes, as on the DataFrame path.
 
-The rows come out as Spark would hand them to the writer: every batch is cast to the Arrow
-schema Spark derives from the analyzed rows (session time zone, Spark's list and map field
-names), `table.partition.date.from` adds the same `dt` column, and declared non-nullable
-columns are restored (`with_required`), so the table is the same whichever path wrote it.
+The rows come out as Spark would hand them to the writer: `transform.arrow` (if set) is
+applied to each decoded batch first, as the DataFrame path applies it before the date column
+(spark/arrow_transform.py), every batch is cast to the Arrow schema Spark derives from the
+analyzed rows (session time zone, Spark's list and map field names), `table.partition.date.from`
+adds the same `dt` column, and declared non-nullable columns are restored (`with_required`), so
+the table is the same whichever path wrote it.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from lakesink.table.config import TableConfig
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
+    from lakesink.spark.arrow_transform import ArrowTransform
     from lakesink.spark.sink import CommittingSink
 
 log = logging.getLogger(__name__)
@@ -49,8 +52,9 @@ DATE_FORMAT = "%Y-%m-%d"
 
 def uses_direct_path(cfg: LakesinkConfig) -> bool:
     """Whether batches take the direct task path: `write.path=direct`, or `auto` without a
-    transformation and with `table.partition.date.from` (if set) naming a timestamp or date
-    column. A forced direct path that cannot give the DataFrame path's rows is a ConfigError."""
+    DataFrame transformation (`transform.arrow` runs in the tasks) and with
+    `table.partition.date.from` (if set) naming a timestamp or date column of the rows. A forced
+    direct path that cannot give the DataFrame path's rows is a ConfigError."""
     choice = cfg["write.path"]
     if choice == "dataframe":
         return False
@@ -62,12 +66,17 @@ def uses_direct_path(cfg: LakesinkConfig) -> bool:
 
 def _direct_path_obstacle(cfg: LakesinkConfig) -> str | None:
     if cfg["transform.sql"] or cfg["transform.python"]:
-        return "a transformation (transform.sql, transform.python) runs on a Spark DataFrame"
+        return "transform.sql and transform.python run on a Spark DataFrame"
     date_from = cfg["table.partition.date.from"]
     if date_from:
+        from lakesink.spark.arrow_transform import plan_arrow_transform
         from lakesink.spark.source import declared_arrow_schema
 
-        declared = declared_arrow_schema(cfg)
+        declared = (
+            plan_arrow_transform(cfg).output_schema  # the dates come from the function's rows
+            if cfg["transform.arrow"]
+            else declared_arrow_schema(cfg)
+        )
         if date_from not in declared.names or date_from == "dt":
             return f"table.partition.date.from={date_from!r} is not a value column other than dt"
         kind = declared.field(date_from).type
@@ -139,6 +148,7 @@ class DirectTask:
         dead_letter_schema: pa.Schema,
         required: tuple[str, ...],
         target_file_size: int,
+        transform: ArrowTransform | None = None,
     ) -> None:
         self.config_json = config_json
         self.secrets_json = secrets_json
@@ -150,6 +160,7 @@ class DirectTask:
         self.dead_letter_schema = dead_letter_schema
         self.required = required
         self.target_file_size = target_file_size
+        self.transform = transform  # `transform.arrow`, applied before the date column
 
     def __call__(self, pieces: Iterable[OffsetRange]) -> Iterator[str]:
         from pyspark import TaskContext
@@ -188,6 +199,10 @@ class DirectTask:
             for batch in batches:
                 if rows.writer is None or not batch.num_rows:
                     continue
+                if self.transform is not None:
+                    batch = self.transform(batch)
+                    if not batch.num_rows:  # the function kept none of these records
+                        continue
                 shaped = shape_rows(batch, self.rows_schema, date_from)
                 rows.write(with_required(shaped, self.required), topic_counts(shaped))
         if failed and dead.writer is not None:
@@ -479,6 +494,7 @@ def run_direct_batch(
             dead_letter_schema=spark_arrow_schema(spark, from_arrow_schema(dead_letter_rows(cfg))),
             required=required,
             target_file_size=cfg["table.target.file.size.bytes"],
+            transform=sink.arrow_transform(spark),
         )
         statuses = _run_tasks(spark, task, task_pieces(ranges, cfg["kafka.max.records.per.task"]))
     except BaseException:

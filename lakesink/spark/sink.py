@@ -23,6 +23,11 @@ from lakesink.errors import ConfigError, LakesinkError
 from lakesink.metrics import IngestionMetrics
 from lakesink.protocol.offsets import OffsetRange
 from lakesink.protocol.write_status import WriteStatus
+from lakesink.spark.arrow_transform import (
+    ArrowTransform,
+    plan_arrow_transform,
+    session_arrow_options,
+)
 from lakesink.spark.direct import IcebergArrowWriter, iceberg_target, run_direct_batch
 from lakesink.spark.source import ERROR_COLUMN, RAW_VALUE_COLUMN, offset_to_ranges
 from lakesink.spark.task_writer import (
@@ -53,7 +58,30 @@ def planned_ranges(checkpoint: Path, batch_id: int) -> list[OffsetRange]:
     return offset_to_ranges(json.loads(sources[0]))
 
 
+class ArrowTransformStep:
+    """`transform.arrow` on a DataFrame (the DataFrame path): the function applied with
+    `mapInArrow` to the batch's rows. The driver plans it once (`plan`: the function called on
+    an empty batch gives the output schema); the direct path's tasks apply the same plan."""
+
+    def __init__(self, cfg: LakesinkConfig) -> None:
+        self.cfg = cfg
+        self._planned: ArrowTransform | None = None
+
+    def plan(self, spark: SparkSession) -> ArrowTransform:
+        if self._planned is None:
+            zone, large = session_arrow_options(spark)
+            self._planned = plan_arrow_transform(self.cfg, zone, large)
+        return self._planned
+
+    def __call__(self, df: DataFrame) -> DataFrame:
+        planned = self.plan(df.sparkSession)
+        return df.mapInArrow(planned.map_batches, planned.spark_schema())
+
+
 def load_transform(cfg: LakesinkConfig) -> Callable[[DataFrame], DataFrame] | None:
+    """The configured transformation as a function of the batch's DataFrame (None: none)."""
+    if cfg["transform.arrow"]:
+        return ArrowTransformStep(cfg)
     if cfg["transform.sql"]:
         sql = cfg["transform.sql"]
 
@@ -130,9 +158,10 @@ def analyze_rows(
     """The schema of the rows batches will write, found without reading Kafka: the
     transformation and partitioning applied to an empty DataFrame of the declared source schema.
     Spark analyzes the plan, so a syntax error, an unknown column or a type error in
-    `transform.sql` (or a `transform.python` that fails on the source columns) is a ConfigError
-    before anything is written. Non-nullable columns of the result are the ones the writer
-    keeps non-nullable (see `TaskWriter.required`)."""
+    `transform.sql` (or a `transform.python` that fails on the source columns, or a
+    `transform.arrow` that fails on an empty batch of them) is a ConfigError before anything is
+    written. Non-nullable columns of the result are the ones the writer keeps non-nullable
+    (see `TaskWriter.required`)."""
     from pyspark.errors import PySparkException
     from pyspark.sql.pandas.types import from_arrow_schema
 
@@ -140,7 +169,7 @@ def analyze_rows(
 
     transform = load_transform(cfg)
     source = spark.createDataFrame([], from_arrow_schema(declared_arrow_schema(cfg)))
-    which = "transform.sql" if cfg["transform.sql"] else "transform.python"
+    which = next((k for k in ("transform.sql", "transform.arrow") if cfg[k]), "transform.python")
     try:
         with _quiet_query_context_loggers():
             return prepare_rows(source, cfg, transform, partition_fields).schema
@@ -217,6 +246,12 @@ class CommittingSink:
 
     def prepare(self, df: DataFrame) -> DataFrame:
         return prepare_rows(df, self.cfg, self.transform, self.partition_fields)
+
+    def arrow_transform(self, spark: SparkSession) -> ArrowTransform | None:
+        """`transform.arrow` as planned on the driver, for the direct path's tasks."""
+        if isinstance(self.transform, ArrowTransformStep):
+            return self.transform.plan(spark)
+        return None
 
     def required_columns(self, spark: SparkSession) -> tuple[str, ...]:
         """Top-level columns the rows keep non-nullable, as declared (analyzed once)."""
