@@ -51,10 +51,10 @@ def iceberg_kind(path: str) -> str | None:
     local = local_path(path)
     if local is not None and (local / "catalog.db").is_file():
         return "warehouse"
-    if local is not None and not local.is_dir():
+    if local is not None and (not local.is_dir() or (local / ".hoodie").exists()):
         return None
     storage = table_storage_at(path)
-    if storage.exists(".hoodie/hoodie.properties"):
+    if local is None and storage.exists(".hoodie/hoodie.properties"):
         return None
     if newest_metadata(storage) is not None:
         return "table"
@@ -238,9 +238,6 @@ def collect_iceberg_status(cfg: LakesinkConfig) -> dict[str, Any]:
             out["pending"] = pending_summary(store, cfg.writer_id)
         finally:
             store.close()
-    from lakesink.cli.status import status_metrics
-
-    out["metrics_source"], out["metrics"] = status_metrics(cfg, out)
     if cfg["errors.deadletter.table"]:
         out["dead_letter_table"] = _dead_letter_status(cfg)
     if tbl is None:

@@ -63,6 +63,15 @@ def collect_status(cfg: LakesinkConfig) -> dict[str, Any]:
     return out
 
 
+def collect_iceberg(cfg: LakesinkConfig) -> dict[str, Any]:
+    """`collect_status` of an Iceberg table: its status and the metrics, as for Hudi."""
+    from lakesink.cli.iceberg_inspect import collect_iceberg_status
+
+    out = collect_iceberg_status(cfg)
+    out["metrics_source"], out["metrics"] = status_metrics(cfg, out)
+    return out
+
+
 def metrics_url(cfg: LakesinkConfig) -> str | None:
     """Where a running ingestion of this configuration serves its metrics (None when
     `metrics.port` is unset or 0, a port only the ingestion knows)."""
@@ -132,14 +141,14 @@ def skipped_spans(table: Any, writer_id: str) -> list[dict[str, Any]]:
 
 def run_status(cfg: LakesinkConfig, *, as_json: bool, watch_s: float | None = None) -> int:
     if cfg["table.format"] == "iceberg":
-        from lakesink.cli.iceberg_inspect import collect_iceberg_status, print_iceberg_status
+        from lakesink.cli.iceberg_inspect import print_iceberg_status
 
         if watch_s is not None:
             from lakesink.cli.watch import watch_status
 
-            watch_status(cfg, interval_s=watch_s, collect=collect_iceberg_status)
+            watch_status(cfg, interval_s=watch_s, collect=collect_iceberg)
             return 0
-        st = collect_iceberg_status(cfg)
+        st = collect_iceberg(cfg)
         if as_json:
             emit_json(st)
         else:
