@@ -21,7 +21,7 @@ from lakesink.table.hudi_table import HudiTable
 from lakesink.table.markers import delete_markers, list_marked_files
 from lakesink.table.metadata import CommitMetadata
 from lakesink.table.rollback import delete_leftovers, rollback
-from lakesink.table.timeline import Timeline
+from lakesink.table.timeline import EncodedCommit, Timeline, encode_commit
 
 log = logging.getLogger(__name__)
 
@@ -58,8 +58,8 @@ class HudiFormat:
         self._view: HudiView | None = None
         # the snapshot `next_instant_time` listed under the lock, for the `begin` that follows
         self._begin_snapshot: Timeline | None = None
-        # the instant whose publish deleted its markers already (`finish` need not list them)
-        self._markers_gone: InstantTime | None = None
+        # the completed file `prepare_publish` encoded before the lock, for `publish`
+        self._encoded: EncodedCommit | None = None
 
     @property
     def name(self) -> str:
@@ -126,11 +126,17 @@ class HudiFormat:
         view = self._fresh_view(instant_time)
         timeline = view.timeline if view is not None else self.table.timeline()
         instant = Instant(instant_time, action, State.INFLIGHT)
+        encoded, self._encoded = self._encoded, None
         try:
-            # under the lock: the view's snapshot is fresh
-            done = timeline.publish(instant, metadata, snapshot_is_fresh=view is not None)
-            self._markers_gone = instant_time  # the publish deleted them
-            return done
+            # Under the lock: the view's snapshot is fresh. The markers stay: `finish` deletes
+            # them after the lock is released (nothing reads a completed instant's markers).
+            return timeline.publish(
+                instant,
+                metadata,
+                snapshot_is_fresh=view is not None,
+                encoded=encoded,
+                delete_markers=False,
+            )
         except ObjectExistsError:
             raise
         except StorageError as e:
@@ -140,6 +146,14 @@ class HudiFormat:
                 f"publish of instant {instant_time} on {self.table.uri}: the store did not "
                 f"answer whether it landed ({e})"
             ) from e
+
+    def prepare_publish(
+        self, action: Action, instant_time: InstantTime, metadata: CommitMetadata
+    ) -> None:
+        """Encode the completed file before the lock is taken (`publish` then only writes
+        it): the encoding depends on nothing the lock protects."""
+        instant = Instant(instant_time, action, State.INFLIGHT)
+        self._encoded = encode_commit(self.table.layout, instant, metadata)
 
     def commit_landed(self, instant_time: InstantTime, commit_id: str) -> bool:
         timeline = self.table.timeline()
@@ -151,8 +165,9 @@ class HudiFormat:
         return timeline.commit_metadata(done).extra.get(writer_state.COMMIT_ID_KEY) == commit_id
 
     def finish(self, instant_time: InstantTime) -> None:
-        if self._markers_gone != instant_time:  # a publish resolved after an unknown outcome
-            delete_markers(self.table.storage, instant_time.value)
+        # After the lock: a crash before this leaves the markers of a completed instant, which
+        # nothing reads; the writer's next start deletes them (`delete_completed_markers`).
+        delete_markers(self.table.storage, instant_time.value)
 
     def rollback(self, instant_time: InstantTime) -> bool:
         """True when a pending instant was rolled back (False: it was gone already, and

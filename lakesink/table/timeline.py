@@ -7,8 +7,9 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from lakesink.errors import (
     CommitConflictError,
@@ -25,7 +26,7 @@ from lakesink.storage import (
     as_storage,
 )
 from lakesink.table.archive import load_archived_view, read_archived_file
-from lakesink.table.markers import delete_markers
+from lakesink.table.markers import delete_markers as _delete_markers
 from lakesink.table.metadata import CommitMetadata, RollbackMetadata, RollbackPlan
 
 log = logging.getLogger(__name__)
@@ -141,6 +142,30 @@ def _latest_states(
         if prev is None or inst.state > prev.state:
             by_time[inst.time] = inst
     return sorted(by_time.values(), key=lambda i: i.time.value)
+
+
+@dataclass(frozen=True, slots=True)
+class EncodedCommit:
+    """A commit's completed-file content (`encode_commit`), and the dict it encodes."""
+
+    instant: Instant
+    metadata: CommitMetadata
+    as_dict: dict[str, Any]
+    content: bytes
+
+
+def encode_commit(
+    layout: TimelineLayout, instant: Instant, metadata: CommitMetadata
+) -> EncodedCommit:
+    """The completed file's content of commit or replacecommit `instant` with `metadata`: it
+    does not depend on the timeline's state, so a publisher encodes it before taking the lock."""
+    if not instant.action.writes_data:
+        raise CommitError(f"publish() completes commits and replacecommits, not {instant}")
+    if instant.action is Action.COMMIT and metadata.replaced_file_ids:
+        raise CommitError(f"{instant}: only a replacecommit may replace file groups")
+    as_dict = metadata.to_dict(layout, instant.action)
+    content = CommitMetadata.encode(as_dict, layout, instant.action)
+    return EncodedCommit(instant, metadata, as_dict, content)
 
 
 class Timeline:
@@ -369,27 +394,29 @@ class Timeline:
         completion_time: InstantTime | None = None,
         *,
         snapshot_is_fresh: bool = False,
+        encoded: EncodedCommit | None = None,
+        delete_markers: bool = True,
     ) -> Instant:
         """Write the completed file of a commit or replacecommit atomically (never partial,
         never empty, never twice). Returns the completed instant. `snapshot_is_fresh`: this
         timeline was listed just now, under the lock: it is not listed again before publishing
-        (one LIST less per commit on an object store)."""
-        if not instant.action.writes_data:
-            raise CommitError(f"publish() completes commits and replacecommits, not {instant}")
-        if instant.action is Action.COMMIT and metadata.replaced_file_ids:
-            raise CommitError(f"{instant}: only a replacecommit may replace file groups")
-        as_dict = metadata.to_dict(self.layout, instant.action)
+        (one LIST less per commit on an object store). `encoded`: `encode_commit` of this
+        instant and metadata, done before the lock was taken. `delete_markers=False`: the
+        caller deletes the instant's markers itself, after releasing the lock."""
+        if encoded is None or encoded.metadata is not metadata or encoded.instant != instant:
+            encoded = encode_commit(self.layout, instant, metadata)
         done = self._complete(
             instant,
-            CommitMetadata.encode(as_dict, self.layout, instant.action),
+            encoded.content,
             completion_time,
             snapshot_is_fresh=snapshot_is_fresh,
+            delete_markers=delete_markers,
         )
         # The next commit step reads this commit's metadata (the writer's offsets): keep what a
         # reader parses from the file (`as_read`), instead of reading and parsing it again.
         key = self._metadata_key(done)
         if key is not None:
-            _remember_metadata(key, metadata.as_read(as_dict))
+            _remember_metadata(key, metadata.as_read(encoded.as_dict))
         return done
 
     def complete_rollback(
@@ -409,6 +436,7 @@ class Timeline:
         completion_time: InstantTime | None,
         *,
         snapshot_is_fresh: bool = False,
+        delete_markers: bool = True,
     ) -> Instant:
         fresh = self if snapshot_is_fresh else Timeline.load(self.storage, self.layout)
         current = fresh.get(instant.time)
@@ -450,8 +478,8 @@ class Timeline:
                 f"instant {instant.time} was completed concurrently as {others[0]} in {self.where}"
             )
         log.info("table %s: completed %s", self.storage.uri, done)
-        if done.action.writes_data:
-            delete_markers(self.storage, done.time)
+        if done.action.writes_data and delete_markers:
+            _delete_markers(self.storage, done.time)
         return done
 
     def remove_pending(self, instant: Instant) -> None:
