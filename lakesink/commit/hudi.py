@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Collection
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 from lakesink.commit import writer_state
@@ -15,7 +16,7 @@ from lakesink.errors import CommitError, CommitStateUnknownError, CorruptTableEr
 from lakesink.protocol.conflicts import ConflictStrategy, Operation
 from lakesink.protocol.instant import Action, Instant, InstantTime, State
 from lakesink.protocol.offsets import WriterOffsets
-from lakesink.storage import ObjectExistsError, StorageError
+from lakesink.storage import ObjectExistsError, Storage, StorageError
 from lakesink.table.archive import is_archived_completed
 from lakesink.table.hudi_table import HudiTable
 from lakesink.table.markers import delete_markers, list_marked_files
@@ -24,6 +25,20 @@ from lakesink.table.rollback import delete_leftovers, rollback
 from lakesink.table.timeline import EncodedCommit, Timeline, encode_commit
 
 log = logging.getLogger(__name__)
+
+
+_HEAD_THREADS = 16
+
+
+def _missing(storage: Storage, keys: list[str]) -> list[str]:
+    """The `keys` that do not exist. On an object store the HEADs go out in parallel threads
+    (a HEAD is a round trip; hundreds per commit at hundreds of Kafka partitions); locally each
+    is one stat."""
+    if storage.is_local or len(keys) < 2:
+        return [k for k in keys if not storage.exists(k)]
+    with ThreadPoolExecutor(min(_HEAD_THREADS, len(keys)), "lakesink-head") as pool:
+        found = list(pool.map(storage.exists, keys))
+    return [k for k, there in zip(keys, found, strict=True) if not there]
 
 
 class HudiView:
@@ -94,9 +109,8 @@ class HudiFormat:
         for rel in sorted(marked - kept):
             log.info("table %s instant %s: deleting orphan file %s", self.table.config.name, t, rel)
             storage.delete(rel)
-        for rel in kept:
-            if not storage.exists(rel):
-                raise CorruptTableError(f"instant {t}: written file {rel} is missing on storage")
+        for rel in _missing(storage, sorted(kept)):
+            raise CorruptTableError(f"instant {t}: written file {rel} is missing on storage")
         return kept
 
     def view(self, instant_time: InstantTime) -> HudiView:

@@ -406,7 +406,8 @@ class FileLockProvider:
     ) -> bool:
         """Write `payload` as JSON to `name` in the lock dir, all at once. With `exclusive`,
         fail (return False) if `name` exists; else replace it. `durable=False` (a local file
-        system): no fsync, for a file whose loss in a crash is harmless."""
+        system): the name is not fsynced either, for a file whose loss in a crash is
+        harmless."""
         if isinstance(self.storage, LocalStorage):
             return self._write_local(name, payload, exclusive=exclusive, durable=durable)
         data = json.dumps(payload).encode()
@@ -428,11 +429,12 @@ class FileLockProvider:
         target = lock_dir / name
         tmp = lock_dir / f".{uuid.uuid4().hex}.tmp"
         try:
+            # The content is not fsynced, only the name (below): after a crash a lease file
+            # may be left empty, and an unreadable lease counts as held from its modification
+            # time (`read_lease`), while its holder died in the crash; a release file counts
+            # by its name alone.
             with open(tmp, "x") as f:
                 json.dump(payload, f)
-                if durable:
-                    f.flush()
-                    os.fsync(f.fileno())
             if not exclusive:
                 os.replace(tmp, target)
             elif not _link_exclusive(tmp, target, payload):
