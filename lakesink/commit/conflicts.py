@@ -127,10 +127,19 @@ def concurrent_operations(
             known.append(_requested_mtime(tl, began))
         return known[0]
 
+    # `completed_after`'s answer for the bulk of a long timeline, by comparing times as text
+    # (fixed-width digits): requested before `began`, and completed before it by more than the
+    # recent window, it is not concurrent
+    began_value = began.value
+    old_before = InstantTime.from_epoch_ms(began.to_epoch_ms() - _RECENT_MS).value
     for inst in tl.instants:
-        if inst.time == began or not inst.action.writes_data:
+        t = inst.time.value
+        if t == began_value or not inst.action.writes_data:
             continue
         if inst.is_completed:
+            done = inst.completion_time
+            if t < began_value and done is not None and done.value <= old_before:
+                continue
             if completed_after(tl, began, inst, began_mtime):
                 out.append(operation_of(inst, tl.commit_metadata(inst)))
         elif inst.action is Action.REPLACE_COMMIT:

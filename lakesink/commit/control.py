@@ -91,8 +91,8 @@ class CommitControl:
     def next_instant_time(self, table: HudiTable, timeline: Timeline | None = None) -> InstantTime:
         """A new instant time after every instant on the table (`timeline`: a snapshot listed
         just now, under the lock, to read instead of listing again)."""
-        instants = (timeline or table.timeline()).instants
-        latest = max((i.time.to_epoch_ms() for i in instants), default=0)
+        instants = (timeline or table.timeline()).instants  # sorted by instant time
+        latest = instants[-1].time.to_epoch_ms() if instants else 0
         return InstantTime.from_epoch_ms(max(self._clock_ms(), latest + 1))
 
     def start_heartbeat(self, table: HudiTable, t: InstantTime) -> None:
@@ -161,8 +161,8 @@ class LockedCommitControl(CommitControl):
                 self._lease = None
 
     def next_instant_time(self, table: HudiTable, timeline: Timeline | None = None) -> InstantTime:
-        latest = max((i.time for i in (timeline or table.timeline()).instants), default=None)
-        return self.generator.next(latest, lease=self._lease)
+        instants = (timeline or table.timeline()).instants  # sorted by instant time
+        return self.generator.next(instants[-1].time if instants else None, lease=self._lease)
 
     def start_heartbeat(self, table: HudiTable, t: InstantTime) -> None:
         hb = Heartbeat(

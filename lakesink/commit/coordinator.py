@@ -48,6 +48,7 @@ from lakesink.protocol.instant import Instant, InstantTime
 from lakesink.protocol.offsets import OffsetRange, WriterOffsets
 from lakesink.protocol.write_status import WriteStatus
 from lakesink.table.hudi_table import HudiTable
+from lakesink.table.markers import delete_completed_markers
 from lakesink.table.metadata import CommitMetadata
 from lakesink.table.timeline import Timeline
 
@@ -188,6 +189,10 @@ class Coordinator:
             metrics=self.metrics,
             crash=self._crash,
             timeline=timeline,
+        )
+        # A crash between a publish and the deletion of its markers (after the lock) left them
+        delete_completed_markers(
+            self.table.storage, lambda t: (i := timeline.get(t)) is not None and i.is_completed
         )
         # Rollbacks remove pending instants only: the completed commits this writer's offsets
         # come from are as that timeline shows them (the writer id is claimed: no other

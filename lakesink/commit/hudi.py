@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Collection
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 from lakesink.commit import writer_state
@@ -15,15 +16,29 @@ from lakesink.errors import CommitError, CommitStateUnknownError, CorruptTableEr
 from lakesink.protocol.conflicts import ConflictStrategy, Operation
 from lakesink.protocol.instant import Action, Instant, InstantTime, State
 from lakesink.protocol.offsets import WriterOffsets
-from lakesink.storage import ObjectExistsError, StorageError
+from lakesink.storage import ObjectExistsError, Storage, StorageError
 from lakesink.table.archive import is_archived_completed
 from lakesink.table.hudi_table import HudiTable
 from lakesink.table.markers import delete_markers, list_marked_files
 from lakesink.table.metadata import CommitMetadata
 from lakesink.table.rollback import delete_leftovers, rollback
-from lakesink.table.timeline import Timeline
+from lakesink.table.timeline import EncodedCommit, Timeline, encode_commit
 
 log = logging.getLogger(__name__)
+
+
+_HEAD_THREADS = 16
+
+
+def _missing(storage: Storage, keys: list[str]) -> list[str]:
+    """The `keys` that do not exist. On an object store the HEADs go out in parallel threads
+    (a HEAD is a round trip; hundreds per commit at hundreds of Kafka partitions); locally each
+    is one stat."""
+    if storage.is_local or len(keys) < 2:
+        return [k for k in keys if not storage.exists(k)]
+    with ThreadPoolExecutor(min(_HEAD_THREADS, len(keys)), "lakesink-head") as pool:
+        found = list(pool.map(storage.exists, keys))
+    return [k for k, there in zip(keys, found, strict=True) if not there]
 
 
 class HudiView:
@@ -58,8 +73,8 @@ class HudiFormat:
         self._view: HudiView | None = None
         # the snapshot `next_instant_time` listed under the lock, for the `begin` that follows
         self._begin_snapshot: Timeline | None = None
-        # the instant whose publish deleted its markers already (`finish` need not list them)
-        self._markers_gone: InstantTime | None = None
+        # the completed file `prepare_publish` encoded before the lock, for `publish`
+        self._encoded: EncodedCommit | None = None
 
     @property
     def name(self) -> str:
@@ -94,9 +109,8 @@ class HudiFormat:
         for rel in sorted(marked - kept):
             log.info("table %s instant %s: deleting orphan file %s", self.table.config.name, t, rel)
             storage.delete(rel)
-        for rel in kept:
-            if not storage.exists(rel):
-                raise CorruptTableError(f"instant {t}: written file {rel} is missing on storage")
+        for rel in _missing(storage, sorted(kept)):
+            raise CorruptTableError(f"instant {t}: written file {rel} is missing on storage")
         return kept
 
     def view(self, instant_time: InstantTime) -> HudiView:
@@ -126,11 +140,17 @@ class HudiFormat:
         view = self._fresh_view(instant_time)
         timeline = view.timeline if view is not None else self.table.timeline()
         instant = Instant(instant_time, action, State.INFLIGHT)
+        encoded, self._encoded = self._encoded, None
         try:
-            # under the lock: the view's snapshot is fresh
-            done = timeline.publish(instant, metadata, snapshot_is_fresh=view is not None)
-            self._markers_gone = instant_time  # the publish deleted them
-            return done
+            # Under the lock: the view's snapshot is fresh. The markers stay: `finish` deletes
+            # them after the lock is released (nothing reads a completed instant's markers).
+            return timeline.publish(
+                instant,
+                metadata,
+                snapshot_is_fresh=view is not None,
+                encoded=encoded,
+                delete_markers=False,
+            )
         except ObjectExistsError:
             raise
         except StorageError as e:
@@ -140,6 +160,14 @@ class HudiFormat:
                 f"publish of instant {instant_time} on {self.table.uri}: the store did not "
                 f"answer whether it landed ({e})"
             ) from e
+
+    def prepare_publish(
+        self, action: Action, instant_time: InstantTime, metadata: CommitMetadata
+    ) -> None:
+        """Encode the completed file before the lock is taken (`publish` then only writes
+        it): the encoding depends on nothing the lock protects."""
+        instant = Instant(instant_time, action, State.INFLIGHT)
+        self._encoded = encode_commit(self.table.layout, instant, metadata)
 
     def commit_landed(self, instant_time: InstantTime, commit_id: str) -> bool:
         timeline = self.table.timeline()
@@ -151,8 +179,9 @@ class HudiFormat:
         return timeline.commit_metadata(done).extra.get(writer_state.COMMIT_ID_KEY) == commit_id
 
     def finish(self, instant_time: InstantTime) -> None:
-        if self._markers_gone != instant_time:  # a publish resolved after an unknown outcome
-            delete_markers(self.table.storage, instant_time.value)
+        # After the lock: a crash before this leaves the markers of a completed instant, which
+        # nothing reads; the writer's next start deletes them (`delete_completed_markers`).
+        delete_markers(self.table.storage, instant_time.value)
 
     def rollback(self, instant_time: InstantTime) -> bool:
         """True when a pending instant was rolled back (False: it was gone already, and

@@ -18,8 +18,10 @@ clean — is one transaction, and every rollback of a failed one goes through `a
   unchanged, backfill not committed, the configured conflict rules) are validated against the
   table as it is now; then the completed instant is published atomically, through the retry
   loop that resolves an unknown outcome by re-reading the table (lakesink.commit.retry).
-  After the lock: the heartbeat stops, markers and lakesink's side files go, and the
-  post-commit hooks run (inline table services; a hook never fails the commit).
+  After the lock: the heartbeat stops, markers and lakesink's side files go (nothing reads a
+  completed instant's markers, so they are deleted outside the lock; a crash before that leaves
+  them to the writer's next start), and the post-commit hooks run (inline table services; a
+  hook never fails the commit).
 - abort: the heartbeat stops and the instant is rolled back (its files deleted by markers).
 
 As a context manager the transaction always stops its heartbeat, and aborts when the block
@@ -209,6 +211,11 @@ class TableTransaction:
         t = self.instant_time
         if self.state not in (TxState.ACTIVE, TxState.STAGED):
             raise CommitError(f"cannot commit instant {t}: the transaction is {self.state.value}")
+        # Work that needs no lock is done before taking it (Hudi: encoding the completed file);
+        # an optional step of a format, so formats without it need not declare it.
+        prepare = getattr(self.format, "prepare_publish", None)
+        if prepare is not None:
+            prepare(self.action, t, metadata)
         started = time.perf_counter()
         if delay_s:
             time.sleep(delay_s)  # commit.publish.delay.s: benchmarks only

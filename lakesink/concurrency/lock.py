@@ -350,7 +350,7 @@ class FileLockProvider:
         return f"{LOCK_DIR}/{seq:012d}.lease"
 
     def _names(self) -> list[str]:
-        return [m.key.rsplit("/", 1)[-1] for m in self.storage.list_folder(LOCK_DIR).objects]
+        return self.storage.list_names(LOCK_DIR)  # names only: no stat per lease file
 
     def _seqs(self) -> list[int]:
         return sorted(int(m.group(1)) for n in self._names() if (m := _LEASE_RE.match(n)))
@@ -401,11 +401,15 @@ class FileLockProvider:
         seqs = self._seqs()
         return self.read_lease(seqs[-1]) if seqs else None
 
-    def _write_atomic(self, name: str, payload: dict[str, Any], *, exclusive: bool) -> bool:
+    def _write_atomic(
+        self, name: str, payload: dict[str, Any], *, exclusive: bool, durable: bool = True
+    ) -> bool:
         """Write `payload` as JSON to `name` in the lock dir, all at once. With `exclusive`,
-        fail (return False) if `name` exists; else replace it."""
+        fail (return False) if `name` exists; else replace it. `durable=False` (a local file
+        system): the name is not fsynced either, for a file whose loss in a crash is
+        harmless."""
         if isinstance(self.storage, LocalStorage):
-            return self._write_local(name, payload, exclusive=exclusive)
+            return self._write_local(name, payload, exclusive=exclusive, durable=durable)
         data = json.dumps(payload).encode()
         if not exclusive:
             self.storage.write(f"{LOCK_DIR}/{name}", data)
@@ -416,22 +420,27 @@ class FileLockProvider:
             return False
         return True
 
-    def _write_local(self, name: str, payload: dict[str, Any], *, exclusive: bool) -> bool:
+    def _write_local(
+        self, name: str, payload: dict[str, Any], *, exclusive: bool, durable: bool = True
+    ) -> bool:
         assert isinstance(self.storage, LocalStorage)
         lock_dir = self.storage.path(LOCK_DIR)
         os.makedirs(lock_dir, exist_ok=True)
         target = lock_dir / name
         tmp = lock_dir / f".{uuid.uuid4().hex}.tmp"
         try:
+            # The content is not fsynced, only the name (below): after a crash a lease file
+            # may be left empty, and an unreadable lease counts as held from its modification
+            # time (`read_lease`), while its holder died in the crash; a release file counts
+            # by its name alone.
             with open(tmp, "x") as f:
                 json.dump(payload, f)
-                f.flush()
-                os.fsync(f.fileno())
             if not exclusive:
                 os.replace(tmp, target)
             elif not _link_exclusive(tmp, target, payload):
                 return False
-            fsync_dir(lock_dir)
+            if durable:
+                fsync_dir(lock_dir)
             return True
         finally:
             with contextlib.suppress(FileNotFoundError):
@@ -508,13 +517,17 @@ class FileLockProvider:
             return
         lease._stop_renewer()
         lease._released = True
+        # Contenders look only at the newest lease's release file, so this one is written
+        # whether or not a newer lease took over (no LIST to find out), and without fsync: a
+        # release lost in a crash only makes contenders wait for the lease's expiry, and the
+        # lease file itself was made durable before it was used.
         try:
-            if self._newer_than(lease.seq) is None:
-                self._write_atomic(
-                    f"{lease.seq:012d}.released",
-                    {"token": lease.record.token, "at": self.clock()},
-                    exclusive=False,
-                )
+            self._write_atomic(
+                f"{lease.seq:012d}.released",
+                {"token": lease.record.token, "at": self.clock()},
+                exclusive=False,
+                durable=False,
+            )
         except (OSError, StorageError) as e:
             log.warning(
                 "lock lease %d of %s not released (it will expire): %s", lease.seq, self.owner, e

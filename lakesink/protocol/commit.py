@@ -35,21 +35,22 @@ def classify_batch(committed: WriterOffsets, planned: Iterable[OffsetRange]) -> 
     ranges = [r for r in merge_contiguous(planned) if not r.is_empty]
     if not ranges:
         return Verdict.NOTHING_TO_COMMIT
+    # each partition's committed position looked up once (hundreds of partitions per batch)
+    positions = [committed.get(r.partition) for r in ranges]
     replayed = [
-        r
-        for r in ranges
-        if (committed.get(r.partition) or 0) >= r.end and committed.get(r.partition) is not None
+        (r, pos)
+        for r, pos in zip(ranges, positions, strict=True)
+        if pos is not None and pos >= r.end
     ]
     if len(replayed) == len(ranges):
         return Verdict.ALREADY_COMMITTED
     if replayed:
-        done = ", ".join(f"{r.partition}@{committed.get(r.partition)}" for r in replayed)
+        done = ", ".join(f"{r.partition}@{pos}" for r, pos in replayed)
         raise OffsetError(
             f"batch is partly committed already ({done}) and partly not; "
             "the table and the checkpoint disagree. Run 'lakesink verify' and restart the query."
         )
-    for r in ranges:
-        current = committed.get(r.partition)
+    for r, current in zip(ranges, positions, strict=True):
         if current is not None and current != r.start:
             raise OffsetError(
                 f"batch starts {r.partition} at {r.start} but the table's committed position is "

@@ -125,11 +125,20 @@ class WriterOffsets:
 def merge_contiguous(ranges: Iterable[OffsetRange]) -> list[OffsetRange]:
     """Join ranges of the same partition that touch (the task splits of one partition)."""
     out: list[OffsetRange] = []
+    last: OffsetRange | None = None
     for r in sorted(ranges, key=range_order):
-        if out and out[-1].partition == r.partition and out[-1].end == r.start:
-            out[-1] = OffsetRange(r.partition, out[-1].start, r.end)
-        elif out and out[-1].partition == r.partition and r.start < out[-1].end:
+        # partitions compared by their fields: the dataclass `==` builds two tuples per call
+        if (
+            last is None
+            or last.partition.partition != r.partition.partition
+            or last.partition.topic != r.partition.topic
+        ):
+            out.append(r)
+        elif last.end == r.start:
+            out[-1] = OffsetRange(r.partition, last.start, r.end)
+        elif r.start < last.end:
             raise OffsetError(f"ranges of {r.partition} overlap at offset {r.start}")
         else:
             out.append(r)
+        last = out[-1]
     return out

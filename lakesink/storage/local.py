@@ -89,13 +89,14 @@ class LocalStorage(Storage):
         tmp_dir.mkdir(parents=True, exist_ok=True)
         return tmp_dir / f"{name}.{uuid.uuid4().hex}.tmp"
 
-    def _write_tmp(self, name: str, data: bytes) -> Path:
+    def _write_tmp(self, name: str, data: bytes, *, durable: bool = True) -> Path:
         tmp = self._tmp(name)
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         with os.fdopen(fd, "wb") as f:
             f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
+            if durable:
+                f.flush()
+                os.fsync(f.fileno())
         return tmp
 
     def read(self, key: str) -> bytes:
@@ -113,13 +114,16 @@ class LocalStorage(Storage):
         except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
             raise ObjectNotFoundError(f"{p} does not exist") from None
 
-    def write(self, key: str, data: bytes) -> None:
+    def write(self, key: str, data: bytes, *, durable: bool = True) -> None:
+        """`durable=False`: no fsync, for a file whose loss in a crash is harmless (readers
+        still see the old or the new content whole while the machine runs)."""
         target = self.path(key)
-        tmp = self._write_tmp(target.name, data)
+        tmp = self._write_tmp(target.name, data, durable=durable)
         try:
             target.parent.mkdir(parents=True, exist_ok=True)
             os.replace(tmp, target)
-            fsync_dir(target.parent)
+            if durable:
+                fsync_dir(target.parent)
         finally:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
@@ -188,6 +192,14 @@ class LocalStorage(Storage):
             return None
         return ObjectMeta(key, st.st_size, _etag(st), st.st_mtime)
 
+    def exists(self, key: str) -> bool:
+        # `head` without building its ObjectMeta: hundreds of checks per commit
+        try:
+            st = os.stat(f"{self._root}/{key}" if key else self._root)
+        except (FileNotFoundError, NotADirectoryError):
+            return False
+        return stat.S_ISREG(st.st_mode)
+
     def list_prefix(self, prefix: str) -> list[ObjectMeta]:
         base = self.path(prefix)
         out: list[ObjectMeta] = []
@@ -233,9 +245,11 @@ class LocalStorage(Storage):
         try:
             with os.scandir(self.path(prefix)) as entries:
                 # is_file() answers from the directory entry's type: no stat per file
-                return sorted(e.name for e in entries if e.is_file())
+                names = [e.name for e in entries if e.is_file()]
         except (FileNotFoundError, NotADirectoryError):
             return []
+        names.sort()
+        return names
 
     def delete(self, key: str) -> None:
         try:

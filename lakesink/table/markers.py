@@ -6,9 +6,10 @@ Listing an instant's markers is one LIST request on an object store."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from lakesink.errors import CorruptTableError
 from lakesink.protocol.instant import InstantTime
 from lakesink.storage import ObjectExistsError, Storage, as_storage
 
@@ -60,6 +61,25 @@ def list_marked_files(table: Storage | str | Path, instant_time: InstantTime | s
 def delete_markers(table: Storage | str | Path, instant_time: InstantTime | str) -> None:
     """Remove the instant's marker folder (no error if it is gone already)."""
     as_storage(table).delete_prefix(marker_key(instant_time))
+
+
+def delete_completed_markers(
+    table: Storage | str | Path, completed: Callable[[InstantTime], bool]
+) -> list[InstantTime]:
+    """Delete the marker folders of instants that `completed` says are completed: a writer
+    deletes its instant's markers after publishing, outside the lock, so a crash in between
+    leaves them (nothing reads a completed instant's markers). Returns the instants cleaned."""
+    storage = as_storage(table)
+    cleaned: list[InstantTime] = []
+    for name in storage.list_folder(MARKER_ROOT).folders:
+        try:
+            t = InstantTime(name)
+        except CorruptTableError:
+            continue  # not an instant's folder: not ours to delete
+        if completed(t):
+            storage.delete_prefix(marker_key(t))
+            cleaned.append(t)
+    return cleaned
 
 
 def delete_unreferenced_files(

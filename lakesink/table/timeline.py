@@ -4,11 +4,14 @@ instant along requested → inflight → completed."""
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import logging
 import time
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from lakesink.errors import (
     CommitConflictError,
@@ -25,7 +28,7 @@ from lakesink.storage import (
     as_storage,
 )
 from lakesink.table.archive import load_archived_view, read_archived_file
-from lakesink.table.markers import delete_markers
+from lakesink.table.markers import delete_markers as _delete_markers
 from lakesink.table.metadata import CommitMetadata, RollbackMetadata, RollbackPlan
 
 log = logging.getLogger(__name__)
@@ -102,9 +105,21 @@ def _parse_names(folder: str, names: Sequence[str]) -> list[tuple[str, Instant]]
     return out
 
 
-_LOADED: dict[str, tuple[list[str], list[Instant]]] = {}
-"""Timeline folder -> (its instant file names, their latest states) at the last load: a load
-that lists the same names reuses the states instead of rebuilding them."""
+@dataclass(frozen=True, slots=True)
+class _Loaded:
+    """A timeline folder at its last load: its entry names (sorted), and its instants at their
+    latest states, sorted by time, with their times as text and by time."""
+
+    names: list[str]
+    values: list[str]
+    instants: tuple[Instant, ...]
+    by_value: dict[str, Instant]
+
+
+_LOADED: dict[str, _Loaded] = {}
+"""Timeline folder -> its last load: a load that lists the same names reuses the instants, and
+one that lists more names (the usual: a commit added files) updates only the instants of the
+new files, instead of rebuilding a thousand entries on every commit step."""
 
 _METADATA: dict[tuple[str, int, int, int, str], CommitMetadata] = {}
 """Parsed commit metadata by (path, inode, mtime ns, size, action): a completed timeline file is
@@ -120,14 +135,16 @@ def _remember_metadata(key: tuple[str, int, int, int, str], metadata: CommitMeta
     _METADATA[key] = metadata
 
 
-def _latest_states(
-    parsed: Iterable[tuple[str, Instant]], folder: str, known: Sequence[Instant] = ()
-) -> list[Instant]:
-    """One instant per time at its latest state, sorted by time. `known` are the latest states
-    of files already checked (the result is the same whatever order files are seen in)."""
-    by_time: dict[InstantTime, Instant] = {i.time: i for i in known}
+def _apply_states(
+    by_value: dict[str, Instant], parsed: Iterable[tuple[str, Instant]], folder: str
+) -> set[str]:
+    """Update `by_value` (instant time as text -> the instant at its latest state) with the
+    parsed files; returns the times whose entry changed (the result is the same whatever order
+    files are seen in)."""
+    changed: set[str] = set()
     for name, inst in parsed:
-        prev = by_time.get(inst.time)
+        t = inst.time.value
+        prev = by_value.get(t)
         if prev is not None and prev.action is not inst.action:
             raise CorruptTableError(
                 f"timeline {folder} has two actions at instant {inst.time}: "
@@ -139,8 +156,57 @@ def _latest_states(
                 f"{prev} and {name}"
             )
         if prev is None or inst.state > prev.state:
-            by_time[inst.time] = inst
-    return sorted(by_time.values(), key=lambda i: i.time.value)
+            by_value[t] = inst
+            changed.add(t)
+    return changed
+
+
+def _load_all(names: list[str], folder: str) -> _Loaded:
+    by_value: dict[str, Instant] = {}
+    _apply_states(by_value, _parse_names(folder, names), folder)
+    values = sorted(by_value)
+    return _Loaded(names, values, tuple(by_value[v] for v in values), by_value)
+
+
+def _load_added(hit: _Loaded, names: list[str], added: list[str], folder: str) -> _Loaded:
+    """`hit` plus the files `added`: only the instants from the earliest changed time on are
+    re-sorted (new files are mostly of the newest instants)."""
+    by_value = dict(hit.by_value)
+    changed = _apply_states(by_value, _parse_names(folder, added), folder)
+    if not changed:
+        return _Loaded(names, hit.values, hit.instants, by_value)
+    cut = bisect.bisect_left(hit.values, min(changed))
+    tail = sorted(changed.union(hit.values[cut:]))
+    return _Loaded(
+        names,
+        hit.values[:cut] + tail,
+        hit.instants[:cut] + tuple(by_value[v] for v in tail),
+        by_value,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class EncodedCommit:
+    """A commit's completed-file content (`encode_commit`), and the dict it encodes."""
+
+    instant: Instant
+    metadata: CommitMetadata
+    as_dict: dict[str, Any]
+    content: bytes
+
+
+def encode_commit(
+    layout: TimelineLayout, instant: Instant, metadata: CommitMetadata
+) -> EncodedCommit:
+    """The completed file's content of commit or replacecommit `instant` with `metadata`: it
+    does not depend on the timeline's state, so a publisher encodes it before taking the lock."""
+    if not instant.action.writes_data:
+        raise CommitError(f"publish() completes commits and replacecommits, not {instant}")
+    if instant.action is Action.COMMIT and metadata.replaced_file_ids:
+        raise CommitError(f"{instant}: only a replacecommit may replace file groups")
+    as_dict = metadata.to_dict(layout, instant.action)
+    content = CommitMetadata.encode(as_dict, layout, instant.action)
+    return EncodedCommit(instant, metadata, as_dict, content)
 
 
 class Timeline:
@@ -155,16 +221,22 @@ class Timeline:
         instants: Sequence[Instant],
         *,
         presorted: bool = False,
+        by_value: dict[str, Instant] | None = None,
     ) -> None:
+        """`by_value`: the presorted `instants` by time as text, when the caller has it (never
+        changed by the timeline)."""
         self.storage = as_storage(base_path)
         self.layout = layout
         self.folder_key = timeline_key(layout)
         self.where = f"{self.storage.uri}/{self.folder_key}"
         """The timeline folder as a path or URI, for messages."""
         self.instants: tuple[Instant, ...] = (
-            tuple(instants) if presorted else tuple(sorted(instants, key=lambda i: i.time))
+            tuple(instants) if presorted else tuple(sorted(instants, key=lambda i: i.time.value))
         )
-        self._by_time = {i.time: i for i in self.instants}
+        # by instant time as text: a str key hashes in C, an InstantTime in Python
+        self._by_time: dict[str, Instant] = (
+            by_value if by_value is not None else {i.time.value: i for i in self.instants}
+        )
         self._commit_cache: dict[Instant, CommitMetadata] = {}
 
     @property
@@ -185,24 +257,26 @@ class Timeline:
         base = as_storage(base_path)
         folder = f"{base.uri}/{timeline_key(layout)}"
         names = base.list_names(timeline_key(layout))
-        key = folder
-        hit = _LOADED.get(key)
-        if hit is not None and hit[0] == names:
+        hit = _LOADED.get(folder)
+        if hit is not None and hit.names == names:
             # the same entries as at the last load: the same instants at the same states
-            return cls(base, layout, hit[1], presorted=True)
-        if hit is not None:
-            seen = set(hit[0])
+            loaded = hit
+        elif hit is not None and names[: len(hit.names)] == hit.names:
+            # names sort by instant time: a commit's new files come after the old ones
+            loaded = _load_added(hit, names, names[len(hit.names) :], folder)
+        elif hit is not None:
+            seen = set(hit.names)
             added = [n for n in names if n not in seen]
-            if len(hit[0]) + len(added) == len(names):  # nothing removed: add the new files
-                instants = _latest_states(_parse_names(folder, added), folder, hit[1])
+            if len(hit.names) + len(added) == len(names):  # nothing removed: add the new files
+                loaded = _load_added(hit, names, added, folder)
             else:
-                instants = _latest_states(_parse_names(folder, names), folder)
+                loaded = _load_all(names, folder)
         else:
-            instants = _latest_states(_parse_names(folder, names), folder)
+            loaded = _load_all(names, folder)
         if len(_LOADED) >= 64:
             _LOADED.clear()
-        _LOADED[key] = (names, instants)
-        return cls(base, layout, instants, presorted=True)
+        _LOADED[folder] = loaded
+        return cls(base, layout, loaded.instants, presorted=True, by_value=loaded.by_value)
 
     # -- reading -----------------------------------------------------------------------------
 
@@ -235,7 +309,8 @@ class Timeline:
         return done[-1] if done else None
 
     def get(self, time_: InstantTime | str) -> Instant | None:
-        return self._by_time.get(InstantTime(str(time_)))
+        key = time_.value if isinstance(time_, InstantTime) else InstantTime(str(time_)).value
+        return self._by_time.get(key)
 
     def __contains__(self, time_: object) -> bool:
         return isinstance(time_, InstantTime | str) and self.get(time_) is not None
@@ -369,27 +444,29 @@ class Timeline:
         completion_time: InstantTime | None = None,
         *,
         snapshot_is_fresh: bool = False,
+        encoded: EncodedCommit | None = None,
+        delete_markers: bool = True,
     ) -> Instant:
         """Write the completed file of a commit or replacecommit atomically (never partial,
         never empty, never twice). Returns the completed instant. `snapshot_is_fresh`: this
         timeline was listed just now, under the lock: it is not listed again before publishing
-        (one LIST less per commit on an object store)."""
-        if not instant.action.writes_data:
-            raise CommitError(f"publish() completes commits and replacecommits, not {instant}")
-        if instant.action is Action.COMMIT and metadata.replaced_file_ids:
-            raise CommitError(f"{instant}: only a replacecommit may replace file groups")
-        as_dict = metadata.to_dict(self.layout, instant.action)
+        (one LIST less per commit on an object store). `encoded`: `encode_commit` of this
+        instant and metadata, done before the lock was taken. `delete_markers=False`: the
+        caller deletes the instant's markers itself, after releasing the lock."""
+        if encoded is None or encoded.metadata is not metadata or encoded.instant != instant:
+            encoded = encode_commit(self.layout, instant, metadata)
         done = self._complete(
             instant,
-            CommitMetadata.encode(as_dict, self.layout, instant.action),
+            encoded.content,
             completion_time,
             snapshot_is_fresh=snapshot_is_fresh,
+            delete_markers=delete_markers,
         )
         # The next commit step reads this commit's metadata (the writer's offsets): keep what a
         # reader parses from the file (`as_read`), instead of reading and parsing it again.
         key = self._metadata_key(done)
         if key is not None:
-            _remember_metadata(key, metadata.as_read(as_dict))
+            _remember_metadata(key, metadata.as_read(encoded.as_dict))
         return done
 
     def complete_rollback(
@@ -409,6 +486,7 @@ class Timeline:
         completion_time: InstantTime | None,
         *,
         snapshot_is_fresh: bool = False,
+        delete_markers: bool = True,
     ) -> Instant:
         fresh = self if snapshot_is_fresh else Timeline.load(self.storage, self.layout)
         current = fresh.get(instant.time)
@@ -450,8 +528,8 @@ class Timeline:
                 f"instant {instant.time} was completed concurrently as {others[0]} in {self.where}"
             )
         log.info("table %s: completed %s", self.storage.uri, done)
-        if done.action.writes_data:
-            delete_markers(self.storage, done.time)
+        if done.action.writes_data and delete_markers:
+            _delete_markers(self.storage, done.time)
         return done
 
     def remove_pending(self, instant: Instant) -> None:
@@ -469,11 +547,10 @@ def next_completion_time(timeline: Timeline, instant_time: InstantTime) -> Insta
     # values needed to epoch ms (a strptime each; a whole timeline of them was a third of a
     # publish).
     instants = timeline.instants
-    done = [i.completion_time for i in instants if i.completion_time is not None]
+    done = [c.value for i in instants if (c := i.completion_time) is not None]
     taken = {i.time.value for i in instants}
-    taken.update(c.value for c in done)
-    last = max(done, default=None)
-    last_done = last.to_epoch_ms() if last is not None else 0
+    taken.update(done)
+    last_done = InstantTime(max(done)).to_epoch_ms() if done else 0
     own = instant_time.to_epoch_ms()
     candidate = max(int(time.time() * 1000), own, last_done + 1)
     while candidate != own and InstantTime.from_epoch_ms(candidate).value in taken:
@@ -489,8 +566,11 @@ def _completed_files_of(
     prefix = time_.value
     except_name = except_key.rsplit("/", 1)[-1]
     out = []
-    for n in storage.list_names(folder_key):
-        if n == except_name or not n.startswith(prefix) or not _looks_like_instant(n):
+    names = storage.list_names(folder_key)  # sorted: the instant's files are side by side
+    for n in itertools.takewhile(
+        lambda n: n.startswith(prefix), names[bisect.bisect_left(names, prefix) :]
+    ):
+        if n == except_name or not _looks_like_instant(n):
             continue
         try:
             inst = _parse_name(n)

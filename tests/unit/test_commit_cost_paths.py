@@ -1,0 +1,223 @@
+"""The cheaper commit paths keep their guarantees: markers deleted after the lock (and a crash
+in between cleaned at the next start), timeline loads that update only new files' instants, a
+late lease release that frees nothing, the completed file encoded before the lock."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import random
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lakesink.commit import coordinator as coordinator_module
+from lakesink.commit.control import CommitControl
+from lakesink.commit.coordinator import Coordinator
+from lakesink.commit.transaction import TableTransaction
+from lakesink.commit.writer_state import OFFSETS_KEY, WRITER_ID_KEY
+from lakesink.concurrency.lock import LOCK_DIR, FileLockProvider
+from lakesink.protocol.instant import Action, Instant, InstantTime, State
+from lakesink.protocol.offsets import OffsetRange, TopicPartition, WriterOffsets
+from lakesink.protocol.write_status import FileWrite, WriteStatus
+from lakesink.table import timeline as timeline_module
+from lakesink.table.config import TableConfig
+from lakesink.table.files import base_file_name, new_file_id
+from lakesink.table.hudi_table import HudiTable
+from lakesink.table.markers import create_marker, list_marked_files
+from lakesink.table.metadata import CommitMetadata
+from lakesink.table.timeline import Timeline
+
+SCHEMA = json.dumps({"type": "record", "name": "r", "fields": [{"name": "x", "type": "long"}]})
+
+
+class FakeClock:
+    def __init__(self, now: float = 1_700_000_000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, s: float) -> None:
+        self.now += s
+
+
+class Died(Exception):
+    """The writer process dying at a crash point."""
+
+
+def _table(tmp_path: Path) -> HudiTable:
+    return HudiTable.create(tmp_path / "t", TableConfig("t", ("x",), (), version=8))
+
+
+def _statuses(table: HudiTable, t: InstantTime, ranges: list[OffsetRange]) -> list[WriteStatus]:
+    """One base file with its marker per range, as the tasks write them."""
+    out = []
+    for r in ranges:
+        fid = new_file_id()
+        f = FileWrite("", fid, base_file_name(fid, f"{r.partition.partition}-1-0", t), 1, 1)
+        create_marker(table.base_path, t, "", f.path)
+        (table.base_path / f.path).touch()
+        out.append(WriteStatus(t.value, f"0.{r.partition.partition}.0", r, (f,), 1, 1))
+    return out
+
+
+def test_markers_outlive_the_publish_and_a_crash_before_their_deletion_is_cleaned_at_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    table = _table(tmp_path)
+    ranges = [OffsetRange(TopicPartition("t", p), 0, 10) for p in range(3)]
+    first = Coordinator(table, "w", control=CommitControl())
+    first.start()
+    t = first.begin_batch(0, ranges)
+    assert t is not None
+    statuses = _statuses(table, t, ranges)
+
+    def die_after_publish(point: str) -> None:
+        if point == "after-publish":
+            raise Died(point)
+
+    monkeypatch.setattr(coordinator_module, "crash_point", die_after_publish)
+    with pytest.raises(Died):
+        first.complete_batch(t, 0, ranges, statuses, schema=SCHEMA)
+    monkeypatch.undo()
+    done = table.timeline().get(t)
+    assert done is not None and done.is_completed
+    # the publish left the markers: they go after the lock, which the crash never reached
+    assert len(list_marked_files(table.base_path, t)) == len(ranges)
+
+    # another writer's pending instant, with markers that its rollback will need
+    other = TableTransaction(table, CommitControl(), writer_id="other")
+    pending = other.begin()
+    _statuses(table, pending, [OffsetRange(TopicPartition("u", 0), 0, 1)])
+
+    second = Coordinator(table, "w", control=CommitControl())
+    second.start()
+    assert list_marked_files(table.base_path, t) == []
+    assert len(list_marked_files(table.base_path, pending)) == 1
+    assert second.committed == WriterOffsets({r.partition: r.end for r in ranges})
+
+    # and a batch that is not interrupted deletes its markers before complete_batch returns
+    nxt = [OffsetRange(r.partition, r.end, r.end + 5) for r in ranges]
+    t2 = second.begin_batch(1, nxt)
+    assert t2 is not None
+    outcome = second.complete_batch(t2, 1, nxt, _statuses(table, t2, nxt), schema=SCHEMA)
+    assert outcome.files == len(nxt)
+    assert list_marked_files(table.base_path, t2) == []
+
+
+def _metadata(t: InstantTime) -> CommitMetadata:
+    fid = new_file_id()
+    return CommitMetadata(
+        "INSERT",
+        (FileWrite("", fid, base_file_name(fid, "0-1-0", t), 1, 1),),
+        schema=SCHEMA,
+        extra={WRITER_ID_KEY: "w", OFFSETS_KEY: "{}"},
+    )
+
+
+def _full_load(table: HudiTable, monkeypatch: pytest.MonkeyPatch) -> Timeline:
+    """The timeline read without any earlier load to build on."""
+    with monkeypatch.context() as m:
+        m.setattr(timeline_module, "_LOADED", {})
+        return Timeline.load(table.storage, table.layout)
+
+
+def test_timeline_loads_that_add_to_the_last_one_equal_a_full_load(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    table = _table(tmp_path)
+    rng = random.Random(7)
+    base = 1_700_000_000_000
+    begun: list[Instant] = []
+    for step in range(40):
+        tl = table.timeline()  # builds on the previous load where it can
+        full = _full_load(table, monkeypatch)
+        assert tl.instants == full.instants
+        assert all(tl.get(i.time) == i for i in full.instants)
+        assert tl.get(InstantTime.from_epoch_ms(base - 1)) is None
+        action = rng.random()
+        pending = [i for i in begun if tl.get(i.time) == i]
+        if action < 0.5 or not pending:
+            # a new instant: its files sort after every other (the usual commit step)
+            t = InstantTime.from_epoch_ms(base + 1000 * step)
+            begun.append(tl.begin(Action.COMMIT, t))
+        elif action < 0.8:
+            # an older pending instant completes: a file that sorts among the old ones
+            inst = rng.choice(pending)
+            tl.publish(inst, _metadata(inst.time))
+        else:
+            # an older pending instant is rolled back: files removed
+            inst = rng.choice(pending)
+            tl.remove_pending(inst)
+    states = {i.state for i in table.timeline().instants}
+    assert states == {State.INFLIGHT, State.COMPLETED}  # both kinds of change were made
+
+
+def test_a_release_after_a_takeover_does_not_free_the_new_holders_lock(tmp_path: Path) -> None:
+    clock = FakeClock()
+
+    def provider(owner: str) -> FileLockProvider:
+        return FileLockProvider(
+            tmp_path, owner, lease_s=30, auto_renew=False, clock=clock, sleep=clock.sleep
+        )
+
+    a = provider("a")
+    stalled = a.acquire(0)
+    clock.now += 31  # a stalls past its lease
+    b = provider("b")
+    taken = b.acquire(0)
+    assert taken.seq == stalled.seq + 1
+    a.release(stalled)  # late, without looking for newer leases
+    assert (tmp_path / LOCK_DIR / f"{stalled.seq:012d}.released").exists()
+    taken.check()
+    assert provider("c").try_acquire() is None  # b still holds the lock
+    b.release(taken)
+    assert provider("c").try_acquire() is not None
+
+
+class LockedControl(CommitControl):
+    """No other writer, but a lock whose holding is visible to the test."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.held = False
+
+    @contextlib.contextmanager
+    def locked(self, table: HudiTable) -> Iterator[None]:
+        self.held = True
+        try:
+            yield
+        finally:
+            self.held = False
+
+
+def test_the_completed_file_is_encoded_before_the_lock_is_taken(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    table = _table(tmp_path)
+    control = LockedControl()
+    tx = TableTransaction(table, control, writer_id="w")
+    t = tx.begin()
+    fid = new_file_id()
+    f = FileWrite("", fid, base_file_name(fid, "0-1-0", t), 1, 1)
+    create_marker(table.base_path, t, "", f.path)
+    (table.base_path / f.path).touch()
+    tx.stage({f.path})
+    md = CommitMetadata("INSERT", (f,), schema=SCHEMA, extra={WRITER_ID_KEY: "w"})
+    encode = CommitMetadata.encode
+    under_lock: list[bool] = []
+
+    def recording_encode(*args: Any) -> bytes:
+        under_lock.append(control.held)
+        return encode(*args)
+
+    monkeypatch.setattr(CommitMetadata, "encode", staticmethod(recording_encode))
+    result = tx.commit(md)
+    assert result.published and result.instant is not None
+    assert under_lock == [False]  # encoded once, before the lock
+    monkeypatch.undo()
+    timeline_module._METADATA.clear()  # read the file itself back, not what the publish kept
+    assert table.timeline().commit_metadata(result.instant).writes == (f,)
