@@ -261,6 +261,7 @@ def test_async_ingest_into_iceberg_is_exactly_once_and_leaves_nothing_pending(
         # published epoch
         (("after-precommit",), "postgres", True),
     ],
+    ids=["sqlite-chain", "postgres-without-checkpoint"],
 )
 def test_ingest_killed_between_precommit_and_publish_then_rerun_is_exactly_once(
     points: tuple[str, ...],
