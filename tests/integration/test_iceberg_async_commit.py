@@ -250,20 +250,21 @@ def test_async_ingest_into_iceberg_is_exactly_once_and_leaves_nothing_pending(
 
 
 @pytest.mark.parametrize(
-    ("point", "store", "lose_checkpoint"),
+    ("points", "store", "lose_checkpoint"),
     [
-        # durable Pending, not published: the rerun's recovery publishes it, Spark's replay of
-        # the batch commits nothing
-        ("after-precommit", "sqlite", False),
-        # the same on PostgreSQL and without Spark's checkpoint: the source starts after the
+        # One chain of restarts on SQLite: killed with a durable Pending epoch not published
+        # (the rerun's recovery publishes it, Spark's replay of the batch commits nothing),
+        # then, after that recovery and a batch of its own, killed with an epoch published
+        # and never marked Committed (recovery only marks it).
+        (("after-precommit", "after-publish"), "sqlite", False),
+        # Pending on PostgreSQL and without Spark's checkpoint: the source starts after the
         # published epoch
-        ("after-precommit", "postgres", True),
-        # published, never marked Committed: recovery only marks it
-        ("after-publish", "sqlite", False),
+        (("after-precommit",), "postgres", True),
     ],
+    ids=["sqlite-chain", "postgres-without-checkpoint"],
 )
 def test_ingest_killed_between_precommit_and_publish_then_rerun_is_exactly_once(
-    point: str,
+    points: tuple[str, ...],
     store: str,
     lose_checkpoint: bool,
     kafka_bootstrap: str,
@@ -273,33 +274,36 @@ def test_ingest_killed_between_precommit_and_publish_then_rerun_is_exactly_once(
     request: pytest.FixtureRequest,
 ) -> None:
     dsn = str(request.getfixturevalue("postgres_dsn")) if store == "postgres" else None
-    topic = topic_factory(f"ice-kill-{point}")
-    records = 600
+    topic = topic_factory(f"ice-kill-{store}")
+    records = 900  # batches of 150: at most two per killed run, the rest for the rerun
     produce_sample_events(kafka_bootstrap, topic, records, 3)
     cfg = _config(
         kafka_bootstrap, topic, tmp_path / "wh", store, dsn, kafka__max__records__per__batch=150
     )
     conf = write_config_file(cfg, tmp_path / "c.toml")
     args = ["ingest", "--config", str(conf), "--once"]
-    crashed = cli(args, env={"LAKESINK_CRASH_AT": point, "LAKESINK_CRASH_AFTER_BATCHES": "1"})
-    assert crashed.returncode == KILLED, crashed.stdout[-3000:]
-    published_before = _snapshot_commit_ids(cfg)
-    rows_before = _audited_rows(cfg)  # the table reads consistently before recovery
-    assert rows_before < records
-    pending = [decode(m) for m in _pending(cfg)]
-    assert pending, "the killed writer left its pre-committed epoch Pending"
-    if point == "after-precommit":
-        # the killed batch's snapshot does not exist yet, and `status` shows it waiting
-        last = pending[-1]
-        assert not any(i.startswith(f"{last.instant_time.value}-") for i in published_before)
-        status = cli(["status", "-c", str(conf), "--json"])
-        assert status.returncode == 0, status.stdout[-3000:]
-        shown = json.loads(status.stdout)["pending"]["pending_epochs"]
-        assert shown == [int(p.instant_time.value) for p in pending]
-    if lose_checkpoint:
-        shutil.rmtree(cfg.checkpoint_location)
+    pending: list[Any] = []
+    for point in points:
+        crashed = cli(args, env={"LAKESINK_CRASH_AT": point, "LAKESINK_CRASH_AFTER_BATCHES": "1"})
+        assert crashed.returncode == KILLED, (point, crashed.stdout[-3000:])
+        published_before = _snapshot_commit_ids(cfg)
+        rows_before = _audited_rows(cfg)  # the table reads consistently before recovery
+        assert rows_before < records, point
+        left = [decode(m) for m in _pending(cfg)]
+        assert left, f"{point}: the killed writer left its pre-committed epoch Pending"
+        pending += left
+        if point == "after-precommit":
+            # the killed batch's snapshot does not exist yet, and `status` shows it waiting
+            last = left[-1]
+            assert not any(i.startswith(f"{last.instant_time.value}-") for i in published_before)
+            status = cli(["status", "-c", str(conf), "--json"])
+            assert status.returncode == 0, status.stdout[-3000:]
+            shown = json.loads(status.stdout)["pending"]["pending_epochs"]
+            assert shown == [int(p.instant_time.value) for p in left]
+        if lose_checkpoint:
+            shutil.rmtree(cfg.checkpoint_location)
 
-    rerun = cli(args)
+    rerun = cli([*args, "--set", "kafka.max.records.per.batch=5000"])  # the rest at once
     assert rerun.returncode == 0, rerun.stdout[-3000:]
     assert _audited_rows(cfg) == records
     assert _pending(cfg) == []
