@@ -160,8 +160,8 @@ class _Parser:
             return pa.map_(key, value)
         if word == "STRUCT":
             self.expect("<")
-            if self.accept(">"):
-                return pa.struct([])
+            if self.peek() == ">":  # Parquet cannot store a struct without fields
+                raise self.error("STRUCT<> has no fields; give at least one, e.g. STRUCT<a: INT>")
             return pa.struct(self.fields(">", colon=True))
         if word in _SIMPLE:
             return _SIMPLE[word]

@@ -64,6 +64,8 @@ def test_ddl_accepts_a_struct_wrapper() -> None:
         ("d DECIMAL(50, 2)", "out of range"),
         ("a ARRAY<INT", "expected '>'"),
         ("a INT b INT", "unexpected text"),
+        ("s STRUCT<>", "STRUCT<> has no fields"),  # Parquet cannot store it
+        ("STRUCT<>", "STRUCT<> has no fields"),
     ],
 )
 def test_ddl_errors_name_the_problem(ddl: str, fragment: str) -> None:
