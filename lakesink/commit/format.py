@@ -72,6 +72,12 @@ class TableFormat(Protocol):
     def is_published(self, instant_time: InstantTime) -> bool:
         """Whether the commit is on the table already (a replay or a retry that landed)."""
 
+    def prepare_publish(
+        self, action: Action, instant_time: InstantTime, metadata: CommitMetadata
+    ) -> None:
+        """Work for `publish` that needs no lock, done before the lock is taken (Hudi: encoding
+        the completed file; nothing for Iceberg)."""
+
     def publish(
         self, action: Action, instant_time: InstantTime, metadata: CommitMetadata
     ) -> object:

@@ -287,6 +287,11 @@ class IcebergFormat:
         snaps, _ = snapshot_infos(self.table.pyiceberg.metadata)
         return any(s.summary.get(KEY_COMMIT_ID, "").startswith(prefix) for s in snaps.values())
 
+    def prepare_publish(
+        self, action: Action, instant_time: InstantTime, metadata: CommitMetadata
+    ) -> None:
+        """Nothing to prepare: the append is built inside the catalog's commit."""
+
     def publish(
         self, action: Action, instant_time: InstantTime, metadata: CommitMetadata
     ) -> CommitResult:

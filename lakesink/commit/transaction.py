@@ -211,11 +211,7 @@ class TableTransaction:
         t = self.instant_time
         if self.state not in (TxState.ACTIVE, TxState.STAGED):
             raise CommitError(f"cannot commit instant {t}: the transaction is {self.state.value}")
-        # Work that needs no lock is done before taking it (Hudi: encoding the completed file);
-        # an optional step of a format, so formats without it need not declare it.
-        prepare = getattr(self.format, "prepare_publish", None)
-        if prepare is not None:
-            prepare(self.action, t, metadata)
+        self.format.prepare_publish(self.action, t, metadata)  # what needs no lock, before it
         started = time.perf_counter()
         if delay_s:
             time.sleep(delay_s)  # commit.publish.delay.s: benchmarks only
