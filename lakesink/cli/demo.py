@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from lakesink.cli.output import say, table
-from lakesink.config import LakesinkConfig, build_config
+from lakesink.config import LakesinkConfig, load_config
 from lakesink.extras import require
 
 if TYPE_CHECKING:
@@ -58,7 +58,10 @@ def run_demo(args: argparse.Namespace) -> int:
             f"lakesink demo: produced {sum(counts.values()):,} events "
             f"in {time.monotonic() - t0:.1f}s"
         )
-        cfg = build_config(
+        # the environment's LAKESINK_* settings apply (e.g. spark.class.archive.dir); the demo's
+        # own broker, topic and table win over them
+        cfg = load_config(
+            None,
             {
                 "kafka.bootstrap.servers": bootstrap,
                 "kafka.topics": "demo-events",
@@ -71,7 +74,7 @@ def run_demo(args: argparse.Namespace) -> int:
                 "writer.id": "demo-writer",
                 "lock.provider": "filesystem",
                 **({"table.format": "iceberg", "table.name": "demo_events"} if iceberg else {}),
-            }
+            },
         )
         say(f"lakesink demo: ingesting with Spark {cfg['spark.master']} into {table_path} ...")
         result = ingest(cfg, once=True, debug=args.debug)

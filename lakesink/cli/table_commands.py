@@ -125,7 +125,14 @@ def run_backfill_command(args: argparse.Namespace) -> int:
         )
     else:
         control = _control(args)
-    spark = get_spark(cfg["spark.master"] if cfg is not None else args.spark_master)
+    from lakesink.config import class_archive_dir_from_env
+
+    spark = get_spark(
+        cfg["spark.master"] if cfg is not None else args.spark_master,
+        class_archive_dir=cfg.class_archive_dir
+        if cfg is not None
+        else class_archive_dir_from_env(),
+    )
     result = run_backfill(
         spark,
         args.table,
@@ -148,7 +155,7 @@ def _iceberg_backfill(args: argparse.Namespace, cfg: Any) -> int:
             "backfill: --lock-provider and --postgres-dsn are for Hudi tables; an Iceberg "
             "table's catalog orders its commits"
         )
-    spark = get_spark(cfg["spark.master"])
+    spark = get_spark(cfg["spark.master"], class_archive_dir=cfg.class_archive_dir)
     result = run_iceberg_backfill(
         spark, cfg, args.source, fmt=args.format, writer_id=args.writer_id
     )

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 
 from pyspark.sql import SparkSession
 
-_DEFAULTS = {
+SESSION_DEFAULTS = {
     "spark.ui.enabled": "false",
     "spark.sql.session.timeZone": "UTC",
     "spark.sql.shuffle.partitions": "4",
@@ -30,17 +30,34 @@ _DEFAULTS = {
 
 
 def get_spark(
-    master: str = "local[2]", conf: Mapping[str, str] | None = None, app_name: str = "lakesink"
+    master: str = "local[2]",
+    conf: Mapping[str, str] | None = None,
+    app_name: str = "lakesink",
+    class_archive_dir: str | None = None,
 ) -> SparkSession:
-    """Create (or reuse) the session and register the lakesink data sources on it."""
+    """Create (or reuse) the session and register the lakesink data sources on it.
+    `class_archive_dir`: where the driver JVM's class-data archive lives (class_archive.py);
+    None starts the JVM without one. Only a start that launches the JVM uses it."""
+    from pyspark import SparkContext
+
+    from lakesink.spark.class_archive import class_archive_for, with_java_options
+
     # Executors must run the same interpreter as the driver (the project's virtualenv).
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    settings = {**SESSION_DEFAULTS, **(conf or {})}
+    archive = None
+    if class_archive_dir and SparkContext._gateway is None:
+        archive = class_archive_for(class_archive_dir, settings)
+        if archive is not None:
+            settings = with_java_options(settings, archive)
     builder = SparkSession.builder.master(master).appName(app_name)
-    for k, v in {**_DEFAULTS, **(conf or {})}.items():
+    for k, v in settings.items():
         builder = builder.config(k, v)
     spark = builder.getOrCreate()
+    if archive is not None:
+        archive.promote_when_the_jvm_exits(spark)
     spark.sparkContext.setLogLevel("ERROR")
     register_sources(spark)
     return spark

@@ -18,11 +18,37 @@ from lakesink.config import LakesinkConfig, build_config
 from lakesink.kafka.producer import SAMPLE_EVENT_DDL
 
 
+@pytest.fixture(scope="session", autouse=True)
+def class_archive_dir() -> str | None:
+    """The suite starts a Spark driver JVM a few hundred times: each maps Spark's classes from
+    one class-data archive (lakesink's spark.class.archive) made here, before the first start,
+    in the cache the set-up scripts reuse. Every CLI run of the suite finds it through the
+    environment; if it cannot be made, the runs start without it (and never write one)."""
+    from lakesink.kafka.kafka_server import cache_dir
+
+    folder = str(cache_dir() / "jvm")
+    made = subprocess.run(
+        [sys.executable, "-m", "lakesink.spark.prepare", folder],
+        env={**os.environ, **SHORT_LIVED_DRIVER_JVM},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    ok = made.returncode == 0 and any(Path(folder).glob("*.jsa"))
+    os.environ["LAKESINK_SPARK_CLASS_ARCHIVE"] = "true" if ok else "false"
+    os.environ["LAKESINK_SPARK_CLASS_ARCHIVE_DIR"] = folder
+    if not ok:
+        print(f"no class-data archive, Spark starts slower: {made.stdout}{made.stderr}")
+    return folder if ok else None
+
+
 @pytest.fixture(scope="session")
-def spark() -> Iterator[Any]:
+def spark(class_archive_dir: str | None) -> Iterator[Any]:
     from lakesink.spark.session import get_spark
 
-    session = get_spark("local[2]", {"spark.sql.shuffle.partitions": "2"})
+    session = get_spark(
+        "local[2]", {"spark.sql.shuffle.partitions": "2"}, class_archive_dir=class_archive_dir
+    )
     yield session
     session.stop()
 

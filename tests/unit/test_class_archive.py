@@ -1,0 +1,94 @@
+"""Which class-data archive a Spark start maps or writes (the JVM itself is the integration
+test's): file names, the claim a writing run holds, stray parts, the JVM options."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from lakesink.config import build_config, class_archive_dir_from_env
+from lakesink.spark.class_archive import (
+    JAVA_OPTIONS_KEY,
+    ClassArchive,
+    archive_path,
+    class_archive_for,
+    with_java_options,
+)
+
+
+def _dead_pid() -> int:
+    proc = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return int(proc.stdout)
+
+
+def test_the_archive_name_follows_the_class_path_settings_only(tmp_path: Path) -> None:
+    base = archive_path(tmp_path, {"spark.sql.shuffle.partitions": "2"})
+    assert base is not None and base.parent == tmp_path and base.suffix == ".jsa"
+    assert archive_path(tmp_path, {"spark.driver.memory": "8g"}) == base
+    assert archive_path(tmp_path, {"spark.jars": "/opt/extra.jar"}) != base
+    assert archive_path(tmp_path, {"spark.driver.extraClassPath": "/opt/x"}) != base
+
+
+def test_a_start_without_an_archive_claims_the_writing_and_a_second_start_neither_writes_nor_maps(
+    tmp_path: Path,
+) -> None:
+    first = class_archive_for(tmp_path, {})
+    assert first is not None and first.writing and first.part is not None
+    assert first.part.exists() and str(os.getpid()) in first.part.name
+    assert f"-XX:ArchiveClassesAtExit={first.part}" in first.java_options()
+    # this process is alive and writing: another start must not write the same archive
+    assert class_archive_for(tmp_path, {}) is None
+
+
+def test_an_existing_archive_is_mapped(tmp_path: Path) -> None:
+    path = archive_path(tmp_path, {})
+    assert path is not None
+    path.write_bytes(b"archive")
+    archive = class_archive_for(tmp_path, {})
+    assert archive is not None and not archive.writing
+    assert archive.java_options().startswith(f"-XX:SharedArchiveFile={path} ")
+    assert "-Xlog:cds=off" in archive.java_options()  # a mismatch is no output of the user's
+
+
+def test_the_part_of_a_run_that_died_is_removed_and_the_next_start_writes_again(
+    tmp_path: Path,
+) -> None:
+    path = archive_path(tmp_path, {})
+    assert path is not None
+    stray = tmp_path / f"{path.name}.{_dead_pid()}.part"
+    stray.write_bytes(b"half an archive")
+    archive = class_archive_for(tmp_path, {})
+    assert not stray.exists()
+    assert archive is not None and archive.writing and not path.exists()
+
+
+def test_the_archive_options_follow_the_users_own_driver_options() -> None:
+    archive = ClassArchive(Path("/a/x.jsa"), None)
+    out = with_java_options({JAVA_OPTIONS_KEY: "-Duser.timezone=UTC", "k": "v"}, archive)
+    assert out[JAVA_OPTIONS_KEY].startswith("-Duser.timezone=UTC -XX:SharedArchiveFile=/a/x.jsa")
+    assert out["k"] == "v"
+    assert with_java_options({}, archive)[JAVA_OPTIONS_KEY].startswith("-XX:SharedArchive")
+
+
+def test_the_archive_keys_and_their_environment_variables() -> None:
+    cfg = build_config(
+        {
+            "kafka.bootstrap.servers": "h:1",
+            "kafka.topics": "t",
+            "value.schema": "a INT",
+            "table.path": "/t",
+        }
+    )
+    assert cfg.class_archive_dir == "~/.cache/lakesink/jvm"
+    off = cfg.with_overrides({"spark.class.archive": "false"})
+    assert off.class_archive_dir is None
+    assert class_archive_dir_from_env({}) == "~/.cache/lakesink/jvm"
+    assert class_archive_dir_from_env({"LAKESINK_SPARK_CLASS_ARCHIVE_DIR": "/c"}) == "/c"
+    assert class_archive_dir_from_env({"LAKESINK_SPARK_CLASS_ARCHIVE": "false"}) is None
