@@ -522,10 +522,19 @@ KEYS: tuple[Key, ...] = (
         "archive (~150 MB) as its JVM exits; false: never write or use one.",
     ),
     Key(
-        "spark.class.archive.dir",
+        "spark.python.workers.compiled",
+        _bool,
+        True,
+        "Spark's Python workers import pyspark compiled once from this interpreter's "
+        "site-packages, not from Spark's pyspark.zip (compiled again by every worker); local "
+        "masters with Spark from pip only; false: Spark's own worker path.",
+    ),
+    Key(
+        "spark.start.cache.dir",
         str,
-        "~/.cache/lakesink/jvm",
-        "Folder of the class-data archives (one per Java, Spark and class path).",
+        "~/.cache/lakesink/spark",
+        "Folder of what makes Spark start faster: the class-data archives (one per Java, Spark "
+        "and class path) and the Python workers' interpreter script.",
     ),
     Key("trigger.interval.s", _positive_float, 5.0, "Seconds between micro-batches."),
     Key(
@@ -829,9 +838,9 @@ class LakesinkConfig:
         return parse_kv(self["spark.conf"])
 
     @property
-    def class_archive_dir(self) -> str | None:
-        """Where the driver JVM's class-data archive lives; None: start without one."""
-        return self["spark.class.archive.dir"] if self["spark.class.archive"] else None
+    def spark_start(self) -> SparkStart:
+        """How lakesink starts Spark's driver JVM and Python workers (spark.start.*)."""
+        return SparkStart.from_values(self.values)
 
     def with_overrides(self, overrides: Mapping[str, Any]) -> LakesinkConfig:
         return build_config({**self.values, **overrides})
@@ -997,15 +1006,42 @@ def env_overrides(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     return out
 
 
-def class_archive_dir_from_env(environ: Mapping[str, str] | None = None) -> str | None:
-    """spark.class.archive(.dir) for a command run without a configuration: the defaults,
-    or LAKESINK_SPARK_CLASS_ARCHIVE(_DIR) from the environment."""
-    raw = env_overrides(environ)
-    values = {
-        name: KEYS_BY_NAME[name].parse(raw[name]) if name in raw else KEYS_BY_NAME[name].default
-        for name in ("spark.class.archive", "spark.class.archive.dir")
-    }
-    return values["spark.class.archive.dir"] if values["spark.class.archive"] else None
+_SPARK_START_KEYS = (
+    "spark.start.cache.dir",
+    "spark.class.archive",
+    "spark.python.workers.compiled",
+)
+
+
+@dataclass(frozen=True)
+class SparkStart:
+    """What makes a Spark start lighter (spark/class_archive.py, spark/worker_python.py)."""
+
+    cache_dir: str
+    class_archive: bool = True
+    compiled_workers: bool = True
+
+    @classmethod
+    def from_values(cls, values: Mapping[str, Any]) -> SparkStart:
+        return cls(
+            values["spark.start.cache.dir"],
+            values["spark.class.archive"],
+            values["spark.python.workers.compiled"],
+        )
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> SparkStart:
+        """For a command run without a configuration: the defaults, or LAKESINK_SPARK_START_
+        CACHE_DIR, LAKESINK_SPARK_CLASS_ARCHIVE, ... from the environment."""
+        raw = env_overrides(environ)
+        return cls.from_values(
+            {
+                name: KEYS_BY_NAME[name].parse(raw[name])
+                if name in raw
+                else KEYS_BY_NAME[name].default
+                for name in _SPARK_START_KEYS
+            }
+        )
 
 
 def storage_settings(environ: Mapping[str, str] | None = None) -> dict[str, Any]:

@@ -54,7 +54,7 @@ def ingest(
     if partitions is None:
         # before Spark starts: a refused broker or a missing topic is one line
         partitions = check_kafka(cfg)
-    spark = get_spark(cfg["spark.master"], cfg.spark_conf, class_archive_dir=cfg.class_archive_dir)
+    spark = get_spark(cfg["spark.master"], cfg.spark_conf, start=cfg.spark_start)
     spark.sparkContext.setLogLevel("WARN" if debug else "OFF")
     ingestion = Ingestion(
         cfg,

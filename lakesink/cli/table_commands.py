@@ -99,6 +99,7 @@ def _control(args: argparse.Namespace) -> Any:
 
 
 def run_backfill_command(args: argparse.Namespace) -> int:
+    from lakesink.config import SparkStart
     from lakesink.spark.backfill import run_backfill
     from lakesink.spark.session import get_spark
 
@@ -125,13 +126,9 @@ def run_backfill_command(args: argparse.Namespace) -> int:
         )
     else:
         control = _control(args)
-    from lakesink.config import class_archive_dir_from_env
-
     spark = get_spark(
         cfg["spark.master"] if cfg is not None else args.spark_master,
-        class_archive_dir=cfg.class_archive_dir
-        if cfg is not None
-        else class_archive_dir_from_env(),
+        start=cfg.spark_start if cfg is not None else SparkStart.from_env(),
     )
     result = run_backfill(
         spark,
@@ -155,7 +152,7 @@ def _iceberg_backfill(args: argparse.Namespace, cfg: Any) -> int:
             "backfill: --lock-provider and --postgres-dsn are for Hudi tables; an Iceberg "
             "table's catalog orders its commits"
         )
-    spark = get_spark(cfg["spark.master"], class_archive_dir=cfg.class_archive_dir)
+    spark = get_spark(cfg["spark.master"], start=cfg.spark_start)
     result = run_iceberg_backfill(
         spark, cfg, args.source, fmt=args.format, writer_id=args.writer_id
     )

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import sys
 
-from lakesink.config import class_archive_dir_from_env
+from lakesink.config import SparkStart
 from lakesink.spark.class_archive import archive_path
 from lakesink.spark.session import SESSION_DEFAULTS, get_spark
 
@@ -14,10 +14,13 @@ from lakesink.spark.session import SESSION_DEFAULTS, get_spark
 def main(argv: list[str] | None = None) -> int:
     """Make the archive now by one small Spark job (a no-op if it exists)."""
     args = sys.argv[1:] if argv is None else argv
-    directory = args[0] if args else class_archive_dir_from_env()
-    if directory is None:
+    start = SparkStart.from_env()
+    if args:
+        start = SparkStart(args[0], start.class_archive, start.compiled_workers)
+    if not start.class_archive:
         print("lakesink: spark.class.archive is false: no class-data archive", file=sys.stderr)
         return 1
+    directory = start.cache_dir
     path = archive_path(directory, SESSION_DEFAULTS)
     if path is None:
         print("lakesink: no java found: no class-data archive", file=sys.stderr)
@@ -25,7 +28,7 @@ def main(argv: list[str] | None = None) -> int:
     if path.exists():
         print(path)
         return 0
-    spark = get_spark("local[1]", class_archive_dir=directory)
+    spark = get_spark("local[1]", start=start)
     # what every ingestion's driver loads: SQL planning, a shuffle, Arrow batches to a Python
     # worker and back
     counts = spark.range(1000).selectExpr("id % 7 AS k").groupBy("k").count()

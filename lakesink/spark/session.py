@@ -8,6 +8,8 @@ from collections.abc import Mapping
 
 from pyspark.sql import SparkSession
 
+from lakesink.config import SparkStart
+
 SESSION_DEFAULTS = {
     "spark.ui.enabled": "false",
     "spark.sql.session.timeZone": "UTC",
@@ -33,25 +35,31 @@ def get_spark(
     master: str = "local[2]",
     conf: Mapping[str, str] | None = None,
     app_name: str = "lakesink",
-    class_archive_dir: str | None = None,
+    start: SparkStart | None = None,
 ) -> SparkSession:
     """Create (or reuse) the session and register the lakesink data sources on it.
-    `class_archive_dir`: where the driver JVM's class-data archive lives (class_archive.py);
-    None starts the JVM without one. Only a start that launches the JVM uses it."""
+    `start`: the lighter start (spark.class.archive, spark.python.workers.compiled) for a call
+    that launches the JVM; None starts Spark as it comes."""
     from pyspark import SparkContext
 
     from lakesink.spark.class_archive import class_archive_for, with_java_options
+    from lakesink.spark.worker_python import WORKER_PYTHON_ENV, compiled_worker_python
 
+    settings = {**SESSION_DEFAULTS, **(conf or {})}
+    archive = None
+    if start is not None and SparkContext._gateway is None:
+        if start.compiled_workers:
+            worker_python = compiled_worker_python(start.cache_dir, master)
+            if worker_python is not None:
+                os.environ[WORKER_PYTHON_ENV] = worker_python
+        if start.class_archive:
+            archive = class_archive_for(start.cache_dir, settings)
+            if archive is not None:
+                settings = with_java_options(settings, archive)
     # Executors must run the same interpreter as the driver (the project's virtualenv).
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    settings = {**SESSION_DEFAULTS, **(conf or {})}
-    archive = None
-    if class_archive_dir and SparkContext._gateway is None:
-        archive = class_archive_for(class_archive_dir, settings)
-        if archive is not None:
-            settings = with_java_options(settings, archive)
     builder = SparkSession.builder.master(master).appName(app_name)
     for k, v in settings.items():
         builder = builder.config(k, v)

@@ -14,19 +14,21 @@ from typing import Any
 import pytest
 
 from lakesink.audit import AuditReport
-from lakesink.config import LakesinkConfig, build_config
+from lakesink.config import LakesinkConfig, SparkStart, build_config
 from lakesink.kafka.producer import SAMPLE_EVENT_DDL
 
 
 @pytest.fixture(scope="session", autouse=True)
-def class_archive_dir() -> str | None:
+def spark_start() -> SparkStart:
     """The suite starts a Spark driver JVM a few hundred times: each maps Spark's classes from
     one class-data archive (lakesink's spark.class.archive) made here, before the first start,
-    in the cache the set-up scripts reuse. Every CLI run of the suite finds it through the
-    environment; if it cannot be made, the runs start without it (and never write one)."""
+    in the cache the set-up scripts reuse, and its Python workers import compiled pyspark.
+    Every CLI run of the suite finds both through the environment; if the archive cannot be
+    made, the runs start without one (and never write one)."""
     from lakesink.kafka.kafka_server import cache_dir
 
-    folder = str(cache_dir() / "jvm")
+    folder = str(cache_dir() / "spark-start")
+    os.environ["LAKESINK_SPARK_START_CACHE_DIR"] = folder
     made = subprocess.run(
         [sys.executable, "-m", "lakesink.spark.prepare", folder],
         env={**os.environ, **SHORT_LIVED_DRIVER_JVM},
@@ -36,19 +38,16 @@ def class_archive_dir() -> str | None:
     )
     ok = made.returncode == 0 and any(Path(folder).glob("*.jsa"))
     os.environ["LAKESINK_SPARK_CLASS_ARCHIVE"] = "true" if ok else "false"
-    os.environ["LAKESINK_SPARK_CLASS_ARCHIVE_DIR"] = folder
     if not ok:
         print(f"no class-data archive, Spark starts slower: {made.stdout}{made.stderr}")
-    return folder if ok else None
+    return SparkStart.from_env()
 
 
 @pytest.fixture(scope="session")
-def spark(class_archive_dir: str | None) -> Iterator[Any]:
+def spark(spark_start: SparkStart) -> Iterator[Any]:
     from lakesink.spark.session import get_spark
 
-    session = get_spark(
-        "local[2]", {"spark.sql.shuffle.partitions": "2"}, class_archive_dir=class_archive_dir
-    )
+    session = get_spark("local[2]", {"spark.sql.shuffle.partitions": "2"}, start=spark_start)
     yield session
     session.stop()
 

@@ -8,7 +8,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from lakesink.config import build_config, class_archive_dir_from_env
+import pyspark
+import pytest
+
+from lakesink.config import SparkStart, build_config
 from lakesink.spark.class_archive import (
     JAVA_OPTIONS_KEY,
     ClassArchive,
@@ -16,6 +19,7 @@ from lakesink.spark.class_archive import (
     class_archive_for,
     with_java_options,
 )
+from lakesink.spark.worker_python import compiled_worker_python
 
 
 def _dead_pid() -> int:
@@ -86,9 +90,37 @@ def test_the_archive_keys_and_their_environment_variables() -> None:
             "table.path": "/t",
         }
     )
-    assert cfg.class_archive_dir == "~/.cache/lakesink/jvm"
+    assert cfg.spark_start == SparkStart("~/.cache/lakesink/spark", True, True)
     off = cfg.with_overrides({"spark.class.archive": "false"})
-    assert off.class_archive_dir is None
-    assert class_archive_dir_from_env({}) == "~/.cache/lakesink/jvm"
-    assert class_archive_dir_from_env({"LAKESINK_SPARK_CLASS_ARCHIVE_DIR": "/c"}) == "/c"
-    assert class_archive_dir_from_env({"LAKESINK_SPARK_CLASS_ARCHIVE": "false"}) is None
+    assert off.spark_start.class_archive is False
+    assert SparkStart.from_env({}) == cfg.spark_start
+    env = {"LAKESINK_SPARK_START_CACHE_DIR": "/c", "LAKESINK_SPARK_PYTHON_WORKERS_COMPILED": "no"}
+    assert SparkStart.from_env(env) == SparkStart("/c", True, False)
+
+
+def test_the_worker_interpreter_drops_only_sparks_zips_and_runs_this_python(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("PYSPARK_PYTHON", raising=False)
+    monkeypatch.delenv("SPARK_HOME", raising=False)
+    script = compiled_worker_python(tmp_path, "local[2]")
+    assert script is not None and Path(script).parent == tmp_path
+    assert compiled_worker_python(tmp_path, "local[2]") == script  # made once
+    zips = [str(p) for p in (Path(pyspark.__file__).parent / "python" / "lib").glob("*.zip")]
+    assert zips
+    shown = subprocess.run(
+        [script, "-c", "import os, sys; print(os.environ['PYTHONPATH']); print(sys.executable)"],
+        env={**os.environ, "PYTHONPATH": ":".join([*zips, "/kept/one", "/kept two"])},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    path, exe = shown.stdout.splitlines()
+    assert path == "/kept/one:/kept two" and exe == sys.executable
+    # where Spark's zip could differ from site-packages, or the user chose: Spark's own way
+    assert compiled_worker_python(tmp_path, "spark://h:7077") is None
+    monkeypatch.setenv("SPARK_HOME", str(tmp_path))
+    assert compiled_worker_python(tmp_path, "local[2]") is None
+    monkeypatch.delenv("SPARK_HOME")
+    monkeypatch.setenv("PYSPARK_PYTHON", "/usr/bin/python3")
+    assert compiled_worker_python(tmp_path, "local[2]") is None

@@ -1,5 +1,6 @@
-"""The Spark driver JVM's class-data archive (spark.class.archive): the suite's session made it
-with `python -m lakesink.spark.prepare` (conftest), every later driver start maps it."""
+"""A lighter Spark start: the driver JVM's class-data archive (spark.class.archive), which the
+suite's session made with `python -m lakesink.spark.prepare` (conftest) and every later start
+maps, and Python workers that import compiled pyspark (spark.python.workers.compiled)."""
 
 from __future__ import annotations
 
@@ -8,15 +9,19 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from integration.conftest import SHORT_LIVED_DRIVER_JVM
 
+from lakesink.config import SparkStart
+
 _START_AND_SHOW_JVM_ARGS = """
 import json, sys
+from lakesink.config import SparkStart
 from lakesink.spark.session import get_spark
 # -Xshare:on: the JVM refuses to start unless it maps the archive
 spark = get_spark("local[1]", {"spark.driver.extraJavaOptions": "-Xshare:on"},
-                  class_archive_dir=sys.argv[1])
+                  start=SparkStart(sys.argv[1]))
 assert spark.range(10).count() == 10
 bean = spark._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()
 print(json.dumps(list(bean.getInputArguments())))
@@ -24,10 +29,10 @@ print(json.dumps(list(bean.getInputArguments())))
 
 
 def test_the_archive_is_made_once_whole_and_a_driver_jvm_starts_from_it(
-    class_archive_dir: str | None,
+    spark_start: SparkStart,
 ) -> None:
-    assert class_archive_dir is not None, "python -m lakesink.spark.prepare made no archive"
-    folder = Path(class_archive_dir)
+    assert spark_start.class_archive, "python -m lakesink.spark.prepare made no archive"
+    folder = Path(spark_start.cache_dir)
     archives = sorted(folder.glob("*.jsa"))
     assert len(archives) == 1 and archives[0].stat().st_size > 10_000_000, archives
     assert not list(folder.glob("*.part")), "a finished archive leaves no part behind"
@@ -53,3 +58,26 @@ def test_the_archive_is_made_once_whole_and_a_driver_jvm_starts_from_it(
     assert f"-XX:SharedArchiveFile={archives[0]}" in jvm_args
     assert "-Xshare:on" in jvm_args
     assert sorted(folder.glob("*.jsa")) == archives and not list(folder.glob("*.part"))
+
+
+def test_python_workers_import_pyspark_compiled_from_site_packages_not_from_sparks_zip(
+    spark: Any,
+) -> None:
+    import pyarrow as pa
+
+    def where(batches: Any) -> Any:
+        import pyspark
+
+        for _ in batches:
+            yield pa.RecordBatch.from_pydict({"module": [pyspark.__file__]})
+
+    found = spark.range(4, numPartitions=2).mapInArrow(where, "module STRING").collect()
+    modules = {row.module for row in found}
+    assert modules and all(".zip" not in m and m.endswith("__init__.py") for m in modules), modules
+    assert modules == {pyspark_file()}
+
+
+def pyspark_file() -> str:
+    import pyspark
+
+    return str(pyspark.__file__)
