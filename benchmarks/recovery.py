@@ -14,7 +14,12 @@ first and warmed (its Spark up, Python workers started); the crashing run starts
 standby says it is warm. After the kill nothing is restarted: the standby sees the writer's
 liveness lapse (standby.takeover.after.s) and takes over.
 
-    python benchmarks/recovery.py                # both variants side by side, one broker
+`restart-plain` is a restart without lakesink's lighter start (spark.class.archive and
+spark.python.workers.compiled off). Before the runs the class archive is made
+(`python -m lakesink.spark.prepare`), as it is on any machine lakesink ran on before.
+
+    python benchmarks/recovery.py                # restart and standby side by side, one broker
+    python benchmarks/recovery.py --variants restart-plain,restart,standby
     python benchmarks/recovery.py --format iceberg --events 200000 --per-batch 50000
 """
 
@@ -113,6 +118,13 @@ def _start_standby(cmd: list[str], log_path: Path, env: dict[str, str]) -> subpr
     return proc
 
 
+# lakesink's lighter start off (docs/operations.md "A lighter start")
+PLAIN_START = {
+    "LAKESINK_SPARK_CLASS_ARCHIVE": "false",
+    "LAKESINK_SPARK_PYTHON_WORKERS_COMPILED": "false",
+}
+
+
 def run_recovery(
     bootstrap: str,
     work: Path,
@@ -124,10 +136,11 @@ def run_recovery(
     topic: str = TOPIC,
     standby: bool = False,
     produce: bool = True,
+    plain_start: bool = False,
 ) -> dict[str, Any]:
     """`fmt`: the table format (`hudi` or `iceberg`); `topic` is produced `events` events
     (unless `produce` is False: it holds them already). `standby`: a warm standby takes over
-    instead of a restart."""
+    instead of a restart. `plain_start`: the restart without the lighter start."""
     work.mkdir(parents=True, exist_ok=True)
     if produce:
         produce_sample_events(bootstrap, topic, events, 8)
@@ -136,6 +149,8 @@ def run_recovery(
     _config(cfg, bootstrap, table, cores, fmt, topic, per_batch)
     cmd = [sys.executable, "-m", "lakesink.cli.main", "ingest", "--config", str(cfg), "--once"]
     env2 = {k: v for k, v in os.environ.items() if not k.startswith("LAKESINK_CRASH")}
+    if plain_start:
+        env2.update(PLAIN_START)
     waiting = _start_standby(cmd, work / "standby.log", env2) if standby else None
     env = {**os.environ, "LAKESINK_CRASH_AT": "after-write", "LAKESINK_CRASH_AFTER_BATCHES": "1"}
     log1 = open(work / "crash.log", "wb")  # noqa: SIM115 - closed below
@@ -171,7 +186,11 @@ def run_recovery(
     text = (work / log_name).read_text(errors="replace")
     return {
         "format": fmt,
-        "variant": "warm standby" if standby else "restart",
+        "variant": "warm standby"
+        if standby
+        else "restart, plain start"
+        if plain_start
+        else "restart",
         "crash_point": "after-write (batch 2 written, not committed)",
         "events": events,
         "records_per_batch": per_batch,
@@ -198,8 +217,13 @@ def main() -> None:
     ap.add_argument("--per-batch", type=int, default=PER_BATCH)
     ap.add_argument("--cores", type=int, default=2)
     ap.add_argument("--broker", default="kafka", help="kafka (Apache Kafka) or noida")
-    ap.add_argument("--variants", default="restart,standby", help="comma-separated")
+    ap.add_argument(
+        "--variants",
+        default="restart,standby",
+        help="comma-separated: restart-plain,restart,standby",
+    )
     args = ap.parse_args()
+    subprocess.run([sys.executable, "-m", "lakesink.spark.prepare"], check=True)
     work = Path(tempfile.mkdtemp(prefix="lakesink-recovery-"))
     rows = []
     try:
@@ -217,6 +241,7 @@ def main() -> None:
                     per_batch=args.per_batch,
                     standby=variant == "standby",
                     produce=False,
+                    plain_start=variant == "restart-plain",
                 )
                 print(json.dumps(row), flush=True)
                 rows.append(row)

@@ -55,7 +55,7 @@ def run_spark(mode: str, cfg_values: dict[str, Any], expected: int) -> dict[str,
 
     cfg = build_config(cfg_values)
     t_session = time.time()
-    spark = get_spark(cfg["spark.master"], cfg.spark_conf)
+    spark = get_spark(cfg["spark.master"], cfg.spark_conf, start=cfg.spark_start)
     batches: list[tuple[float, int]] = []  # (time a batch finished, records)
     t_start = time.time()
     if mode == "lakesink":
