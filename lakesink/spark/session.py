@@ -67,8 +67,38 @@ def get_spark(
     if archive is not None:
         archive.promote_when_the_jvm_exits(spark)
     spark.sparkContext.setLogLevel("ERROR")
+    _checkpoint_without_forks(spark)
     register_sources(spark)
     return spark
+
+
+_CHECKPOINT_MANAGER_KEY = "spark.sql.streaming.checkpointFileManagerClass"
+# Where Spark versions keep the checkpoint manager on Hadoop's FileSystem API.
+_FILE_SYSTEM_CHECKPOINT_MANAGERS = (
+    "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager",
+    "org.apache.spark.sql.execution.streaming.FileSystemBasedCheckpointFileManager",
+)
+
+
+def _checkpoint_without_forks(spark: SparkSession) -> None:
+    """Spark's default checkpoint manager on a local disk renames through Hadoop's FileContext,
+    which without Hadoop's native library asks a forked `readlink` for every file status: 16
+    process starts per micro-batch, from a JVM of gigabytes. The FileSystem-based manager
+    renames the same files with rename(2), atomic on a local disk and on HDFS (lakesink keeps
+    checkpoints on neither an object store nor anything else). A user's own choice stands."""
+    from py4j.protocol import Py4JJavaError
+
+    if spark.conf.get(_CHECKPOINT_MANAGER_KEY, None):
+        return
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    for name in _FILE_SYSTEM_CHECKPOINT_MANAGERS:
+        try:
+            jvm.java.lang.Class.forName(name)
+        except Py4JJavaError:  # ClassNotFoundException: another Spark's package
+            continue
+        spark.conf.set(_CHECKPOINT_MANAGER_KEY, name)
+        return
 
 
 def register_sources(spark: SparkSession) -> None:

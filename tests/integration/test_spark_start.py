@@ -81,3 +81,18 @@ def pyspark_file() -> str:
     import pyspark
 
     return str(pyspark.__file__)
+
+
+def test_checkpoints_are_written_through_the_file_system_manager_that_forks_nothing(
+    spark: Any, tmp_path: Path
+) -> None:
+    manager = spark.conf.get("spark.sql.streaming.checkpointFileManagerClass")
+    assert manager.endswith(".FileSystemBasedCheckpointFileManager"), manager
+    query = (
+        spark.readStream.format("rate").option("rowsPerSecond", 5).load()
+        .writeStream.format("noop").option("checkpointLocation", str(tmp_path / "ck"))
+        .trigger(availableNow=True).start()
+    )  # fmt: skip
+    query.awaitTermination(120)
+    assert query.exception() is None
+    assert (tmp_path / "ck" / "offsets" / "0").exists() and (tmp_path / "ck" / "commits").exists()
