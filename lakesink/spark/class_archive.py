@@ -69,9 +69,14 @@ def _fingerprint(settings: Mapping[str, str]) -> str | None:
         with contextlib.suppress(OSError):
             st = path.stat()
             parts.append(f"{path.name}:{st.st_size}:{st.st_mtime_ns}")
-    jars = Path(pyspark.__file__).parent / "jars"
+    # the JVM checks each jar's path, size and time: another install of the same Spark (another
+    # venv) or a reinstall needs an archive of its own
+    jars = (Path(pyspark.__file__).parent / "jars").resolve()
+    parts.append(str(jars))
     with contextlib.suppress(OSError):
-        parts.extend(sorted(f"{p.name}:{p.stat().st_size}" for p in jars.iterdir()))
+        parts.extend(
+            sorted(f"{p.name}:{p.stat().st_size}:{p.stat().st_mtime_ns}" for p in jars.iterdir())
+        )
     parts.extend(f"{k}={settings.get(k, '')}" for k in _CLASS_PATH_KEYS)
     parts.append(os.environ.get("SPARK_HOME", ""))
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]

@@ -18,8 +18,8 @@ def main(argv: list[str] | None = None) -> int:
     if args:
         start = SparkStart(args[0], start.class_archive, start.compiled_workers)
     if not start.class_archive:
-        print("lakesink: spark.class.archive is false: no class-data archive", file=sys.stderr)
-        return 1
+        print("lakesink: spark.class.archive is false: nothing to prepare", file=sys.stderr)
+        return 0
     directory = start.cache_dir
     path = archive_path(directory, SESSION_DEFAULTS)
     if path is None:

@@ -124,3 +124,25 @@ def test_the_worker_interpreter_drops_only_sparks_zips_and_runs_this_python(
     monkeypatch.delenv("SPARK_HOME")
     monkeypatch.setenv("PYSPARK_PYTHON", "/usr/bin/python3")
     assert compiled_worker_python(tmp_path, "local[2]") is None
+
+
+def test_another_install_of_the_same_spark_gets_an_archive_of_its_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the JVM refuses an archive whose jar paths or times differ: another venv with the same
+    # jars, or a reinstall, must not map this one's archive (it would only start slower)
+    def install(name: str) -> Path:
+        jars = tmp_path / name / "pyspark" / "jars"
+        jars.mkdir(parents=True)
+        for jar in ("spark-core.jar", "spark-sql.jar"):
+            (jars / jar).write_bytes(b"same bytes")
+            os.utime(jars / jar, ns=(1_700_000_000_000_000_000, 1_700_000_000_000_000_000))
+        return jars.parent / "__init__.py"
+
+    names = {}
+    for venv in ("venv-a", "venv-b"):
+        monkeypatch.setattr(pyspark, "__file__", str(install(venv)))
+        names[venv] = archive_path(tmp_path, {})
+    assert names["venv-a"] != names["venv-b"]
+    (tmp_path / "venv-b" / "pyspark" / "jars" / "spark-sql.jar").touch()  # reinstalled
+    assert archive_path(tmp_path, {}) != names["venv-b"]
