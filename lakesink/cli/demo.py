@@ -58,7 +58,7 @@ def run_demo(args: argparse.Namespace) -> int:
             f"lakesink demo: produced {sum(counts.values()):,} events "
             f"in {time.monotonic() - t0:.1f}s"
         )
-        # the environment's LAKESINK_* settings apply (e.g. spark.class.archive.dir); the demo's
+        # the environment's LAKESINK_* settings apply (e.g. spark.start.cache.dir); the demo's
         # own broker, topic and table win over them
         cfg = load_config(
             None,
