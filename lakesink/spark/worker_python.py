@@ -44,6 +44,7 @@ def _script(zips: list[str]) -> str:
 # lakesink: Spark's Python workers import pyspark compiled from this interpreter's
 # site-packages, not from Spark's zips (compiled again at every start):
 # lakesink/spark/worker_python.py
+set -f  # PYTHONPATH entries are split, never globbed
 kept=""
 IFS=:
 for entry in $PYTHONPATH; do

@@ -110,13 +110,13 @@ def test_the_worker_interpreter_drops_only_sparks_zips_and_runs_this_python(
     assert zips
     shown = subprocess.run(
         [script, "-c", "import os, sys; print(os.environ['PYTHONPATH']); print(sys.executable)"],
-        env={**os.environ, "PYTHONPATH": ":".join([*zips, "/kept/one", "/kept two"])},
+        env={**os.environ, "PYTHONPATH": ":".join([*zips, "/kept/one", "/kept two", "/kept/*"])},
         capture_output=True,
         text=True,
         check=True,
     )
     path, exe = shown.stdout.splitlines()
-    assert path == "/kept/one:/kept two" and exe == sys.executable
+    assert path == "/kept/one:/kept two:/kept/*" and exe == sys.executable
     # where Spark's zip could differ from site-packages, or the user chose: Spark's own way
     assert compiled_worker_python(tmp_path, "spark://h:7077") is None
     monkeypatch.setenv("SPARK_HOME", str(tmp_path))
