@@ -108,15 +108,18 @@ def test_the_worker_interpreter_drops_only_sparks_zips_and_runs_this_python(
     assert compiled_worker_python(tmp_path, "local[2]") == script  # made once
     zips = [str(p) for p in (Path(pyspark.__file__).parent / "python" / "lib").glob("*.zip")]
     assert zips
+    (tmp_path / "g").mkdir()
+    (tmp_path / "g" / "a.py").touch()
+    globbed = f"{tmp_path}/g/*"  # an entry the shell must not expand
     shown = subprocess.run(
         [script, "-c", "import os, sys; print(os.environ['PYTHONPATH']); print(sys.executable)"],
-        env={**os.environ, "PYTHONPATH": ":".join([*zips, "/kept/one", "/kept two", "/kept/*"])},
+        env={**os.environ, "PYTHONPATH": ":".join([*zips, "/kept/one", "/kept two", globbed])},
         capture_output=True,
         text=True,
         check=True,
     )
     path, exe = shown.stdout.splitlines()
-    assert path == "/kept/one:/kept two:/kept/*" and exe == sys.executable
+    assert path == f"/kept/one:/kept two:{globbed}" and exe == sys.executable
     # where Spark's zip could differ from site-packages, or the user chose: Spark's own way
     assert compiled_worker_python(tmp_path, "spark://h:7077") is None
     monkeypatch.setenv("SPARK_HOME", str(tmp_path))
