@@ -51,7 +51,8 @@ print("check-oldest:", ", ".join(f"{d} {md.version(d)}" for d in (
     "; lakesink from", lakesink.__file__)
 PY
 "$venv/bin/python" -m pytest -q -p no:cacheprovider tests/unit -x
-PATH="$venv/bin:$PATH" PYSPARK_PYTHON="$venv/bin/python" \
+# the demo's Spark start cache (class archive) in the work folder, not the user's home
+PATH="$venv/bin:$PATH" PYSPARK_PYTHON="$venv/bin/python" LAKESINK_SPARK_START_CACHE_DIR="$work/spark-start" \
   "$venv/bin/lakesink" demo --events 2000 --partitions 2 --dir "$work/lake" > "$work/demo.log" 2>&1 \
   || { cat "$work/demo.log" >&2; echo "check-oldest: lakesink demo failed on the oldest pins" >&2; exit 1; }
 grep -E "records in|hudi-rs reads|exactly once|OK|audit" "$work/demo.log" | head -5

@@ -45,6 +45,9 @@ t0=$SECONDS
   "$PWD/${wheel}[demo,verify]"
 echo "check-wheel: installed into a clean venv in $((SECONDS - t0))s"
 t0=$SECONDS
+# Spark's start cache (the class archive the first run writes) in the work folder, not the
+# user's home: each check's venv is new, so is its archive
+export LAKESINK_SPARK_START_CACHE_DIR="$work/spark-start"
 # the API examples in the background, beside the demo
 (cd "$work" && PATH="$work/venv/bin:$PATH" "$work/venv/bin/python" "$repo/scripts/wheel_examples.py" \
   "$repo/examples" > "$work/examples.log" 2>&1) &
