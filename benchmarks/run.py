@@ -42,11 +42,13 @@ except ImportError as e:  # psutil
 TOPIC_PARTITIONS = 8
 
 
-def produce(bootstrap: str, topic: str, events: int, size: int) -> dict[int, int]:
+def produce(
+    bootstrap: str, topic: str, events: int, size: int, partitions: int = TOPIC_PARTITIONS
+) -> dict[int, int]:
     from lakesink.kafka.producer import produce_sample_events
 
     counts = produce_sample_events(
-        bootstrap, topic, events, TOPIC_PARTITIONS, payload_bytes=size, timeout_s=600
+        bootstrap, topic, events, partitions, payload_bytes=size, timeout_s=600
     )
     return {tp.partition: n for tp, n in counts.items()}
 
@@ -84,7 +86,9 @@ def throughput(
     rows: dict[str, Any] = {}
     # raw limit
     res, mon, _ = run_child(
-        _child_cmd("raw", bootstrap, topic, json.dumps(ends), str(work / f"raw-{size}"))
+        _child_cmd(
+            "raw", bootstrap, topic, json.dumps(ends), str(work / f"raw-{size}"), str(args.cores)
+        )
     )
     value_bytes = res["value_bytes"]
     rows["raw"] = {
@@ -95,7 +99,7 @@ def throughput(
         "steady_cpu_s": sum(mon.stats.cpu_s.values()),
         "memory": mon.stats.as_json(),
     }
-    for mode in ("lakesink", "lakesink-dataframe", "alo"):
+    for mode in variants(args):
         # lakesink takes the direct task path (no transformation); lakesink-dataframe forces
         # the rows through Spark's DataFrame, the path of transform.sql and transform.python
         cfg = lakesink_config(bootstrap, topic, work / f"{mode}-{size}", size, events, args)
@@ -135,20 +139,22 @@ def throughput(
         r["cpu_us_per_rec"] = 1e6 * r["steady_cpu_s"] / max(1, steady_n)
         if r["records"] != events:
             r["error"] = f"wrote {r['records']} of {events} records"
-    ls, alo, raw = rows["lakesink"], rows["alo"], rows["raw"]
+    ls, raw = rows["lakesink"], rows["raw"]
     ratios = {
         "lakesink/raw": _ratio(ls["steady_rec_s"], raw["steady_rec_s"]),
-        "lakesink/alo": _ratio(ls["steady_rec_s"], alo["steady_rec_s"]),
         "lakesink/raw (end-to-end)": _ratio(ls["rec_s"], raw["rec_s"]),
-        "lakesink/alo (end-to-end)": _ratio(ls["rec_s"], alo["rec_s"]),
-        "alo/lakesink cpu per record": _ratio(alo["cpu_us_per_rec"], ls["cpu_us_per_rec"]),
-        "lakesink/lakesink-dataframe": _ratio(
-            ls["steady_rec_s"], rows["lakesink-dataframe"]["steady_rec_s"]
-        ),
-        "lakesink-dataframe/lakesink cpu per record": _ratio(
-            rows["lakesink-dataframe"]["cpu_us_per_rec"], ls["cpu_us_per_rec"]
-        ),
     }
+    if "alo" in rows:
+        alo = rows["alo"]
+        ratios["lakesink/alo"] = _ratio(ls["steady_rec_s"], alo["steady_rec_s"])
+        ratios["lakesink/alo (end-to-end)"] = _ratio(ls["rec_s"], alo["rec_s"])
+        ratios["alo/lakesink cpu per record"] = _ratio(alo["cpu_us_per_rec"], ls["cpu_us_per_rec"])
+    if "lakesink-dataframe" in rows:
+        df = rows["lakesink-dataframe"]
+        ratios["lakesink/lakesink-dataframe"] = _ratio(ls["steady_rec_s"], df["steady_rec_s"])
+        ratios["lakesink-dataframe/lakesink cpu per record"] = _ratio(
+            df["cpu_us_per_rec"], ls["cpu_us_per_rec"]
+        )
     for mode in peers_to_run(args):
         p = rows[mode]
         if "failed" in p:
@@ -204,6 +210,19 @@ def spark_row(res: dict[str, Any], mon: TreeMonitor) -> dict[str, Any]:
         "steady_cpu_s": mon.cpu_between(first_t, res["t_end"]),
         "memory": mon.stats.as_json(),
     }
+
+
+SPARK_VARIANTS = ("lakesink", "lakesink-dataframe", "alo")
+
+
+def variants(args: argparse.Namespace) -> list[str]:
+    """The Spark variants beside the raw limit; lakesink's direct path always runs (the ratios'
+    denominator)."""
+    asked = [v for v in getattr(args, "variants", ",".join(SPARK_VARIANTS)).split(",") if v]
+    unknown = sorted(set(asked) - set(SPARK_VARIANTS))
+    if unknown:
+        raise SystemExit(f"unknown variant(s) {unknown}: choose from {', '.join(SPARK_VARIANTS)}")
+    return ["lakesink", *(v for v in SPARK_VARIANTS[1:] if v in asked)]
 
 
 def peers_to_run(args: argparse.Namespace) -> list[str]:
@@ -317,6 +336,14 @@ def main() -> None:
     ap.add_argument("--per-batch", type=int, default=500_000, help="kafka.max.records.per.batch")
     ap.add_argument("--cores", type=int, default=2, help="Spark local[N] and raw processes")
     ap.add_argument(
+        "--partitions", type=int, default=TOPIC_PARTITIONS, help="Kafka partitions of each topic"
+    )
+    ap.add_argument(
+        "--variants",
+        default=",".join(SPARK_VARIANTS),
+        help="Spark variants beside the raw limit (lakesink's direct path always runs)",
+    )
+    ap.add_argument(
         "--broker",
         choices=("kafka", "noida"),
         default="kafka",
@@ -387,7 +414,7 @@ def main() -> None:
                             continue
                         topic = f"bench-{size}"
                         t0 = time.perf_counter()
-                        ends = produce(bs, topic, events, size)
+                        ends = produce(bs, topic, events, size, args.partitions)
                         took = time.perf_counter() - t0
                         print(f"produced {events:,} events of ~{size} B in {took:.1f}s", flush=True)
                         entry: dict[str, Any] = {"events": events, "runs": {}, "ratios": {}}
@@ -442,7 +469,7 @@ def child(argv: list[str]) -> None:
         from lakesink.kafka.producer import SAMPLE_EVENT_DDL
 
         ends = {int(k): v for k, v in json.loads(rest[2]).items()}
-        res = run_raw(rest[0], rest[1], ends, SAMPLE_EVENT_DDL, Path(rest[3]), 2)
+        res = run_raw(rest[0], rest[1], ends, SAMPLE_EVENT_DDL, Path(rest[3]), int(rest[4]))
         print("BENCH-RESULT " + json.dumps(res), flush=True)
     elif kind == "spark":
         from spark_runs import main as spark_main
