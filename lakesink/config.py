@@ -157,6 +157,15 @@ def _optional_str(v: Any) -> str | None:
     return None if v is None or str(v).strip() == "" else str(v)
 
 
+def _settings_list(v: Any) -> str | None:
+    """A 'k=v,k=v' list, checked at load so a malformed item is named with its key."""
+    text = _optional_str(v)
+    for item in security.split_settings(text):
+        if "=" not in item:
+            raise ValueError(f"{item!r} is not of the form key=value")
+    return text
+
+
 def _schema_ids(v: Any) -> tuple[int, ...]:
     ids = []
     for item in _str_list(v):
@@ -512,7 +521,13 @@ KEYS: tuple[Key, ...] = (
     ),
     # Spark
     Key("spark.master", str, "local[2]", "Spark master URL."),
-    Key("spark.conf", _optional_str, None, "Extra Spark settings, 'k=v,k=v'."),
+    Key(
+        "spark.conf",
+        _settings_list,
+        None,
+        "Extra Spark settings, 'k=v,k=v'; a value may hold commas "
+        "(spark.jars=a.jar,b.jar): a new setting starts only at ',name='.",
+    ),
     Key(
         "spark.class.archive",
         _bool,
@@ -737,13 +752,13 @@ KEYS_BY_NAME: Mapping[str, Key] = {k.name: k for k in KEYS}
 
 
 def parse_kv(text: str | None) -> dict[str, str]:
+    """A 'k=v,k=v' setting list (commas inside a value are kept: security.split_settings)."""
     out: dict[str, str] = {}
-    for item in (text or "").split(","):
-        if item.strip():
-            k, sep, v = item.partition("=")
-            if not sep:
-                raise ConfigError(f"{item!r} is not of the form key=value")
-            out[k.strip()] = v.strip()
+    for item in security.split_settings(text):
+        k, sep, v = item.partition("=")
+        if not sep:
+            raise ConfigError(f"{item!r} is not of the form key=value")
+        out[k.strip()] = v.strip()
     return out
 
 

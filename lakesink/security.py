@@ -19,6 +19,7 @@ hands the value to a client calls `reveal()` at the last moment.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -167,13 +168,29 @@ def parse_file(v: Any) -> str | None:
     return str(path)
 
 
+_SETTING_START = re.compile(r"\s*[A-Za-z_][\w.\-]*\s*=")
+
+
+def split_settings(text: str | None) -> list[str]:
+    """The 'k=v' items of a 'k=v,k=v' list. A comma starts a new item only where a setting name
+    and '=' follow it; otherwise it belongs to the value, so lists such as
+    spark.jars=a.jar,b.jar or ssl.cipher.suites=A,B and -Dx=1,-Dy=2 Java options keep their
+    commas. Blank items are dropped; an item without '=' is returned as is (the caller names
+    it as malformed)."""
+    items: list[str] = []
+    for piece in (text or "").split(","):
+        if items and "=" in items[-1] and not _SETTING_START.match(piece) and piece.strip():
+            items[-1] += "," + piece
+        elif piece.strip():
+            items.append(piece)
+    return items
+
+
 def parse_client_properties(key: str, text: str | None, *, consumer_only: bool) -> dict[str, str]:
     """'k=v,k=v' librdkafka settings of `key`; refuses secrets (they would print with the
     config) and settings a typed key owns. Messages never show a value."""
     out: dict[str, str] = {}
-    for i, item in enumerate((text or "").split(",")):
-        if not item.strip():
-            continue
+    for i, item in enumerate(split_settings(text)):
         name, sep, value = item.partition("=")
         name = name.strip()
         if not sep:

@@ -116,3 +116,27 @@ def test_integer_key_refuses_a_non_integral_value_naming_key_value_and_what_is_v
 @pytest.mark.parametrize(("value", "parsed"), [(8, 8), (8.0, 8), ("8", 8), (" 6 ", 6)])
 def test_integer_key_takes_whole_numbers_in_any_spelling(value: object, parsed: int) -> None:
     assert build_config({**BASE, "table.version": value})["table.version"] == parsed
+
+
+def test_setting_lists_keep_commas_inside_a_value() -> None:
+    # a new setting starts only at ",name=": jar lists, Java options and cipher lists survive
+    cfg = build_config(
+        {
+            **BASE,
+            "spark.conf": "spark.jars=/a.jar,/b.jar,spark.driver.extraJavaOptions=-Dx=1,-Dy=2,"
+            "spark.sql.shuffle.partitions=4",
+            "kafka.client.config": "socket.timeout.ms=5,ssl.cipher.suites=A-B,C-D",
+            "kafka.security.protocol": "plaintext",
+        }
+    )
+    assert cfg.spark_conf == {
+        "spark.jars": "/a.jar,/b.jar",
+        "spark.driver.extraJavaOptions": "-Dx=1,-Dy=2",
+        "spark.sql.shuffle.partitions": "4",
+    }
+    assert cfg.kafka_client_config["ssl.cipher.suites"] == "A-B,C-D"
+
+
+def test_setting_list_without_key_value_is_named() -> None:
+    with pytest.raises(ConfigError, match=r"spark\.conf.*'nonsense' is not of the form key=value"):
+        build_config({**BASE, "spark.conf": "nonsense"})

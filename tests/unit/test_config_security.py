@@ -297,3 +297,12 @@ def test_tls_alert_from_a_broker_that_wants_a_client_certificate_is_a_refusal() 
     with pytest.raises(KafkaAuthenticationError) as e:
         errors.raise_failure()
     assert "User:ANONYMOUS" in str(e.value) and "kafka.ssl.certificate.location" in str(e.value)
+
+
+def test_client_settings_keep_commas_inside_a_value() -> None:
+    from lakesink.security import parse_client_properties
+
+    props = parse_client_properties(
+        "kafka.client.config", "ssl.cipher.suites=A-B,C-D,socket.timeout.ms=5", consumer_only=False
+    )
+    assert props == {"ssl.cipher.suites": "A-B,C-D", "socket.timeout.ms": "5"}
