@@ -8,7 +8,9 @@ The archive is per JVM, Spark install and class path (its file name says which),
 run's JVM writes it when it exits, to a file of its own, which becomes the archive only after
 the JVM exited cleanly (a run killed meanwhile leaves a stray part that a later start removes).
 The JVM checks an archive before it maps it and ignores one that does not match, so a stale or
-foreign file costs the start it would have saved, never correctness.
+foreign file costs the start it would have saved, never correctness. A start that maps an archive
+marks it used; a run that writes one removes the archives unused for 30 days (an upgraded JDK or
+Spark, a deleted virtualenv), so the folder does not grow by ~150 MB per install for ever.
 
 `python -m lakesink.spark.prepare [DIR]` makes the archive at once (a container image's
 build step, or a test session before its first Spark start).
@@ -39,6 +41,10 @@ _QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off"
 _PART = ".part"
 _STRAY_PART_AGE_S = 3600.0
 _DUMP_WAIT_S = 180.0
+# An archive no start mapped for this long belongs to a JDK, Spark or virtualenv that is gone
+# (~150 MB each): the next run that writes an archive removes it. Mapping one marks it used.
+_UNUSED_ARCHIVE_AGE_S = 30 * 86400.0
+_MARK_USED_EVERY_S = 86400.0
 # Settings that change the driver's class path: a different one needs an archive of its own.
 _CLASS_PATH_KEYS = (
     "spark.jars",
@@ -159,6 +165,22 @@ def _someone_is_writing(directory: Path, name: str) -> bool:
     return busy
 
 
+def _mark_used(path: Path) -> None:
+    """Bump the archive's time (at most daily) so that pruning sees it in use."""
+    with contextlib.suppress(OSError):
+        if time.time() - path.stat().st_mtime > _MARK_USED_EVERY_S:
+            os.utime(path)
+
+
+def _remove_unused_archives(directory: Path, keep: str) -> None:
+    """Remove the archives no start has mapped for _UNUSED_ARCHIVE_AGE_S."""
+    for old in directory.glob("spark-*.jsa"):
+        with contextlib.suppress(OSError):
+            if old.name != keep and time.time() - old.stat().st_mtime > _UNUSED_ARCHIVE_AGE_S:
+                old.unlink()
+                log.info("removed a class archive unused for 30 days: %s", old)
+
+
 def archive_path(directory: str | Path, settings: Mapping[str, str]) -> Path | None:
     """Where the archive for these settings is (or would be); None if no `java` is found."""
     import pyspark
@@ -184,9 +206,11 @@ def class_archive_for(directory: str | Path, settings: Mapping[str, str]) -> Cla
         log.debug("no class archive: %s", exc)
         return None
     if path.exists():
+        _mark_used(path)
         return ClassArchive(path, None)
     if _someone_is_writing(folder, name):
         return None
+    _remove_unused_archives(folder, keep=name)
     part = folder / f"{name}.{os.getpid()}{_PART}"
     try:
         part.touch()  # claims the writing for this process (the JVM overwrites it at exit)

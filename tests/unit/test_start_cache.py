@@ -149,3 +149,25 @@ def test_another_install_of_the_same_spark_gets_an_archive_of_its_own(
     assert names["venv-a"] != names["venv-b"]
     (tmp_path / "venv-b" / "pyspark" / "jars" / "spark-sql.jar").touch()  # reinstalled
     assert archive_path(tmp_path, {}) != names["venv-b"]
+
+
+def test_a_writing_start_removes_archives_unused_for_30_days_and_mapping_marks_one_used(
+    tmp_path: Path,
+) -> None:
+    old_unused = tmp_path / "spark-4.0.0-0000000000000000.jsa"
+    recent = tmp_path / "spark-4.0.0-1111111111111111.jsa"
+    for f in (old_unused, recent):
+        f.write_bytes(b"archive")
+    forty_days = 40 * 86400
+    os.utime(old_unused, (0, old_unused.stat().st_mtime - forty_days))
+    os.utime(recent, (0, recent.stat().st_mtime - 5 * 86400))
+    writer = class_archive_for(tmp_path, {})
+    assert writer is not None and writer.writing
+    assert not old_unused.exists() and recent.exists()
+    # a start that maps an archive bumps its time, so the next pruning keeps it
+    path = archive_path(tmp_path, {})
+    assert path is not None
+    path.write_bytes(b"archive")
+    os.utime(path, (0, path.stat().st_mtime - forty_days))
+    assert class_archive_for(tmp_path, {}) is not None
+    assert path.stat().st_mtime > os.path.getmtime(recent)
