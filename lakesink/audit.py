@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import logging
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -27,7 +27,7 @@ from lakesink.commit import writer_state as keys
 from lakesink.errors import CorruptTableError
 from lakesink.extras import require
 from lakesink.protocol.instant import Action, Instant
-from lakesink.protocol.offsets import TopicPartition
+from lakesink.protocol.offsets import OffsetRange, TopicPartition
 from lakesink.storage import Storage
 from lakesink.table.hudi_table import HudiTable
 from lakesink.table.metadata import CommitMetadata
@@ -36,6 +36,9 @@ log = logging.getLogger(__name__)
 
 COORDINATES = ["kafka_topic", "kafka_partition", "kafka_offset"]
 Coordinate = tuple[str, int, int]
+# The Kafka records a table's transformation keeps, of the ranges given (cli.verify builds one
+# from `transform.arrow`): the records it filters out are accounted for, not missing.
+KeptByTransform = Callable[[list[OffsetRange]], set[Coordinate]]
 
 
 @dataclass
@@ -48,6 +51,7 @@ class AuditReport:
     rows_lakesink: int = 0
     kafka_records: int = 0
     dead_letters: int = 0
+    filtered: int = 0
     rows_below_log_start: int = 0
     skipped: list[tuple[str, int, int]] = field(default_factory=list)
     committed: dict[str, int] = field(default_factory=dict)
@@ -66,6 +70,7 @@ class AuditReport:
             "rows_lakesink": self.rows_lakesink,
             "kafka_records": self.kafka_records,
             "dead_letters": self.dead_letters,
+            "filtered": self.filtered,
             "rows_below_log_start": self.rows_below_log_start,
             "skipped": [list(s) for s in self.skipped],
             "committed": self.committed,
@@ -209,6 +214,25 @@ def kafka_offsets(
     return out
 
 
+def filtered_out(
+    kept_by_transform: KeptByTransform | None,
+    spans: Mapping[TopicPartition, tuple[int, int]],
+    log_starts: Mapping[TopicPartition, int],
+    expected: set[Coordinate],
+    dead: set[Coordinate],
+) -> set[Coordinate]:
+    """The Kafka records of the committed spans (from the log start on) that the table's
+    transformation drops: consumed and committed, but never rows."""
+    if kept_by_transform is None:
+        return set()
+    ranges = [
+        OffsetRange(tp, max(start, log_starts.get(tp, 0)), end)
+        for tp, (start, end) in spans.items()
+        if max(start, log_starts.get(tp, 0)) < end
+    ]
+    return expected - dead - kept_by_transform(ranges)
+
+
 def check_rows(name: str, rows: Iterable[Coordinate], report: AuditReport) -> set[Coordinate]:
     counts = Counter(rows)
     dupes = [c for c, n in counts.items() if n > 1]
@@ -225,9 +249,11 @@ def audit(
     isolation_level: str = "read_committed",
     consumer_config: Mapping[str, str] | None = None,
     dead_letter_coordinates: set[Coordinate] | None = None,
+    kept_by_transform: KeptByTransform | None = None,
 ) -> AuditReport:
     """Run the audit. With `bootstrap=None` the Kafka comparison is skipped (said in problems
-    only if other checks fail); the readers' agreement and contiguity are always checked."""
+    only if other checks fail); the readers' agreement and contiguity are always checked.
+    `kept_by_transform`: the table's transformation, whose filtered records are not missing."""
     report = AuditReport(writer_id)
     table = HudiTable.open(table_path)
     spans = writer_ranges(table, writer_id, report)
@@ -268,7 +294,9 @@ def audit(
         report.kafka_records = len(expected)
         dead = (dead_letter_coordinates or set()) & expected
         report.dead_letters = len(dead)
-        missing = expected - set_rs - dead
+        filtered = filtered_out(kept_by_transform, spans, lows, expected, dead)
+        report.filtered = len(filtered)
+        missing = expected - set_rs - dead - filtered
         if missing:
             report.problems.append(
                 f"{len(missing)} Kafka records of committed ranges are not in the table, "

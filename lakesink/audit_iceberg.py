@@ -30,7 +30,14 @@ from urllib.parse import unquote, urlsplit
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from lakesink.audit import COORDINATES, Coordinate, _coordinates, kafka_offsets
+from lakesink.audit import (
+    COORDINATES,
+    Coordinate,
+    KeptByTransform,
+    _coordinates,
+    filtered_out,
+    kafka_offsets,
+)
 from lakesink.errors import ReaderError
 from lakesink.iceberg.catalog import SQLITE_FILE, CatalogSettings, warehouse_uri
 from lakesink.iceberg.snapshots import WriterCommit, lineage
@@ -171,6 +178,7 @@ class IcebergAuditReport:
     not_run: list[str] = field(default_factory=list)
     kafka_records: int = 0
     dead_letters: int = 0
+    filtered: int = 0
     rows_below_log_start: int = 0
     committed: dict[str, int] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
@@ -191,6 +199,7 @@ class IcebergAuditReport:
             "not_run": self.not_run,
             "kafka_records": self.kafka_records,
             "dead_letters": self.dead_letters,
+            "filtered": self.filtered,
             "rows_below_log_start": self.rows_below_log_start,
             "committed": self.committed,
             "problems": self.problems,
@@ -274,6 +283,7 @@ def audit_iceberg(
     dead_letter_coordinates: set[Coordinate] | None = None,
     from_log_start: bool = False,
     extra_readers: Mapping[str, Callable[[IcebergTable], pa.Table] | str] | None = None,
+    kept_by_transform: KeptByTransform | None = None,
 ) -> IcebergAuditReport:
     """Run the audit. With `bootstrap=None` the Kafka comparison is skipped; the snapshot
     offsets, the readers' agreement and the committed bounds are always checked.
@@ -281,7 +291,8 @@ def audit_iceberg(
     `earliest`), so its ranges start there rather than at the lowest offset the table holds.
     `extra_readers`: further readers by name (each returns the coordinate columns of the
     current snapshot), checked like the built-in ones, or why that reader cannot run (named in
-    `not_run`); without a reader named "spark", `not_run` says how to get one."""
+    `not_run`); without a reader named "spark", `not_run` says how to get one.
+    `kept_by_transform`: the table's transformation, whose filtered records are not missing."""
     table.refresh()
     report = IcebergAuditReport(writer_id, table.name)
     report.snapshots = len(table.pyiceberg.metadata.snapshots)
@@ -361,7 +372,9 @@ def audit_iceberg(
         report.kafka_records = len(expected)
         dead = (dead_letter_coordinates or set()) & expected
         report.dead_letters = len(dead)
-        missing = expected - base - dead
+        filtered = filtered_out(kept_by_transform, spans, lows, expected, dead)
+        report.filtered = len(filtered)
+        missing = expected - base - dead - filtered
         if missing:
             report.problems.append(
                 f"{len(missing)} Kafka records of committed ranges are not in the table, "

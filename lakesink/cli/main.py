@@ -78,10 +78,11 @@ def build_parser() -> argparse.ArgumentParser:
     verify = sub.add_parser(
         "verify",
         help="the exactly-once audit: reads the table with readers lakesink did not write "
-        "(hudi-rs or pyiceberg, DuckDB and Spark) and checks it against Kafka",
+        "(hudi-rs or pyiceberg, DuckDB and Spark) and checks it against Kafka; the records "
+        "transform.arrow filters out are applied to Kafka too and count as accounted for",
     )
     _add_config_args(verify)
-    verify.add_argument("--json", action="store_true")
+    verify.add_argument("--json", action="store_true", help="the report as JSON")
 
     cfg = sub.add_parser("config", help="configuration reference")
     cfg_sub = cfg.add_subparsers(dest="config_command", required=True)

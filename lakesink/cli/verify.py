@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from lakesink.audit import AuditReport, audit
+from lakesink.audit import AuditReport, KeptByTransform, audit
 from lakesink.cli.output import emit_json, say
 from lakesink.config import LakesinkConfig
 
@@ -45,6 +45,7 @@ def audit_config(cfg: LakesinkConfig, *, spark: bool = False) -> AuditReport | I
             raise
         except KafkaError:
             dead = set()  # no dead-letter topic yet: nothing was dead-lettered
+    kept = _kept_by_transform(cfg)
     if cfg["table.format"] == "iceberg":
         from lakesink.audit_iceberg import audit_iceberg, spark_reader
         from lakesink.commit.iceberg import catalog_settings_for, open_iceberg_table
@@ -60,6 +61,7 @@ def audit_config(cfg: LakesinkConfig, *, spark: bool = False) -> AuditReport | I
             extra_readers=(
                 {"spark": spark_reader(catalog_settings_for(cfg, create=False))} if spark else {}
             ),
+            kept_by_transform=kept,
         )
     return audit(
         cfg.table_storage,
@@ -68,7 +70,22 @@ def audit_config(cfg: LakesinkConfig, *, spark: bool = False) -> AuditReport | I
         isolation_level=cfg["kafka.isolation.level"],
         consumer_config=cfg.consumer_config,
         dead_letter_coordinates=dead,
+        kept_by_transform=kept,
     )
+
+
+def _kept_by_transform(cfg: LakesinkConfig) -> KeptByTransform | None:
+    """`transform.arrow` applied to the committed records (the records it filters out are
+    consumed, not missing). transform.sql and transform.python need Spark: not applied."""
+    if not cfg["transform.arrow"]:
+        return None
+    from lakesink.spark.arrow_transform import kept_coordinates
+
+    return lambda ranges: kept_coordinates(cfg, ranges)
+
+
+def _not_applied_transform(cfg: LakesinkConfig) -> str | None:
+    return next((k for k in ("transform.sql", "transform.python") if cfg[k]), None)
 
 
 def print_report(report: AuditReport | IcebergAuditReport) -> None:
@@ -81,6 +98,8 @@ def print_report(report: AuditReport | IcebergAuditReport) -> None:
     say(f"  Kafka records in committed ranges: {report.kafka_records:,}")
     if report.dead_letters:
         say(f"  dead-lettered records:         {report.dead_letters:,}")
+    if report.filtered:
+        say(f"  filtered out by transform.arrow: {report.filtered:,}")
     if report.ok:
         say("  PASS: every record exactly once; no duplicates, no gaps, readers agree")
     else:
@@ -101,6 +120,8 @@ def print_iceberg_report(report: IcebergAuditReport) -> None:
     say(f"  Kafka records in committed ranges: {report.kafka_records:,}")
     if report.dead_letters:
         say(f"  dead-lettered records:         {report.dead_letters:,}")
+    if report.filtered:
+        say(f"  filtered out by transform.arrow: {report.filtered:,}")
     readers = ", ".join(report.readers)
     if report.ok:
         say(f"  PASS ({readers}): every record exactly once; no duplicates, no gaps, readers agree")
@@ -112,6 +133,12 @@ def print_iceberg_report(report: IcebergAuditReport) -> None:
 
 def run_verify(cfg: LakesinkConfig, *, as_json: bool) -> int:
     report = audit_config(cfg, spark=True)
+    unapplied = _not_applied_transform(cfg)
+    if unapplied and not report.ok:
+        report.problems.append(
+            f"{unapplied} is set and verify cannot apply it (it needs Spark): records it filters "
+            "out are counted as not in the table above; transform.arrow is applied"
+        )
     if as_json:
         emit_json(report.to_json())
     else:

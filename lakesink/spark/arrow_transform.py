@@ -18,7 +18,7 @@ got them.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -26,6 +26,7 @@ import pyarrow as pa
 
 from lakesink.config import LakesinkConfig
 from lakesink.errors import ConfigError, RecordError
+from lakesink.protocol.offsets import OffsetRange
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -41,6 +42,7 @@ EXPECTED = (
 )
 
 ArrowFunction = Callable[[pa.RecordBatch], Any]
+Coordinate = tuple[str, int, int]
 _loaded: dict[str, ArrowFunction] = {}  # per process: a task imports the function once
 
 
@@ -251,3 +253,38 @@ def _records(batch: pa.RecordBatch) -> str:
 def _first_line(error: BaseException) -> str:
     text = str(error)
     return next((ln.strip() for ln in text.splitlines() if ln.strip()), type(error).__name__)
+
+
+def kept_coordinates(cfg: LakesinkConfig, ranges: Iterable[OffsetRange]) -> set[Coordinate]:
+    """The Kafka records of `ranges` that `transform.arrow` keeps, read and decoded as the tasks
+    read them and given to the function in batches: what `lakesink verify` expects in the
+    table. Records that cannot be decoded are not the function's (they are dead letters, or
+    the ingestion refused them); nothing is produced to a dead-letter topic."""
+    from lakesink.kafka.deserializers import make_deserializer
+    from lakesink.kafka.reader import read_range
+    from lakesink.spark.source import _deserializer as deserializer_for
+
+    transform = plan_arrow_transform(cfg)
+    out: set[Coordinate] = set()
+    for r in ranges:
+        for batch in read_range(
+            cfg["kafka.bootstrap.servers"],
+            r,
+            isolation_level=cfg["kafka.isolation.level"],
+            deserializer=deserializer_for(cfg, make_deserializer),
+            consumer_config=cfg.consumer_config,
+            errors_tolerance="all",
+            on_dead_letter=lambda _record: None,
+        ):
+            if not batch.num_rows:
+                continue
+            kept = transform(batch)
+            out.update(
+                zip(
+                    kept.column("kafka_topic").to_pylist(),
+                    kept.column("kafka_partition").to_pylist(),
+                    kept.column("kafka_offset").to_pylist(),
+                    strict=True,
+                )
+            )
+    return out

@@ -13,6 +13,12 @@ import pyarrow.compute as pc
 
 PAID_IN_CENTS = "arrow_functions:paid_in_cents"
 REFUSE_PURCHASES = "arrow_functions:refuse_purchases"
+KEEP_ALL = "arrow_functions:keep_all"
+
+
+def keep_all(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """Every record as it came (a function that filters nothing)."""
+    return batch
 
 
 def paid_in_cents(batch: pa.RecordBatch) -> pa.RecordBatch:

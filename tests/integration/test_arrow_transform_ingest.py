@@ -16,9 +16,10 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from arrow_functions import PAID_IN_CENTS, REFUSE_PURCHASES, paid_in_cents_reference
+from arrow_functions import KEEP_ALL, PAID_IN_CENTS, REFUSE_PURCHASES, paid_in_cents_reference
 from integration.conftest import ingest_config, run_ingestion, write_config_file
 
+from lakesink.cli.verify import audit_config
 from lakesink.config import LakesinkConfig
 from lakesink.errors import RecordError
 from lakesink.kafka.client import watermarks
@@ -154,6 +155,16 @@ def test_arrow_transform_lands_the_reference_rows_once_on_the_direct_path_as_on_
     assert first.records + second.records == len(expected)  # the replay added nothing
     # the filtered records are consumed too: the writer's offsets reach the high watermarks
     assert _committed(direct) == _high_watermarks(kafka_bootstrap, topic, 3)
+    # the audit applies the function to Kafka: the filtered records are accounted for
+    report = audit_config(direct)
+    assert report.ok, report.problems
+    assert (report.kafka_records, report.filtered) == (300, 300 - len(expected))
+    # the same table audited against a function that keeps every record misses the filtered ones
+    wrong = audit_config(direct.with_overrides({"transform.arrow": KEEP_ALL}))
+    assert wrong.filtered == 0
+    assert f"{300 - len(expected)} Kafka records of committed ranges are not in the table" in (
+        " ".join(wrong.problems)
+    )
 
     frame = _config(
         kafka_bootstrap, topic, tmp_path / "frame", table_format, write__path="dataframe"
