@@ -190,6 +190,9 @@ def lakesink_config(
     }
     if args.spark_conf:
         cfg["spark.conf"] = args.spark_conf
+    for item in getattr(args, "set", None) or []:  # lakesink keys for A/B runs
+        key, _, value = item.partition("=")
+        cfg[key.strip()] = value.strip()
     return cfg
 
 
@@ -368,6 +371,12 @@ def main() -> None:
     )
     ap.add_argument("--commit-repeats", type=int, default=30)
     ap.add_argument("--spark-conf", default="", help="extra Spark settings 'k=v,k=v' (A/B runs)")
+    ap.add_argument(
+        "--set",
+        action="append",
+        metavar="KEY=VALUE",
+        help="a lakesink configuration key of the lakesink runs (A/B runs; repeatable)",
+    )
     ap.add_argument(
         "--out", default=None, help="JSON file (default benchmarks/results/<time>.json)"
     )

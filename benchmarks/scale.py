@@ -104,6 +104,7 @@ def run_scale(args: argparse.Namespace) -> dict[str, Any]:
                 cores=n,
                 per_batch=max(1000, events // 4),
                 spark_conf=args.spark_conf,
+                set=args.set,
                 variants=args.variants,
                 no_peers=True,
                 peers="",
@@ -162,6 +163,9 @@ def main() -> None:
     )
     ap.add_argument("--broker", choices=("kafka", "noida"), default="kafka")
     ap.add_argument("--spark-conf", default="", help="extra Spark settings 'k=v,k=v'")
+    ap.add_argument(
+        "--set", action="append", metavar="KEY=VALUE", help="a lakesink key (repeatable)"
+    )
     ap.add_argument("--out", type=Path, default=None, help="JSON file")
     ap.add_argument("--print", dest="print_json", help="print the table of a results JSON")
     args = ap.parse_args()

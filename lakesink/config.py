@@ -545,6 +545,14 @@ KEYS: tuple[Key, ...] = (
         "masters with Spark from pip only; false: Spark's own worker path.",
     ),
     Key(
+        "spark.python.workers.warmup",
+        _bool,
+        True,
+        "While an ingestion starts its streaming query, a background Spark job (once per Spark "
+        "application) starts a Python worker per task slot and imports what the tasks need, "
+        "so the first batch does not wait for them; false: the first batch starts them.",
+    ),
+    Key(
         "spark.start.cache.dir",
         str,
         "~/.cache/lakesink/spark",

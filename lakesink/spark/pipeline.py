@@ -39,6 +39,7 @@ from lakesink.spark.source import (
     encode_secrets,
 )
 from lakesink.spark.task_writer import DATE_PARTITION_COLUMN
+from lakesink.spark.worker_warmup import WorkerWarmup
 from lakesink.storage import Storage
 from lakesink.table.config import TableConfig
 from lakesink.table.hudi_table import HudiTable
@@ -332,6 +333,7 @@ class Ingestion:
                 return self._result(IngestionResult(nothing_new=True), started)
         sink = self.make_sink(committer, direct=self.direct)
         result = IngestionResult()
+        warmup = WorkerWarmup.start(self.spark) if self.cfg["spark.python.workers.warmup"] else None
 
         def on_batch(outcome: BatchOutcome) -> None:
             elapsed = time.monotonic() - started
@@ -343,14 +345,19 @@ class Ingestion:
                 self.on_progress(Progress(outcome, sink.stats.records, elapsed, self._lag(target)))
 
         sink.on_batch = on_batch
-        stream = self.source_stream()
         interval = "0 seconds" if once else f"{self.cfg['trigger.interval.s']} seconds"
-        query = (
-            stream.writeStream.foreachBatch(sink)
-            .option("checkpointLocation", str(self.cfg.checkpoint_location))
-            .trigger(processingTime=interval)
-            .start()
-        )
+        try:
+            query = (
+                self.source_stream()
+                .writeStream.foreachBatch(sink)
+                .option("checkpointLocation", str(self.cfg.checkpoint_location))
+                .trigger(processingTime=interval)
+                .start()
+            )
+        except BaseException:
+            if warmup is not None:
+                warmup.stop()
+            raise
         caught_up = False
         failure: BaseException | None = None
         recheck_at = time.monotonic() + RECHECK_IDLE_S
@@ -393,6 +400,8 @@ class Ingestion:
         finally:
             if query.isActive:
                 query.stop()
+            if warmup is not None:
+                warmup.stop()
         if failure is not None:
             raise translate_query_error(failure)
         if not caught_up:

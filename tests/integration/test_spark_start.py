@@ -1,6 +1,7 @@
 """A lighter Spark start: the driver JVM's class-data archive (spark.class.archive), which the
 suite's session made with `python -m lakesink.spark.prepare` (conftest) and every later start
-maps, and Python workers that import compiled pyspark (spark.python.workers.compiled)."""
+maps, Python workers that import compiled pyspark (spark.python.workers.compiled), and the
+Python workers' warm-up job (spark.python.workers.warmup)."""
 
 from __future__ import annotations
 
@@ -96,3 +97,47 @@ def test_checkpoints_are_written_through_the_file_system_manager_that_forks_noth
     query.awaitTermination(120)
     assert query.exception() is None
     assert (tmp_path / "ck" / "offsets" / "0").exists() and (tmp_path / "ck" / "commits").exists()
+
+
+def test_the_worker_warmup_imports_the_task_modules_in_workers_the_next_job_reuses(
+    spark: Any,
+) -> None:
+    from lakesink.spark import worker_warmup
+    from lakesink.spark.worker_warmup import JOB_GROUP, TASK_MODULES, WorkerWarmup
+
+    sc = spark.sparkContext
+    worker_warmup._warmed.discard(sc.applicationId)  # an ingestion earlier may have warmed
+    warmup = WorkerWarmup.start(spark)
+    assert warmup is not None
+    warmup.thread.join(120)
+    assert not warmup.thread.is_alive()
+    jobs = [
+        sc.statusTracker().getJobInfo(j) for j in sc.statusTracker().getJobIdsForGroup(JOB_GROUP)
+    ]
+    assert jobs and all(j is not None and j.status == "SUCCEEDED" for j in jobs), jobs
+    assert WorkerWarmup.start(spark) is None  # once per Spark application
+    warmup.stop()  # finished: nothing to cancel
+
+    def loaded(_: Any) -> Any:
+        import os
+        import sys
+
+        yield os.getpid(), all(m in sys.modules for m in TASK_MODULES)
+
+    slots = sc.defaultParallelism
+    found = sc.parallelize(range(slots), slots).mapPartitions(loaded).collect()
+    # the next job's tasks run in workers that already hold every module a task imports
+    assert found and all(ok for _pid, ok in found), found
+
+
+def test_stopping_a_running_warmup_cancels_its_job(spark: Any) -> None:
+    from lakesink.spark import worker_warmup
+    from lakesink.spark.worker_warmup import WorkerWarmup
+
+    sc = spark.sparkContext
+    worker_warmup._warmed.discard(sc.applicationId)
+    warmup = WorkerWarmup.start(spark)
+    assert warmup is not None
+    warmup.stop()  # at once: cancels the job if it still runs, waits for the thread
+    assert not warmup.thread.is_alive()
+    assert sc.parallelize(range(4), 2).count() == 4  # the session is unharmed
