@@ -55,6 +55,20 @@ def _history_files(schema: pa.Schema, topic: str, out: Path, events: int) -> Non
         pq.write_table(rows.slice(i * third, end - i * third), out / f"part-{i}.parquet")
 
 
+def _wait_for_committed(
+    table_path: str, writer_id: str, records: int, timeout_s: float = 120
+) -> None:
+    """Until `writer_id`'s committed offsets add up to `records` (one producer, no gaps)."""
+    from lakesink.commit.writer_state import committed_offsets_at
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if sum(committed_offsets_at(table_path, writer_id).to_json().values()) >= records:
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"the streaming writer did not commit {records} records")
+
+
 def _first_base_file(table_path: str, timeout_s: float = 90) -> Path:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -78,37 +92,51 @@ def test_streaming_and_backfill_together_land_every_row_once(
     live, hist = topic_factory("live"), topic_factory("hist")
     source = tmp_path / "history"
     produce_sample_events(kafka_bootstrap, live, 500, 2)
-    cfg = ingest_config(kafka_bootstrap, live, tmp_path / "t", kafka__max__records__per__batch=100)
+    cfg = ingest_config(
+        kafka_bootstrap,
+        live,
+        tmp_path / "t",
+        kafka__max__records__per__batch=100,
+        trigger__interval__s=0.5,
+    )
     HudiTable.create(cfg["table.path"], table_config_for(cfg))
     errors: list[BaseException] = []
+    # a continuous writer, stopped only once it committed records produced after the backfill
+    # committed: the two writers' commits interleave however fast either one runs
+    ingestion = Ingestion(cfg, spark)
 
     def stream() -> None:
         try:
-            Ingestion(cfg, spark).run(once=True, timeout_s=120)
+            ingestion.run(timeout_s=300)
         except BaseException as e:
             errors.append(e)
 
     streaming = threading.Thread(target=stream)
     streaming.start()
-    # the backfill starts once the stream committed (its files give the table's schema)
-    _history_files(pq.read_schema(_first_base_file(cfg["table.path"])), hist, source, 300)
-    services = LockedCommitControl(
-        cfg["table.path"], heartbeat_interval_s=1, heartbeat_tolerance_s=10
-    )
-    result = run_backfill(spark, cfg["table.path"], source, control=services)
-    streaming.join(180)
-    assert not errors, errors
+    try:
+        # the backfill starts once the stream committed (its files give the table's schema)
+        _history_files(pq.read_schema(_first_base_file(cfg["table.path"])), hist, source, 300)
+        services = LockedCommitControl(
+            cfg["table.path"], heartbeat_interval_s=1, heartbeat_tolerance_s=10
+        )
+        result = run_backfill(spark, cfg["table.path"], source, control=services)
+        produce_sample_events(kafka_bootstrap, live, 100, 2, first_event_id=500, create=False)
+        _wait_for_committed(cfg["table.path"], cfg.writer_id, 600)
+    finally:
+        ingestion.stop()
+        streaming.join(180)
+    assert not streaming.is_alive() and not errors, errors
     assert result.instant_time is not None and result.records == 300
 
     report = audit_config(cfg)  # the streaming writer: exactly once against Kafka
     assert report.ok, report.problems
-    assert report.kafka_records == 500
+    assert report.kafka_records == 600
     table = HudiTable.open(cfg["table.path"])
     by_rs = read_with_hudi_rs(str(table.base_path))
     by_ls = TableReader(table).snapshot(columns=COORDINATES)
     coords = lambda t: sorted(zip(*(t.column(c).to_pylist() for c in COORDINATES), strict=True))  # noqa: E731
     assert coords(by_rs) == coords(by_ls)
-    assert len(coords(by_rs)) == len(set(coords(by_rs))) == 800
+    assert len(coords(by_rs)) == len(set(coords(by_rs))) == 900
     assert sum(1 for c in coords(by_rs) if c[0] == hist) == 300
     writers = {
         table.timeline().commit_metadata(i).extra.get("lakesink.writer_id")
@@ -121,19 +149,19 @@ def test_streaming_and_backfill_together_land_every_row_once(
     # the same backfill again: recognised by its id, nothing written twice
     again = run_backfill(spark, cfg["table.path"], source, control=services)
     assert again.instant_time is None and again.backfill_id == result.backfill_id
-    assert read_with_hudi_rs(str(table.base_path)).num_rows == 800
+    assert read_with_hudi_rs(str(table.base_path)).num_rows == 900
 
     # and once archival moved the backfill's commit out of the active timeline (after one more
     # streamed batch, so every commit before it completed before it)
-    produce_sample_events(kafka_bootstrap, live, 100, 2, first_event_id=500, create=False)
+    produce_sample_events(kafka_bootstrap, live, 100, 2, first_event_id=600, create=False)
     Ingestion(cfg, spark).run(once=True, timeout_s=120)
     moved = archive(table, services, ArchivePolicy(min_instants=1, max_instants=1))
     assert result.instant_time in {i.time for i in moved.archived}, moved.held_back_by
     after_archival = run_backfill(spark, cfg["table.path"], source, control=services)
     assert after_archival.instant_time is None
-    assert read_with_hudi_rs(str(table.base_path)).num_rows == 900
+    assert read_with_hudi_rs(str(table.base_path)).num_rows == 1000
     report = audit_config(cfg)
-    assert report.ok and report.kafka_records == 600, report.problems
+    assert report.ok and report.kafka_records == 700, report.problems
     assert_java_hudi_agrees(java_hudi, table.base_path)
 
 
