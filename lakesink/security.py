@@ -158,7 +158,11 @@ def parse_file(v: Any) -> str | None:
     if v is None or str(v).strip() == "":
         return None
     path = Path(str(v).strip()).expanduser()
-    if not path.is_file():
+    try:
+        is_file = path.is_file()
+    except (OSError, ValueError) as e:  # a name too long for the file system, a NUL byte
+        raise ValueError(f"not a usable file path: {e}") from None
+    if not is_file:
         raise ValueError(f"no such file: {path}")
     try:
         with path.open("rb"):

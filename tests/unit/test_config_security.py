@@ -306,3 +306,9 @@ def test_client_settings_keep_commas_inside_a_value() -> None:
         "kafka.client.config", "ssl.cipher.suites=A-B,C-D,socket.timeout.ms=5", consumer_only=False
     )
     assert props == {"ssl.cipher.suites": "A-B,C-D", "socket.timeout.ms": "5"}
+
+
+def test_a_file_path_the_file_system_refuses_is_a_config_error_naming_the_key() -> None:
+    # found by the config fuzz test: a name too long for the file system raised OSError
+    with pytest.raises(ConfigError, match=r"kafka\.ssl\.ca\.location.*not a usable file path"):
+        build_config({**BASE, "kafka.ssl.ca.location": "x" * 5000})
