@@ -160,9 +160,10 @@ def _optional_str(v: Any) -> str | None:
 def _settings_list(v: Any) -> str | None:
     """A 'k=v,k=v' list, checked at load so a malformed item is named with its key."""
     text = _optional_str(v)
-    for item in security.split_settings(text):
-        if "=" not in item:
-            raise ValueError(f"{item!r} is not of the form key=value")
+    try:
+        parse_kv(text)
+    except ConfigError as e:
+        raise ValueError(str(e)) from None
     return text
 
 
