@@ -747,19 +747,32 @@ class Soak:
             totals.update({k: v for k, v in counted.items() if isinstance(v, int)})
             self.faults["task-failure"] += w.task_faults
         result.update(
-            records_produced=self.producer.acked_count,
-            records_in_kafka=totals["kafka_records"],
-            records_in_table=totals["rows_pyiceberg"],
-            duplicates=totals["duplicates"],
-            missing=totals["missing"],
-            rows_not_in_kafka=totals["rows_not_in_kafka"],
-            acked_events_missing=totals["acked_events_missing"],
-            acked_events_lost_by_broker=totals["acked_events_lost_by_broker"],
-            offsets_rewritten_by_broker=totals["offsets_rewritten_by_broker"],
-            producer_failed_deliveries=self.producer.failed,
+            self.summed(totals, rows_key="rows_pyiceberg"),
             snapshots=len(table.pyiceberg.metadata.snapshots),
         )
         return result
+
+    def summed(self, totals: Counter[str], *, rows_key: str) -> dict[str, int]:
+        """The whole run's figures from the writers' `count_against_kafka` counts summed;
+        `rows_key`: the count of the reader whose rows are the table's."""
+        assert self.producer is not None
+        return {
+            "records_produced": self.producer.acked_count,
+            "records_in_kafka": totals["kafka_records"],
+            "records_in_table": totals[rows_key],
+            **{
+                k: totals[k]
+                for k in (
+                    "duplicates",
+                    "missing",
+                    "rows_not_in_kafka",
+                    "acked_events_missing",
+                    "acked_events_lost_by_broker",
+                    "offsets_rewritten_by_broker",
+                )
+            },
+            "producer_failed_deliveries": self.producer.failed,
+        }
 
     def count_against_kafka(
         self, w: Writer, rows: Any, committed_offsets: Any, *, reader: str, id_rows: Any = None
@@ -884,16 +897,7 @@ class Soak:
             self.faults["task-failure"] += w.task_faults
         pending = table.timeline().inflight_or_requested()
         result.update(
-            records_produced=self.producer.acked_count,
-            records_in_kafka=totals["kafka_records"],
-            records_in_table=totals["rows_hudi_rs"],
-            duplicates=totals["duplicates"],
-            missing=totals["missing"],
-            rows_not_in_kafka=totals["rows_not_in_kafka"],
-            acked_events_missing=totals["acked_events_missing"],
-            acked_events_lost_by_broker=totals["acked_events_lost_by_broker"],
-            offsets_rewritten_by_broker=totals["offsets_rewritten_by_broker"],
-            producer_failed_deliveries=self.producer.failed,
+            self.summed(totals, rows_key="rows_hudi_rs"),
             pending_instants_left=[str(i) for i in pending],
             completed_commits=len(table.timeline().completed()),
         )

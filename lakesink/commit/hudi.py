@@ -19,7 +19,7 @@ from lakesink.protocol.offsets import WriterOffsets
 from lakesink.storage import ObjectExistsError, Storage, StorageError
 from lakesink.table.archive import is_archived_completed
 from lakesink.table.hudi_table import HudiTable
-from lakesink.table.markers import delete_markers, list_marked_files
+from lakesink.table.markers import delete_markers_soon, list_marked_files
 from lakesink.table.metadata import CommitMetadata
 from lakesink.table.rollback import delete_leftovers, rollback
 from lakesink.table.timeline import EncodedCommit, Timeline, encode_commit
@@ -179,9 +179,10 @@ class HudiFormat:
         return timeline.commit_metadata(done).extra.get(writer_state.COMMIT_ID_KEY) == commit_id
 
     def finish(self, instant_time: InstantTime) -> None:
-        # After the lock: a crash before this leaves the markers of a completed instant, which
-        # nothing reads; the writer's next start deletes them (`delete_completed_markers`).
-        delete_markers(self.table.storage, instant_time.value)
+        # After the lock, in the background: a crash before they are gone leaves the markers of
+        # a completed instant, which nothing reads; the writer's next start deletes them
+        # (`delete_completed_markers`).
+        delete_markers_soon(self.table.storage, instant_time.value)
 
     def rollback(self, instant_time: InstantTime) -> bool:
         """True when a pending instant was rolled back (False: it was gone already, and

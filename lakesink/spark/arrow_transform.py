@@ -260,9 +260,8 @@ def kept_coordinates(cfg: LakesinkConfig, ranges: Iterable[OffsetRange]) -> set[
     read them and given to the function in batches: what `lakesink verify` expects in the
     table. Records that cannot be decoded are not the function's (they are dead letters, or
     the ingestion refused them); nothing is produced to a dead-letter topic."""
-    from lakesink.kafka.deserializers import make_deserializer
     from lakesink.kafka.reader import read_range
-    from lakesink.spark.source import _deserializer as deserializer_for
+    from lakesink.spark.source import value_deserializer
 
     transform = plan_arrow_transform(cfg)
     out: set[Coordinate] = set()
@@ -271,7 +270,7 @@ def kept_coordinates(cfg: LakesinkConfig, ranges: Iterable[OffsetRange]) -> set[
             cfg["kafka.bootstrap.servers"],
             r,
             isolation_level=cfg["kafka.isolation.level"],
-            deserializer=deserializer_for(cfg, make_deserializer),
+            deserializer=value_deserializer(cfg),
             consumer_config=cfg.consumer_config,
             errors_tolerance="all",
             on_dead_letter=lambda _record: None,

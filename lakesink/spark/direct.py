@@ -166,10 +166,13 @@ class DirectTask:
         from pyspark import TaskContext
 
         from lakesink.faults import task_fault
-        from lakesink.kafka.deserializers import make_deserializer
         from lakesink.kafka.reader import read_range
-        from lakesink.spark.source import CONFIG_OPTION, SECRETS_OPTION, decode_config
-        from lakesink.spark.source import _deserializer as deserializer_for
+        from lakesink.spark.source import (
+            CONFIG_OPTION,
+            SECRETS_OPTION,
+            decode_config,
+            value_deserializer,
+        )
         from lakesink.spark.task_writer import topic_counts, with_required
         from lakesink.spark.worker_gc import freeze_worker_heap
         from lakesink.table.files import write_token
@@ -189,7 +192,7 @@ class DirectTask:
                 cfg["kafka.bootstrap.servers"],
                 piece,
                 isolation_level=cfg["kafka.isolation.level"],
-                deserializer=deserializer_for(cfg, make_deserializer),
+                deserializer=value_deserializer(cfg),
                 consumer_config=cfg.consumer_config,
                 producer_config=cfg.kafka_client_config,
                 errors_tolerance=cfg["errors.tolerance"],

@@ -106,10 +106,9 @@ DEAD_LETTER_COLUMNS = (
 def declared_arrow_schema(cfg: LakesinkConfig) -> pa.Schema:
     """The rows as the user declared them: Kafka metadata columns, then the value columns with
     their declared nullability (a JSON `NOT NULL` column, an Avro field without a null union)."""
-    from lakesink.kafka.deserializers import make_deserializer
     from lakesink.kafka.reader import output_schema
 
-    return output_schema(_deserializer(cfg, make_deserializer))
+    return output_schema(value_deserializer(cfg))
 
 
 def source_arrow_schema(cfg: LakesinkConfig) -> pa.Schema:
@@ -150,8 +149,12 @@ def _dead_letter_rows(schema: pa.Schema, failed: list[Any]) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays(columns, schema=schema)
 
 
-def _deserializer(cfg: LakesinkConfig, factory: Any) -> Any:
-    return factory(
+def value_deserializer(cfg: LakesinkConfig) -> Any:
+    """The deserializer of the record values `cfg` declares (imported lazily: a task that
+    never decodes pays nothing)."""
+    from lakesink.kafka.deserializers import make_deserializer
+
+    return make_deserializer(
         cfg["value.format"],
         schema=cfg["value.schema"],
         schema_file=cfg["value.schema.file"],
@@ -289,7 +292,6 @@ class KafkaStreamReader(DataSourceStreamReader):
 
     # --- task side ---------------------------------------------------------------------------
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        from lakesink.kafka.deserializers import make_deserializer
         from lakesink.kafka.reader import read_range
         from lakesink.spark.worker_gc import freeze_worker_heap
 
@@ -301,7 +303,7 @@ class KafkaStreamReader(DataSourceStreamReader):
             self.cfg["kafka.bootstrap.servers"],
             partition.offset_range(),
             isolation_level=self.cfg["kafka.isolation.level"],
-            deserializer=_deserializer(self.cfg, make_deserializer),
+            deserializer=value_deserializer(self.cfg),
             consumer_config=self.cfg.consumer_config,
             producer_config=self.cfg.kafka_client_config,
             errors_tolerance=self.cfg["errors.tolerance"],

@@ -6,12 +6,18 @@ Listing an instant's markers is one LIST request on an object store."""
 from __future__ import annotations
 
 import contextlib
+import logging
+import threading
 from collections.abc import Callable, Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import wait as wait_futures
 from pathlib import Path
 
 from lakesink.errors import CorruptTableError
 from lakesink.protocol.instant import InstantTime
 from lakesink.storage import ObjectExistsError, Storage, as_storage
+
+log = logging.getLogger(__name__)
 
 MARKER_ROOT = ".hoodie/.temp"
 MARKER_SUFFIX = ".marker.CREATE"
@@ -61,6 +67,42 @@ def list_marked_files(table: Storage | str | Path, instant_time: InstantTime | s
 def delete_markers(table: Storage | str | Path, instant_time: InstantTime | str) -> None:
     """Remove the instant's marker folder (no error if it is gone already)."""
     as_storage(table).delete_prefix(marker_key(instant_time))
+
+
+# A completed instant's markers are deleted by one background thread, off the batch's path: at
+# hundreds of Kafka partitions that is hundreds of unlinks (or a LIST and DELETEs on an object
+# store) that nothing waits for. Python joins the thread at exit, so a normal exit deletes them;
+# a crash leaves them to `delete_completed_markers` at the writer's next start.
+_deleter: ThreadPoolExecutor | None = None
+_pending: set[Future[None]] = set()
+_deleter_guard = threading.Lock()
+
+
+def delete_markers_soon(table: Storage | str | Path, instant_time: InstantTime | str) -> None:
+    """`delete_markers` in the background, for a COMPLETED instant only (nothing reads its
+    markers; a pending instant's rollback needs them). `wait_for_marker_deletions` waits."""
+    global _deleter
+    storage, t = as_storage(table), str(instant_time)
+    with _deleter_guard:
+        if _deleter is None:
+            _deleter = ThreadPoolExecutor(1, thread_name_prefix="lakesink-markers")
+        job = _deleter.submit(delete_markers, storage, t)
+        _pending.add(job)
+    job.add_done_callback(lambda done: _deleted(done, t))
+
+
+def _deleted(job: Future[None], instant_time: str) -> None:
+    with _deleter_guard:
+        _pending.discard(job)
+    if (error := job.exception()) is not None:  # the next start deletes them
+        log.warning("markers of completed instant %s not deleted: %s", instant_time, error)
+
+
+def wait_for_marker_deletions(timeout_s: float | None = None) -> bool:
+    """Wait for the deletions `delete_markers_soon` queued; False if some still run."""
+    with _deleter_guard:
+        jobs = set(_pending)
+    return not wait_futures(jobs, timeout=timeout_s).not_done
 
 
 def delete_completed_markers(

@@ -23,7 +23,7 @@ from lakesink.spark.pipeline import make_control
 from lakesink.table.config import TableConfig
 from lakesink.table.files import base_file_name, new_file_id
 from lakesink.table.hudi_table import HudiTable
-from lakesink.table.markers import MARKER_ROOT, create_marker
+from lakesink.table.markers import MARKER_ROOT, create_marker, wait_for_marker_deletions
 from lakesink.table.timeline import timeline_key
 
 pytestmark = pytest.mark.integration
@@ -89,6 +89,7 @@ def test_one_commit_lists_the_timeline_once_per_lock_hold_and_no_data_folder(
             statuses.append(WriteStatus(t.value, f"0.{r.partition.partition}.0", r, (f,), 10, 0))
         at_complete = len(proxy.requests)
         outcome = coordinator.complete_batch(t, batch, ranges, statuses, schema="{}")
+        assert wait_for_marker_deletions(timeout_s=30)  # their LIST and DELETE, in the background
         completed = proxy.requests[at_complete:]
         assert outcome.files == PARTITIONS
         nxt = {p: o + 10 for p, o in nxt.items()}

@@ -7,6 +7,8 @@ from __future__ import annotations
 import contextlib
 import json
 import random
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,7 +28,7 @@ from lakesink.table import timeline as timeline_module
 from lakesink.table.config import TableConfig
 from lakesink.table.files import base_file_name, new_file_id
 from lakesink.table.hudi_table import HudiTable
-from lakesink.table.markers import create_marker, list_marked_files
+from lakesink.table.markers import create_marker, list_marked_files, wait_for_marker_deletions
 from lakesink.table.metadata import CommitMetadata
 from lakesink.table.timeline import Timeline
 
@@ -99,13 +101,57 @@ def test_markers_outlive_the_publish_and_a_crash_before_their_deletion_is_cleane
     assert len(list_marked_files(table.base_path, pending)) == 1
     assert second.committed == WriterOffsets({r.partition: r.end for r in ranges})
 
-    # and a batch that is not interrupted deletes its markers before complete_batch returns
+    # and a batch that is not interrupted has its markers deleted in the background
     nxt = [OffsetRange(r.partition, r.end, r.end + 5) for r in ranges]
     t2 = second.begin_batch(1, nxt)
     assert t2 is not None
     outcome = second.complete_batch(t2, 1, nxt, _statuses(table, t2, nxt), schema=SCHEMA)
     assert outcome.files == len(nxt)
+    assert wait_for_marker_deletions(timeout_s=30)
     assert list_marked_files(table.base_path, t2) == []
+
+
+_EXIT_RIGHT_AFTER_COMMIT = """
+import sys, time
+from pathlib import Path
+sys.path.insert(0, {tests!r})
+from lakesink.commit.control import CommitControl
+from lakesink.commit.coordinator import Coordinator
+from lakesink.protocol.offsets import OffsetRange, TopicPartition
+from lakesink.table import markers
+from lakesink.table.hudi_table import HudiTable
+from unit.test_commit_cost_paths import SCHEMA, _statuses, _table
+
+slow_delete = markers.delete_markers
+markers.delete_markers = lambda *a: (time.sleep(1.0), slow_delete(*a))[1]
+table = _table(Path({work!r}))
+coordinator = Coordinator(table, "w", control=CommitControl())
+coordinator.start()
+ranges = [OffsetRange(TopicPartition("t", p), 0, 10) for p in range(20)]
+t = coordinator.begin_batch(0, ranges)
+coordinator.complete_batch(t, 0, ranges, _statuses(table, t, ranges), schema=SCHEMA)
+print(t.value)
+"""
+
+
+def test_a_process_that_exits_right_after_a_commit_still_deletes_its_markers(
+    tmp_path: Path,
+) -> None:
+    # the deletion runs in a background thread (and here takes a second): the exit waits for it
+    tests = str(Path(__file__).resolve().parents[1])
+    child = subprocess.run(
+        [sys.executable, "-c", _EXIT_RIGHT_AFTER_COMMIT.format(tests=tests, work=str(tmp_path))],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert child.returncode == 0, child.stderr
+    t = child.stdout.strip().splitlines()[-1]
+    table = HudiTable.open(tmp_path / "t")
+    done = table.timeline().get(InstantTime(t))
+    assert done is not None and done.is_completed
+    assert list_marked_files(table.base_path, t) == []
+    assert not (table.base_path / ".hoodie/.temp" / t).exists()
 
 
 def _metadata(t: InstantTime) -> CommitMetadata:
