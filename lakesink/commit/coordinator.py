@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from lakesink.commit import writer_state as keys
-from lakesink.commit.conflicts import file_groups_of_paths
 from lakesink.commit.control import CommitControl
 from lakesink.commit.recovery import (
     INTENTS_DIR,
@@ -408,7 +407,9 @@ class Coordinator:
         """What must hold when the batch publishes: the writer live, its offsets unchanged,
         the conflict rules against the file groups it wrote."""
         t = prepared.instant_time
-        files = {w.path for w in prepared.metadata.writes}
+        # the file groups as other writers' conflict checks will read them from the commit
+        # (`conflicts.operation_of`): no file name parsed per write
+        written = frozenset((w.partition_path, w.file_id) for w in prepared.metadata.writes)
         return (
             WriterStillLive(self.control, t),
             OffsetsUnchanged(self.writer_id, prepared.base_offsets, t),
@@ -416,7 +417,7 @@ class Coordinator:
                 Operation(
                     t,
                     OperationKind.INGESTION,
-                    file_groups_of_paths(files),
+                    written,
                     phase=Phase.PENDING,
                     writer=self.writer_id,
                 ),
