@@ -114,12 +114,17 @@ class TreeMonitor:
 
     def cpu_between(self, t0: float, t1: float) -> float:
         """CPU seconds of the whole tree between wall times t0 and t1 (nearest samples)."""
+        return sum(self.cpu_by_role_between(t0, t1).values())
 
-        def at(t: float) -> float:
-            best = min(self.timeline, key=lambda s: abs(s[0] - t), default=(0.0, {}))
-            return sum(best[1].values())
+    def cpu_by_role_between(self, t0: float, t1: float) -> dict[str, float]:
+        """CPU seconds per role between wall times t0 and t1 (nearest samples): where a steady
+        window's CPU went (driver, jvm, pyworkers)."""
 
-        return max(0.0, at(t1) - at(t0))
+        def at(t: float) -> dict[str, float]:
+            return min(self.timeline, key=lambda s: abs(s[0] - t), default=(0.0, {}))[1]
+
+        start, end = at(t0), at(t1)
+        return {role: max(0.0, secs - start.get(role, 0.0)) for role, secs in end.items()}
 
     def _run(self) -> None:
         while not self._stop.is_set():

@@ -211,6 +211,10 @@ def spark_row(res: dict[str, Any], mon: TreeMonitor) -> dict[str, Any]:
         "batch_s": [round(b[0] - a[0], 3) for a, b in itertools.pairwise(batches)],
         "cpu_s": sum(mon.stats.cpu_s.values()),
         "steady_cpu_s": mon.cpu_between(first_t, res["t_end"]),
+        "steady_cpu_by_role_s": {
+            role: round(secs, 2)
+            for role, secs in mon.cpu_by_role_between(first_t, res["t_end"]).items()
+        },
         "memory": mon.stats.as_json(),
     }
 
@@ -285,6 +289,11 @@ def print_throughput(results: dict[str, Any]) -> None:
                 f"{_fmt_audit(audits.get(name))}"
             )
         print("       " + "  ".join(f"{k} {v}" for k, v in res["ratios"].items()))
+        for name, r in res["runs"].items():  # where each Spark run's steady CPU went
+            if roles := r.get("steady_cpu_by_role_s"):
+                n = max(1, r["steady_records"])
+                split = ", ".join(f"{role} {1e6 * secs / n:.1f}" for role, secs in roles.items())
+                print(f"       {name}: steady CPU us/rec by process: {split}")
 
 
 def correctness(
