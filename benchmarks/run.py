@@ -215,6 +215,10 @@ def spark_row(res: dict[str, Any], mon: TreeMonitor) -> dict[str, Any]:
             role: round(secs, 2)
             for role, secs in mon.cpu_by_role_between(first_t, res["t_end"]).items()
         },
+        "batch_cpu_by_role_s": [  # each batch after the first: does the JVM or a worker warm?
+            {role: round(secs, 2) for role, secs in mon.cpu_by_role_between(a[0], b[0]).items()}
+            for a, b in itertools.pairwise(batches)
+        ],
         "memory": mon.stats.as_json(),
     }
 
