@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import threading
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -76,6 +77,15 @@ def delete_markers(table: Storage | str | Path, instant_time: InstantTime | str)
 _deleter: ThreadPoolExecutor | None = None
 _pending: set[Future[None]] = set()
 _deleter_guard = threading.Lock()
+
+
+def _forget_the_parents_deleter() -> None:
+    # a forked child has none of its parent's threads: it starts its own deleter when it needs one
+    global _deleter, _pending
+    _deleter, _pending = None, set()
+
+
+os.register_at_fork(after_in_child=_forget_the_parents_deleter)
 
 
 def delete_markers_soon(table: Storage | str | Path, instant_time: InstantTime | str) -> None:

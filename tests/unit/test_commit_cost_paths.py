@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import random
 import subprocess
 import sys
@@ -152,6 +153,32 @@ def test_a_process_that_exits_right_after_a_commit_still_deletes_its_markers(
     assert done is not None and done.is_completed
     assert list_marked_files(table.base_path, t) == []
     assert not (table.base_path / ".hoodie/.temp" / t).exists()
+
+
+def test_a_forked_child_deletes_its_markers_with_a_deleter_of_its_own(tmp_path: Path) -> None:
+    # the parent's deleter thread exists: a child forked now must not queue work to it
+    table = _table(tmp_path)
+    ranges = [OffsetRange(TopicPartition("t", p), 0, 10) for p in range(3)]
+    coordinator = Coordinator(table, "w", control=CommitControl())
+    coordinator.start()
+    t = coordinator.begin_batch(0, ranges)
+    assert t is not None
+    coordinator.complete_batch(t, 0, ranges, _statuses(table, t, ranges), schema=SCHEMA)
+    assert wait_for_marker_deletions(timeout_s=30)
+    pid = os.fork()
+    if pid == 0:  # the child: one more batch, its markers deleted by its own thread
+        code = 1
+        try:
+            nxt = [OffsetRange(r.partition, r.end, r.end + 5) for r in ranges]
+            t2 = coordinator.begin_batch(1, nxt)
+            assert t2 is not None
+            coordinator.complete_batch(t2, 1, nxt, _statuses(table, t2, nxt), schema=SCHEMA)
+            gone = wait_for_marker_deletions(timeout_s=30)
+            code = 0 if gone and list_marked_files(table.base_path, t2) == [] else 1
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
 
 
 def _metadata(t: InstantTime) -> CommitMetadata:
