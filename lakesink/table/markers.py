@@ -80,9 +80,10 @@ _deleter_guard = threading.Lock()
 
 
 def _forget_the_parents_deleter() -> None:
-    # a forked child has none of its parent's threads: it starts its own deleter when it needs one
-    global _deleter, _pending
-    _deleter, _pending = None, set()
+    # a forked child has none of its parent's threads: it starts its own deleter when it needs
+    # one, with a fresh guard (the parent's deleter thread may have held it at the fork)
+    global _deleter, _pending, _deleter_guard
+    _deleter, _pending, _deleter_guard = None, set(), threading.Lock()
 
 
 os.register_at_fork(after_in_child=_forget_the_parents_deleter)

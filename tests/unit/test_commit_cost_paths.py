@@ -8,8 +8,10 @@ import contextlib
 import json
 import os
 import random
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -177,8 +179,14 @@ def test_a_forked_child_deletes_its_markers_with_a_deleter_of_its_own(tmp_path: 
             code = 0 if gone and list_marked_files(table.base_path, t2) == [] else 1
         finally:
             os._exit(code)
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0
+    deadline = time.monotonic() + 60
+    while (waited := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if waited[0] == 0:  # a child stuck on a lock its parent's thread held: fail, never hang
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        pytest.fail("the forked child did not finish its batch within 60 s")
+    assert os.waitstatus_to_exitcode(waited[1]) == 0
 
 
 def _metadata(t: InstantTime) -> CommitMetadata:
