@@ -11,7 +11,6 @@ import os
 import threading
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
-from concurrent.futures import wait as wait_futures
 from pathlib import Path
 
 from lakesink.errors import CorruptTableError
@@ -75,15 +74,14 @@ def delete_markers(table: Storage | str | Path, instant_time: InstantTime | str)
 # store) that nothing waits for. Python joins the thread at exit, so a normal exit deletes them;
 # a crash leaves them to `delete_completed_markers` at the writer's next start.
 _deleter: ThreadPoolExecutor | None = None
-_pending: set[Future[None]] = set()
 _deleter_guard = threading.Lock()
 
 
 def _forget_the_parents_deleter() -> None:
     # a forked child has none of its parent's threads: it starts its own deleter when it needs
     # one, with a fresh guard (the parent's deleter thread may have held it at the fork)
-    global _deleter, _pending, _deleter_guard
-    _deleter, _pending, _deleter_guard = None, set(), threading.Lock()
+    global _deleter, _deleter_guard
+    _deleter, _deleter_guard = None, threading.Lock()
 
 
 os.register_at_fork(after_in_child=_forget_the_parents_deleter)
@@ -98,13 +96,10 @@ def delete_markers_soon(table: Storage | str | Path, instant_time: InstantTime |
         if _deleter is None:
             _deleter = ThreadPoolExecutor(1, thread_name_prefix="lakesink-markers")
         job = _deleter.submit(delete_markers, storage, t)
-        _pending.add(job)
-    job.add_done_callback(lambda done: _deleted(done, t))
+    job.add_done_callback(lambda done: _log_failure(done, t))
 
 
-def _deleted(job: Future[None], instant_time: str) -> None:
-    with _deleter_guard:
-        _pending.discard(job)
+def _log_failure(job: Future[None], instant_time: str) -> None:
     if (error := job.exception()) is not None:  # the next start deletes them
         log.warning("markers of completed instant %s not deleted: %s", instant_time, error)
 
@@ -112,8 +107,15 @@ def _deleted(job: Future[None], instant_time: str) -> None:
 def wait_for_marker_deletions(timeout_s: float | None = None) -> bool:
     """Wait for the deletions `delete_markers_soon` queued; False if some still run."""
     with _deleter_guard:
-        jobs = set(_pending)
-    return not wait_futures(jobs, timeout=timeout_s).not_done
+        if _deleter is None:
+            return True
+        # one worker thread, in order: this no-op is done once every earlier deletion is
+        last = _deleter.submit(lambda: None)
+    try:
+        last.result(timeout=timeout_s)
+    except TimeoutError:
+        return False
+    return True
 
 
 def delete_completed_markers(

@@ -69,15 +69,21 @@ def _statuses(table: HudiTable, t: InstantTime, ranges: list[OffsetRange]) -> li
     return out
 
 
+def _first_batch(table: HudiTable) -> tuple[Coordinator, list[OffsetRange], InstantTime]:
+    """Writer "w" started on `table`, its batch 0 of three partitions begun."""
+    ranges = [OffsetRange(TopicPartition("t", p), 0, 10) for p in range(3)]
+    coordinator = Coordinator(table, "w", control=CommitControl())
+    coordinator.start()
+    t = coordinator.begin_batch(0, ranges)
+    assert t is not None
+    return coordinator, ranges, t
+
+
 def test_markers_outlive_the_publish_and_a_crash_before_their_deletion_is_cleaned_at_start(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     table = _table(tmp_path)
-    ranges = [OffsetRange(TopicPartition("t", p), 0, 10) for p in range(3)]
-    first = Coordinator(table, "w", control=CommitControl())
-    first.start()
-    t = first.begin_batch(0, ranges)
-    assert t is not None
+    first, ranges, t = _first_batch(table)
     statuses = _statuses(table, t, ranges)
 
     def die_after_publish(point: str) -> None:
@@ -160,11 +166,7 @@ def test_a_process_that_exits_right_after_a_commit_still_deletes_its_markers(
 def test_a_forked_child_deletes_its_markers_with_a_deleter_of_its_own(tmp_path: Path) -> None:
     # the parent's deleter thread exists: a child forked now must not queue work to it
     table = _table(tmp_path)
-    ranges = [OffsetRange(TopicPartition("t", p), 0, 10) for p in range(3)]
-    coordinator = Coordinator(table, "w", control=CommitControl())
-    coordinator.start()
-    t = coordinator.begin_batch(0, ranges)
-    assert t is not None
+    coordinator, ranges, t = _first_batch(table)
     coordinator.complete_batch(t, 0, ranges, _statuses(table, t, ranges), schema=SCHEMA)
     assert wait_for_marker_deletions(timeout_s=30)
     pid = os.fork()
