@@ -70,12 +70,15 @@ def _wait_for_committed(
 
 
 def _first_base_file(table_path: str, timeout_s: float = 90) -> Path:
+    # a file a completed commit names: a file merely on disk may still be being written by the
+    # stream's next batch (CI once read one at 0 bytes)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        found = sorted(Path(table_path).rglob("*.parquet"))
-        table = HudiTable.open(table_path)
-        if found and table.timeline().completed():
-            return found[0]
+        timeline = HudiTable.open(table_path).timeline()
+        for instant in timeline.completed():
+            writes = timeline.commit_metadata(instant).writes
+            if writes:
+                return Path(table_path) / writes[0].path
         time.sleep(0.2)
     raise AssertionError("the streaming writer committed nothing")
 
