@@ -1,8 +1,10 @@
 """Sample the process tree of a PID: peak RSS and CPU seconds per role (driver Python, Spark
-JVM, Python workers, everything else), for the benchmark's memory and CPU columns."""
+JVM, the Spark JVM's JIT compiler threads, Python workers, everything else), for the benchmark's
+memory and CPU columns."""
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from dataclasses import dataclass, field
@@ -22,6 +24,51 @@ def role_of(proc: psutil.Process, root_pid: int) -> str:
     if "pyspark" in cmd:
         return "pyworkers"
     return "other"
+
+
+_TICKS_PER_S = os.sysconf("SC_CLK_TCK")
+# HotSpot's names for its JIT threads ("C2 CompilerThread0" cut to 15 characters by the kernel)
+_JIT_THREAD_PREFIXES = ("C1 CompilerThre", "C2 CompilerThre")
+
+
+class _JitThreads:
+    """CPU seconds of the JIT compiler threads of JVM processes, from /proc/PID/task: the part
+    of a JVM's CPU that is warm-up (compiling) rather than work. A compiler thread that exits
+    keeps the last value seen (HotSpot starts and stops them as the compile queue grows)."""
+
+    def __init__(self) -> None:
+        self._names: dict[tuple[int, int], str] = {}
+        self._cpu: dict[tuple[int, int], float] = {}
+
+    def of(self, pid: int) -> float:
+        try:
+            tids = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+        except OSError:
+            tids = []
+        for tid in tids:
+            key = (pid, tid)
+            name = self._names.get(key)
+            if name is None:
+                try:
+                    with open(f"/proc/{pid}/task/{tid}/comm") as f:
+                        name = self._names[key] = f.read().strip()
+                except OSError:
+                    continue
+            if name.startswith(_JIT_THREAD_PREFIXES):
+                try:
+                    with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                        fields = f.read().rsplit(") ", 1)[1].split()
+                except (OSError, IndexError):
+                    continue
+                self._cpu[key] = (int(fields[11]) + int(fields[12])) / _TICKS_PER_S
+        return sum(secs for (p, _), secs in self._cpu.items() if p == pid)
+
+    def forget(self, pid: int) -> None:
+        """A new process took `pid`: its thread ids are not the old one's."""
+        for key in [k for k in self._names if k[0] == pid]:
+            del self._names[key]
+        for key in [k for k in self._cpu if k[0] == pid]:
+            del self._cpu[key]
 
 
 @dataclass
@@ -49,6 +96,7 @@ class TreeMonitor:
         self.interval_s = interval_s
         self.stats = TreeStats()
         self._cpu: dict[int, tuple[str, float]] = {}
+        self._jit = _JitThreads()
         self._procs: dict[int, psutil.Process] = {}
         self._gone: list[tuple[str, float]] = []
         """(role, CPU seconds) of exited processes whose pid a new one took."""
@@ -80,9 +128,10 @@ class TreeMonitor:
             known = self._procs.get(p.pid)
             if known is None or known.create_time() != p.create_time():
                 if known is not None:  # a new process under a reused pid
-                    old = self._cpu.pop(p.pid, None)
-                    if old is not None:
-                        self._gone.append(old)
+                    for old in (self._cpu.pop(p.pid, None), self._cpu.pop(-p.pid, None)):
+                        if old is not None:
+                            self._gone.append(old)
+                    self._jit.forget(p.pid)
                 self._procs[p.pid] = p
                 known = p
             out.append(known)
@@ -100,7 +149,12 @@ class TreeMonitor:
                 with p.oneshot():
                     mem = p.memory_info().rss
                     t = p.cpu_times()
-                self._cpu[p.pid] = (role, t.user + t.system)
+                secs = t.user + t.system
+                if role == "jvm":  # its compiler threads apart, under -pid
+                    jit = min(secs, self._jit.of(p.pid))
+                    self._cpu[-p.pid] = ("jit", jit)
+                    secs -= jit
+                self._cpu[p.pid] = (role, secs)
             except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
                 continue
             rss[role] = rss.get(role, 0) + mem

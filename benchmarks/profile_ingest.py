@@ -9,7 +9,7 @@ into stages by the frames they pass through.
 
 Writes benchmarks/results/profile-<size>-<time>.{txt,json}: the collapsed stacks (flamegraph.pl /
 speedscope read them) and the table this prints. The JVM's own time is not sampled by py-spy: it
-is the `jvm` role's CPU seconds.
+is the `jvm` role's CPU seconds (`jit`: its JIT compiler threads).
 """
 
 from __future__ import annotations
@@ -222,12 +222,14 @@ def main() -> None:
             "py-spy (profiler)": round(cpu.get("driver", 0.0), 1),
             "lakesink driver (Python)": round(cpu.get("other", 0.0), 1),
             "JVM": round(cpu.get("jvm", 0.0), 1),
+            "JVM JIT compiler threads": round(cpu.get("jit", 0.0), 1),
             "Python workers": round(cpu.get("pyworkers", 0.0), 1),
         },
         "steady_records": result["records"] - result["batches"][0][1],
         "steady_cpu_s": {
             "lakesink driver (Python)": steady_cpu.get("other", 0.0),
             "JVM": steady_cpu.get("jvm", 0.0),
+            "JVM JIT compiler threads": steady_cpu.get("jit", 0.0),
             "Python workers": steady_cpu.get("pyworkers", 0.0),
         },
         **summarize(collapsed),

@@ -298,6 +298,8 @@ def print_throughput(results: dict[str, Any]) -> None:
                 n = max(1, r["steady_records"])
                 split = ", ".join(f"{role} {1e6 * secs / n:.1f}" for role, secs in roles.items())
                 print(f"       {name}: steady CPU us/rec by process: {split}")
+        if any("jit" in r.get("steady_cpu_by_role_s", {}) for r in res["runs"].values()):
+            print("       (jit: the Spark JVM's JIT compiler threads; jvm: the rest of it)")
 
 
 def correctness(

@@ -554,6 +554,16 @@ KEYS: tuple[Key, ...] = (
         "so the first batch does not wait for them; false: the first batch starts them.",
     ),
     Key(
+        "spark.driver.jit",
+        _choice("quick", "full"),
+        "quick",
+        "How the driver JVM that lakesink starts compiles Spark's code: quick (the client "
+        "compiler only, -XX:TieredStopAtLevel=1): per micro-batch the JVM spends about half the "
+        "CPU over its first ~40 batches, and no more after (benchmarks/README.md); full: Java's "
+        "default tiered compilation. In local mode the driver also runs the tasks. Your own "
+        "-XX flags in spark.driver.extraJavaOptions come after and win.",
+    ),
+    Key(
         "spark.start.cache.dir",
         str,
         "~/.cache/lakesink/spark",
@@ -1034,16 +1044,19 @@ _SPARK_START_KEYS = (
     "spark.start.cache.dir",
     "spark.class.archive",
     "spark.python.workers.compiled",
+    "spark.driver.jit",
 )
 
 
 @dataclass(frozen=True)
 class SparkStart:
-    """What makes a Spark start lighter (spark/class_archive.py, spark/worker_python.py)."""
+    """What makes a Spark start and its first batches lighter (spark/class_archive.py,
+    spark/worker_python.py, the driver's JIT in spark/session.py)."""
 
     cache_dir: str
     class_archive: bool = True
     compiled_workers: bool = True
+    jit: str = "quick"
 
     @classmethod
     def from_values(cls, values: Mapping[str, Any]) -> SparkStart:
@@ -1051,6 +1064,7 @@ class SparkStart:
             values["spark.start.cache.dir"],
             values["spark.class.archive"],
             values["spark.python.workers.compiled"],
+            values["spark.driver.jit"],
         )
 
     @classmethod

@@ -4,6 +4,7 @@ step, or a test session before its first Spark start. A no-op if the archive exi
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 
 from lakesink.config import SparkStart
@@ -16,7 +17,7 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     start = SparkStart.from_env()
     if args:
-        start = SparkStart(args[0], start.class_archive, start.compiled_workers)
+        start = dataclasses.replace(start, cache_dir=args[0])
     if not start.class_archive:
         print("lakesink: spark.class.archive is false: nothing to prepare", file=sys.stderr)
         return 0

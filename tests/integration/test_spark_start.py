@@ -1,7 +1,8 @@
 """A lighter Spark start: the driver JVM's class-data archive (spark.class.archive), which the
 suite's session made with `python -m lakesink.spark.prepare` (conftest) and every later start
 maps, Python workers that import compiled pyspark (spark.python.workers.compiled), and the
-Python workers' warm-up job (spark.python.workers.warmup)."""
+Python workers' warm-up job (spark.python.workers.warmup), and the driver JVM's client-compiler-only
+JIT (spark.driver.jit)."""
 
 from __future__ import annotations
 
@@ -24,8 +25,12 @@ from lakesink.spark.session import get_spark
 spark = get_spark("local[1]", {"spark.driver.extraJavaOptions": "-Xshare:on"},
                   start=SparkStart(sys.argv[1]))
 assert spark.range(10).count() == 10
-bean = spark._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()
-print(json.dumps(list(bean.getInputArguments())))
+management = spark._jvm.java.lang.management.ManagementFactory
+bean = management.getRuntimeMXBean()
+hotspot = management.getPlatformMXBean(
+    spark._jvm.java.lang.Class.forName("com.sun.management.HotSpotDiagnosticMXBean"))
+top_tier = hotspot.getVMOption("TieredStopAtLevel").getValue()
+print(json.dumps([list(bean.getInputArguments()), top_tier]))
 """
 
 
@@ -55,9 +60,12 @@ def test_the_archive_is_made_once_whole_and_a_driver_jvm_starts_from_it(
         timeout=180,
     )
     assert started.returncode == 0, started.stdout[-2000:] + started.stderr[-3000:]
-    jvm_args = json.loads(started.stdout.strip().splitlines()[-1])
+    jvm_args, top_tier = json.loads(started.stdout.strip().splitlines()[-1])
     assert f"-XX:SharedArchiveFile={archives[0]}" in jvm_args
     assert "-Xshare:on" in jvm_args
+    # spark.driver.jit=quick (the default): the client compiler only, before the user's options
+    assert top_tier == "1"
+    assert jvm_args.index("-XX:TieredStopAtLevel=1") < jvm_args.index("-Xshare:on")
     assert sorted(folder.glob("*.jsa")) == archives and not list(folder.glob("*.part"))
 
 

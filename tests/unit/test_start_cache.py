@@ -12,6 +12,7 @@ import pyspark
 import pytest
 
 from lakesink.config import SparkStart, build_config
+from lakesink.errors import ConfigError
 from lakesink.spark.class_archive import (
     JAVA_OPTIONS_KEY,
     ClassArchive,
@@ -19,6 +20,7 @@ from lakesink.spark.class_archive import (
     class_archive_for,
     with_java_options,
 )
+from lakesink.spark.session import QUICK_JIT_OPTION, with_driver_jit
 from lakesink.spark.worker_python import compiled_worker_python
 
 
@@ -96,6 +98,22 @@ def test_the_archive_keys_and_their_environment_variables() -> None:
     assert SparkStart.from_env({}) == cfg.spark_start
     env = {"LAKESINK_SPARK_START_CACHE_DIR": "/c", "LAKESINK_SPARK_PYTHON_WORKERS_COMPILED": "no"}
     assert SparkStart.from_env(env) == SparkStart("/c", True, False)
+    assert SparkStart.from_env({"LAKESINK_SPARK_DRIVER_JIT": "FULL"}).jit == "full"
+
+
+def test_the_quick_jit_goes_before_the_users_own_driver_options_so_theirs_win() -> None:
+    own = {JAVA_OPTIONS_KEY: "-XX:TieredStopAtLevel=4 -Dx=1", "k": "v"}
+    out = with_driver_jit(own, "quick")
+    assert out[JAVA_OPTIONS_KEY] == f"{QUICK_JIT_OPTION} -XX:TieredStopAtLevel=4 -Dx=1"
+    assert out["k"] == "v" and own[JAVA_OPTIONS_KEY] == "-XX:TieredStopAtLevel=4 -Dx=1"
+    assert with_driver_jit({}, "quick") == {JAVA_OPTIONS_KEY: QUICK_JIT_OPTION}
+    assert with_driver_jit(own, "full") == own
+
+
+def test_a_jit_other_than_quick_or_full_is_named_with_the_valid_ones() -> None:
+    base = {"kafka.bootstrap.servers": "h:1", "kafka.topics": "t", "value.schema": "a INT"}
+    with pytest.raises(ConfigError, match=r"spark\.driver\.jit.*quick, full"):
+        build_config({**base, "table.path": "/t", "spark.driver.jit": "c2"})
 
 
 def test_the_worker_interpreter_drops_only_sparks_zips_and_runs_this_python(
