@@ -51,11 +51,11 @@ class PlainParquetWriter:
 
 def run_spark(mode: str, cfg_values: dict[str, Any], expected: int) -> dict[str, Any]:
     from lakesink.config import build_config
-    from lakesink.spark.session import get_spark
+    from lakesink.spark.session import get_spark, ingestion_spark_start
 
     cfg = build_config(cfg_values)
     t_session = time.time()
-    spark = get_spark(cfg["spark.master"], cfg.spark_conf, start=cfg.spark_start)
+    spark = get_spark(cfg["spark.master"], cfg.spark_conf, start=ingestion_spark_start(cfg))
     batches: list[tuple[float, int]] = []  # (time a batch finished, records)
     t_start = time.time()
     if mode == "lakesink":

@@ -555,13 +555,17 @@ KEYS: tuple[Key, ...] = (
     ),
     Key(
         "spark.driver.jit",
-        _choice("quick", "full"),
-        "quick",
+        _choice("auto", "quick", "full"),
+        "auto",
         "How the driver JVM that lakesink starts compiles Spark's code: quick (the client "
-        "compiler only, -XX:TieredStopAtLevel=1): per micro-batch the JVM spends about half the "
-        "CPU over its first ~40 batches, and no more after (benchmarks/README.md); full: Java's "
-        "default tiered compilation. In local mode the driver also runs the tasks. Your own "
-        "-XX flags in spark.driver.extraJavaOptions come after and win.",
+        "compiler only, -XX:TieredStopAtLevel=1), full (Java's default tiered compilation), or "
+        "auto: quick, except for an ingestion whose batches go through a Spark DataFrame "
+        "(write.path, transform.sql, transform.python), where the JVM works per row and the "
+        "full compiler's code wins over a long run. On the direct path quick halved the "
+        "JVM's CPU over the first 40 micro-batches and stayed below full after "
+        "(benchmarks/README.md). In local mode the driver also runs the tasks. Your own -XX "
+        "flags in spark.driver.extraJavaOptions come after and win; a SparkSession you start "
+        "yourself is not changed.",
     ),
     Key(
         "spark.start.cache.dir",
@@ -1056,7 +1060,7 @@ class SparkStart:
     cache_dir: str
     class_archive: bool = True
     compiled_workers: bool = True
-    jit: str = "quick"
+    jit: str = "auto"
 
     @classmethod
     def from_values(cls, values: Mapping[str, Any]) -> SparkStart:

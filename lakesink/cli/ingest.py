@@ -48,13 +48,13 @@ def ingest(
     `standby`: first wait, warm, until the active writer stops (None if SIGTERM came first).
     SIGTERM ends the ingestion after the batch in flight and hands over to a standby."""
     from lakesink.spark.pipeline import Ingestion, check_kafka
-    from lakesink.spark.session import get_spark
+    from lakesink.spark.session import get_spark, ingestion_spark_start
     from lakesink.spark.standby import Standby
 
     if partitions is None:
         # before Spark starts: a refused broker or a missing topic is one line
         partitions = check_kafka(cfg)
-    spark = get_spark(cfg["spark.master"], cfg.spark_conf, start=cfg.spark_start)
+    spark = get_spark(cfg["spark.master"], cfg.spark_conf, start=ingestion_spark_start(cfg))
     spark.sparkContext.setLogLevel("WARN" if debug else "OFF")
     ingestion = Ingestion(
         cfg,

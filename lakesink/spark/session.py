@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 from collections.abc import Mapping
 
 from pyspark.sql import SparkSession
 
-from lakesink.config import SparkStart
+from lakesink.config import LakesinkConfig, SparkStart
 
 SESSION_DEFAULTS = {
     "spark.ui.enabled": "false",
@@ -73,22 +74,35 @@ def get_spark(
     return spark
 
 
-# The client compiler only. Over a micro-batch pipeline's first ~40 batches the driver JVM's CPU
-# was mostly C2 compiling Spark's planning and scheduling code, ~1 s per batch on 2 cores; C1
-# alone halved the JVM's CPU there and matched tiered compilation's per-batch cost after.
+# The client compiler only. Over a micro-batch pipeline's first ~40 batches most of the driver
+# JVM's CPU on the direct path was C2 compiling Spark's planning and scheduling code; C1 alone
+# halved the JVM's CPU there and stayed below tiered compilation's per-batch cost after. On the
+# DataFrame path, where the JVM converts every row, C2's code was faster by the 40th batch.
 QUICK_JIT_OPTION = "-XX:TieredStopAtLevel=1"
 
 
 def with_driver_jit(settings: Mapping[str, str], jit: str) -> dict[str, str]:
-    """`settings` with spark.driver.jit's JVM option placed before the user's own driver
-    options (the JVM takes the last of a repeated -XX flag: the user's wins)."""
+    """`settings` with spark.driver.jit's JVM option (auto counts as quick: a start that is no
+    ingestion runs briefly) placed before the user's own driver options (the JVM takes the
+    last of a repeated -XX flag: the user's wins)."""
     from lakesink.spark.class_archive import JAVA_OPTIONS_KEY
 
     out = dict(settings)
-    if jit == "quick":
+    if jit in ("quick", "auto"):
         own = settings.get(JAVA_OPTIONS_KEY, "")
         out[JAVA_OPTIONS_KEY] = f"{QUICK_JIT_OPTION} {own}".strip()
     return out
+
+
+def ingestion_spark_start(cfg: LakesinkConfig) -> SparkStart:
+    """The Spark start of an ingestion of `cfg`: spark.driver.jit=auto is quick when its
+    batches take the direct path, full when they go through a DataFrame."""
+    from lakesink.spark.direct import uses_direct_path
+
+    start = cfg.spark_start
+    if start.jit != "auto":
+        return start
+    return dataclasses.replace(start, jit="quick" if uses_direct_path(cfg) else "full")
 
 
 _CHECKPOINT_MANAGER_KEY = "spark.sql.streaming.checkpointFileManagerClass"

@@ -63,7 +63,7 @@ def test_the_archive_is_made_once_whole_and_a_driver_jvm_starts_from_it(
     jvm_args, top_tier = json.loads(started.stdout.strip().splitlines()[-1])
     assert f"-XX:SharedArchiveFile={archives[0]}" in jvm_args
     assert "-Xshare:on" in jvm_args
-    # spark.driver.jit=quick (the default): the client compiler only, before the user's options
+    # spark.driver.jit=auto, not an ingestion: the client compiler only, before the user's options
     assert top_tier == "1"
     assert jvm_args.index("-XX:TieredStopAtLevel=1") < jvm_args.index("-Xshare:on")
     assert sorted(folder.glob("*.jsa")) == archives and not list(folder.glob("*.part"))

@@ -3,6 +3,7 @@ test's): file names, the claim a writing run holds, stray parts, the JVM options
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -20,7 +21,7 @@ from lakesink.spark.class_archive import (
     class_archive_for,
     with_java_options,
 )
-from lakesink.spark.session import QUICK_JIT_OPTION, with_driver_jit
+from lakesink.spark.session import QUICK_JIT_OPTION, ingestion_spark_start, with_driver_jit
 from lakesink.spark.worker_python import compiled_worker_python
 
 
@@ -107,13 +108,39 @@ def test_the_quick_jit_goes_before_the_users_own_driver_options_so_theirs_win() 
     assert out[JAVA_OPTIONS_KEY] == f"{QUICK_JIT_OPTION} -XX:TieredStopAtLevel=4 -Dx=1"
     assert out["k"] == "v" and own[JAVA_OPTIONS_KEY] == "-XX:TieredStopAtLevel=4 -Dx=1"
     assert with_driver_jit({}, "quick") == {JAVA_OPTIONS_KEY: QUICK_JIT_OPTION}
+    assert with_driver_jit({}, "auto") == {JAVA_OPTIONS_KEY: QUICK_JIT_OPTION}  # no ingestion
     assert with_driver_jit(own, "full") == own
 
 
-def test_a_jit_other_than_quick_or_full_is_named_with_the_valid_ones() -> None:
-    base = {"kafka.bootstrap.servers": "h:1", "kafka.topics": "t", "value.schema": "a INT"}
-    with pytest.raises(ConfigError, match=r"spark\.driver\.jit.*quick, full"):
-        build_config({**base, "table.path": "/t", "spark.driver.jit": "c2"})
+_BASE = {
+    "kafka.bootstrap.servers": "h:1",
+    "kafka.topics": "t",
+    "value.schema": "a INT",
+    "table.path": "/t",
+}
+
+
+@pytest.mark.parametrize(
+    ("settings", "jit"),
+    [
+        ({}, "quick"),  # the direct path: the JVM carries no records
+        ({"write.path": "dataframe"}, "full"),
+        ({"transform.sql": "SELECT * FROM batch"}, "full"),
+        ({"write.path": "dataframe", "spark.driver.jit": "quick"}, "quick"),  # a choice stands
+        ({"spark.driver.jit": "full"}, "full"),
+    ],
+)
+def test_an_ingestion_compiles_quick_unless_its_rows_go_through_a_dataframe(
+    settings: dict[str, str], jit: str
+) -> None:
+    cfg = build_config({**_BASE, **settings})
+    assert cfg.spark_start.jit == settings.get("spark.driver.jit", "auto")
+    assert ingestion_spark_start(cfg) == dataclasses.replace(cfg.spark_start, jit=jit)
+
+
+def test_a_jit_other_than_auto_quick_or_full_is_named_with_the_valid_ones() -> None:
+    with pytest.raises(ConfigError, match=r"spark\.driver\.jit.*auto, quick, full"):
+        build_config({**_BASE, "spark.driver.jit": "c2"})
 
 
 def test_the_worker_interpreter_drops_only_sparks_zips_and_runs_this_python(
