@@ -190,7 +190,7 @@ def lakesink_config(
     }
     if args.spark_conf:
         cfg["spark.conf"] = args.spark_conf
-    for item in getattr(args, "set", None) or []:  # lakesink keys for A/B runs
+    for item in args.set or []:  # lakesink keys for A/B runs
         key, _, value = item.partition("=")
         cfg[key.strip()] = value.strip()
     return cfg
@@ -229,7 +229,7 @@ SPARK_VARIANTS = ("lakesink", "lakesink-dataframe", "alo")
 def variants(args: argparse.Namespace) -> list[str]:
     """The Spark variants beside the raw limit; lakesink's direct path always runs (the ratios'
     denominator)."""
-    asked = [v for v in getattr(args, "variants", ",".join(SPARK_VARIANTS)).split(",") if v]
+    asked = [v for v in args.variants.split(",") if v]
     unknown = sorted(set(asked) - set(SPARK_VARIANTS))
     if unknown:
         raise SystemExit(f"unknown variant(s) {unknown}: choose from {', '.join(SPARK_VARIANTS)}")
@@ -347,7 +347,8 @@ def correctness(
     return out
 
 
-def main() -> None:
+def parser() -> argparse.ArgumentParser:
+    """run.py's options (scale.py parses its runs' options with it too)."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--events", type=int, default=2_000_000, help="~250-byte events (0: skip)")
     ap.add_argument("--events-1k", type=int, default=500_000, help="1 KB events (0: skip)")
@@ -397,7 +398,11 @@ def main() -> None:
     )
     ap.add_argument("--print", dest="print_json", help="print the tables of a results JSON")
     ap.add_argument("--child", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
-    args = ap.parse_args()
+    return ap
+
+
+def main() -> None:
+    args = parser().parse_args()
     if args.child:
         return child(args.child)
     if args.print_json:

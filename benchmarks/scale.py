@@ -32,6 +32,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
 from run import SPARK_VARIANTS, throughput  # noqa: E402
+from run import parser as run_parser  # noqa: E402
 
 SIZE = 250
 
@@ -100,14 +101,13 @@ def run_scale(args: argparse.Namespace) -> dict[str, Any]:
             t0 = time.perf_counter()
             ends = produce_parallel(bs, topic, events, partitions, min(n, os.cpu_count() or 1))
             print(f"local[{n}]: produced {events:,} events in {time.perf_counter() - t0:.1f}s")
-            run_args = argparse.Namespace(
-                cores=n,
-                per_batch=max(1000, events // 4),
-                spark_conf=args.spark_conf,
-                set=args.set,
-                variants=args.variants,
-                no_peers=True,
-                peers="",
+            sets = [a for item in args.set or [] for a in ("--set", item)]
+            run_args = run_parser().parse_args(
+                [
+                    *("--cores", str(n), "--per-batch", str(max(1000, events // 4))),
+                    *("--variants", args.variants, "--spark-conf", args.spark_conf),
+                    *("--no-peers", *sets),
+                ]
             )
             entry = throughput(bs, topic, ends, SIZE, work / f"n{n}", run_args)
             report["by_cores"][str(n)] = entry
