@@ -220,10 +220,18 @@ def class_archive_for(directory: str | Path, settings: Mapping[str, str]) -> Cla
     return ClassArchive(path, part)
 
 
-def with_java_options(settings: Mapping[str, str], archive: ClassArchive) -> dict[str, str]:
-    """`settings` with the archive's options added to the driver's own JVM options."""
+def with_driver_java_options(
+    settings: Mapping[str, str], *, before: str = "", after: str = ""
+) -> dict[str, str]:
+    """`settings` with JVM options put before and after the driver's own (of a repeated -XX
+    flag the JVM takes the last)."""
     out = dict(settings)
     out[JAVA_OPTIONS_KEY] = " ".join(
-        o for o in (settings.get(JAVA_OPTIONS_KEY, ""), archive.java_options()) if o
+        o for o in (before, settings.get(JAVA_OPTIONS_KEY, ""), after) if o
     )
     return out
+
+
+def with_java_options(settings: Mapping[str, str], archive: ClassArchive) -> dict[str, str]:
+    """`settings` with the archive's options added to the driver's own JVM options."""
+    return with_driver_java_options(settings, after=archive.java_options())

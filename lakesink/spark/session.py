@@ -85,13 +85,11 @@ def with_driver_jit(settings: Mapping[str, str], jit: str) -> dict[str, str]:
     """`settings` with spark.driver.jit's JVM option (auto counts as quick: a start that is no
     ingestion runs briefly) placed before the user's own driver options (the JVM takes the
     last of a repeated -XX flag: the user's wins)."""
-    from lakesink.spark.class_archive import JAVA_OPTIONS_KEY
+    from lakesink.spark.class_archive import with_driver_java_options
 
-    out = dict(settings)
     if jit in ("quick", "auto"):
-        own = settings.get(JAVA_OPTIONS_KEY, "")
-        out[JAVA_OPTIONS_KEY] = f"{QUICK_JIT_OPTION} {own}".strip()
-    return out
+        return with_driver_java_options(settings, before=QUICK_JIT_OPTION)
+    return dict(settings)
 
 
 def ingestion_spark_start(cfg: LakesinkConfig) -> SparkStart:
