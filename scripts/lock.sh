@@ -6,6 +6,8 @@
 #                                 lowest-direct resolution) with the test extras: what
 #                                 scripts/check-oldest.sh installs to prove the lower bounds
 # Run it after changing a dependency in pyproject.toml; `--upgrade` moves the newest lock on.
+# uv keeps a package's pin from the existing lock: after a new direct dependency or a new lower
+# bound, `--upgrade-package NAME` re-resolves that package in both locks.
 # A unit test fails when pyproject.toml changed and the locks were not regenerated.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,12 +22,16 @@ if [ "$("$tools/bin/uv" --version 2>/dev/null | cut -d' ' -f2)" != "$UV_VERSION"
   "$tools/bin/python" -m pip install --quiet --disable-pip-version-check "uv==$UV_VERSION"
 fi
 upgrade=()
-[ "${1:-}" = "--upgrade" ] && upgrade=(--upgrade)
+both=()
+case "${1:-}" in
+  --upgrade) upgrade=(--upgrade) ;;
+  --upgrade-package) both=(--upgrade-package "${2:?--upgrade-package needs a package name}") ;;
+esac
 common=(--quiet --python-version 3.11 --universal --custom-compile-command "bash scripts/lock.sh")
-"$tools/bin/uv" pip compile pyproject.toml "${common[@]}" "${upgrade[@]}" --all-extras \
+"$tools/bin/uv" pip compile pyproject.toml "${common[@]}" "${upgrade[@]}" "${both[@]}" --all-extras \
   -o requirements/lock.txt
 "$tools/bin/uv" pip compile pyproject.toml "${common[@]}" --resolution lowest-direct \
-  --extra test -o requirements/lock-oldest.txt
+  "${both[@]}" --extra test -o requirements/lock-oldest.txt
 # Record what the locks were resolved from; tests/unit/test_packaging.py recomputes it.
 digest="$("$PYTHON" -c 'import hashlib, json, tomllib
 p = tomllib.load(open("pyproject.toml", "rb"))["project"]
