@@ -13,6 +13,35 @@ from typing import Any
 CHUNK = 50_000
 
 
+def raw_table(msgs: list[Any], topic: str, value_schema: Any) -> tuple[Any, int]:
+    """Messages → one Arrow table (Kafka metadata columns, then the decoded values) and the
+    values' bytes: the raw limit's whole work per record between the fetch and the write."""
+    import pyarrow as pa
+    import pyarrow.json as pj
+    from confluent_kafka import Message
+
+    values = list(map(Message.value, msgs))
+    decoded = pj.read_json(
+        io.BytesIO(b"\n".join(values)),
+        read_options=pj.ReadOptions(use_threads=False, block_size=64 << 20),
+        parse_options=pj.ParseOptions(explicit_schema=value_schema),
+    )
+    n = len(msgs)
+    meta = {
+        "kafka_topic": pa.repeat(topic, n),
+        "kafka_partition": pa.array(list(map(Message.partition, msgs)), pa.int32()),
+        "kafka_offset": pa.array(list(map(Message.offset, msgs)), pa.int64()),
+        "kafka_timestamp": pa.array(
+            [t[1] * 1000 for t in map(Message.timestamp, msgs)], pa.int64()
+        ).cast(pa.timestamp("us", tz="UTC")),
+        "kafka_key": pa.array(list(map(Message.key, msgs)), pa.binary()),
+    }
+    table = pa.Table.from_arrays(
+        [*meta.values(), *decoded.columns], names=[*meta, *decoded.column_names]
+    )
+    return table, sum(map(len, values))
+
+
 def read_partitions(
     bootstrap: str,
     topic: str,
@@ -21,10 +50,8 @@ def read_partitions(
     out_path: str,
 ) -> dict[str, Any]:
     """Read every partition of `ends` from offset 0 to its end; return counts and timings."""
-    import pyarrow as pa
-    import pyarrow.json as pj
     import pyarrow.parquet as pq
-    from confluent_kafka import Consumer, Message
+    from confluent_kafka import Consumer
     from confluent_kafka import TopicPartition as CkTp
 
     from lakesink.kafka.ddl import ddl_to_arrow
@@ -53,30 +80,12 @@ def read_partitions(
         if not buf:
             return
         msgs, buf = buf, []
-        values = list(map(Message.value, msgs))
-        value_bytes += sum(map(len, values))
-        decoded = pj.read_json(
-            io.BytesIO(b"\n".join(values)),
-            read_options=pj.ReadOptions(use_threads=False, block_size=64 << 20),
-            parse_options=pj.ParseOptions(explicit_schema=value_schema),
-        )
-        n = len(msgs)
-        meta = {
-            "kafka_topic": pa.repeat(topic, n),
-            "kafka_partition": pa.array(list(map(Message.partition, msgs)), pa.int32()),
-            "kafka_offset": pa.array(list(map(Message.offset, msgs)), pa.int64()),
-            "kafka_timestamp": pa.array(
-                [t[1] * 1000 for t in map(Message.timestamp, msgs)], pa.int64()
-            ).cast(pa.timestamp("us", tz="UTC")),
-            "kafka_key": pa.array(list(map(Message.key, msgs)), pa.binary()),
-        }
-        table = pa.Table.from_arrays(
-            [*meta.values(), *decoded.columns], names=[*meta, *decoded.column_names]
-        )
+        table, nbytes = raw_table(msgs, topic, value_schema)
+        value_bytes += nbytes
         if writer is None:
             writer = pq.ParquetWriter(out_path, table.schema, compression="zstd")
         writer.write_table(table)
-        rows += n
+        rows += len(msgs)
 
     while remaining:
         for m in consumer.consume(10_000, 0.5):

@@ -25,6 +25,8 @@ import io
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 
 from lakesink.errors import ConfigError
@@ -83,17 +85,28 @@ def _plain(v: bytes | None) -> bool:
     return True
 
 
-def _lines_are_values(data: bytes, n: int) -> bool:
-    """Does `data`, n values joined by line feeds, hold exactly n - 1 line feeds, each between a
-    `}` and a `{`? (`data.count` twice, in one vectorized pass: 2.4x faster at 250 B.)"""
-    import numpy as np
-
+def _value_breaks(data: bytes, n: int) -> npt.NDArray[np.intp] | None:
+    """The positions of the line feeds in `data`, n values joined by line feeds, when there are
+    exactly n - 1, each between a `}` and a `{`; else None. (One vectorized pass: the same test
+    as counting "\\n" and "}\\n{", 2-4x faster.)"""
     raw = np.frombuffer(data, np.uint8)
     breaks = np.flatnonzero(raw == ord("\n"))
     if len(breaks) != n - 1:
-        return False
+        return None
     # data starts with `{` and ends with `}`: no break is at either end
-    return bool((raw[breaks - 1] == ord("}")).all() and (raw[breaks + 1] == ord("{")).all())
+    if not ((raw[breaks - 1] == ord("}")).all() and (raw[breaks + 1] == ord("{")).all()):
+        return None
+    return breaks
+
+
+def _all_shallow(data: bytes, breaks: npt.NDArray[np.intp], n: int) -> bool:
+    """Does every value hold at most MAX_DEPTH `[` and `{`, so that none nests deeper? (What
+    `_shallow` checks value by value, over the joined bytes at once.)"""
+    raw = np.frombuffer(data, np.uint8)
+    # `[` (0x5B) and `{` (0x7B) are the two bytes that give 0x7B with the 0x20 bit set
+    opens = np.flatnonzero((raw | 0x20) == ord("{"))
+    per_value = np.bincount(np.searchsorted(breaks, opens), minlength=n)
+    return int(per_value.max()) <= MAX_DEPTH
 
 
 class JsonDeserializer:
@@ -136,7 +149,8 @@ class JsonDeserializer:
         (memchr) first spares the longer searches on ordinary data."""
         if data[:1] != b"{" or data[-1:] != b"}" or b"\r" in data:
             return False
-        if not _lines_are_values(data, len(values)):
+        breaks = _value_breaks(data, len(values))
+        if breaks is None:
             return False  # a value with a line break, or a line not from `{` to `}`
         if b"N" in data and b"NaN" in data:
             return False
@@ -149,7 +163,7 @@ class JsonDeserializer:
                 data.decode("utf-8")
             except UnicodeDecodeError:
                 return False
-        return longest <= 2 * MAX_DEPTH or all(map(_shallow, values))
+        return longest <= 2 * MAX_DEPTH or _all_shallow(data, breaks, len(values))
 
     def _decode_mixed(self, values: Sequence[bytes | None], all_plain: bool = False) -> Decoded:
         """Runs of plain values through the fast read (halved on errors), the rest by the rules.

@@ -174,6 +174,32 @@ def test_json_large_batch_with_one_bad_value_finds_it() -> None:
     assert ids == [i for i in range(5000) if i != 3217]
 
 
+@pytest.mark.parametrize("deep_at", [0, 2, 5])
+def test_json_a_value_nested_too_deep_among_plain_ones_is_refused_as_the_rules_refuse_it(
+    deep_at: int,
+) -> None:
+    """pyarrow.json reads any depth, the rules stop at MAX_DEPTH: the batch check counts each
+    value's brackets, so a too-deep value (here in a field that is no column) never reaches the
+    bulk read, and a value at the limit, or one with many shallow brackets, still decodes."""
+    from lakesink.kafka.json_values import MAX_DEPTH
+
+    def nested(depth: int) -> bytes:  # the outer object is one level
+        return b'{"x":' + b"[" * (depth - 1) + b"]" * (depth - 1) + b',"id":7}'
+
+    values = [b'{"id":%d,"pad":"%s"}' % (i, b"p" * 300) for i in range(6)]
+    values[deep_at] = nested(MAX_DEPTH + 1)
+    values[(deep_at + 1) % 6] = nested(MAX_DEPTH)
+    values[(deep_at + 3) % 6] = b'{"x":[' + b"[]," * (MAX_DEPTH + 5) + b'[]],"id":9}'
+    d = JsonDeserializer("id BIGINT")
+    out = d.decode(values)
+    assert list(out.failures) == [deep_at]
+    assert "deeper" in out.failures[deep_at]
+    expected = [
+        7 if i == (deep_at + 1) % 6 else 9 if i == (deep_at + 3) % 6 else i for i in range(6)
+    ]
+    assert out.table.column("id").to_pylist() == [v for i, v in enumerate(expected) if i != deep_at]
+
+
 # --- Avro ----------------------------------------------------------------------------------------
 
 AVRO_SCHEMA = {
