@@ -85,26 +85,47 @@ def _plain(v: bytes | None) -> bool:
     return True
 
 
-def _value_breaks(data: bytes, n: int) -> npt.NDArray[np.intp] | None:
-    """The positions of the line feeds in `data`, n values joined by line feeds, when there are
-    exactly n - 1, each between a `}` and a `{`; else None. (One vectorized pass: the same test
-    as counting "\\n" and "}\\n{", 2-4x faster.)"""
+_SCAN_BYTES = 1 << 18  # slices that stay in the CPU's cache: 2-3x faster than whole passes
+Positions = npt.NDArray[np.intp]
+
+
+def _scan(data: bytes, opens: bool) -> tuple[Positions, Positions | None]:
+    """The positions of the line feeds in `data` and, with `opens`, of its `[` and `{`, found
+    slice by slice with numpy."""
     raw = np.frombuffer(data, np.uint8)
-    breaks = np.flatnonzero(raw == ord("\n"))
+    size = min(len(raw), _SCAN_BYTES)
+    hit = np.empty(size, np.bool_)
+    folded = np.empty(size, np.uint8)
+    feeds: list[Positions] = []
+    brackets: list[Positions] = []
+    for at in range(0, len(raw), _SCAN_BYTES):
+        part = raw[at : at + _SCAN_BYTES]
+        k = len(part)
+        np.equal(part, ord("\n"), out=hit[:k])
+        feeds.append(np.flatnonzero(hit[:k]) + at)
+        if opens:
+            # `[` (0x5B) and `{` (0x7B) are the two bytes that give 0x7B with the 0x20 bit set
+            np.bitwise_or(part, 0x20, out=folded[:k])
+            np.equal(folded[:k], ord("{"), out=hit[:k])
+            brackets.append(np.flatnonzero(hit[:k]) + at)
+    none: Positions = np.empty(0, np.intp)
+    found = np.concatenate(feeds) if feeds else none
+    return found, (np.concatenate(brackets) if brackets else none) if opens else None
+
+
+def _one_value_a_line(data: bytes, breaks: Positions, n: int) -> bool:
+    """Are the line feeds of `data` (n values joined by line feeds) exactly n - 1, each between
+    a `}` and a `{`? (The same test as counting "\\n" and "}\\n{" in `data`.)"""
     if len(breaks) != n - 1:
-        return None
-    # data starts with `{` and ends with `}`: no break is at either end
-    if not ((raw[breaks - 1] == ord("}")).all() and (raw[breaks + 1] == ord("{")).all()):
-        return None
-    return breaks
-
-
-def _all_shallow(data: bytes, breaks: npt.NDArray[np.intp], n: int) -> bool:
-    """Does every value hold at most MAX_DEPTH `[` and `{`, so that none nests deeper? (What
-    `_shallow` checks value by value, over the joined bytes at once.)"""
+        return False
     raw = np.frombuffer(data, np.uint8)
-    # `[` (0x5B) and `{` (0x7B) are the two bytes that give 0x7B with the 0x20 bit set
-    opens = np.flatnonzero((raw | 0x20) == ord("{"))
+    # data starts with `{` and ends with `}`: no break is at either end
+    return bool((raw[breaks - 1] == ord("}")).all() and (raw[breaks + 1] == ord("{")).all())
+
+
+def _all_shallow(breaks: Positions, opens: Positions, n: int) -> bool:
+    """Does every value hold at most MAX_DEPTH `[` and `{`, so that none nests deeper? (What
+    `_shallow` checks value by value.) `breaks` split the values, `opens` are the brackets."""
     per_value = np.bincount(np.searchsorted(breaks, opens), minlength=n)
     return int(per_value.max()) <= MAX_DEPTH
 
@@ -149,8 +170,10 @@ class JsonDeserializer:
         (memchr) first spares the longer searches on ordinary data."""
         if data[:1] != b"{" or data[-1:] != b"}" or b"\r" in data:
             return False
-        breaks = _value_breaks(data, len(values))
-        if breaks is None:
+        n = len(values)
+        deep_possible = longest > 2 * MAX_DEPTH
+        breaks, opens = _scan(data, opens=deep_possible)
+        if not _one_value_a_line(data, breaks, n):
             return False  # a value with a line break, or a line not from `{` to `}`
         if b"N" in data and b"NaN" in data:
             return False
@@ -163,7 +186,7 @@ class JsonDeserializer:
                 data.decode("utf-8")
             except UnicodeDecodeError:
                 return False
-        return longest <= 2 * MAX_DEPTH or _all_shallow(data, breaks, len(values))
+        return opens is None or _all_shallow(breaks, opens, n)
 
     def _decode_mixed(self, values: Sequence[bytes | None], all_plain: bool = False) -> Decoded:
         """Runs of plain values through the fast read (halved on errors), the rest by the rules.
