@@ -22,6 +22,7 @@ each value pyarrow refuses alone is decoded by the rules, which then accept it o
 from __future__ import annotations
 
 import io
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -128,6 +129,63 @@ def _all_shallow(breaks: Positions, opens: Positions, n: int) -> bool:
     `_shallow` checks value by value.) `breaks` split the values, `opens` are the brackets."""
     per_value = np.bincount(np.searchsorted(breaks, opens), minlength=n)
     return int(per_value.max()) <= MAX_DEPTH
+
+
+def _all_match(col: pa.ChunkedArray, pattern: str, *, clock: bool) -> bool:
+    """Does every non-null text of `col` match `pattern` (a date or timestamp pattern above)?"""
+    import pyarrow.compute as pc
+
+    if _one_shape_matches(col, pattern, clock=clock):
+        return True
+    ok = pc.match_substring_regex(col, pattern)
+    return bool(ok.null_count == col.null_count and pc.all(ok).as_py())
+
+
+def _one_shape_matches(col: pa.ChunkedArray, pattern: str, *, clock: bool) -> bool:
+    """True when every text of `col` matches `pattern` by a cheaper proof than the regex; False
+    when that proof does not apply (the regex decides then). It applies to the usual column: no
+    nulls, every text of one length, and the first one matching. The first text is then a
+    template: every text must have its non-digit bytes where it has them and digits where it
+    has digits, and the ranges the pattern puts on some digits are checked column by column
+    (year not 0000; with `clock`, hours up to 23 and minutes and seconds up to 59 at their fixed
+    places, and the same for a `+HH:MM` zone at the end)."""
+    import pyarrow.compute as pc
+
+    n = len(col)
+    if n == 0 or col.null_count or not pa.types.is_string(col.type):
+        return False
+    texts = col.combine_chunks()
+    bounds = pc.min_max(pc.binary_length(texts))
+    width = bounds["min"].as_py()
+    if width != bounds["max"].as_py() or width < 10:
+        return False
+    first: str = texts[0].as_py()
+    if re.fullmatch(pattern, first, re.ASCII) is None:
+        return False
+    start = int(np.frombuffer(texts.buffers()[1], np.int32)[texts.offset])
+    rows = np.frombuffer(texts.buffers()[2], np.uint8)[start : start + n * width]
+    rows = rows.reshape(n, width)
+    template = np.frombuffer(first.encode("ascii"), np.uint8)
+    digit = (template >= ord("0")) & (template <= ord("9"))
+    if not (rows[:, ~digit] == template[~digit]).all():
+        return False
+    if not (rows[:, digit] - np.uint8(ord("0")) <= 9).all():  # uint8: below "0" wraps high
+        return False
+    if (rows[:, :4] == ord("0")).all(axis=1).any():
+        return False  # year 0000
+    if not clock:
+        return True
+    places: list[tuple[int, int, int | None]] = [(11, 14, 17)]  # HH:MM:SS after the date and T
+    if int(template[width - 6]) in b"+-" and template[width - 3] == ord(":"):
+        places.append((width - 5, width - 2, None))  # the zone's HH:MM
+    for hour, minute, second in places:
+        tens, ones = rows[:, hour], rows[:, hour + 1]
+        if not ((tens <= ord("1")) | ((tens == ord("2")) & (ones <= ord("3")))).all():
+            return False
+        for at in (minute, second):
+            if at is not None and not (rows[:, at] <= ord("5")).all():
+                return False
+    return True
 
 
 class JsonDeserializer:
@@ -256,8 +314,7 @@ class JsonDeserializer:
                     pattern = _TS_UTC
                 else:
                     pattern = _TS_NTZ
-                ok = pc.match_substring_regex(col, pattern)
-                if ok.null_count != col.null_count or not pc.all(ok).as_py():
+                if not _all_match(col, pattern, clock=pattern != _DATE_ONLY):
                     raise ValueError(f"{f.name}: a value does not match {pattern}")
                 # a value that matched ends with a digit or a zone: all ending with "Z" (the
                 # usual case) are all zoned, which spares the second regex
