@@ -38,7 +38,7 @@ from lakesink.kafka.reader import RangeReadStats, _RangeReader, output_schema
 from lakesink.protocol.offsets import OffsetRange, TopicPartition
 from lakesink.table.config import TableConfig
 from lakesink.table.hudi_table import HudiTable
-from lakesink.table.writer import PartitionedWriter
+from lakesink.table.writer import COORDINATE_COLUMNS, PartitionedWriter
 
 TOPIC = "events"
 INSTANT = "20261126000000000"
@@ -98,11 +98,7 @@ def measure(events: int, size: int, repeats: int, work: Path) -> dict[str, float
         return raw_table(msgs, TOPIC, value_schema)[0]
 
     batch, table = lakesink_read(), raw_read()
-    config = TableConfig(
-        name="events",
-        record_key_fields=("kafka_topic", "kafka_partition", "kafka_offset"),
-        partition_fields=(),
-    )
+    config = TableConfig(name="events", record_key_fields=COORDINATE_COLUMNS, partition_fields=())
     hudi = HudiTable.create(work / f"table-{size}", config)
     attempts = iter(range(1_000_000))
 
