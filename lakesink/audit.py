@@ -241,6 +241,31 @@ def check_rows(name: str, rows: Iterable[Coordinate], report: AuditReport) -> se
     return set(counts)
 
 
+@dataclass(frozen=True, slots=True)
+class DeadLetters:
+    """The Kafka coordinates of the records a writer dead-lettered, as read back from its
+    dead-letter table (exactly once, like the main table: a record twice is a problem) or
+    topic (at least once: a retried task may send a record again)."""
+
+    coordinates: tuple[Coordinate, ...]
+    exactly_once: bool
+
+    def check(self, table_rows: set[Coordinate], problems: list[str]) -> set[Coordinate]:
+        """The dead-lettered records, after noting in `problems` those the dead-letter table
+        holds twice and those that are in the main table as well (each record belongs in
+        exactly one of the two)."""
+        counts = Counter(self.coordinates)
+        twice = sorted(c for c, n in counts.items() if n > 1)
+        if self.exactly_once and twice:
+            problems.append(f"dead-letter table: {len(twice)} duplicated records, e.g. {twice[:3]}")
+        both = sorted(table_rows & counts.keys())
+        if both:
+            problems.append(
+                f"{len(both)} records are both in the table and dead-lettered, e.g. {both[:3]}"
+            )
+        return set(counts)
+
+
 def audit(
     table_path: str | Storage,
     writer_id: str,
@@ -248,7 +273,7 @@ def audit(
     bootstrap: str | None,
     isolation_level: str = "read_committed",
     consumer_config: Mapping[str, str] | None = None,
-    dead_letter_coordinates: set[Coordinate] | None = None,
+    dead_letters: DeadLetters | None = None,
     kept_by_transform: KeptByTransform | None = None,
 ) -> AuditReport:
     """Run the audit. With `bootstrap=None` the Kafka comparison is skipped (said in problems
@@ -292,7 +317,7 @@ def audit(
         gone = {c for c in set_rs if c[2] < lows.get(TopicPartition(c[0], c[1]), 0)}
         report.rows_below_log_start = len(gone)
         report.kafka_records = len(expected)
-        dead = (dead_letter_coordinates or set()) & expected
+        dead = dead_letters.check(set_rs, report.problems) & expected if dead_letters else set()
         report.dead_letters = len(dead)
         filtered = filtered_out(kept_by_transform, spans, lows, expected, dead)
         report.filtered = len(filtered)
@@ -310,13 +335,18 @@ def audit(
     return report
 
 
-def dead_letter_table_coordinates(path: str | Storage) -> set[Coordinate]:
-    """The Kafka coordinates of the records in a dead-letter table (none if it does not exist)."""
+def dead_letter_table_coordinates(path: str | Storage) -> list[Coordinate]:
+    """The Kafka coordinates of the records in a dead-letter table as hudi-rs reads it, one per
+    row (sorted; none if the table does not exist)."""
     from lakesink.errors import TableNotFoundError
 
     try:
         table = HudiTable.open(path)
     except TableNotFoundError:
-        return set()
-    rows = read_with_lakesink(table)
-    return set(_coordinates(rows, set(rows.column("kafka_topic").to_pylist())))
+        return []
+    try:
+        rows = read_with_hudi_rs(table.uri, table.storage.reader_options())
+    except Exception as e:  # hudi-rs raises its own error types
+        first = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise CorruptTableError(f"hudi-rs cannot read {table.uri}: {first}") from e
+    return sorted(_coordinates(rows, set(rows.column("kafka_topic").to_pylist())))

@@ -33,6 +33,7 @@ import pyarrow.parquet as pq
 from lakesink.audit import (
     COORDINATES,
     Coordinate,
+    DeadLetters,
     KeptByTransform,
     _coordinates,
     filtered_out,
@@ -280,7 +281,7 @@ def audit_iceberg(
     bootstrap: str | None,
     isolation_level: str = "read_committed",
     consumer_config: Mapping[str, str] | None = None,
-    dead_letter_coordinates: set[Coordinate] | None = None,
+    dead_letters: DeadLetters | None = None,
     from_log_start: bool = False,
     extra_readers: Mapping[str, Callable[[IcebergTable], pa.Table] | str] | None = None,
     kept_by_transform: KeptByTransform | None = None,
@@ -370,7 +371,7 @@ def audit_iceberg(
         gone = {c for c in base if c[2] < lows.get(TopicPartition(c[0], c[1]), 0)}
         report.rows_below_log_start = len(gone)
         report.kafka_records = len(expected)
-        dead = (dead_letter_coordinates or set()) & expected
+        dead = dead_letters.check(base, report.problems) & expected if dead_letters else set()
         report.dead_letters = len(dead)
         filtered = filtered_out(kept_by_transform, spans, lows, expected, dead)
         report.filtered = len(filtered)

@@ -21,6 +21,7 @@ from lakesink import security
 from lakesink.errors import ConfigError
 from lakesink.security import MASK
 from lakesink.storage import (
+    LAKESINK_TMP_FOLDER,
     LocalStorage,
     Storage,
     StorageError,
@@ -851,7 +852,12 @@ class LakesinkConfig:
 
     @property
     def table_storage(self) -> Storage:
-        """The storage of table.path, with the storage.* settings (builds no client yet)."""
+        """The storage of table.path, with the storage.* settings (builds no client yet). An
+        Iceberg warehouse stages local writes in `.lakesink/tmp/`: nothing Hudi-shaped in it."""
+        if self["table.format"] == "iceberg":
+            return open_storage(
+                str(self["table.path"]), self.values, tmp_folder=LAKESINK_TMP_FOLDER
+            )
         return open_storage(str(self["table.path"]), self.values)
 
     def storage_for(self, path: str) -> Storage:

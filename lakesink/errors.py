@@ -14,6 +14,12 @@ class LakesinkError(Exception):
     exit_code: int = 1
 
 
+class InternalError(LakesinkError):
+    """lakesink reached a state its own code should never produce: a bug, not a mistake in the
+    configuration or the data. Report it with the log (`--debug`); nothing was committed by
+    the step that raised it."""
+
+
 class ConfigError(LakesinkError):
     """A configuration key is missing or has a value that is not valid."""
 

@@ -4,6 +4,10 @@ with SIGKILL when execution reaches that point (no cleanup, no `finally`, like a
 Points, in commit order: before-begin, after-begin, after-write, after-reconcile,
 after-precommit (commit.mode=async), after-publish, during-rollback, during-recovery (async);
 and during-archival (after archival moved its first instant; table services only).
+With a dead-letter table a batch commits two tables, the dead-letter table first:
+before-table-commits (both tables' files written, neither committed), between-table-commits
+(the dead-letter table committed, the main table not) and after-table-commits (both committed
+— in async mode the main table pre-committed — before Spark records the batch).
 `LAKESINK_CRASH_AFTER_BATCHES=N` lets N batches pass first.
 """
 
@@ -12,7 +16,8 @@ from __future__ import annotations
 import os
 import signal
 
-CRASH_POINTS = (
+# The steps of one table's commit (and of its recovery and services)
+TABLE_STEP_POINTS = (
     "before-begin",
     "after-begin",
     "after-write",
@@ -23,8 +28,14 @@ CRASH_POINTS = (
     "during-recovery",
     "during-archival",
 )
+# The points between the commits of a batch's tables (with a dead-letter table)
+TABLE_CRASH_POINTS = ("before-table-commits", "between-table-commits", "after-table-commits")
+CRASH_POINTS = TABLE_STEP_POINTS + TABLE_CRASH_POINTS
+# One table's commit steps in sync mode
 SYNC_CRASH_POINTS = tuple(
-    p for p in CRASH_POINTS if p not in ("after-precommit", "during-recovery", "during-archival")
+    p
+    for p in TABLE_STEP_POINTS
+    if p not in ("after-precommit", "during-recovery", "during-archival")
 )
 _seen: dict[str, int] = {}
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from lakesink.audit import AuditReport, KeptByTransform, audit
+from lakesink.audit import AuditReport, DeadLetters, KeptByTransform, audit
 from lakesink.cli.output import emit_json, say
 from lakesink.config import LakesinkConfig
 
@@ -17,15 +17,16 @@ def audit_config(cfg: LakesinkConfig, *, spark: bool = False) -> AuditReport | I
     accounted for (errors.tolerance=all), never as missing. `spark`: an Iceberg table is also
     read by Spark with Iceberg's Java runtime, in its own environment (a subprocess that starts
     Spark: seconds; `lakesink verify` and the demo ask for it)."""
-    dead: set[tuple[str, int, int]] | None = None
+    dead: DeadLetters | None = None
     if cfg["errors.deadletter.table"] and cfg["table.format"] == "iceberg":
         from lakesink.commit.iceberg import dead_letter_coordinates_of
 
-        dead = dead_letter_coordinates_of(cfg)
+        dead = DeadLetters(tuple(dead_letter_coordinates_of(cfg)), exactly_once=True)
     elif cfg["errors.deadletter.table"]:
         from lakesink.audit import dead_letter_table_coordinates
 
-        dead = dead_letter_table_coordinates(cfg.storage_for(cfg["errors.deadletter.table"]))
+        table = cfg.storage_for(cfg["errors.deadletter.table"])
+        dead = DeadLetters(tuple(dead_letter_table_coordinates(table)), exactly_once=True)
     elif cfg["errors.deadletter.topic"]:
         from lakesink.errors import (
             KafkaAuthenticationError,
@@ -35,7 +36,7 @@ def audit_config(cfg: LakesinkConfig, *, spark: bool = False) -> AuditReport | I
         from lakesink.kafka.dead_letter_reader import dead_letter_sources
 
         try:
-            dead = dead_letter_sources(
+            sent = dead_letter_sources(
                 cfg["kafka.bootstrap.servers"],
                 cfg["errors.deadletter.topic"],
                 cfg.consumer_config,
@@ -44,7 +45,8 @@ def audit_config(cfg: LakesinkConfig, *, spark: bool = False) -> AuditReport | I
         except (KafkaAuthenticationError, KafkaAuthorizationError):
             raise
         except KafkaError:
-            dead = set()  # no dead-letter topic yet: nothing was dead-lettered
+            sent = set()  # no dead-letter topic yet: nothing was dead-lettered
+        dead = DeadLetters(tuple(sorted(sent)), exactly_once=False)
     kept = _kept_by_transform(cfg)
     if cfg["table.format"] == "iceberg":
         from lakesink.audit_iceberg import audit_iceberg, spark_reader
@@ -56,7 +58,7 @@ def audit_config(cfg: LakesinkConfig, *, spark: bool = False) -> AuditReport | I
             bootstrap=cfg["kafka.bootstrap.servers"],
             isolation_level=cfg["kafka.isolation.level"],
             consumer_config=cfg.consumer_config,
-            dead_letter_coordinates=dead,
+            dead_letters=dead,
             from_log_start=cfg["kafka.starting.offsets"] == "earliest",
             extra_readers=(
                 {"spark": spark_reader(catalog_settings_for(cfg, create=False))} if spark else {}
@@ -69,7 +71,7 @@ def audit_config(cfg: LakesinkConfig, *, spark: bool = False) -> AuditReport | I
         bootstrap=cfg["kafka.bootstrap.servers"],
         isolation_level=cfg["kafka.isolation.level"],
         consumer_config=cfg.consumer_config,
-        dead_letter_coordinates=dead,
+        dead_letters=dead,
         kept_by_transform=kept,
     )
 

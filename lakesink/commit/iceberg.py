@@ -125,22 +125,24 @@ def open_dead_letter_table(
     return IcebergTable.open(catalog, dead_letter_identifier(cfg), rows, (), create=create)
 
 
-def dead_letter_coordinates_of(cfg: LakesinkConfig) -> set[tuple[str, int, int]]:
-    """The Kafka coordinates of the records in the Iceberg dead-letter table (none if it or its
-    catalog does not exist yet)."""
+def dead_letter_coordinates_of(cfg: LakesinkConfig) -> list[tuple[str, int, int]]:
+    """The Kafka coordinates of the records in the Iceberg dead-letter table, one per row
+    (sorted; none if it or its catalog does not exist yet)."""
     from lakesink.errors import TableNotFoundError
     from lakesink.iceberg.errors import CatalogNotFoundError
 
     try:
         table = open_dead_letter_table(cfg, create=False)
     except (CatalogNotFoundError, TableNotFoundError):
-        return set()
+        return []
     rows = (
         table.pyiceberg.scan(selected_fields=("kafka_topic", "kafka_partition", "kafka_offset"))
         .to_arrow()
         .to_pydict()
     )
-    return set(zip(rows["kafka_topic"], rows["kafka_partition"], rows["kafka_offset"], strict=True))
+    return sorted(
+        zip(rows["kafka_topic"], rows["kafka_partition"], rows["kafka_offset"], strict=True)
+    )
 
 
 def committed_offsets_of(cfg: LakesinkConfig) -> WriterOffsets:

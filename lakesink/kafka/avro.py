@@ -30,6 +30,21 @@ from lakesink.errors import ConfigError
 from lakesink.kafka.decoded import Decoded, concat_in_order, reason, rows_to_table
 
 
+def _decode_failure(e: Exception, size: int) -> str:
+    """What was wrong with the bytes, in words that are the same on every run (fastavro's
+    own texts name a buffer object by its address, or an index)."""
+    if isinstance(e, EOFError):
+        detail = reason(e) if str(e).strip() else ""
+        if detail.startswith("Expected -"):
+            return "a length in the value is negative"
+        return f"the {size}-byte value ends before its record does" + (
+            f" ({detail})" if detail else ""
+        )
+    if isinstance(e, IndexError):
+        return "an enum symbol or union branch index in the value is out of range"
+    return reason(e)
+
+
 class BadAvroValue(ValueError):
     """One value breaks the Avro rules; the message says how."""
 
@@ -271,7 +286,7 @@ class AvroDeserializer:
                 f"Avro decode failed: a string is not valid UTF-8 ({e.reason})"
             ) from e
         except Exception as e:
-            raise BadAvroValue(f"Avro decode failed: {reason(e)}") from e
+            raise BadAvroValue(f"Avro decode failed: {_decode_failure(e, len(value))}") from e
         if buf.tell() != len(value):
             raise BadAvroValue(
                 f"Avro decode failed: the record ends at byte {buf.tell()} of a "

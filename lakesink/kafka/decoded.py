@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
@@ -28,9 +29,14 @@ class Deserializer(Protocol):
     def decode(self, values: Sequence[bytes | None]) -> Decoded: ...
 
 
+# A Python object's default repr, "<_io.BytesIO object at 0x7f...>", and the word before it
+_OBJECT_REPR = re.compile(r"\s*(?:\b(?:from|in|of|for)\s+)?<[^<>]*\bat 0x[0-9a-fA-F]+>")
+
+
 def reason(e: BaseException) -> str:
-    """A failure reason of at most 500 characters."""
-    text = str(e).strip() or type(e).__name__
+    """A failure reason of at most 500 characters, the same on every run: object addresses
+    that libraries put in their messages are left out (a dead letter's reason is data)."""
+    text = _OBJECT_REPR.sub("", str(e)).strip() or type(e).__name__
     return text if len(text) <= 500 else text[:497] + "..."
 
 

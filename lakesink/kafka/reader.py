@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 import pyarrow as pa
 
-from lakesink.errors import ConfigError, DataLossError, KafkaError, RecordError
+from lakesink.errors import ConfigError, DataLossError, InternalError, KafkaError, RecordError
 from lakesink.kafka.client import consumer_config as build_consumer_config
 from lakesink.kafka.dead_letters import (
     HEADER_TYPE,
@@ -112,9 +112,11 @@ def read_range(
             f"{', '.join(ERRORS_TOLERANCES)}"
         )
     if errors_tolerance == "all" and on_dead_letter is None and not dead_letter_topic:
-        raise ConfigError(
-            "errors.tolerance=all needs a dead-letter topic or callback: "
-            "bad records are never dropped"
+        # The configuration is checked where it is built (errors.tolerance=all needs one
+        # dead-letter target): a caller passing neither is lakesink's bug, not the user's.
+        raise InternalError(
+            f"reading {r.partition} [{r.start}, {r.end}) with errors.tolerance=all was given "
+            "no dead-letter target; bad records are never dropped"
         )
     if batch_size <= 0:
         raise ConfigError(f"batch_size must be positive, got {batch_size}")

@@ -32,6 +32,7 @@ import pyarrow as pa
 
 from lakesink.config import LakesinkConfig
 from lakesink.errors import ConfigError
+from lakesink.faults import crash_point
 from lakesink.iceberg.datafiles import WriteContext
 from lakesink.protocol.offsets import OffsetRange
 from lakesink.protocol.write_status import WriteStatus
@@ -108,16 +109,19 @@ class IcebergTarget:
 
 @dataclass(frozen=True, slots=True)
 class TaskStatuses:
-    """What one direct task returns: its write status per table (None: no instant there)."""
+    """What one direct task returns: its write status per table (None: no instant there), and
+    how many bad records it met whose batch the dead-letter table had committed already."""
 
     rows: WriteStatus | None
     dead_letters: WriteStatus | None
+    dead_letters_committed: int = 0
 
     def to_json(self) -> str:
         return json.dumps(
             {
                 "rows": None if self.rows is None else self.rows.to_json(),
                 "dead_letters": None if self.dead_letters is None else self.dead_letters.to_json(),
+                "dead_letters_committed": self.dead_letters_committed,
             }
         )
 
@@ -129,13 +133,19 @@ class TaskStatuses:
             dead_letters=(
                 None if raw["dead_letters"] is None else WriteStatus.from_json(raw["dead_letters"])
             ),
+            dead_letters_committed=raw.get("dead_letters_committed", 0),
         )
 
 
 class DirectTask:
     """A picklable function for `RDD.mapPartitions`: reads the offset ranges of its Spark
     partition (one piece of a planned range), writes the good rows into the main table and
-    the dead letters into the dead-letter table, and yields one `TaskStatuses` as JSON."""
+    the dead letters into the dead-letter table, and yields one `TaskStatuses` as JSON.
+
+    With a dead-letter table configured (`dead_letter_table`) but no instant there
+    (`dead_letters` None), the dead-letter table has committed these ranges already: a batch
+    replayed after a crash between the two tables' commits. Its bad records are in that table
+    once; the task counts them and writes them nowhere."""
 
     def __init__(
         self,
@@ -144,6 +154,7 @@ class DirectTask:
         *,
         rows: TableTarget | IcebergTarget | None,
         dead_letters: TableTarget | IcebergTarget | None,
+        dead_letter_table: bool,
         rows_schema: pa.Schema,
         dead_letter_schema: pa.Schema,
         required: tuple[str, ...],
@@ -154,6 +165,7 @@ class DirectTask:
         self.secrets_json = secrets_json
         self.rows = rows
         self.dead_letters = dead_letters
+        self.dead_letter_table = dead_letter_table  # errors.deadletter.table is set
         # The rows as Spark hands them to the DataFrame path's writer (top level nullable
         # except the Kafka coordinates; `required` restores the declared non-nullable ones).
         self.rows_schema = rows_schema
@@ -197,7 +209,7 @@ class DirectTask:
                 producer_config=cfg.kafka_client_config,
                 errors_tolerance=cfg["errors.tolerance"],
                 dead_letter_topic=cfg["errors.deadletter.topic"],
-                on_dead_letter=failed.append if self.dead_letters is not None else None,
+                on_dead_letter=failed.append if self.dead_letter_table else None,
             )
             for batch in batches:
                 if rows.writer is None or not batch.num_rows:
@@ -211,7 +223,11 @@ class DirectTask:
         if failed and dead.writer is not None:
             letters = dead_letter_batch(failed, self.dead_letter_schema)
             dead.write(letters, topic_counts(letters))
-        statuses = TaskStatuses(rows.close(attempt), dead.close(attempt))
+        statuses = TaskStatuses(
+            rows.close(attempt),
+            dead.close(attempt),
+            dead_letters_committed=len(failed) if dead.writer is None else 0,
+        )
         if ctx is not None:  # a test fault: this attempt fails after its files are whole
             task_fault(ctx.attemptNumber())
         yield statuses.to_json()
@@ -493,6 +509,7 @@ def run_direct_batch(
             encode_secrets(cfg),
             rows=_target(sink.coordinator, instant),
             dead_letters=_target(dead, dead_instant),
+            dead_letter_table=dead is not None,
             rows_schema=rows_schema,
             dead_letter_schema=spark_arrow_schema(spark, from_arrow_schema(dead_letter_rows(cfg))),
             required=required,
@@ -505,8 +522,15 @@ def run_direct_batch(
             if coordinator is not None and started is not None:
                 sink._abort(coordinator, started, batch_id)
         raise
-    if dead is not None and dead_instant is not None:
-        _publish_dead_letters(sink, dead_instant, batch_id, ranges, statuses)
+    if dead is not None:
+        crash_point("before-table-commits")
+        if dead_instant is not None:
+            _publish_dead_letters(sink, dead_instant, batch_id, ranges, statuses)
+        else:
+            _log_committed_dead_letters(
+                dead, batch_id, sum(s.dead_letters_committed for s in statuses)
+            )
+        crash_point("between-table-commits")
     if instant is None:
         return None
     try:
@@ -516,14 +540,18 @@ def run_direct_batch(
         if schema is None and not sink.writes_iceberg:  # Iceberg keeps its own schema
             schema = sink.avro_schema_of(batch_df)
         if sink.committer is None:
-            return sink.coordinator.complete_batch(instant, batch_id, ranges, rows, schema or "")
-        prepared = sink.coordinator.precommit(instant, batch_id, ranges, rows, schema or "")
-        return sink.committer.submit(prepared)
+            outcome = sink.coordinator.complete_batch(instant, batch_id, ranges, rows, schema or "")
+        else:
+            prepared = sink.coordinator.precommit(instant, batch_id, ranges, rows, schema or "")
+            outcome = sink.committer.submit(prepared)
     except BaseException:
         if sink.coordinator.is_precommitted(instant):
             raise  # durable in the pending store: published by the committer or at restart
         sink._abort(sink.coordinator, instant, batch_id)
         raise
+    if dead is not None:
+        crash_point("after-table-commits")
+    return outcome
 
 
 def dead_letter_rows(cfg: LakesinkConfig) -> pa.Schema:
@@ -614,3 +642,16 @@ def _publish_dead_letters(
     if sink.metrics is not None:
         for topic, (rows, _nbytes) in rows_per_topic(written, ranges).items():
             sink.metrics.record_dead_letters(topic, rows)
+
+
+def _log_committed_dead_letters(dead: Any, batch_id: int, count: int) -> None:
+    """A replayed batch whose dead letters the dead-letter table committed before a restart
+    (a crash between the two tables' commits): its bad records are not written again."""
+    log.info(
+        "table %s writer %s: batch %s's %d bad record(s) are in the dead-letter table already "
+        "(committed before a restart); not written again",
+        dead.name,
+        dead.writer_id,
+        batch_id,
+        count,
+    )

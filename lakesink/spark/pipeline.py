@@ -289,7 +289,13 @@ class Ingestion:
 
     def start_commits(self, committer: AsyncCommitter | None) -> None:
         """Claim the writer id and recover before the first new batch: roll back unfinished
-        instants; with an async committer, publish Pending epochs in order first."""
+        instants; with an async committer, publish Pending epochs in order first. Temporary
+        files that killed writers left in the table's root go too."""
+        removed = self.cfg.table_storage.remove_stale_temporaries()
+        if removed:
+            log.info(
+                "%s: deleted %d temporary files of killed writers", self.cfg.table_name, removed
+            )
         if committer is None:
             self.coordinator.start()
         else:

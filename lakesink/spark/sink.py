@@ -20,6 +20,7 @@ from lakesink.commit.async_commit import AsyncCommitter
 from lakesink.commit.coordinator import BatchOutcome, Coordinator
 from lakesink.config import LakesinkConfig
 from lakesink.errors import ConfigError, LakesinkError
+from lakesink.faults import crash_point
 from lakesink.metrics import IngestionMetrics
 from lakesink.protocol.offsets import OffsetRange
 from lakesink.protocol.write_status import WriteStatus
@@ -311,13 +312,17 @@ class CommittingSink:
         else:
             # Read Kafka once for both tables; each table commits the batch's ranges, so each is
             # idempotent on offsets on its own and a crash between the two commits is harmless.
+            # A replay after a crash between the two commits finds the dead-letter table
+            # committed: its bad records are not written again, the main table commits.
             cached = batch_df.persist()
             try:
                 self._commit_dead_letters(cached, batch_id, ranges)
+                crash_point("between-table-commits")
                 good = cached.where(F.col(ERROR_COLUMN).isNull())
                 outcome = self._commit_rows(
                     good.drop(ERROR_COLUMN, RAW_VALUE_COLUMN), batch_id, ranges
                 )
+                crash_point("after-table-commits")
             finally:
                 cached.unpersist()
         if outcome is None:
@@ -371,6 +376,14 @@ class CommittingSink:
         assert self.dead_letters is not None
         instant = self.dead_letters.begin_batch(batch_id, ranges)
         if instant is None:
+            crash_point("before-table-commits")
+            log.info(
+                "table %s writer %s: batch %s's bad records are in the dead-letter table "
+                "already (committed before a restart); not written again",
+                self.dead_letters.name,
+                self.dead_letters.writer_id,
+                batch_id,
+            )
             return
         try:
             bad = cached.where(F.col(ERROR_COLUMN).isNotNull()).select(
@@ -384,6 +397,7 @@ class CommittingSink:
                 ]
             )
             statuses = self._write(self.dead_letters, bad, instant)
+            crash_point("before-table-commits")
             written = sum(s.records_written for s in statuses)
             schema = (
                 ""  # an Iceberg dead-letter table keeps its own schema

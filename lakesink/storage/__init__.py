@@ -23,7 +23,7 @@ from lakesink.storage.base import (
     StorageUnsupportedError,
     join,
 )
-from lakesink.storage.local import LocalStorage
+from lakesink.storage.local import LAKESINK_TMP_FOLDER, TMP_FOLDER, LocalStorage
 from lakesink.storage.objectstore import (
     OBJECT_STORE_SCHEMES,
     ObjectStoreOptions,
@@ -31,6 +31,7 @@ from lakesink.storage.objectstore import (
 )
 
 __all__ = [
+    "LAKESINK_TMP_FOLDER",
     "OBJECT_STORE_SCHEMES",
     "Listing",
     "LocalStorage",
@@ -141,13 +142,18 @@ def as_storage(where: Storage | str | os.PathLike[str]) -> Storage:
 
 
 def open_storage(
-    uri: str | Path, config: Mapping[str, Any] | ObjectStoreOptions | None = None
+    uri: str | Path,
+    config: Mapping[str, Any] | ObjectStoreOptions | None = None,
+    *,
+    tmp_folder: str = TMP_FOLDER,
 ) -> Storage:
     """The storage of a table root: `s3://bucket/prefix`, `gs://…`, `abfss://…`, `file:///path`
     or a plain path. `config` is lakesink's configuration (its `storage.*` keys) or ready options.
+    `tmp_folder`: where a local root stages whole-object writes (the table format says where
+    its readers never look; LAKESINK_TMP_FOLDER for a root that is no Hudi table).
     Builds no client and sends no request: call `probe()` to check the store at start."""
     if isinstance(uri, Path):
-        return LocalStorage(uri)
+        return LocalStorage(uri, tmp_folder=tmp_folder)
     text = str(uri)
     parts = urlsplit(text)
     scheme = parts.scheme.lower()
@@ -159,10 +165,10 @@ def open_storage(
     if scheme == "file":
         if parts.netloc not in ("", "localhost"):
             raise StorageError(f"{text!r}: file:// URIs name a local path (file:///path)")
-        return LocalStorage(unquote(parts.path))
+        return LocalStorage(unquote(parts.path), tmp_folder=tmp_folder)
     if scheme and len(scheme) > 1:  # "c:" would be a drive letter
         raise StorageError(
             f"{text!r}: unsupported storage scheme {scheme!r}; use a local path, file://, "
             f"or one of {', '.join(s + '://' for s in OBJECT_STORE_SCHEMES)}"
         )
-    return LocalStorage(text)
+    return LocalStorage(text, tmp_folder=tmp_folder)

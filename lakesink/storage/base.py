@@ -160,6 +160,11 @@ class Storage(abc.ABC):
         """Storage options for other readers of the table (hudi-rs); none for local tables."""
         return {}
 
+    def remove_stale_temporaries(self, older_than_s: float = 600.0) -> int:
+        """Delete temporary files that writers killed mid-write left behind; how many. Object
+        stores write whole objects in one request and leave none."""
+        return 0
+
     @abc.abstractmethod
     def probe(self) -> None:
         """Check at start that the store is reachable and honours conditional writes;

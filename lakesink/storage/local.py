@@ -1,15 +1,17 @@
 """Storage on a local (or shared POSIX) filesystem: whole-object writes go through a fsynced
-temporary file under `.hoodie/.aux/lakesink/tmp/`; create-if-absent is a hard link (fails if the
-target exists, like O_EXCL); replace-if-unchanged compares a version tag under an advisory lock."""
+temporary file in the root's temporary folder (`.hoodie/.aux/lakesink/tmp/` in a Hudi table,
+where readers ignore it; the table format names it, `.lakesink/tmp/` in an Iceberg warehouse);
+create-if-absent is a hard link (fails if the target exists, like O_EXCL); replace-if-unchanged
+compares a version tag under one advisory lock file of the root's."""
 
 from __future__ import annotations
 
 import contextlib
 import errno
 import fcntl
-import hashlib
 import os
 import stat
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,7 +30,14 @@ from lakesink.storage.base import (
 if TYPE_CHECKING:
     import pyarrow.fs
 
-TMP_FOLDER = ".hoodie/.aux/lakesink/tmp"
+TMP_FOLDER = ".hoodie/.aux/lakesink/tmp"  # the default: inside a Hudi table's `.hoodie/`
+# In a root that is no Hudi table (an Iceberg warehouse) lakesink's own files are in `.lakesink/`
+LAKESINK_TMP_FOLDER = ".lakesink/tmp"
+# replace-if-unchanged's advisory lock, one per root (a file per key would pile up: lock keys
+# carry sequence numbers)
+REPLACE_LOCK = "replace.lock"
+# A temporary file lives while one object is written; one this old is a dead writer's
+STALE_TEMPORARY_S = 600.0
 
 
 def fsync_dir(path: Path) -> None:
@@ -55,16 +64,18 @@ def _etag(st: os.stat_result) -> str:
 class LocalStorage(Storage):
     """A table root on the local filesystem."""
 
-    __slots__ = ("_root",)
+    __slots__ = ("_root", "_tmp_folder")
 
-    def __init__(self, root: str | Path) -> None:
+    def __init__(self, root: str | Path, *, tmp_folder: str = TMP_FOLDER) -> None:
         self._root = Path(root).absolute()
+        self._tmp_folder = tmp_folder  # relative to the root
 
-    def __getstate__(self) -> str:
-        return str(self._root)
+    def __getstate__(self) -> tuple[str, str]:
+        return str(self._root), self._tmp_folder
 
-    def __setstate__(self, state: str) -> None:
-        self._root = Path(state)
+    def __setstate__(self, state: tuple[str, str] | str) -> None:
+        root, self._tmp_folder = (state, TMP_FOLDER) if isinstance(state, str) else state
+        self._root = Path(root)
 
     def __repr__(self) -> str:
         return f"LocalStorage({str(self._root)!r})"
@@ -84,10 +95,35 @@ class LocalStorage(Storage):
     def path(self, key: str) -> Path:
         return self._root / key if key else self._root
 
+    @property
+    def tmp_folder(self) -> str:
+        """Where whole-object writes stage their temporary files (relative to the root)."""
+        return self._tmp_folder
+
     def _tmp(self, name: str) -> Path:
-        tmp_dir = self._root / TMP_FOLDER
+        tmp_dir = self._root / self._tmp_folder
         tmp_dir.mkdir(parents=True, exist_ok=True)
         return tmp_dir / f"{name}.{uuid.uuid4().hex}.tmp"
+
+    def remove_stale_temporaries(self, older_than_s: float = STALE_TEMPORARY_S) -> int:
+        """Delete the temporary files that writers killed mid-write left (older than
+        `older_than_s`; a live write's is seconds old), and the per-key lock files of earlier
+        lakesink versions; the number deleted."""
+        folder = self._root / self._tmp_folder
+        try:
+            entries = list(os.scandir(folder))
+        except (FileNotFoundError, NotADirectoryError):
+            return 0
+        now = time.time()
+        removed = 0
+        for e in entries:
+            if e.name == REPLACE_LOCK or not e.name.endswith((".tmp", ".lock")):
+                continue
+            with contextlib.suppress(FileNotFoundError):
+                if now - e.stat(follow_symlinks=False).st_mtime > older_than_s:
+                    os.unlink(e.path)
+                    removed += 1
+        return removed
 
     def _write_tmp(self, name: str, data: bytes, *, durable: bool = True) -> Path:
         tmp = self._tmp(name)
@@ -155,10 +191,10 @@ class LocalStorage(Storage):
 
     @contextlib.contextmanager
     def _key_lock(self, key: str) -> Iterator[None]:
-        lock_dir = self._root / TMP_FOLDER
+        """Replaces in this root one at a time (they are small, and rare: lease renewals)."""
+        lock_dir = self._root / self._tmp_folder
         lock_dir.mkdir(parents=True, exist_ok=True)
-        name = hashlib.sha1(key.encode()).hexdigest()[:16]
-        fd = os.open(lock_dir / f"{name}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(lock_dir / REPLACE_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             yield

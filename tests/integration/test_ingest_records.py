@@ -233,7 +233,7 @@ def test_bad_record_goes_to_the_dead_letter_table_exactly_once(
     )
     commits[-1].unlink()
     run_ingestion(cfg, spark)
-    assert dead_letter_table_coordinates(str(dlq)) == {(topic, 0, BAD_AT)}
+    assert dead_letter_table_coordinates(str(dlq)) == [(topic, 0, BAD_AT)]
     row = TableReader(HudiTable.open(dlq)).snapshot(columns=["kafka_value", "error"]).to_pylist()
     assert row[0]["kafka_value"].startswith(b'{"event_id": "not a number"')
     assert "offset" in row[0]["error"] or row[0]["error"]

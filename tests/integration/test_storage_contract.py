@@ -191,3 +191,38 @@ def test_s3_storage_wrong_credentials_refused_without_printing_the_secret(
         with pytest.raises(StorageError, match="refused the credentials") as info:
             storage.probe()
     assert "\n" not in str(info.value) and "s3cr3t-never-printed" not in str(info.value)
+
+
+def test_local_storage_stages_writes_in_its_tmp_folder_and_start_up_removes_dead_writers_files(
+    tmp_path: Path,
+) -> None:
+    """An Iceberg warehouse's root stages in `.lakesink/tmp` (nothing Hudi-shaped in it);
+    replaces share one lock file, whatever the keys; temporary files a killed writer left are
+    deleted at the next start once they are older than any live write, the lock file kept."""
+    import os
+    import pickle
+
+    from lakesink.storage import LAKESINK_TMP_FOLDER
+
+    root = open_storage(str(tmp_path / "wh"), tmp_folder=LAKESINK_TMP_FOLDER)
+    assert isinstance(root, LocalStorage)
+    root.write(".lakesink/liveness/w.json", b"1")
+    for n in range(5):  # lease keys carry sequence numbers: one lock file for all of them
+        etag = root.create(f".lakesink/locks/{n}", b"a")
+        root.replace_if_unchanged(f".lakesink/locks/{n}", b"b", etag)
+    assert not (tmp_path / "wh" / ".hoodie").exists()
+    tmp = tmp_path / "wh" / LAKESINK_TMP_FOLDER
+    assert sorted(os.listdir(tmp)) == ["replace.lock"]
+    assert pickle.loads(pickle.dumps(root)).tmp_folder == LAKESINK_TMP_FOLDER
+    # what a writer killed mid-write leaves, and a per-key lock file of an earlier version
+    old = time.time() - 3600
+    for name in ("w.json.0a1b.tmp", "3f2a9c0d1e2b3a4c.lock"):
+        (tmp / name).write_bytes(b"x")
+        os.utime(tmp / name, (old, old))
+    (tmp / "live.json.9f.tmp").write_bytes(b"x")  # a live writer's, seconds old
+    assert root.remove_stale_temporaries() == 2
+    assert sorted(os.listdir(tmp)) == ["live.json.9f.tmp", "replace.lock"]
+    # a Hudi table keeps staging under .hoodie/, where its readers never look
+    hudi = open_storage(str(tmp_path / "t"))
+    hudi.write("f", b"1")
+    assert sorted(os.listdir(tmp_path / "t")) == [".hoodie", "f"]

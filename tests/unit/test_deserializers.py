@@ -318,6 +318,21 @@ def test_avro_value_with_trailing_bytes_is_bad() -> None:
     assert list(out.failures) == [0] and "ends at byte" in out.failures[0]
 
 
+def test_avro_bad_value_reasons_say_what_is_wrong_and_are_the_same_on_every_decode() -> None:
+    d = AvroDeserializer(schema=json.dumps(AVRO_SCHEMA), wire_format="plain")
+    whole = _avro(_record(0))
+    truncated, empty, bad_enum = whole[:3], b"", whole[:-1] + b"\x08"
+    first = d.decode([truncated, empty, bad_enum]).failures
+    again = AvroDeserializer(schema=json.dumps(AVRO_SCHEMA), wire_format="plain").decode(
+        [truncated, empty, bad_enum]
+    )
+    assert first == again.failures and len(first) == 3
+    assert not any("0x" in r or " object at " in r for r in first.values()), first
+    assert "3-byte value ends before its record does" in first[0]
+    assert "0-byte value ends before its record does" in first[1]
+    assert "enum symbol or union branch index" in first[2]
+
+
 # --- raw and the factory -------------------------------------------------------------------------
 
 
