@@ -251,8 +251,10 @@ KEYS: tuple[Key, ...] = (
         "kafka.fail.on.data.loss",
         _bool,
         True,
-        "Fail when committed offsets lie below the log start (records deleted before ingestion); "
-        "false passes over them, recorded in the commit and listed by `lakesink status`.",
+        "Fail when committed offsets lie below the log start (records deleted before ingestion), "
+        "or when a batch a restart runs again was planned beyond the log end (the broker lost "
+        "acknowledged records since); false passes over the deleted offsets, or ends the batch "
+        "at the log end, recorded in the commit and listed by `lakesink status`.",
     ),
     Key(
         "kafka.max.records.per.batch",

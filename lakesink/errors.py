@@ -83,7 +83,8 @@ class OffsetError(LakesinkError):
 
 
 class DataLossError(OffsetError):
-    """Committed offsets lie below the log start: the broker deleted records never ingested."""
+    """Committed offsets lie below the log start: the broker deleted records never ingested; or
+    a batch was planned beyond where the log now ends: the broker lost acknowledged records."""
 
 
 class LockError(LakesinkError):

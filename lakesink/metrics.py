@@ -88,6 +88,14 @@ METRICS: tuple[MetricSpec, ...] = (
         "(errors.deadletter.table), per source topic.",
     ),
     MetricSpec(
+        "lakesink_offsets_lost",
+        "counter",
+        ("topic",),
+        "Offsets a planned batch was cut short of at a restart because the broker's log end had "
+        "moved back below them (records the broker lost; kafka.fail.on.data.loss=false), "
+        "per topic.",
+    ),
+    MetricSpec(
         "lakesink_partition_committed_offset",
         "gauge",
         ("topic", "partition"),
@@ -226,6 +234,7 @@ class IngestionMetrics:
         self.bytes = counter("lakesink_bytes_ingested")
         self.batches = counter("lakesink_batches")
         self.dead_letters = counter("lakesink_dead_letters")
+        self.offsets_lost = counter("lakesink_offsets_lost")
         self.committed_offset = gauge("lakesink_partition_committed_offset")
         self.high_watermark = gauge("lakesink_partition_high_watermark")
         self.lag = gauge("lakesink_partition_lag")
@@ -249,6 +258,9 @@ class IngestionMetrics:
 
     def record_dead_letters(self, topic: str, count: int) -> None:
         self.dead_letters.labels(topic or UNKNOWN_TOPIC).inc(count)
+
+    def record_offsets_lost(self, topic: str, count: int) -> None:
+        self.offsets_lost.labels(topic or UNKNOWN_TOPIC).inc(count)
 
     def record_commit(self, seconds: float, at_unix_s: float) -> None:
         self.commit_duration.observe(seconds)

@@ -161,9 +161,17 @@ TROUBLESHOOTING: dict[str, Remedy] = {
     ),
     "DataLossError": Remedy(
         "retention or `DeleteRecords` removed records below the writer's committed offsets "
-        "before they were ingested",
+        "before they were ingested; or the broker's log end moved back below a batch planned "
+        "before a restart (a broker that lost acknowledged records, an unclean leader election)",
         "raise the topic's retention; to pass over the lost range knowingly set "
-        "`kafka.fail.on.data.loss=false` (the gap is recorded and `lakesink status` lists it)",
+        "`kafka.fail.on.data.loss=false` (the gap is recorded and `lakesink status` lists it; a "
+        "batch planned beyond the log end then ends at the log end, and records the broker "
+        "takes at those offsets later are ingested)",
+    ),
+    "InternalError": Remedy(
+        "lakesink reached a state its own code should never produce (a bug)",
+        "rerun with `--debug` and report the traceback and log; nothing the failing step "
+        "wrote was committed, and a restart recovers as after a crash",
     ),
     "LockError": Remedy(
         "the table lock was not granted in time (another writer or a table service holds it) "

@@ -9,6 +9,7 @@ import json
 from typing import Any
 
 from lakesink.cli.output import emit_json, say, table
+from lakesink.commit.writer_state import LOST_KEY, SKIPPED_KEY
 from lakesink.config import LakesinkConfig
 from lakesink.errors import TableNotFoundError
 from lakesink.metrics import Snapshot
@@ -48,6 +49,7 @@ def collect_status(cfg: LakesinkConfig) -> dict[str, Any]:
         out["table"] = None
         return out
     out["skipped"] = skipped_spans(tbl, cfg.writer_id)
+    out["lost"] = skipped_spans(tbl, cfg.writer_id, key=LOST_KEY)
     timeline = tbl.timeline()
     files = FileSystemView(tbl).latest_base_files()
     archived = load_archived_view(tbl.storage)
@@ -116,20 +118,22 @@ def status_metrics(cfg: LakesinkConfig, st: dict[str, Any]) -> tuple[str | None,
     return url, dict(sorted(merged.items()))
 
 
-def skipped_spans(table: Any, writer_id: str) -> list[dict[str, Any]]:
-    """Every span of offsets the writer's commits passed over (kafka.fail.on.data.loss=false)."""
+def skipped_spans(table: Any, writer_id: str, *, key: str = SKIPPED_KEY) -> list[dict[str, Any]]:
+    """Every span of offsets the writer's commits passed over (kafka.fail.on.data.loss=false):
+    deleted from Kafka before they were read (SKIPPED_KEY), or lost by the broker after a batch
+    was planned over them (LOST_KEY)."""
     from lakesink.audit import completed_commits
-    from lakesink.commit.writer_state import SKIPPED_KEY, WRITER_ID_KEY
+    from lakesink.commit.writer_state import WRITER_ID_KEY
 
     out: list[dict[str, Any]] = []
     for instant, metadata in completed_commits(table):
         extra = metadata.extra
-        if extra.get(WRITER_ID_KEY) != writer_id or SKIPPED_KEY not in extra:
+        if extra.get(WRITER_ID_KEY) != writer_id or key not in extra:
             continue
-        for key, start, end in json.loads(extra[SKIPPED_KEY]):
+        for partition, start, end in json.loads(extra[key]):
             out.append(
                 {
-                    "partition": key,
+                    "partition": partition,
                     "from": start,
                     "to": end,
                     "records": end - start,
@@ -186,6 +190,20 @@ def run_status(cfg: LakesinkConfig, *, as_json: bool, watch_s: float | None = No
                 [
                     [s["partition"], s["from"], s["to"], s["records"], s["instant"]]
                     for s in st["skipped"]
+                ],
+            )
+        )
+    if st["lost"]:
+        say(
+            f"\nlost (the broker's log end moved back below a planned batch): "
+            f"{len(st['lost'])} spans"
+        )
+        say(
+            table(
+                ["partition", "from", "to", "offsets", "instant"],
+                [
+                    [s["partition"], s["from"], s["to"], s["records"], s["instant"]]
+                    for s in st["lost"]
                 ],
             )
         )

@@ -276,9 +276,11 @@ class Coordinator:
         ranges: Sequence[OffsetRange],
         statuses: Sequence[WriteStatus],
         schema: str,
+        *,
+        lost: Sequence[OffsetRange] = (),
     ) -> BatchOutcome:
         """Pre-commit, then commit at once (sync mode)."""
-        prepared = self.precommit(instant_time, batch_id, ranges, statuses, schema)
+        prepared = self.precommit(instant_time, batch_id, ranges, statuses, schema, lost=lost)
         outcome = self.commit(prepared)
         self._committed = prepared.next_offsets
         return outcome
@@ -290,9 +292,12 @@ class Coordinator:
         ranges: Sequence[OffsetRange],
         statuses: Sequence[WriteStatus],
         schema: str,
+        *,
+        lost: Sequence[OffsetRange] = (),
     ) -> PreparedCommit:
         """The pre-commit of the two-phase commit: storage reconciled (orphans deleted) and
-        the commit metadata final, everything a commit needs."""
+        the commit metadata final, everything a commit needs. `lost`: spans cut off the batch
+        because the broker's log end had moved back below them, recorded in the commit."""
         crash_point("after-write")
         base, skipped = self._base_for(ranges, warn=True)
         decision = decide(base, ranges, statuses)
@@ -325,6 +330,11 @@ class Coordinator:
                         )
                     }
                     if skipped
+                    else {}
+                ),
+                **(
+                    {keys.LOST_KEY: json.dumps([[r.partition.key(), r.start, r.end] for r in lost])}
+                    if lost
                     else {}
                 ),
                 **({keys.TOPIC_IDS_KEY: json.dumps(dict(sorted(ids.items())))} if ids else {}),

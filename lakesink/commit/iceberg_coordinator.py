@@ -161,10 +161,12 @@ class IcebergCoordinator(Coordinator):
         ranges: Sequence[OffsetRange],
         statuses: Sequence[WriteStatus],
         schema: str,
+        *,
+        lost: Sequence[OffsetRange] = (),
     ) -> PreparedCommit:
         """The engine's pre-commit, with the data file descriptions the snapshot will add
         (the pending entry must hold them: the format keeps them in this process only)."""
-        prepared = super().precommit(instant_time, batch_id, ranges, statuses, schema)
+        prepared = super().precommit(instant_time, batch_id, ranges, statuses, schema, lost=lost)
         described = tuple(d.to_json() for d in self.format.files(instant_time))
         return replace(prepared, data_files=described)
 

@@ -29,6 +29,8 @@ WRITER_ID_KEY = "lakesink.writer_id"
 OFFSETS_KEY = "lakesink.offsets"  # the writer's next offsets after this commit, all partitions
 RANGES_KEY = "lakesink.ranges"  # the ranges this commit ingested
 SKIPPED_KEY = "lakesink.skipped"  # spans deleted from Kafka before they were read, passed over
+# spans cut off the batch at a restart: the broker's log end had moved back below them
+LOST_KEY = "lakesink.lost"
 TOPIC_IDS_KEY = "lakesink.topic_ids"  # Kafka's id of each topic the offsets belong to
 QUERY_ID_KEY = "lakesink.query_id"
 BATCH_ID_KEY = "lakesink.batch_id"

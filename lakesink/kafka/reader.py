@@ -280,6 +280,7 @@ class _RangeReader:
                     msgs_buf = []
                 self.stats.position = position
                 if not done and time.monotonic() - last_progress > self.stall_timeout_s:
+                    self._check_log_end(consumer, position)
                     raise KafkaError(
                         f"no progress reading {self.describe()} for {self.stall_timeout_s:.0f} s: "
                         f"reached offset {position}, {r.end - position} offsets short of the end"
@@ -294,6 +295,29 @@ class _RangeReader:
         finally:
             consumer.close()
             self.stats.elapsed_s += time.monotonic() - started
+
+    def _check_log_end(self, consumer: Any, position: int) -> None:
+        """A range that stalls below its end: DataLossError if the log now ends below the
+        range's end (the broker lost records after the batch was planned); the restart then
+        cuts the batch at the log end or refuses it (spark/replay_check.py)."""
+        from confluent_kafka import TopicPartition as CkTopicPartition
+
+        tp = self.r.partition
+        try:
+            _low, high = consumer.get_watermark_offsets(
+                CkTopicPartition(tp.topic, tp.partition), timeout=10.0, cached=False
+            )
+        except Exception:  # the broker is unreachable: the stall error says so
+            return
+        if high >= self.r.end:
+            return
+        raise DataLossError(
+            f"{tp} was planned to end at {self.r.end} but the log ends at {high} (reached "
+            f"offset {position} reading {self.describe()}): the broker lost acknowledged "
+            "records after the batch was planned (an unclean leader election, or a broker that "
+            "lost data on a restart); restart to stop in one line, or with "
+            "kafka.fail.on.data.loss=false to end the batch at the log end and go on"
+        )
 
     def _emit(self, msgs: list[Any]) -> Iterator[pa.RecordBatch]:
         from confluent_kafka import Message

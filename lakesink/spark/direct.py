@@ -540,9 +540,13 @@ def run_direct_batch(
         if schema is None and not sink.writes_iceberg:  # Iceberg keeps its own schema
             schema = sink.avro_schema_of(batch_df)
         if sink.committer is None:
-            outcome = sink.coordinator.complete_batch(instant, batch_id, ranges, rows, schema or "")
+            outcome = sink.coordinator.complete_batch(
+                instant, batch_id, ranges, rows, schema or "", lost=sink.lost
+            )
         else:
-            prepared = sink.coordinator.precommit(instant, batch_id, ranges, rows, schema or "")
+            prepared = sink.coordinator.precommit(
+                instant, batch_id, ranges, rows, schema or "", lost=sink.lost
+            )
             outcome = sink.committer.submit(prepared)
     except BaseException:
         if sink.coordinator.is_precommitted(instant):

@@ -305,6 +305,30 @@ class Ingestion:
             committer.recover()
             committer.start()
 
+    def check_replay(self) -> None:
+        """Before Spark runs again the batch a crash left unfinished: its ranges against the
+        broker's log ends (spark/replay_check.py). A log end that moved back below them is one
+        DataLossError, or with kafka.fail.on.data.loss=false the batch is cut at the log end
+        and the lost offsets are counted."""
+        from lakesink.kafka.client import OffsetClient
+        from lakesink.spark.replay_check import check_replay_against_log_end
+
+        def watermarks(partitions: list[TopicPartition]) -> dict[TopicPartition, tuple[int, int]]:
+            with OffsetClient(
+                self.cfg["kafka.bootstrap.servers"],
+                isolation_level=self.cfg["kafka.isolation.level"],
+                extra=self.cfg.consumer_config,
+            ) as client:
+                return client.watermarks(partitions)
+
+        lost = check_replay_against_log_end(
+            self.cfg.checkpoint_location,
+            watermarks,
+            fail_on_data_loss=self.cfg["kafka.fail.on.data.loss"],
+        )
+        for span in lost:
+            self.metrics.record_offsets_lost(span.partition.topic, span.end - span.start)
+
     def make_sink(
         self, committer: AsyncCommitter | None, *, direct: bool = False
     ) -> CommittingSink:
@@ -332,6 +356,7 @@ class Ingestion:
         timeout_s: float | None,
     ) -> IngestionResult:
         self.start_commits(committer)
+        self.check_replay()
         target = None
         if once:
             target = offsets_to_read(self.cfg, self.coordinator.committed, self.partitions)

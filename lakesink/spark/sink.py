@@ -30,6 +30,7 @@ from lakesink.spark.arrow_transform import (
     session_arrow_options,
 )
 from lakesink.spark.direct import IcebergArrowWriter, iceberg_target, run_direct_batch
+from lakesink.spark.replay_check import lost_spans
 from lakesink.spark.source import ERROR_COLUMN, RAW_VALUE_COLUMN, offset_to_ranges
 from lakesink.spark.task_writer import (
     DATE_PARTITION_COLUMN,
@@ -236,6 +237,9 @@ class CommittingSink:
         # (spark/direct.py), its coordinator keeps the table's schema and partition spec
         self.writes_iceberg = cfg["table.format"] == "iceberg"
         self._rows_by_topic: dict[str, tuple[int, int]] = {}
+        # Spans cut off this batch at a restart, the broker's log end having moved back below
+        # them (spark/replay_check.py): recorded in the main table's commit
+        self.lost: tuple[OffsetRange, ...] = ()
 
     @property
     def partition_fields(self) -> tuple[str, ...]:
@@ -303,6 +307,7 @@ class CommittingSink:
         started = time.perf_counter()
         self._rows_by_topic = {}
         ranges = planned_ranges(self.cfg.checkpoint_location, batch_id)
+        self.lost = lost_spans(self.cfg.checkpoint_location, batch_id)
         if self.committer is not None:
             self.committer.wait_for_room()
         if self.direct:
@@ -357,8 +362,12 @@ class CommittingSink:
                 schema = schema or self.avro_schema_of(out)
             schema = schema or ""
             if self.committer is None:
-                return self.coordinator.complete_batch(instant, batch_id, ranges, statuses, schema)
-            prepared = self.coordinator.precommit(instant, batch_id, ranges, statuses, schema)
+                return self.coordinator.complete_batch(
+                    instant, batch_id, ranges, statuses, schema, lost=self.lost
+                )
+            prepared = self.coordinator.precommit(
+                instant, batch_id, ranges, statuses, schema, lost=self.lost
+            )
             return self.committer.submit(prepared)
         except BaseException:
             if self.coordinator.is_precommitted(instant):

@@ -142,3 +142,58 @@ def test_broker_restart_between_runs_loses_nothing(
     report = audit_config(cfg)
     assert report.ok, report.problems
     assert report.rows_hudi_rs == 600
+
+
+def test_replayed_batch_beyond_a_log_end_that_moved_back_fails_in_one_line_or_is_cut_and_recorded(
+    kafka_bootstrap: str,
+    topic_factory: Callable[[str], str],
+    tmp_path: Path,
+    cli: Callable[..., Any],
+) -> None:
+    """A batch planned, then the broker lost its last acknowledged records (its log end moved
+    back; simulated by the batch's planned end moved past the log end in Spark's offset log):
+    the restart stops in one line naming the partition, both ends and kafka.fail.on.data.loss;
+    with it false the batch ends at the log end, the loss is in the commit and in status, and
+    records the broker takes at those offsets later are ingested, not passed over."""
+    import json
+
+    from lakesink.audit import completed_commits
+    from lakesink.commit.writer_state import LOST_KEY
+
+    topic = topic_factory("logend")
+    produce_sample_events(kafka_bootstrap, topic, 300, 1)
+    cfg = ingest_config(kafka_bootstrap, topic, tmp_path / "t", kafka__max__records__per__batch=100)
+    conf = write_config_file(cfg, tmp_path / "c.toml")
+    args = ["ingest", "--config", str(conf), "--once"]
+    crashed = cli(
+        args, env={"LAKESINK_CRASH_AT": "after-begin", "LAKESINK_CRASH_AFTER_BATCHES": "1"}
+    )
+    assert crashed.returncode == KILLED, crashed.stdout[-3000:]
+    planned = cfg.checkpoint_location / "offsets" / "1"
+    lines = planned.read_text().splitlines()
+    offset = json.loads(lines[2])
+    assert offset["ranges"] == {f"{topic}:0": [100, 200]}
+    offset["ranges"][f"{topic}:0"] = [100, 304]  # planned when the log held 304 records
+    planned.write_text("\n".join([*lines[:2], json.dumps(offset)]) + "\n")
+    (planned.parent / ".1.crc").unlink()
+
+    refused = cli(args)
+    assert refused.returncode == 5, refused.stdout[-3000:]
+    error = [ln for ln in refused.stdout.splitlines() if ln.startswith("lakesink: error:")]
+    assert len(error) == 1 and "Traceback" not in refused.stdout, refused.stdout[-3000:]
+    assert f"{topic}:0 was planned to end at 304 but the log ends at 300" in error[0]
+    assert "kafka.fail.on.data.loss=false" in error[0]
+
+    cut = cli([*args, "--set", "kafka.fail.on.data.loss=false"])
+    assert cut.returncode == 0, cut.stdout[-3000:]
+    commits = completed_commits(HudiTable.open(cfg.table_storage))
+    lost = [json.loads(m.extra[LOST_KEY]) for _, m in commits if LOST_KEY in m.extra]
+    assert lost == [[[f"{topic}:0", 300, 304]]]
+    status = cli(["status", "--config", str(conf), "--json"])
+    assert json.loads(status.stdout)["lost"][0]["records"] == 4, status.stdout[-3000:]
+    # the broker takes new records at the offsets it lost: they are read, not passed over
+    produce_sample_events(kafka_bootstrap, topic, 10, 1, first_event_id=300, create=False)
+    assert cli(args).returncode == 0
+    report = audit_config(cfg)
+    assert report.ok, report.problems
+    assert report.rows_hudi_rs == report.rows_lakesink == report.kafka_records == 310
