@@ -5,12 +5,13 @@ Spark still plans the batch (the lakesink-kafka source writes its ranges to the 
 schedules and retries the tasks and checkpoints the batch; what the direct path leaves out is
 the JVM round trip of the rows (Kafka -> Python source -> JVM rows -> Python writer), which
 is most of the CPU per record when there is nothing for Spark SQL to do. Inside `foreachBatch`
-the driver begins the batch's instants first (main table, and dead-letter table when
-configured), then runs one job whose tasks are the batch's ranges, split as the source splits
-them (`kafka.max.records.per.task`), so the task partition ids, write tokens and commit
-sequence numbers are those of the DataFrame path. A failed or retried attempt leaves files
-that are in no returned status; the coordinator's marker reconciliation deletes them before it
-publishes, as on the DataFrame path.
+the driver begins the batch's instants (spark/batch.py: main table, and dead-letter table when
+configured), then `write_direct_batch` runs one job whose tasks are the batch's ranges, split
+as the source splits them (`kafka.max.records.per.task`), so the task partition ids, write
+tokens and commit sequence numbers are those of the DataFrame path; the driver then commits
+the tables in order. A failed or retried attempt leaves files that are in no returned status;
+the coordinator's marker reconciliation deletes them before it publishes, as on the
+DataFrame path.
 
 The rows come out as Spark would hand them to the writer: `transform.arrow` (if set) is
 applied to each decoded batch first, as the DataFrame path applies it before the date column
@@ -32,7 +33,6 @@ import pyarrow as pa
 
 from lakesink.config import LakesinkConfig
 from lakesink.errors import ConfigError
-from lakesink.faults import crash_point
 from lakesink.iceberg.datafiles import WriteContext
 from lakesink.protocol.offsets import OffsetRange
 from lakesink.protocol.write_status import WriteStatus
@@ -40,10 +40,10 @@ from lakesink.storage import Storage
 from lakesink.table.config import TableConfig
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import SparkSession
 
     from lakesink.spark.arrow_transform import ArrowTransform
-    from lakesink.spark.sink import CommittingSink
+    from lakesink.spark.batch import BatchTables, Instants
 
 log = logging.getLogger(__name__)
 
@@ -109,19 +109,16 @@ class IcebergTarget:
 
 @dataclass(frozen=True, slots=True)
 class TaskStatuses:
-    """What one direct task returns: its write status per table (None: no instant there), and
-    how many bad records it met whose batch the dead-letter table had committed already."""
+    """What one direct task returns: its write status per table (None: no instant there)."""
 
     rows: WriteStatus | None
     dead_letters: WriteStatus | None
-    dead_letters_committed: int = 0
 
     def to_json(self) -> str:
         return json.dumps(
             {
                 "rows": None if self.rows is None else self.rows.to_json(),
                 "dead_letters": None if self.dead_letters is None else self.dead_letters.to_json(),
-                "dead_letters_committed": self.dead_letters_committed,
             }
         )
 
@@ -133,7 +130,6 @@ class TaskStatuses:
             dead_letters=(
                 None if raw["dead_letters"] is None else WriteStatus.from_json(raw["dead_letters"])
             ),
-            dead_letters_committed=raw.get("dead_letters_committed", 0),
         )
 
 
@@ -145,7 +141,7 @@ class DirectTask:
     With a dead-letter table configured (`dead_letter_table`) but no instant there
     (`dead_letters` None), the dead-letter table has committed these ranges already: a batch
     replayed after a crash between the two tables' commits. Its bad records are in that table
-    once; the task counts them and writes them nowhere."""
+    once; the task writes them nowhere."""
 
     def __init__(
         self,
@@ -223,11 +219,7 @@ class DirectTask:
         if failed and dead.writer is not None:
             letters = dead_letter_batch(failed, self.dead_letter_schema)
             dead.write(letters, topic_counts(letters))
-        statuses = TaskStatuses(
-            rows.close(attempt),
-            dead.close(attempt),
-            dead_letters_committed=len(failed) if dead.writer is None else 0,
-        )
+        statuses = TaskStatuses(rows.close(attempt), dead.close(attempt))
         if ctx is not None:  # a test fault: this attempt fails after its files are whole
             task_fault(ctx.attemptNumber())
         yield statuses.to_json()
@@ -477,85 +469,43 @@ def task_pieces(ranges: Sequence[OffsetRange], per_task: int) -> list[OffsetRang
     return [piece for r in ranges if not r.is_empty for piece in r.split(per_task)]
 
 
-def run_direct_batch(
-    sink: CommittingSink, batch_df: DataFrame, batch_id: int, ranges: list[OffsetRange]
-) -> Any:
-    """One batch on the direct path, with `sink`'s coordinators: begin the instants (dead
-    letters first, as the DataFrame path commits them first), run the tasks, publish the
-    dead-letter table's instant, then the main table's; a BatchOutcome, or None when the main
-    table had nothing to publish (a replayed batch)."""
+def write_direct_batch(
+    spark: SparkSession,
+    cfg: LakesinkConfig,
+    tables: BatchTables,
+    instants: Instants,
+    ranges: Sequence[OffsetRange],
+    *,
+    output_schema: Any,
+    required: tuple[str, ...],
+    transform: ArrowTransform | None,
+) -> dict[str, list[WriteStatus]]:
+    """One batch's files on the direct path: one Spark job whose tasks read, decode and write
+    the batch's ranges into every table with a begun instant (`output_schema`: the rows'
+    declared StructType); the write statuses by table role. The caller commits them."""
     from pyspark.sql.pandas.types import from_arrow_schema
 
+    from lakesink.spark.batch import DEAD_LETTERS, ROWS
     from lakesink.spark.source import encode_config, encode_secrets
-    from lakesink.spark.task_writer import rows_per_topic
 
-    spark = batch_df.sparkSession
-    cfg = sink.cfg
-    dead = sink.dead_letters
-    dead_instant = dead.begin_batch(batch_id, ranges) if dead is not None else None
-    try:
-        instant = sink.coordinator.begin_batch(batch_id, ranges)
-    except BaseException:
-        if dead is not None and dead_instant is not None:
-            sink._abort(dead, dead_instant, batch_id)
-        raise
-    if instant is None and dead_instant is None:
-        return None
-    try:
-        required = sink.required_columns(spark)
-        rows_schema = _relaxed(spark_arrow_schema(spark, sink.output_schema), required)
-        task = DirectTask(
-            encode_config(cfg),
-            encode_secrets(cfg),
-            rows=_target(sink.coordinator, instant),
-            dead_letters=_target(dead, dead_instant),
-            dead_letter_table=dead is not None,
-            rows_schema=rows_schema,
-            dead_letter_schema=spark_arrow_schema(spark, from_arrow_schema(dead_letter_rows(cfg))),
-            required=required,
-            target_file_size=cfg["table.target.file.size.bytes"],
-            transform=sink.arrow_transform(spark),
-        )
-        statuses = _run_tasks(spark, task, task_pieces(ranges, cfg["kafka.max.records.per.task"]))
-    except BaseException:
-        for coordinator, started in ((dead, dead_instant), (sink.coordinator, instant)):
-            if coordinator is not None and started is not None:
-                sink._abort(coordinator, started, batch_id)
-        raise
-    if dead is not None:
-        crash_point("before-table-commits")
-        if dead_instant is not None:
-            _publish_dead_letters(sink, dead_instant, batch_id, ranges, statuses)
-        else:
-            _log_committed_dead_letters(
-                dead, batch_id, sum(s.dead_letters_committed for s in statuses)
-            )
-        crash_point("between-table-commits")
-    if instant is None:
-        return None
-    try:
-        rows = [s.rows for s in statuses if s.rows is not None]
-        sink._rows_by_topic = rows_per_topic(rows, ranges)
-        schema = next((s.extra["schema"] for s in rows if s.extra.get("schema")), None)
-        if schema is None and not sink.writes_iceberg:  # Iceberg keeps its own schema
-            schema = sink.avro_schema_of(batch_df)
-        if sink.committer is None:
-            outcome = sink.coordinator.complete_batch(
-                instant, batch_id, ranges, rows, schema or "", lost=sink.lost
-            )
-        else:
-            prepared = sink.coordinator.precommit(
-                instant, batch_id, ranges, rows, schema or "", lost=sink.lost
-            )
-            outcome = sink.committer.submit(prepared)
-    except BaseException:
-        if sink.coordinator.is_precommitted(instant):
-            raise  # durable in the pending store: published by the committer or at restart
-        sink._abort(sink.coordinator, instant, batch_id)
-        raise
-    if dead is not None:
-        crash_point("after-table-commits")
-    return outcome
+    dead = tables[DEAD_LETTERS].coordinator if DEAD_LETTERS in tables else None
+    task = DirectTask(
+        encode_config(cfg),
+        encode_secrets(cfg),
+        rows=_target(tables[ROWS].coordinator, instants.get(ROWS)),
+        dead_letters=_target(dead, instants.get(DEAD_LETTERS)),
+        dead_letter_table=dead is not None,
+        rows_schema=_relaxed(spark_arrow_schema(spark, output_schema), required),
+        dead_letter_schema=spark_arrow_schema(spark, from_arrow_schema(dead_letter_rows(cfg))),
+        required=required,
+        target_file_size=cfg["table.target.file.size.bytes"],
+        transform=transform,
+    )
+    statuses = _run_tasks(spark, task, task_pieces(ranges, cfg["kafka.max.records.per.task"]))
+    return {
+        ROWS: [s.rows for s in statuses if s.rows is not None],
+        DEAD_LETTERS: [s.dead_letters for s in statuses if s.dead_letters is not None],
+    }
 
 
 def dead_letter_rows(cfg: LakesinkConfig) -> pa.Schema:
@@ -614,48 +564,3 @@ def _run_tasks(
     finally:
         sc.setJobDescription(None)  # type: ignore[arg-type]  # None clears it
     return [TaskStatuses.from_json(r) for r in rows]
-
-
-def _publish_dead_letters(
-    sink: CommittingSink,
-    instant: Any,
-    batch_id: int,
-    ranges: list[OffsetRange],
-    statuses: list[TaskStatuses],
-) -> None:
-    from lakesink.kafka.dead_letters import DEAD_LETTER_SCHEMA
-    from lakesink.spark.task_writer import rows_per_topic
-    from lakesink.table.avro_schema import avro_schema_for, with_meta_columns
-
-    dead = sink.dead_letters
-    assert dead is not None
-    written = [s.dead_letters for s in statuses if s.dead_letters is not None]
-    try:
-        schema = (
-            ""  # an Iceberg dead-letter table keeps its own schema
-            if sink.writes_iceberg
-            else avro_schema_for(
-                with_meta_columns(DEAD_LETTER_SCHEMA), f"{dead.table.config.name}_record"
-            )
-        )
-        dead.complete_batch(instant, batch_id, ranges, written, schema)
-    except BaseException:
-        sink._abort(dead, instant, batch_id)
-        raise
-    sink.stats.dead_letters += sum(s.records_written for s in written)
-    if sink.metrics is not None:
-        for topic, (rows, _nbytes) in rows_per_topic(written, ranges).items():
-            sink.metrics.record_dead_letters(topic, rows)
-
-
-def _log_committed_dead_letters(dead: Any, batch_id: int, count: int) -> None:
-    """A replayed batch whose dead letters the dead-letter table committed before a restart
-    (a crash between the two tables' commits): its bad records are not written again."""
-    log.info(
-        "table %s writer %s: batch %s's %d bad record(s) are in the dead-letter table already "
-        "(committed before a restart); not written again",
-        dead.name,
-        dead.writer_id,
-        batch_id,
-        count,
-    )

@@ -7,7 +7,7 @@ import importlib
 import json
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,7 +20,6 @@ from lakesink.commit.async_commit import AsyncCommitter
 from lakesink.commit.coordinator import BatchOutcome, Coordinator
 from lakesink.config import LakesinkConfig
 from lakesink.errors import ConfigError, LakesinkError
-from lakesink.faults import crash_point
 from lakesink.metrics import IngestionMetrics
 from lakesink.protocol.offsets import OffsetRange
 from lakesink.protocol.write_status import WriteStatus
@@ -29,7 +28,8 @@ from lakesink.spark.arrow_transform import (
     plan_arrow_transform,
     session_arrow_options,
 )
-from lakesink.spark.direct import IcebergArrowWriter, iceberg_target, run_direct_batch
+from lakesink.spark.batch import DEAD_LETTERS, ROWS, BatchTable, BatchTables, Instants
+from lakesink.spark.direct import IcebergArrowWriter, iceberg_target, write_direct_batch
 from lakesink.spark.replay_check import lost_spans
 from lakesink.spark.source import ERROR_COLUMN, RAW_VALUE_COLUMN, offset_to_ranges
 from lakesink.spark.task_writer import (
@@ -223,6 +223,13 @@ class CommittingSink:
         self.coordinator = coordinator
         self.committer = committer
         self.dead_letters = dead_letters
+        # The tables every batch writes, in commit order: dead letters first (spark/batch.py)
+        self.tables = BatchTables(
+            [
+                *([BatchTable(DEAD_LETTERS, dead_letters)] if dead_letters is not None else []),
+                BatchTable(ROWS, coordinator, committer),
+            ]
+        )
         self.transform = load_transform(cfg)
         self.stats = BatchStats()
         self.on_batch: Callable[[BatchOutcome], None] | None = None
@@ -310,26 +317,7 @@ class CommittingSink:
         self.lost = lost_spans(self.cfg.checkpoint_location, batch_id)
         if self.committer is not None:
             self.committer.wait_for_room()
-        if self.direct:
-            outcome = run_direct_batch(self, batch_df, batch_id, ranges)
-        elif self.dead_letters is None:
-            outcome = self._commit_rows(batch_df, batch_id, ranges)
-        else:
-            # Read Kafka once for both tables; each table commits the batch's ranges, so each is
-            # idempotent on offsets on its own and a crash between the two commits is harmless.
-            # A replay after a crash between the two commits finds the dead-letter table
-            # committed: its bad records are not written again, the main table commits.
-            cached = batch_df.persist()
-            try:
-                self._commit_dead_letters(cached, batch_id, ranges)
-                crash_point("between-table-commits")
-                good = cached.where(F.col(ERROR_COLUMN).isNull())
-                outcome = self._commit_rows(
-                    good.drop(ERROR_COLUMN, RAW_VALUE_COLUMN), batch_id, ranges
-                )
-                crash_point("after-table-commits")
-            finally:
-                cached.unpersist()
+        outcome = self._commit_batch(batch_df, batch_id, ranges)
         if outcome is None:
             if self.metrics is not None:
                 self.metrics.record_batch("skipped")
@@ -345,85 +333,105 @@ class CommittingSink:
         if self.on_batch:
             self.on_batch(outcome)
 
-    def _commit_rows(
+    def _commit_batch(
         self, batch_df: DataFrame, batch_id: int, ranges: list[OffsetRange]
     ) -> BatchOutcome | None:
-        """The main table's instant for this batch: begin, write, reconcile, publish."""
-        instant = self.coordinator.begin_batch(batch_id, ranges)
-        if instant is None:
+        """The batch over its tables (spark/batch.py): begin, write, commit in order; the main
+        table's outcome, or None when it had nothing to publish (a replayed batch)."""
+        instants = self.tables.begin(batch_id, ranges)
+        if not any(instants.values()):
             return None
         try:
-            out = self.prepare(batch_df)
-            required = self.required_columns(batch_df.sparkSession)
-            statuses = self._write(self.coordinator, out, instant, required)
-            self._rows_by_topic = rows_per_topic(statuses, ranges)
-            schema = next((s.extra["schema"] for s in statuses if s.extra.get("schema")), None)
-            if not self.writes_iceberg:  # Iceberg keeps its own schema
-                schema = schema or self.avro_schema_of(out)
-            schema = schema or ""
-            if self.committer is None:
-                return self.coordinator.complete_batch(
-                    instant, batch_id, ranges, statuses, schema, lost=self.lost
-                )
-            prepared = self.coordinator.precommit(
-                instant, batch_id, ranges, statuses, schema, lost=self.lost
-            )
-            return self.committer.submit(prepared)
+            write = self._write_direct if self.direct else self._write_frame
+            statuses = write(batch_df, ranges, instants)
         except BaseException:
-            if self.coordinator.is_precommitted(instant):
-                raise  # durable in the pending store: published by the committer or at restart
-            self._abort(self.coordinator, instant, batch_id)
+            self.tables.abort(batch_id, instants)
             raise
+        self._rows_by_topic = rows_per_topic(statuses.get(ROWS, []), ranges)
+        outcomes = self.tables.commit(
+            batch_id,
+            ranges,
+            instants,
+            statuses,
+            lambda role, written: self._schema_for(role, written, batch_df),
+            lost=self.lost,
+        )
+        if DEAD_LETTERS in outcomes:
+            self._count_dead_letters(statuses[DEAD_LETTERS], ranges)
+        return outcomes.get(ROWS)
 
-    def _commit_dead_letters(
-        self, cached: DataFrame, batch_id: int, ranges: list[OffsetRange]
-    ) -> None:
-        """Records that failed to decode, into the dead-letter table, with the same ranges."""
+    def _write_direct(
+        self, batch_df: DataFrame, ranges: list[OffsetRange], instants: Instants
+    ) -> dict[str, list[WriteStatus]]:
+        """The direct task path (spark/direct.py): tasks read, decode and write the ranges."""
+        spark = batch_df.sparkSession
+        required = self.required_columns(spark)
+        return write_direct_batch(
+            spark,
+            self.cfg,
+            self.tables,
+            instants,
+            ranges,
+            output_schema=self.output_schema,
+            required=required,
+            transform=self.arrow_transform(spark),
+        )
+
+    def _write_frame(
+        self, batch_df: DataFrame, ranges: list[OffsetRange], instants: Instants
+    ) -> dict[str, list[WriteStatus]]:
+        """The DataFrame path: the rows Spark hands the batch, transformed, written by a
+        `mapInArrow` writer per table. With a dead-letter table Kafka is read once for both
+        (the rows cached), the failed records split off the good ones."""
+        required = self.required_columns(batch_df.sparkSession)
+        statuses: dict[str, list[WriteStatus]] = {}
+        rows_instant = instants.get(ROWS)
+        if DEAD_LETTERS not in self.tables:
+            if rows_instant is not None:
+                statuses[ROWS] = self._write(
+                    self.coordinator, self.prepare(batch_df), rows_instant, required
+                )
+            return statuses
+        cached = batch_df.persist()
+        try:
+            dead_instant = instants.get(DEAD_LETTERS)
+            if dead_instant is not None:
+                statuses[DEAD_LETTERS] = self._write(
+                    self.tables[DEAD_LETTERS].coordinator, _dead_letters_of(cached), dead_instant
+                )
+            if rows_instant is not None:
+                good = cached.where(F.col(ERROR_COLUMN).isNull()).drop(
+                    ERROR_COLUMN, RAW_VALUE_COLUMN
+                )
+                statuses[ROWS] = self._write(
+                    self.coordinator, self.prepare(good), rows_instant, required
+                )
+        finally:
+            cached.unpersist()
+        return statuses
+
+    def _schema_for(self, role: str, statuses: Sequence[WriteStatus], df: DataFrame) -> str:
+        """The schema a table's commit records: Hudi's Avro schema of the rows as written (the
+        main table's from its tasks, else the table's latest or the declared rows'); an
+        Iceberg table keeps its own ("")."""
         from lakesink.kafka.dead_letters import DEAD_LETTER_SCHEMA
         from lakesink.table.avro_schema import avro_schema_for, with_meta_columns
 
-        assert self.dead_letters is not None
-        instant = self.dead_letters.begin_batch(batch_id, ranges)
-        if instant is None:
-            crash_point("before-table-commits")
-            log.info(
-                "table %s writer %s: batch %s's bad records are in the dead-letter table "
-                "already (committed before a restart); not written again",
-                self.dead_letters.name,
-                self.dead_letters.writer_id,
-                batch_id,
-            )
-            return
-        try:
-            bad = cached.where(F.col(ERROR_COLUMN).isNotNull()).select(
-                *[
-                    F.col(RAW_VALUE_COLUMN).alias(f.name)
-                    if f.name == "kafka_value"
-                    else F.col(ERROR_COLUMN).alias(f.name)
-                    if f.name == "error"
-                    else F.col(f.name)
-                    for f in DEAD_LETTER_SCHEMA
-                ]
-            )
-            statuses = self._write(self.dead_letters, bad, instant)
-            crash_point("before-table-commits")
-            written = sum(s.records_written for s in statuses)
-            schema = (
-                ""  # an Iceberg dead-letter table keeps its own schema
-                if self.writes_iceberg
-                else avro_schema_for(
-                    with_meta_columns(DEAD_LETTER_SCHEMA),
-                    f"{self.dead_letters.table.config.name}_record",
-                )
-            )
-            self.dead_letters.complete_batch(instant, batch_id, ranges, statuses, schema)
-            self.stats.dead_letters += written
-            if self.metrics is not None:
-                for topic, (rows, _nbytes) in rows_per_topic(statuses, ranges).items():
-                    self.metrics.record_dead_letters(topic, rows)
-        except BaseException:
-            self._abort(self.dead_letters, instant, batch_id)
-            raise
+        if self.writes_iceberg:
+            return ""
+        if role == DEAD_LETTERS:
+            name = self.tables[DEAD_LETTERS].coordinator.table.config.name
+            return avro_schema_for(with_meta_columns(DEAD_LETTER_SCHEMA), f"{name}_record")
+        written = next((s.extra["schema"] for s in statuses if s.extra.get("schema")), None)
+        return str(written) if written else self.avro_schema_of(df)
+
+    def _count_dead_letters(
+        self, statuses: Sequence[WriteStatus], ranges: list[OffsetRange]
+    ) -> None:
+        self.stats.dead_letters += sum(s.records_written for s in statuses)
+        if self.metrics is not None:
+            for topic, (rows, _nbytes) in rows_per_topic(list(statuses), ranges).items():
+                self.metrics.record_dead_letters(topic, rows)
 
     def _write(
         self,
@@ -445,19 +453,18 @@ class CommittingSink:
         )
         return parse_statuses(df.mapInArrow(writer, STATUS_SCHEMA).collect())
 
-    @staticmethod
-    def _abort(coordinator: Coordinator, instant: Any, batch_id: int) -> None:
-        # The failure itself reaches the caller (the driver re-raises it); its traceback here
-        # only with debug logging, so the command line shows one line for it.
-        log.info(
-            "table %s writer %s: batch %s failed; rolling back instant %s",
-            coordinator.name,  # not .table: an Iceberg coordinator has no Hudi table
-            coordinator.writer_id,
-            batch_id,
-            instant,
-            exc_info=log.isEnabledFor(logging.DEBUG),
-        )
-        try:
-            coordinator.abort(instant)
-        except Exception:  # recovery at the next start rolls it back
-            log.exception("rollback of %s failed; the next start will retry it", instant)
+
+def _dead_letters_of(rows: DataFrame) -> DataFrame:
+    """The records that failed to decode, as rows of the dead-letter table."""
+    from lakesink.kafka.dead_letters import DEAD_LETTER_SCHEMA
+
+    return rows.where(F.col(ERROR_COLUMN).isNotNull()).select(
+        *[
+            F.col(RAW_VALUE_COLUMN).alias(f.name)
+            if f.name == "kafka_value"
+            else F.col(ERROR_COLUMN).alias(f.name)
+            if f.name == "error"
+            else F.col(f.name)
+            for f in DEAD_LETTER_SCHEMA
+        ]
+    )
