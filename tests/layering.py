@@ -8,7 +8,7 @@ cycle, but it still counts for the layer rules). Relative imports are resolved, 
 (its `__init__`). The implicit import of parent packages is not an edge.
 
 The cycles are the strongly connected components of the runtime edges (module level and
-function level). The layer rules of lakesink (DESIGN.md) are `RULES`.
+function level). The layer rules of lakesink (docs/architecture.md, "Layers") are `RULES`.
 
     python -m tests.layering          # or: python tests/layering.py
     python -m tests.layering --root path/to/src --package name
@@ -255,9 +255,9 @@ class Rule:
         return bad
 
 
-# The layers of DESIGN.md: cli -> spark -> services -> commit -> {table, concurrency, commitlog,
-# kafka} -> protocol. `errors` is the one root of the error tree that every layer raises from,
-# so it stands below them all and imports nothing of the package; `storage` stands under the
+# The layers of docs/architecture.md: cli -> spark -> services -> commit -> {table, concurrency,
+# commitlog, kafka} -> protocol. `errors` is the one root of the error tree that every layer
+# raises from, so it stands below them all and imports nothing of the package; `storage` under the
 # table format and the lock. Imports under TYPE_CHECKING count here too: a type is a dependency.
 ABOVE_ADAPTERS = ("commit", "services", "spark", "cli", "api", "audit")
 RULES: tuple[Rule, ...] = (

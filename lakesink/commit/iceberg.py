@@ -22,7 +22,7 @@ from lakesink.iceberg.catalog import CatalogSettings, open_catalog
 from lakesink.iceberg.datafiles import DataFileDescription
 from lakesink.iceberg.schema import PartitionFieldSetting, parse_partition_spec
 from lakesink.iceberg.snapshots import KEY_COMMIT_ID, AppendRequirement
-from lakesink.iceberg.table import CommitOutcome, CommitResult, IcebergTable, snapshot_infos
+from lakesink.iceberg.table import AppendResult, CommitOutcome, IcebergTable, snapshot_infos
 from lakesink.protocol.conflicts import ConflictStrategy, Operation
 from lakesink.protocol.instant import Action, InstantTime
 from lakesink.protocol.offsets import OffsetRange, TopicPartition, WriterOffsets
@@ -296,7 +296,7 @@ class IcebergFormat:
 
     def publish(
         self, action: Action, instant_time: InstantTime, metadata: CommitMetadata
-    ) -> CommitResult:
+    ) -> AppendResult:
         """One fast append with the writer's summary; the catalog checks that the writer's
         offsets are still the batch's start offsets."""
         requirement = AppendRequirement(

@@ -44,8 +44,8 @@ __all__ = [
     "KEY_WRITER_ID",
     "LAYOUT",
     "AppendRequirement",
+    "AppendVerdict",
     "SnapshotInfo",
-    "Verdict",
     "WriterCommit",
     "find_writer_commit",
     "incarnation_key",
@@ -234,7 +234,7 @@ def last_commit_by_writer(
     return out
 
 
-class Verdict(Enum):
+class AppendVerdict(Enum):
     """How an append stands against the writer's committed offsets."""
 
     PROCEED = "proceed"
@@ -261,19 +261,19 @@ class AppendRequirement:
         """The writer's offsets after this append (OffsetError when it does not fit)."""
         return committed.advanced_by(self.ranges)
 
-    def evaluate(self, last: WriterCommit | None) -> Verdict:
+    def evaluate(self, last: WriterCommit | None) -> AppendVerdict:
         """Decide against the writer's newest commit `last`; OffsetError naming the expected
         and found offsets when they moved elsewhere (a stale or zombie writer)."""
         committed = last.offsets if last is not None else WriterOffsets.empty()
         if last is not None and last.commit_id == self.commit_id:
-            return Verdict.LANDED
+            return AppendVerdict.LANDED
         mismatched = [r for r in self.ranges if committed.get(r.partition) not in (None, r.start)]
         if not mismatched:
-            return Verdict.PROCEED
+            return AppendVerdict.PROCEED
         if all(committed.get(r.partition) == r.end for r in self.ranges) and any(
             not r.is_empty for r in self.ranges
         ):
-            return Verdict.REPLAYED
+            return AppendVerdict.REPLAYED
         detail = ", ".join(
             f"{r.partition} expected {r.start} found {committed.get(r.partition)}"
             for r in mismatched

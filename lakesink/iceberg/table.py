@@ -52,8 +52,8 @@ from lakesink.iceberg.schema import (
 from lakesink.iceberg.snapshots import (
     KEY_BACKFILL_ID,
     AppendRequirement,
+    AppendVerdict,
     SnapshotInfo,
-    Verdict,
     WriterCommit,
     find_writer_commit,
     incarnation_key,
@@ -69,7 +69,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["CommitOutcome", "CommitResult", "IcebergAppend", "IcebergTable"]
+__all__ = ["AppendResult", "CommitOutcome", "IcebergAppend", "IcebergTable"]
 
 
 class CommitOutcome(Enum):
@@ -84,7 +84,7 @@ class CommitOutcome(Enum):
 
 
 @dataclass(frozen=True, slots=True)
-class CommitResult:
+class AppendResult:
     """The outcome of one append, the writer's offsets after it, the snapshot that holds them
     and how many catalog commits were tried."""
 
@@ -131,7 +131,7 @@ def _assert_writer_offsets_type() -> Any:
             verdict = self.requirement().evaluate(
                 find_writer_commit(snaps, current, self.writer_id)
             )
-            if verdict is not Verdict.PROCEED:
+            if verdict is not AppendVerdict.PROCEED:
                 raise _RequirementNotMet(verdict.value)
 
     _ASSERT_CLASS = AssertWriterOffsets
@@ -416,7 +416,7 @@ class IcebergTable:
         *,
         incarnation: int | None = None,
         extra_summary: Mapping[str, str] | None = None,
-    ) -> CommitResult:
+    ) -> AppendResult:
         """One fast append of `files` with lakesink's summary (plus `extra_summary`, e.g. a
         backfill's id), if `requirement` holds.
 
@@ -455,18 +455,18 @@ class IcebergTable:
                 self.check_incarnation(requirement.writer_id, incarnation)
             last = self.last_commit(requirement.writer_id)
             verdict = requirement.evaluate(last)
-            if verdict is not Verdict.PROCEED:
+            if verdict is not AppendVerdict.PROCEED:
                 assert last is not None
                 outcome = (
                     CommitOutcome.LANDED_EARLIER
-                    if verdict is Verdict.LANDED
+                    if verdict is AppendVerdict.LANDED
                     else CommitOutcome.REPLAYED
                 )
                 log.info(
                     "table %s writer %s commit %s: %s", self.name, requirement.writer_id,
                     requirement.commit_id, outcome.value,
                 )  # fmt: skip
-                return CommitResult(outcome, last.offsets, self._writer_snapshot(last), attempt)
+                return AppendResult(outcome, last.offsets, self._writer_snapshot(last), attempt)
             committed = last.offsets if last is not None else WriterOffsets.empty()
             summary = WriterCommit(
                 requirement.writer_id,
@@ -506,7 +506,7 @@ class IcebergTable:
                 "table %s writer %s commit %s: snapshot %s, %d files",
                 self.name, requirement.writer_id, requirement.commit_id, snap, len(files),
             )  # fmt: skip
-            return CommitResult(CommitOutcome.COMMITTED, summary.offsets, snap, attempt)
+            return AppendResult(CommitOutcome.COMMITTED, summary.offsets, snap, attempt)
         if unknown is not None:
             raise CommitStateUnknownError(
                 f"table {self.name}: commit {requirement.commit_id} has an unknown outcome "
@@ -694,7 +694,7 @@ class IcebergAppend:
     def stage(self, files: Sequence[DataFileDescription]) -> None:
         self.files.extend(files)
 
-    def commit(self, vtts_ms: int | None = None) -> CommitResult:
+    def commit(self, vtts_ms: int | None = None) -> AppendResult:
         return self.table.commit_append(self.files, self.requirement, vtts_ms)
 
     def rollback(self) -> None:

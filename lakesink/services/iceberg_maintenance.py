@@ -40,7 +40,7 @@ from lakesink.protocol.instant import InstantTime
 from lakesink.storage import options_from_config
 
 if TYPE_CHECKING:
-    from lakesink.iceberg.table import CommitResult, IcebergTable
+    from lakesink.iceberg.table import AppendResult, IcebergTable
 
 log = logging.getLogger(__name__)
 
@@ -272,7 +272,7 @@ def iceberg_maintenance_hook(
     cfg: LakesinkConfig,
     *,
     in_flight: Callable[[], Collection[str]] | None = None,
-) -> Callable[[CommitResult | InstantTime], MaintenanceRun | None]:
+) -> Callable[[AppendResult | InstantTime], MaintenanceRun | None]:
     """The post-commit hook for inline maintenance: after every `table.services.inline.every.
     commits` commits that landed (counted in this process), run `table.services.inline`'s
     actions. The engine calls it with the instant time of a commit it published; called with
@@ -287,7 +287,7 @@ def iceberg_maintenance_hook(
     storage = options_from_config(cfg.values)
     count = 0
 
-    def hook(result: CommitResult | InstantTime) -> MaintenanceRun | None:
+    def hook(result: AppendResult | InstantTime) -> MaintenanceRun | None:
         nonlocal count
         landed = isinstance(result, InstantTime) or result.outcome is CommitOutcome.COMMITTED
         if every <= 0 or not landed:

@@ -1,4 +1,5 @@
-"""One ingestion: a streaming query from the lakesink-kafka source into a Hudi table."""
+"""One ingestion: a streaming query from the lakesink-kafka source into a table (Hudi or Iceberg)
+and, with `errors.deadletter.table`, its dead-letter table."""
 
 from __future__ import annotations
 

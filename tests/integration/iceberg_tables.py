@@ -15,7 +15,7 @@ import pyarrow as pa
 from lakesink.iceberg.catalog import CatalogSettings, open_catalog
 from lakesink.iceberg.datafiles import DataFileDescription, write_data_files
 from lakesink.iceberg.schema import parse_partition_spec
-from lakesink.iceberg.table import CommitResult, IcebergTable
+from lakesink.iceberg.table import AppendResult, IcebergTable
 from lakesink.kafka.reader import METADATA_FIELDS
 from lakesink.protocol.offsets import OffsetRange, TopicPartition
 from lakesink.storage import ObjectStoreOptions
@@ -83,7 +83,7 @@ def write(table: IcebergTable, ranges: Sequence[OffsetRange]) -> list[DataFileDe
 
 def ingest(
     table: IcebergTable, writer: str, ranges: Sequence[OffsetRange], commit_id: str | None = None
-) -> CommitResult:
+) -> AppendResult:
     """One batch: write the ranges' rows, append them with the requirement."""
     append = table.begin(writer, ranges, commit_id)
     append.stage(write(table, ranges))

@@ -15,8 +15,8 @@ from lakesink.iceberg.snapshots import (
     KEY_OFFSETS,
     KEY_VTTS,
     AppendRequirement,
+    AppendVerdict,
     SnapshotInfo,
-    Verdict,
     WriterCommit,
     find_writer_commit,
     incarnation_key,
@@ -168,22 +168,22 @@ def req(cid: str, *ranges: tuple[TopicPartition, int, int]) -> AppendRequirement
 
 
 def test_requirement_proceeds_on_a_fresh_writer_and_on_matching_start_offsets() -> None:
-    assert req("c2", (A0, 0, 5)).evaluate(None) is Verdict.PROCEED
+    assert req("c2", (A0, 0, 5)).evaluate(None) is AppendVerdict.PROCEED
     last = commit("w1", "c1", **{"a:0": 5, "a:1": 3})
-    assert req("c2", (A0, 5, 9), (A1, 3, 3)).evaluate(last) is Verdict.PROCEED
+    assert req("c2", (A0, 5, 9), (A1, 3, 3)).evaluate(last) is AppendVerdict.PROCEED
     # a partition the writer never committed may start anywhere
-    assert req("c2", (A0, 5, 9), (B0, 40, 41)).evaluate(last) is Verdict.PROCEED
+    assert req("c2", (A0, 5, 9), (B0, 40, 41)).evaluate(last) is AppendVerdict.PROCEED
     assert req("c2", (A0, 5, 9)).end_offsets(last.offsets).get(A0) == 9
 
 
 def test_requirement_recognises_its_own_landed_commit() -> None:
     last = commit("w1", "c2", **{"a:0": 9})
-    assert req("c2", (A0, 5, 9)).evaluate(last) is Verdict.LANDED
+    assert req("c2", (A0, 5, 9)).evaluate(last) is AppendVerdict.LANDED
 
 
 def test_requirement_recognises_a_replay_of_committed_ranges() -> None:
     last = commit("w1", "c1", **{"a:0": 9, "a:1": 4})
-    assert req("c-new", (A0, 5, 9), (A1, 2, 4)).evaluate(last) is Verdict.REPLAYED
+    assert req("c-new", (A0, 5, 9), (A1, 2, 4)).evaluate(last) is AppendVerdict.REPLAYED
 
 
 def test_requirement_refuses_offsets_that_moved_elsewhere_naming_expected_and_found() -> None:

@@ -1,6 +1,7 @@
-"""The layers of lakesink, checked from the modules' own imports (tests/layering.py): the rules
-of DESIGN.md hold and the package has no import cycle. The checker itself is tested on small
-synthetic packages with planted violations, so a rule that could never fail is caught here."""
+"""The layers of lakesink, checked from the modules' own imports (tests/layering.py): the
+rules of docs/architecture.md hold and the package has no import cycle. The checker itself is
+tested on small synthetic packages with planted violations, so a rule that could never fail is
+caught here."""
 
 from __future__ import annotations
 
