@@ -40,7 +40,8 @@ LEAVES_INFLIGHT = ("after-begin", "after-write", "after-reconcile", "during-roll
 # Each store runs the steps as one chain of restarts on one table: N+1 driver starts prove
 # what N kill-and-restart pairs would, and every restart also proves it recovers a crash at the
 # previous step. Batches take the direct task path (spark/direct.py); the DataFrame path
-# (transformations) is killed once, where a batch's files are written and not yet reconciled.
+# (transformations) is killed where a batch's files are written and not yet reconciled, and
+# between and after its tables' commits, in test_crashes_between_tables.py.
 
 
 @pytest.mark.parametrize("store", ["local", "s3"])
@@ -91,34 +92,6 @@ def test_driver_killed_at_each_commit_step_in_turn_each_restart_recovers_and_end
     assert not HudiTable.open(cfg.table_storage).timeline().inflight_or_requested()
     if store == "local":  # rolled-back and replayed instants, read by Java Hudi too
         assert_java_hudi_agrees(request.getfixturevalue("java_hudi"), cfg["table.path"])
-
-
-def test_driver_killed_on_the_dataframe_path_then_restart_is_exactly_once(
-    kafka_bootstrap: str,
-    topic_factory: Callable[[str], str],
-    tmp_path: Path,
-    cli: Callable[..., Any],
-) -> None:
-    """Through a Spark DataFrame (the transformations' path), killed where a batch's files
-    are written and not yet reconciled: the restart rolls the instant back and replays it."""
-    topic = topic_factory("dataframe")
-    produce_sample_events(kafka_bootstrap, topic, 900, 3)
-    cfg = ingest_config(kafka_bootstrap, topic, tmp_path / "t", write__path="dataframe")
-    conf = write_config_file(cfg, tmp_path / "c.toml")
-    # One batch commits cleanly, the second dies after its files are written.
-    crashed = cli(
-        ["ingest", "--config", str(conf), "--once"],
-        env={"LAKESINK_CRASH_AT": "after-write", "LAKESINK_CRASH_AFTER_BATCHES": "1"},
-    )
-    assert crashed.returncode == KILLED, crashed.stdout[-3000:]
-    assert HudiTable.open(cfg.table_storage).timeline().inflight_or_requested()
-    assert audit_config(cfg).ok  # a reader sees a consistent table even before recovery
-    restarted = cli(["ingest", "--config", str(conf), "--once"])
-    assert restarted.returncode == 0, restarted.stdout[-3000:]
-    report = audit_config(cfg)
-    assert report.ok, report.problems
-    assert report.rows_hudi_rs == report.rows_lakesink == 900
-    assert not HudiTable.open(cfg.table_storage).timeline().inflight_or_requested()
 
 
 def test_broker_restart_between_runs_loses_nothing(
