@@ -46,7 +46,8 @@ def ingest(
     query's termination) stay off unless `debug`: the error lakesink raises names what failed.
     `partitions`: what check_kafka(cfg) returned just before, so the brokers are asked once.
     `standby`: first wait, warm, until the active writer stops (None if SIGTERM came first).
-    SIGTERM ends the ingestion after the batch in flight and hands over to a standby."""
+    SIGTERM, or a first Ctrl-C (SIGINT), ends the ingestion after the batch in flight and hands
+    over to a standby; a second Ctrl-C stops at once."""
     from lakesink.spark.pipeline import Ingestion, check_kafka
     from lakesink.spark.session import get_spark, ingestion_spark_start
     from lakesink.spark.standby import Standby
@@ -68,8 +69,18 @@ def ingest(
         stop.set()
         ingestion.stop()
 
+    def on_sigint(signum: int, frame: object) -> None:
+        # Ctrl-C: as SIGTERM, once; a second one stops at once (exit 130, nothing lost: the
+        # next start recovers the batch in flight as after a crash)
+        if stop.is_set():
+            raise KeyboardInterrupt
+        say("lakesink: stopping after the batch in flight (Ctrl-C again to stop now)")
+        on_sigterm(signum, frame)
+
     main_thread = threading.current_thread() is threading.main_thread()
+    # installed after Spark's context, whose own SIGINT handler cancels every job at once
     previous = signal.signal(signal.SIGTERM, on_sigterm) if main_thread else None
+    previous_int = signal.signal(signal.SIGINT, on_sigint) if main_thread else None
     try:
         liveness = None
         if standby:
@@ -92,6 +103,7 @@ def ingest(
     finally:
         if main_thread:
             signal.signal(signal.SIGTERM, previous)
+            signal.signal(signal.SIGINT, previous_int)
         ingestion.close()
     if sys.stdout.isatty():
         sys.stdout.write("\n")

@@ -50,7 +50,7 @@ EXIT_CODES: dict[int, str] = {
     8: "record: a Kafka record cannot be decoded under `errors.tolerance=none`",
     9: "pending-commit store: unreachable or inconsistent (`commit.mode=async`)",
     10: "`verify` or `demo`: the audit found a duplicate, a gap or a mismatch",
-    130: "interrupted (Ctrl-C)",
+    130: "interrupted (a second Ctrl-C; the first ends `ingest` after its batch, exit code 0)",
 }
 """Every exit code of the `lakesink` command and what it means."""
 

@@ -237,3 +237,49 @@ def test_required_column_with_a_bad_record_fails_in_one_line_then_dead_letters_i
     assert main.to_pylist() == [{"kafka_offset": 0, "id": 1}]
     letters = TableReader(HudiTable.open(dead)).snapshot(columns=["kafka_offset", "kafka_value"])
     assert letters.to_pylist() == [{"kafka_offset": 1, "kafka_value": b"garbage"}]
+
+
+def test_ctrl_c_stops_a_streaming_ingest_after_its_batch_in_one_line_like_sigterm(
+    kafka_bootstrap: str, topic_factory: Callable[[str], str], tmp_path: Path
+) -> None:
+    """Ctrl-C in a terminal reaches the whole foreground process group (the driver, Spark's
+    JVM and Python workers): the ingestion stops after the batch in flight, with no traceback,
+    and exits 0 as after SIGTERM; everything it committed is exactly once."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from integration.conftest import SHORT_LIVED_DRIVER_JVM, audit_config
+
+    topic = topic_factory("ctrlc")
+    produce_sample_events(kafka_bootstrap, topic, 300, 1)
+    cfg = ingest_config(kafka_bootstrap, topic, tmp_path / "t", trigger__interval__s=1)
+    conf = write_config_file(cfg, tmp_path / "c.toml")
+    log = tmp_path / "ingest.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "lakesink.cli.main", "ingest", "--config", str(conf)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **SHORT_LIVED_DRIVER_JVM},
+            start_new_session=True,  # its own process group, as a terminal's foreground job
+        )
+    try:
+        deadline = time.monotonic() + 120
+        while b"batch 0: instant" not in log.read_bytes() and proc.poll() is None:
+            assert time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(0.2)
+        os.killpg(proc.pid, signal.SIGINT)
+        code = proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    text = log.read_text()
+    assert code == 0, text[-3000:]
+    assert "stopping after the batch in flight" in text, text[-3000:]
+    assert "Traceback" not in text and "py4j" not in text.lower(), text[-3000:]
+    report = audit_config(cfg)
+    assert report.ok and report.rows_hudi_rs == 300, report.problems
