@@ -892,15 +892,30 @@ class LakesinkConfig:
         return build_config({**self.values, **overrides})
 
 
+def closest_key(unknown: str) -> str | None:
+    """The configuration key a mistyped `unknown` most likely means, or None: the most similar
+    key whose name is close as a whole (a letter left out or added: `kafka.bootstrap.server`,
+    `kafka.topic`), else one with the same last part (`table.version` for `hudi.version`)."""
+    import difflib
+
+    names = list(KEYS_BY_NAME)
+    close = difflib.get_close_matches(unknown, names, n=1, cutoff=0.85)
+    if close:
+        return close[0]
+    last = unknown.rsplit(".", 1)[-1]
+    same_last = [k for k in names if k.rsplit(".", 1)[-1] == last]
+    if same_last:
+        return difflib.get_close_matches(unknown, same_last, n=1, cutoff=0.0)[0]
+    return None
+
+
 def build_config(raw: Mapping[str, Any]) -> LakesinkConfig:
     """Validate raw values (any source) into a config; errors name the key and what is valid."""
     unknown = sorted(set(raw) - set(KEYS_BY_NAME))
     if unknown:
-        close = {
-            u: [k for k in KEYS_BY_NAME if k.split(".")[-1] == u.split(".")[-1]] for u in unknown
-        }
         hints = "; ".join(
-            f"{u!r}" + (f" (did you mean {close[u][0]!r}?)" if close[u] else "") for u in unknown
+            f"{u!r}" + (f" (did you mean {close!r}?)" if (close := closest_key(u)) else "")
+            for u in unknown
         )
         raise ConfigError(f"unknown configuration key(s): {hints}. See docs/configuration.md")
     values: dict[str, Any] = {}

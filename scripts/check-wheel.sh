@@ -44,6 +44,9 @@ t0=$SECONDS
 "$work/venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-compile \
   "$PWD/${wheel}[demo,verify]"
 echo "check-wheel: installed into a clean venv in $((SECONDS - t0))s"
+version=$("$work/venv/bin/lakesink" --version)
+[ "$version" = "lakesink $("$work/venv/bin/python" -c 'import importlib.metadata as m; print(m.version("lakesink"))')" ] \
+  || { echo "check-wheel: lakesink --version says '$version'" >&2; exit 1; }
 t0=$SECONDS
 # Spark's start cache (the class archive the first run writes) in the work folder, not the
 # user's home: each check's venv is new, so is its archive

@@ -35,9 +35,22 @@ def _positive_seconds(text: str) -> float:
     return value
 
 
+def _version() -> str:
+    """The installed distribution's version (a source tree without one installed: unknown)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("lakesink")
+    except PackageNotFoundError:
+        return "unknown"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="lakesink", description=__doc__.splitlines()[0])
     parser.add_argument("--debug", action="store_true", help="verbose logs and tracebacks")
+    parser.add_argument(
+        "--version", action="version", version=f"lakesink {_version()}", help="show the version"
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     demo = sub.add_parser("demo", help="start a local broker, produce events, ingest them, audit")

@@ -69,6 +69,15 @@ def test_not_a_table_is_one_line_with_the_path(
     assert str(tmp_path / "nothing") in err and "Traceback" not in err
 
 
+def test_version_names_the_installed_distribution(capsys: pytest.CaptureFixture[str]) -> None:
+    from importlib.metadata import version
+
+    with pytest.raises(SystemExit) as done:
+        main(["--version"])
+    assert done.value.code == 0
+    assert capsys.readouterr().out.strip() == f"lakesink {version('lakesink')}"
+
+
 def test_config_docs_prints_every_key(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["config", "docs"]) == 0
     assert "`kafka.bootstrap.servers`" in capsys.readouterr().out

@@ -1,5 +1,6 @@
 """Configuration: defaults, file formats, overrides, and errors that name the key."""
 
+import re
 from pathlib import Path
 
 import pytest
@@ -27,9 +28,28 @@ def test_bad_choice_names_key_and_valid_values() -> None:
         build_config({**BASE, "commit.mode": "maybe"})
 
 
-def test_unknown_key_suggests_close_match() -> None:
-    with pytest.raises(ConfigError, match=r"did you mean 'kafka\.topics'"):
-        build_config({**BASE, "topics": "x"})
+@pytest.mark.parametrize(
+    ("typed", "meant"),
+    [
+        ("topics", "kafka.topics"),  # the same last part
+        ("kafka.topic", "kafka.topics"),  # a letter left out: not errors.deadletter.topic
+        ("kafka.bootstrap.server", "kafka.bootstrap.servers"),
+        ("kafka.topics.pattern", "kafka.topic.pattern"),
+        ("errors.deadletter.tabel", "errors.deadletter.table"),
+        ("hudi.version", "table.version"),
+    ],
+)
+def test_unknown_key_suggests_the_key_it_most_likely_means(typed: str, meant: str) -> None:
+    with pytest.raises(
+        ConfigError, match=rf"{re.escape(repr(typed))} \(did you mean {re.escape(repr(meant))}\?\)"
+    ):
+        build_config({**BASE, typed: "x"})
+
+
+def test_unknown_key_far_from_every_key_gets_no_suggestion() -> None:
+    with pytest.raises(ConfigError) as e:
+        build_config({**BASE, "zzz": "x"})
+    assert "did you mean" not in str(e.value)
 
 
 def test_missing_required_key_is_named() -> None:
