@@ -132,9 +132,28 @@ def _checkpoint_without_forks(spark: SparkSession) -> None:
         return
 
 
+def use_driver_python(spark: SparkSession) -> None:
+    """On a local master, Spark's Python workers run this driver's interpreter unless the user
+    chose one (PYSPARK_PYTHON, spark.pyspark.python). Otherwise a virtualenv's python run
+    without activating it (or a notebook kernel) has workers start `python3` from PATH, which
+    has no lakesink. A cluster's workers run what its configuration says."""
+    sc = spark.sparkContext
+    if not (sc.master or "").startswith("local"):
+        return
+    if os.environ.get("PYSPARK_PYTHON") or sc.getConf().get("spark.pyspark.python"):
+        return
+    # read by PySpark whenever it hands a Python function (a data source, a mapInArrow or
+    # mapPartitions function) to the JVM
+    sc.pythonExec = sys.executable
+
+
 def register_sources(spark: SparkSession) -> None:
+    """lakesink's data sources (`lakesink-kafka`, `lakesink`) on `spark`, its Python workers
+    running the driver's interpreter on a local master (`use_driver_python`)."""
     from lakesink.spark.source import KafkaDataSource
     from lakesink.spark.table_source import LakesinkTableSource
+
+    use_driver_python(spark)
 
     spark.dataSource.register(KafkaDataSource)
     spark.dataSource.register(LakesinkTableSource)

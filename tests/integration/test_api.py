@@ -271,3 +271,55 @@ def test_metrics_count_dead_letters_per_topic_and_async_commits(
     report = audit_config(cfg)
     assert report.ok, report.problems
     assert report.rows_lakesink == 20 and report.dead_letters == 2
+
+
+def test_api_from_a_virtualenvs_python_run_without_activating_it_ingests_on_a_local_master(
+    kafka_bootstrap: str, topic_factory: Callable[[str], str], tmp_path: Path
+) -> None:
+    """`/path/to/venv/bin/python app.py` with the venv not on PATH (or a notebook kernel): the
+    `python3` on PATH has no lakesink, yet Spark's Python workers run the driver's interpreter
+    on a local master, so the user's own session ingests and reads the table."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from integration.conftest import SHORT_LIVED_DRIVER_JVM
+
+    topic = topic_factory("unactivated")
+    produce_sample_events(kafka_bootstrap, topic, 50, 1)
+    config = {
+        "kafka.bootstrap.servers": kafka_bootstrap,
+        "kafka.topics": topic,
+        "value.format": "json",
+        "value.schema": SAMPLE_EVENT_DDL,
+        "table.path": str(tmp_path / "t"),
+    }
+    app = tmp_path / "app.py"
+    app.write_text(
+        "import json, sys\n"
+        "from pyspark.sql import SparkSession\n"
+        "import lakesink\n"
+        "spark = SparkSession.builder.master('local[1]')"
+        ".config('spark.ui.enabled', 'false').getOrCreate()\n"
+        "handle = lakesink.ingest(spark, json.loads(sys.argv[1]), once=True)\n"
+        "handle.await_termination()\n"
+        "print('rows', lakesink.read(spark, json.loads(sys.argv[1])['table.path']).count())\n"
+        "handle.stop()\n"
+    )
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "VIRTUAL_ENV")
+    }
+    env.update(SHORT_LIVED_DRIVER_JVM, PATH="/usr/local/bin:/usr/bin:/bin")
+    ran = subprocess.run(
+        [sys.executable, str(app), json.dumps(config)],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert ran.returncode == 0, (ran.stdout + ran.stderr)[-3000:]
+    assert "rows 50" in ran.stdout, (ran.stdout + ran.stderr)[-3000:]
