@@ -1,7 +1,7 @@
 """lakesink: exactly-once ingestion of Apache Kafka topics into open lakehouse tables.
 
-The Python API (`ingest`, `read_stream`, `sink`, `read`) is described in docs/api.md; importing
-`lakesink` does not import pyspark (the functions do, when called).
+The Python API (`ingest`, `read_stream`, `sink`, `read`, `register`) is described in
+docs/api.md; importing `lakesink` does not import pyspark (the functions do, when called).
 """
 
 from lakesink.api import (
@@ -13,6 +13,7 @@ from lakesink.api import (
     load_config,
     read,
     read_stream,
+    register,
     sink,
 )
 from lakesink.errors import LakesinkError
@@ -28,6 +29,7 @@ __all__ = [
     "load_config",
     "read",
     "read_stream",
+    "register",
     "sink",
 ]
 __version__ = "0.1.0"

@@ -79,10 +79,16 @@ class IngestionStatus:
     """What ended the ingestion, when it failed."""
 
 
-def _prepare(spark: SparkSession) -> None:
+def register(spark: SparkSession) -> None:
+    """Register lakesink's data sources on `spark`: `spark.read.format("lakesink")` (a table,
+    option `as.of.instant`) and `spark.readStream.format("lakesink-kafka")` then work without
+    any other lakesink call first. Every function of this API does it for you."""
     from lakesink.spark.session import register_sources
 
     register_sources(spark)
+
+
+_prepare = register
 
 
 class IngestionHandle:

@@ -278,7 +278,8 @@ def test_api_from_a_virtualenvs_python_run_without_activating_it_ingests_on_a_lo
 ) -> None:
     """`/path/to/venv/bin/python app.py` with the venv not on PATH (or a notebook kernel): the
     `python3` on PATH has no lakesink, yet Spark's Python workers run the driver's interpreter
-    on a local master, so the user's own session ingests and reads the table."""
+    on a local master, so the user's own session ingests and reads the table — with Spark's
+    reader once `lakesink.register(spark)` ran (before it, Spark does not know the format)."""
     import json
     import os
     import subprocess
@@ -302,9 +303,15 @@ def test_api_from_a_virtualenvs_python_run_without_activating_it_ingests_on_a_lo
         "import lakesink\n"
         "spark = SparkSession.builder.master('local[1]')"
         ".config('spark.ui.enabled', 'false').getOrCreate()\n"
-        "handle = lakesink.ingest(spark, json.loads(sys.argv[1]), once=True)\n"
+        "config = json.loads(sys.argv[1])\n"
+        "try:\n"
+        "    spark.read.format('lakesink').load(config['table.path'])\n"
+        "except Exception as e:\n"
+        "    print('before register:', 'DATA_SOURCE_NOT_FOUND' in str(e))\n"
+        "lakesink.register(spark)\n"
+        "handle = lakesink.ingest(spark, config, once=True)\n"
         "handle.await_termination()\n"
-        "print('rows', lakesink.read(spark, json.loads(sys.argv[1])['table.path']).count())\n"
+        "print('rows', spark.read.format('lakesink').load(config['table.path']).count())\n"
         "handle.stop()\n"
     )
     env = {
@@ -323,3 +330,5 @@ def test_api_from_a_virtualenvs_python_run_without_activating_it_ingests_on_a_lo
     )
     assert ran.returncode == 0, (ran.stdout + ran.stderr)[-3000:]
     assert "rows 50" in ran.stdout, (ran.stdout + ran.stderr)[-3000:]
+    # Spark's reader finds lakesink's table source once `lakesink.register(spark)` ran
+    assert "before register: True" in ran.stdout, (ran.stdout + ran.stderr)[-3000:]
