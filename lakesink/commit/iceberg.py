@@ -21,7 +21,7 @@ from lakesink.errors import CommitError, ConfigError, CorruptTableError
 from lakesink.iceberg.catalog import CatalogSettings, open_catalog
 from lakesink.iceberg.datafiles import DataFileDescription
 from lakesink.iceberg.schema import PartitionFieldSetting, parse_partition_spec
-from lakesink.iceberg.snapshots import KEY_COMMIT_ID, AppendRequirement
+from lakesink.iceberg.snapshots import KEY_COMMIT_ID, KEY_LOST, AppendRequirement
 from lakesink.iceberg.table import AppendResult, CommitOutcome, IcebergTable, snapshot_infos
 from lakesink.protocol.conflicts import ConflictStrategy, Operation
 from lakesink.protocol.instant import Action, InstantTime
@@ -307,8 +307,13 @@ class IcebergFormat:
         vtts = metadata.extra.get(VTTS_KEY)
         writer_id = requirement.writer_id
         own = self.claimed[1] if self.claimed is not None and self.claimed[0] == writer_id else None
+        lost = metadata.extra.get(keys.LOST_KEY)
         result = self.table.commit_append(
-            self.files(instant_time), requirement, int(vtts) if vtts else None, incarnation=own
+            self.files(instant_time),
+            requirement,
+            int(vtts) if vtts else None,
+            incarnation=own,
+            extra_summary={KEY_LOST: lost} if lost else None,
         )
         if result.outcome is CommitOutcome.REPLAYED:
             raise CommitError(

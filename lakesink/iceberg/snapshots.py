@@ -38,6 +38,7 @@ __all__ = [
     "KEY_COMMIT_ID",
     "KEY_INCARNATION",
     "KEY_LAYOUT",
+    "KEY_LOST",
     "KEY_MAINTENANCE",
     "KEY_OFFSETS",
     "KEY_VTTS",
@@ -68,6 +69,8 @@ KEY_BACKFILL_ID = PREFIX + "backfill-id"
 KEY_BACKFILL_SOURCE = PREFIX + "backfill-source"
 """In the summary of a backfill's snapshot: its first source files, as a JSON list."""
 KEY_MAINTENANCE = PREFIX + "maintenance"
+# spans cut off a batch at a restart, the broker's log end having moved back below them
+KEY_LOST = PREFIX + "lost"
 """In the summary of a snapshot lakesink's maintenance committed (a rewrite): which action. Such a
 snapshot is no writer's commit; the lineage walk passes it by."""
 

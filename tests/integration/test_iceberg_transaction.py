@@ -4,6 +4,7 @@ deleting the batch's files, a commit recognised as published after it landed."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import uuid
 from pathlib import Path
@@ -112,3 +113,24 @@ def test_iceberg_stage_refuses_a_reported_file_without_a_description(tmp_path: P
     tx = _batch(fmt, [OffsetRange(P0, 0, 2)])
     with pytest.raises(CommitError, match="differ"):
         fmt.stage(tx.instant_time, {"file:///nowhere.parquet"})
+
+
+def test_iceberg_commit_records_offsets_the_broker_lost_in_its_snapshot_summary(
+    tmp_path: Path,
+) -> None:
+    """A batch cut at the log end at a restart (spark/replay_check.py) keeps the lost span in
+    its snapshot, as a Hudi commit keeps it in its metadata."""
+    from lakesink.iceberg.snapshots import KEY_LOST
+
+    fmt = IcebergFormat(Backend(CatalogSettings(warehouse=str(tmp_path / "wh"))).table("ns.t"))
+    ranges = [OffsetRange(P0, 0, 5)]
+    tx = _batch(fmt, ranges)
+    lost = json.dumps([[P0.key(), 5, 9]])
+    plain = _metadata(ranges, fmt.files(tx.instant_time))
+    metadata = dataclasses.replace(plain, extra={**plain.extra, keys.LOST_KEY: lost})
+    base = fmt.committed_offsets(WRITER)
+    assert tx.commit(metadata, (OffsetsUnchanged(WRITER, base, tx.instant_time),)).published
+    snapshot = fmt.table.pyiceberg.current_snapshot()
+    assert snapshot is not None and snapshot.summary is not None
+    assert snapshot.summary.additional_properties[KEY_LOST] == lost
+    assert fmt.committed_offsets(WRITER) == WriterOffsets({P0: 5})
