@@ -1158,8 +1158,34 @@ def render_reference() -> str:
         "| --- | --- | --- |",
     ]
     for k in KEYS:
-        default = "(required)" if k.required else repr(k.default) if k.default is not None else ""
-        if isinstance(k.default, tuple):
-            default = ",".join(k.default)
-        lines.append(f"| `{k.name}` | `{default}` | {k.doc} |")
+        lines.append(f"| `{k.name}` | {_default_text(k)} | {_placeholders_as_code(k.doc)} |")
     return "\n".join(lines) + "\n"
+
+
+def _default_text(key: Key) -> str:
+    """A key's default as a configuration file writes it (`true`, `earliest`, `a,b`), in
+    code; none: a dash."""
+    if key.required:
+        return "(required)"
+    value = key.default
+    if value is None or value == "" or value == ():
+        return "—"
+    if isinstance(value, bool):
+        return f"`{str(value).lower()}`"
+    if isinstance(value, tuple):
+        return f"`{','.join(map(str, value))}`"
+    return f"`{value}`"
+
+
+# A path or word holding `<placeholder>`s: outside code, Markdown would read them as HTML tags
+# and drop them ("<table.path>/.hoodie/..." rendered as "/.hoodie/...")
+_PLACEHOLDER_RUN = re.compile(r"(?<![`\w])(?:[\w.~/:-]*<[^<>\s`]+>)+[\w.~/-]*")
+
+
+def _placeholders_as_code(text: str) -> str:
+    def code(m: re.Match[str]) -> str:
+        run = m.group(0)
+        trail = len(run) - len(run.rstrip("."))
+        return f"`{run[: len(run) - trail]}`" + run[len(run) - trail :]
+
+    return _PLACEHOLDER_RUN.sub(code, text)

@@ -69,3 +69,18 @@ def test_exit_codes_match_what_the_cli_returns() -> None:
             inspect.getsource(module)
         )
         assert code in EXIT_CODES
+
+
+def test_configuration_reference_keeps_placeholders_in_code_and_defaults_as_files_say() -> None:
+    """Markdown reads `<name>` outside code as an HTML tag and drops it from the page; the
+    defaults read as a TOML file would write them (no Python reprs, no empty code spans)."""
+    import re
+
+    from lakesink.config import render_reference
+
+    text = render_reference()
+    outside_code = re.sub(r"`[^`]*`", "", text)
+    assert not re.findall(r"<[^<>\s]+>", outside_code)
+    assert "`<table.path>/.hoodie/.lakesink/checkpoints/<writer.id>`" in text
+    assert "``" not in text and "`'" not in text and "`True`" not in text
+    assert "| `kafka.fail.on.data.loss` | `true` |" in text
