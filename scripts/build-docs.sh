@@ -5,3 +5,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export NO_MKDOCS_2_WARNING=1   # Material's notice about MkDocs 2.0, printed on every build
 python -m mkdocs build --strict --quiet --site-dir "${1:-site}"
+# what a strict build lets through: placeholders Markdown drops, steps that merge into a paragraph
+python scripts/check_docs_html.py docs "${1:-site}"

@@ -84,3 +84,19 @@ def test_configuration_reference_keeps_placeholders_in_code_and_defaults_as_file
     assert "`<table.path>/.hoodie/.lakesink/checkpoints/<writer.id>`" in text
     assert "``" not in text and "`'" not in text and "`True`" not in text
     assert "| `kafka.fail.on.data.loss` | `true` |" in text
+
+
+def test_the_site_check_finds_lost_placeholders_and_steps_merged_into_a_paragraph() -> None:
+    """scripts/check_docs_html.py (run by scripts/build-docs.sh) on planted mistakes."""
+    import importlib.util
+
+    path = Path(__file__).parents[2] / "scripts" / "check_docs_html.py"
+    spec = importlib.util.spec_from_file_location("check_docs_html", path)
+    assert spec is not None and spec.loader is not None
+    check = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(check)
+    md = "a <table.path>/x and MAP<STRING, T>, `<in code>`, a <br> and <b>bold</b>\n"
+    assert check.lost_placeholders(md) == ["<STRING,>", "<table.path>"]
+    assert check.lost_placeholders("```\n<fenced>\n```\n") == []
+    merged = "<p>2. Write it:\nmore text.\n3. Check it: run</p><p>4. Alone</p>"
+    assert check.merged_steps(merged) == ["3. Check it: run"]
