@@ -280,7 +280,7 @@ class _RangeReader:
                     msgs_buf = []
                 self.stats.position = position
                 if not done and time.monotonic() - last_progress > self.stall_timeout_s:
-                    self._check_log_end(consumer, position)
+                    self._check_log_end(position)
                     raise KafkaError(
                         f"no progress reading {self.describe()} for {self.stall_timeout_s:.0f} s: "
                         f"reached offset {position}, {r.end - position} offsets short of the end"
@@ -296,17 +296,18 @@ class _RangeReader:
             consumer.close()
             self.stats.elapsed_s += time.monotonic() - started
 
-    def _check_log_end(self, consumer: Any, position: int) -> None:
+    def _check_log_end(self, position: int) -> None:
         """A range that stalls below its end: DataLossError if the log now ends below the
         range's end (the broker lost records after the batch was planned); the restart then
-        cuts the batch at the log end or refuses it (spark/replay_check.py)."""
-        from confluent_kafka import TopicPartition as CkTopicPartition
+        cuts the batch at the log end or refuses it (spark/replay_check.py). The log's end is
+        its high watermark, whatever the isolation level: an open transaction holds only the
+        last stable offset back, and loses nothing."""
+        from lakesink.kafka.client import watermarks
 
         tp = self.r.partition
+        settings = {k: v for k, v in self.config.items() if k != "isolation.level"}
         try:
-            _low, high = consumer.get_watermark_offsets(
-                CkTopicPartition(tp.topic, tp.partition), timeout=10.0, cached=False
-            )
+            high = watermarks(self.bootstrap, [tp], "read_uncommitted", extra=settings)[tp][1]
         except Exception:  # the broker is unreachable: the stall error says so
             return
         if high >= self.r.end:

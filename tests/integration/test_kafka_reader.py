@@ -9,7 +9,7 @@ from collections.abc import Callable
 import pyarrow as pa
 import pytest
 
-from lakesink.errors import ConfigError, DataLossError, KafkaError, RecordError
+from lakesink.errors import ConfigError, DataLossError, InternalError, KafkaError, RecordError
 from lakesink.kafka.client import (
     OffsetClient,
     create_topic,
@@ -359,8 +359,10 @@ def test_dead_letters_go_to_a_kafka_topic_with_source_headers(
     assert b"JSON" in headers[0][ERROR_HEADER] or b"json" in headers[0][ERROR_HEADER].lower()
 
 
-def test_tolerance_all_without_a_destination_is_a_config_error() -> None:
-    with pytest.raises(ConfigError, match="never dropped"):
+def test_tolerance_all_without_a_destination_is_lakesinks_bug_not_a_config_error() -> None:
+    """The configuration is checked where it is built (errors.tolerance=all needs one
+    dead-letter target); a caller passing none is an internal error, never "your config"."""
+    with pytest.raises(InternalError, match="never dropped"):
         list(
             read_range(
                 "127.0.0.1:1",
