@@ -16,8 +16,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from lakesink.audit import audit
 from lakesink.config import build_config
+from lakesink.formats.hudi.audit import audit
 from lakesink.kafka.embedded_broker import EmbeddedBroker
 from lakesink.kafka.producer import SAMPLE_EVENT_DDL, produce_sample_events
 from lakesink.spark.pipeline import Ingestion

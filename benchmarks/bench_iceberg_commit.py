@@ -33,13 +33,13 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from lakesink.iceberg.catalog import CatalogSettings, open_catalog
-from lakesink.iceberg.datafiles import DataFileDescription
-from lakesink.iceberg.schema import parse_partition_spec
-from lakesink.iceberg.table import CommitOutcome, IcebergTable
+from lakesink.formats.iceberg.catalog import CatalogSettings, open_catalog
+from lakesink.formats.iceberg.datafiles import DataFileDescription
+from lakesink.formats.iceberg.schema import parse_partition_spec
+from lakesink.formats.iceberg.services import expire_snapshots
+from lakesink.formats.iceberg.table import CommitOutcome, IcebergTable
 from lakesink.kafka.reader import METADATA_FIELDS
 from lakesink.protocol.offsets import OffsetRange, TopicPartition
-from lakesink.services.iceberg_maintenance import expire_snapshots
 
 HERE = Path(__file__).parent
 ROWS = pa.schema([*METADATA_FIELDS, pa.field("value", pa.string())])

@@ -24,12 +24,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from interop.java_hudi import JavaHudi
 
+from lakesink.formats.hudi.table.config import TableConfig
+from lakesink.formats.hudi.table.hudi_table import HudiTable
+from lakesink.formats.hudi.table.metadata import CommitMetadata
+from lakesink.formats.hudi.table.reader import TableReader
+from lakesink.formats.hudi.table.writer import PartitionedWriter
 from lakesink.protocol.instant import Action, InstantTime
-from lakesink.table.config import TableConfig
-from lakesink.table.hudi_table import HudiTable
-from lakesink.table.metadata import CommitMetadata
-from lakesink.table.reader import TableReader
-from lakesink.table.writer import PartitionedWriter
 
 PARTITIONS = 8
 

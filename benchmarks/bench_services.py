@@ -24,21 +24,21 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from lakesink.audit import completed_commits, read_with_hudi_rs
-from lakesink.commit.control import LockedCommitControl
-from lakesink.commit.coordinator import Coordinator
+from lakesink.engine.coordinator import Coordinator
+from lakesink.formats.hudi.audit import completed_commits, read_with_hudi_rs
+from lakesink.formats.hudi.control import LockedCommitControl
+from lakesink.formats.hudi.services.archival import ArchivePolicy, archive
+from lakesink.formats.hudi.services.clean import RetainPolicy, clean
+from lakesink.formats.hudi.services.clustering import ClusteringOptions, cluster
+from lakesink.formats.hudi.table.archive import ARCHIVE_DIR, PACK_LOOSE_FILES
+from lakesink.formats.hudi.table.config import TableConfig
+from lakesink.formats.hudi.table.files import write_token
+from lakesink.formats.hudi.table.hudi_table import HudiTable
+from lakesink.formats.hudi.table.reader import TableReader
+from lakesink.formats.hudi.table.view import FileSystemView
+from lakesink.formats.hudi.table.writer import PartitionedWriter
 from lakesink.protocol.offsets import OffsetRange, TopicPartition
 from lakesink.protocol.write_status import WriteStatus
-from lakesink.services.archival import ArchivePolicy, archive
-from lakesink.services.clean import RetainPolicy, clean
-from lakesink.services.clustering import ClusteringOptions, cluster
-from lakesink.table.archive import ARCHIVE_DIR, PACK_LOOSE_FILES
-from lakesink.table.config import TableConfig
-from lakesink.table.files import write_token
-from lakesink.table.hudi_table import HudiTable
-from lakesink.table.reader import TableReader
-from lakesink.table.view import FileSystemView
-from lakesink.table.writer import PartitionedWriter
 
 
 def make_table(path: Path) -> tuple[HudiTable, LockedCommitControl, Coordinator]:

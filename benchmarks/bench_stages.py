@@ -31,14 +31,14 @@ import pyarrow.parquet as pq
 from confluent_kafka import Message
 from raw_limit import raw_table
 
+from lakesink.formats.hudi.table.config import TableConfig
+from lakesink.formats.hudi.table.hudi_table import HudiTable
+from lakesink.formats.hudi.table.writer import COORDINATE_COLUMNS, PartitionedWriter
 from lakesink.kafka.ddl import ddl_to_arrow
 from lakesink.kafka.json_bulk import JsonDeserializer
 from lakesink.kafka.producer import SAMPLE_EVENT_DDL, sample_event_bytes
 from lakesink.kafka.reader import RangeReadStats, _RangeReader, output_schema
 from lakesink.protocol.offsets import OffsetRange, TopicPartition
-from lakesink.table.config import TableConfig
-from lakesink.table.hudi_table import HudiTable
-from lakesink.table.writer import COORDINATE_COLUMNS, PartitionedWriter
 
 TOPIC = "events"
 INSTANT = "20261126000000000"

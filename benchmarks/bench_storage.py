@@ -31,16 +31,16 @@ sys.path.insert(0, str(HERE.parent / "tests"))
 from s3_faults import FaultProxy  # noqa: E402
 from s3_server import S3Server  # noqa: E402
 
-from lakesink.commit.coordinator import Coordinator  # noqa: E402
 from lakesink.config import build_config  # noqa: E402
+from lakesink.engine.coordinator import Coordinator  # noqa: E402
+from lakesink.formats.hudi.services.archival import ArchivePolicy, archive  # noqa: E402
+from lakesink.formats.hudi.table.config import TableConfig  # noqa: E402
+from lakesink.formats.hudi.table.files import base_file_name, new_file_id  # noqa: E402
+from lakesink.formats.hudi.table.hudi_table import HudiTable  # noqa: E402
+from lakesink.formats.hudi.table.markers import create_marker  # noqa: E402
 from lakesink.protocol.offsets import OffsetRange, TopicPartition  # noqa: E402
 from lakesink.protocol.write_status import FileWrite, WriteStatus  # noqa: E402
-from lakesink.services.archival import ArchivePolicy, archive  # noqa: E402
 from lakesink.spark.pipeline import make_control  # noqa: E402
-from lakesink.table.config import TableConfig  # noqa: E402
-from lakesink.table.files import base_file_name, new_file_id  # noqa: E402
-from lakesink.table.hudi_table import HudiTable  # noqa: E402
-from lakesink.table.markers import create_marker  # noqa: E402
 
 TOPIC = "bench"
 WRITER = "bench-writer"

@@ -11,13 +11,13 @@ import tempfile
 import time
 from pathlib import Path
 
+from lakesink.formats.hudi.table.config import TableConfig
+from lakesink.formats.hudi.table.files import base_file_name, new_file_id
+from lakesink.formats.hudi.table.hudi_table import HudiTable
+from lakesink.formats.hudi.table.metadata import CommitMetadata
+from lakesink.formats.hudi.table.view import FileSystemView
 from lakesink.protocol.instant import Action, InstantTime, TimelineLayout
 from lakesink.protocol.write_status import FileWrite
-from lakesink.table.config import TableConfig
-from lakesink.table.files import base_file_name, new_file_id
-from lakesink.table.hudi_table import HudiTable
-from lakesink.table.metadata import CommitMetadata
-from lakesink.table.view import FileSystemView
 
 FILES_PER_COMMIT = 100
 

@@ -17,19 +17,19 @@ import time
 from pathlib import Path
 from typing import Any
 
-from lakesink.commit import writer_state as keys
-from lakesink.commit.coordinator import Coordinator
 from lakesink.config import build_config
+from lakesink.engine import writer_state as keys
+from lakesink.engine.coordinator import Coordinator
+from lakesink.formats.hudi.services.archival import ArchivePolicy, archive
+from lakesink.formats.hudi.table.config import TableConfig
+from lakesink.formats.hudi.table.files import base_file_name, new_file_id
+from lakesink.formats.hudi.table.hudi_table import HudiTable
+from lakesink.formats.hudi.table.markers import create_marker
+from lakesink.formats.hudi.table.metadata import CommitMetadata
 from lakesink.protocol.instant import Action, InstantTime
 from lakesink.protocol.offsets import OffsetRange, TopicPartition, WriterOffsets
 from lakesink.protocol.write_status import FileWrite, WriteStatus
-from lakesink.services.archival import ArchivePolicy, archive
 from lakesink.spark.pipeline import make_control
-from lakesink.table.config import TableConfig
-from lakesink.table.files import base_file_name, new_file_id
-from lakesink.table.hudi_table import HudiTable
-from lakesink.table.markers import create_marker
-from lakesink.table.metadata import CommitMetadata
 
 TOPIC = "bench"
 WRITER = "bench-writer"

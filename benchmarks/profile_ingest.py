@@ -49,7 +49,12 @@ STAGES: list[tuple[str, tuple[str, ...]]] = [
     ("gc (PySpark daemon, after each task)", (r"daemon\.py:275\)", r"freeze_worker_heap")),
     (
         "Parquet write",
-        (r"pyarrow/parquet", r"write_table", r"ParquetWriter", r"_flush \(.*lakesink/table/writer"),
+        (
+            r"pyarrow/parquet",
+            r"write_table",
+            r"ParquetWriter",
+            r"_flush \(.*lakesink/formats/hudi/table/writer",
+        ),
     ),
     (
         "meta columns",
@@ -77,12 +82,12 @@ STAGES: list[tuple[str, tuple[str, ...]]] = [
     (
         "commit",
         (
-            r"lakesink/commit/",
+            r"lakesink/engine/",
             r"lakesink/commitlog",
             r"lakesink/concurrency",
-            r"lakesink/table/timeline",
-            r"lakesink/table/markers",
-            r"lakesink/table/metadata",
+            r"lakesink/formats/hudi/table/timeline",
+            r"lakesink/formats/hudi/table/markers",
+            r"lakesink/formats/hudi/table/metadata",
             r"lakesink/services",
         ),
     ),

@@ -34,9 +34,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from lakesink.formats.hudi.table.timeline import Timeline
 from lakesink.kafka.producer import SAMPLE_EVENT_DDL, produce_sample_events
 from lakesink.protocol.instant import Action, TimelineLayout
-from lakesink.table.timeline import Timeline
 
 TOPIC = "bench-recovery"
 EVENTS = 400_000
@@ -84,8 +84,8 @@ def _completed(table: Path, fmt: str) -> list[str]:
 def _iceberg_snapshots(warehouse: Path) -> list[int]:
     from pyiceberg.exceptions import NoSuchTableError
 
-    from lakesink.iceberg.catalog import CatalogSettings, open_catalog
-    from lakesink.iceberg.errors import CatalogNotFoundError
+    from lakesink.formats.iceberg.catalog import CatalogSettings, open_catalog
+    from lakesink.formats.iceberg.errors import CatalogNotFoundError
 
     try:
         catalog = open_catalog(CatalogSettings(warehouse=str(warehouse), create=False))

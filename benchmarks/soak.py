@@ -26,18 +26,19 @@ same table concurrently (lock.provider=filesystem). With `--services-every N`, t
 clean, clustering and archival inline every N commits, and crash-at points include
 during-archival. Every dead driver is restarted. At the end
 production stops, each writer runs `ingest --once` to catch up, and the audit runs: for every
-writer `lakesink.audit.audit` (hudi-rs + lakesink's reader against Kafka), plus this script's
-own count of table rows, duplicates and missing records against the Kafka logs and against the
-events the producer saw acknowledged (acknowledged events that are not in the broker's log at
-all were lost by the broker over a restart; they are counted apart, not as lakesink's loss; with
-Apache Kafka any such loss fails the soak). Exit status 0 only with zero loss and zero duplicates.
+writer `lakesink.formats.hudi.audit.audit` (hudi-rs + lakesink's reader against Kafka), plus
+this script's own count of table rows, duplicates and missing records against the Kafka logs and
+against the events the producer saw acknowledged (acknowledged events that are not in the
+broker's log at all were lost by the broker over a restart; they are counted apart, not as
+lakesink's loss; with Apache Kafka any such loss fails the soak). Exit status 0 only with zero
+loss and zero duplicates.
 
 With `--format iceberg` the table is an Iceberg table (`table.format=iceberg`, the work dir's
 `table/` folder the warehouse with its SQLite catalog): no lock, so no kill-lock-holder; the
 crash points are the engine's up to after-publish (after the catalog commit, before Spark's commit
 log); `--services-every N` runs inline expire-snapshots and rewrite-data-files every N commits;
-the audit is `lakesink.audit_iceberg` (pyiceberg and DuckDB against Kafka) and this script's own
-count reads the table with pyiceberg.
+the audit is `lakesink.formats.iceberg.audit` (pyiceberg and DuckDB against Kafka) and this
+script's own count reads the table with pyiceberg.
 """
 
 from __future__ import annotations
@@ -714,9 +715,9 @@ class Soak:
     def audit_iceberg(self) -> dict[str, Any]:
         """Each writer: lakesink's Iceberg audit (pyiceberg and DuckDB against Kafka), and this
         script's own count of the pyiceberg rows against Kafka's logs and the acked events."""
-        from lakesink.audit_iceberg import audit_iceberg
-        from lakesink.commit.iceberg import IcebergFormat, open_iceberg_table
         from lakesink.config import load_config
+        from lakesink.formats.iceberg.audit import audit_iceberg
+        from lakesink.formats.iceberg.format import IcebergFormat, open_iceberg_table
 
         assert self.producer is not None
         bootstrap = self.broker.bootstrap_servers
@@ -851,10 +852,10 @@ class Soak:
     def audit_hudi(self) -> dict[str, Any]:
         """Each writer: lakesink's audit (hudi-rs and lakesink's reader against Kafka), and this
         script's own count of the hudi-rs rows against Kafka's logs and the acked events."""
-        from lakesink.audit import audit, read_with_hudi_rs
-        from lakesink.commit import writer_state as commit_state
-        from lakesink.table.hudi_table import HudiTable
-        from lakesink.table.reader import TableReader
+        from lakesink.formats.hudi import writer_state as commit_state
+        from lakesink.formats.hudi.audit import audit, read_with_hudi_rs
+        from lakesink.formats.hudi.table.hudi_table import HudiTable
+        from lakesink.formats.hudi.table.reader import TableReader
 
         assert self.producer is not None
         bootstrap = self.broker.bootstrap_servers

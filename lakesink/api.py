@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming.query import StreamingQuery
 
-    from lakesink.commit.async_commit import AsyncCommitter
+    from lakesink.engine.async_commit import AsyncCommitter
     from lakesink.metrics import Snapshot
     from lakesink.spark.pipeline import Ingestion, IngestionResult, Progress
     from lakesink.spark.sink import BatchStats, CommittingSink
@@ -186,7 +186,7 @@ class IngestionHandle:
         self._ingestion.close()
 
     def status(self) -> IngestionStatus:
-        from lakesink.commit import writer_state as commit_state
+        from lakesink.formats.hudi import writer_state as commit_state
 
         stats = self._result
         progress = self._last_progress

@@ -255,11 +255,14 @@ class Rule:
         return bad
 
 
-# The layers of docs/architecture.md: cli -> spark -> services -> commit -> {table, concurrency,
-# commitlog, kafka} -> protocol. `errors` is the one root of the error tree that every layer
-# raises from, so it stands below them all and imports nothing of the package; `storage` under the
-# table format and the lock. Imports under TYPE_CHECKING count here too: a type is a dependency.
-ABOVE_ADAPTERS = ("commit", "services", "spark", "cli", "api", "audit")
+# The layers of docs/architecture.md: cli -> spark -> formats (hudi, iceberg; each a plugin in the
+# registry `lakesink.formats`) -> engine -> {storage, kafka} -> protocol. `errors` is the one
+# root of the error tree that every layer raises from, so it stands below them all and imports
+# nothing of the package. The engine knows no format; a format knows the engine and below but
+# never another format; spark and cli reach a format only through the registry. Imports under
+# TYPE_CHECKING count here too: a type is a dependency.
+FORMATS = ("formats.hudi", "formats.iceberg")
+ABOVE_FORMATS = ("spark", "cli", "api")
 RULES: tuple[Rule, ...] = (
     Rule("errors", "errors imports nothing of the package", ("errors",), allowed=()),
     Rule(
@@ -274,37 +277,46 @@ RULES: tuple[Rule, ...] = (
         ("storage",),
         allowed=("errors", "extras"),
     ),
-    Rule(
-        "iceberg",
-        "iceberg (the Iceberg format) imports only errors, extras, protocol and storage",
-        ("iceberg",),
-        allowed=("errors", "extras", "protocol", "storage"),
-    ),
-    Rule(
-        "table",
-        "table imports nothing above it",
-        ("table",),
-        forbidden=("commit", "services", "spark", "cli", "kafka", "api", "audit", "metrics"),
-    ),
-    Rule(
-        "adapters",
-        "concurrency, commitlog and kafka import nothing above them",
-        ("concurrency", "commitlog", "kafka"),
-        forbidden=ABOVE_ADAPTERS,
-    ),
-    Rule(
-        "commit",
-        "commit imports nothing of spark, services or cli",
-        ("commit",),
-        forbidden=("spark", "services", "cli"),
-    ),
-    Rule("services", "services imports nothing of spark or cli", ("services",),
-         forbidden=("spark", "cli")),
+    Rule("kafka", "kafka imports nothing of the engine, the formats or above",
+         ("kafka",), forbidden=("engine", "formats", *ABOVE_FORMATS)),
+    Rule("engine", "the engine imports no format and nothing above it",
+         ("engine",), forbidden=("formats", *ABOVE_FORMATS)),
+    Rule("hudi", "the Hudi format imports neither the Iceberg format nor anything above it",
+         ("formats.hudi",), forbidden=("formats.iceberg", *ABOVE_FORMATS)),
+    Rule("iceberg", "the Iceberg format imports neither the Hudi format nor anything above it",
+         ("formats.iceberg",), forbidden=("formats.hudi", *ABOVE_FORMATS)),
+    Rule("registry", "spark and cli reach a format only through the registry (lakesink.formats)",
+         ("spark", "cli"), forbidden=FORMATS),
     Rule("spark", "spark imports nothing of cli", ("spark",), forbidden=("cli",)),
 )  # fmt: skip
 
 
-def report(graph: ImportGraph, rules: Sequence[Rule] = RULES) -> tuple[str, bool]:
+PENDING_FILE = Path(__file__).with_name("layering_pending.txt")
+
+
+def read_pending(path: Path = PENDING_FILE) -> frozenset[tuple[str, str]]:
+    """The imports that break a rule today and are on the way out (issue 28: the engine still
+    reaches Hudi's table, spark and cli still import the formats directly): one
+    `importer -> imported` per line. They are reported apart and do not fail the check; the
+    list may only shrink (tests/unit/test_layering.py fails on an entry that no longer breaks
+    a rule)."""
+    pairs: set[tuple[str, str]] = set()
+    for line in path.read_text(encoding="utf-8").splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line:
+            importer, imported = (part.strip() for part in line.split("->"))
+            pairs.add((importer, imported))
+    return frozenset(pairs)
+
+
+PENDING = read_pending() if PENDING_FILE.exists() else frozenset()
+
+
+def report(
+    graph: ImportGraph,
+    rules: Sequence[Rule] = RULES,
+    pending: frozenset[tuple[str, str]] = frozenset(),
+) -> tuple[str, bool]:
     """The printable report and whether it found a problem (a cycle or a rule violation)."""
     by_kind = {k: len(graph.edges_of(frozenset({k}))) for k in ALL_KINDS}
     lines = [
@@ -323,9 +335,13 @@ def report(graph: ImportGraph, rules: Sequence[Rule] = RULES) -> tuple[str, bool
     problems = bool(cycles)
     lines.append("Layer rules:")
     for rule in rules:
-        bad = rule.violations(graph)
+        found = rule.violations(graph)
+        bad = [e for e in found if (e.importer, e.imported) not in pending]
+        waiting = len(found) - len(bad)
         problems = problems or bool(bad)
         verdict = f"{len(bad)} violations" if bad else "ok"
+        if waiting:
+            verdict += f" ({waiting} pending in {PENDING_FILE.name})"
         lines.append(f"  [{rule.id}] {rule.name}: {verdict}")
         lines.extend(f"       {e.describe()}" for e in bad)
     lines.append("")
@@ -348,8 +364,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--root", type=Path, default=REPO_ROOT, help="folder holding the package")
     parser.add_argument("--package", default="lakesink", help="top-level package name")
+    parser.add_argument(
+        "--strict", action="store_true", help=f"count the imports in {PENDING_FILE.name} too"
+    )
     args = parser.parse_args(argv)
-    text, problems = report(build_graph(args.root / args.package))
+    pending = frozenset() if args.strict or args.root != REPO_ROOT else PENDING
+    text, problems = report(build_graph(args.root / args.package), pending=pending)
     print(text)
     return 1 if problems else 0
 

@@ -112,7 +112,7 @@ def run_demo(args: argparse.Namespace) -> int:
 
 
 def show_iceberg_table(cfg: LakesinkConfig) -> None:
-    from lakesink.commit.iceberg import open_iceberg_table
+    from lakesink.formats.iceberg.format import open_iceberg_table
 
     table = open_iceberg_table(cfg, create=False)
     t = table.pyiceberg.scan().to_arrow()

@@ -107,7 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     table_commands.add_parser(sub)
     table_commands.add_backfill_parser(sub)
-    from lakesink.cli import iceberg_commands
+    from lakesink.formats.iceberg import cli as iceberg_commands
 
     iceberg_commands.add_parser(sub, _add_config_args)
     return parser
@@ -171,7 +171,7 @@ def run(args: argparse.Namespace) -> int:
 
         return table_commands.run(args)
     if args.command == "iceberg":
-        from lakesink.cli import iceberg_commands
+        from lakesink.formats.iceberg import cli as iceberg_commands
 
         return iceberg_commands.run(args, load(args))
     raise AssertionError(args.command)

@@ -9,18 +9,18 @@ import json
 from typing import Any
 
 from lakesink.cli.output import emit_json, say, table
-from lakesink.commit.writer_state import LOST_KEY, SKIPPED_KEY
 from lakesink.config import LakesinkConfig
 from lakesink.errors import TableNotFoundError
+from lakesink.formats.hudi.writer_state import LOST_KEY, SKIPPED_KEY
 from lakesink.metrics import Snapshot
 
 
 def collect_status(cfg: LakesinkConfig) -> dict[str, Any]:
-    from lakesink.commit.writer_state import committed_offsets_at
+    from lakesink.formats.hudi.table.archive import load_archived_view
+    from lakesink.formats.hudi.table.hudi_table import HudiTable
+    from lakesink.formats.hudi.table.view import FileSystemView
+    from lakesink.formats.hudi.writer_state import committed_offsets_at
     from lakesink.spark.pipeline import high_watermarks
-    from lakesink.table.archive import load_archived_view
-    from lakesink.table.hudi_table import HudiTable
-    from lakesink.table.view import FileSystemView
 
     committed = committed_offsets_at(cfg.table_storage, cfg.writer_id)
     marks = high_watermarks(cfg)
@@ -34,7 +34,7 @@ def collect_status(cfg: LakesinkConfig) -> dict[str, Any]:
         )
     out: dict[str, Any] = {"writer_id": cfg.writer_id, "partitions": partitions}
     if cfg["commit.mode"] == "async":
-        from lakesink.commit.async_commit import pending_summary
+        from lakesink.engine.async_commit import pending_summary
         from lakesink.spark.pipeline import pending_store_for
 
         store = pending_store_for(cfg)
@@ -67,7 +67,7 @@ def collect_status(cfg: LakesinkConfig) -> dict[str, Any]:
 
 def collect_iceberg(cfg: LakesinkConfig) -> dict[str, Any]:
     """`collect_status` of an Iceberg table: its status and the metrics, as for Hudi."""
-    from lakesink.cli.iceberg_inspect import collect_iceberg_status
+    from lakesink.formats.iceberg.inspect import collect_iceberg_status
 
     out = collect_iceberg_status(cfg)
     out["metrics_source"], out["metrics"] = status_metrics(cfg, out)
@@ -122,8 +122,8 @@ def skipped_spans(table: Any, writer_id: str, *, key: str = SKIPPED_KEY) -> list
     """Every span of offsets the writer's commits passed over (kafka.fail.on.data.loss=false):
     deleted from Kafka before they were read (SKIPPED_KEY), or lost by the broker after a batch
     was planned over them (LOST_KEY)."""
-    from lakesink.audit import completed_commits
-    from lakesink.commit.writer_state import WRITER_ID_KEY
+    from lakesink.formats.hudi.audit import completed_commits
+    from lakesink.formats.hudi.writer_state import WRITER_ID_KEY
 
     out: list[dict[str, Any]] = []
     for instant, metadata in completed_commits(table):
@@ -145,7 +145,7 @@ def skipped_spans(table: Any, writer_id: str, *, key: str = SKIPPED_KEY) -> list
 
 def run_status(cfg: LakesinkConfig, *, as_json: bool, watch_s: float | None = None) -> int:
     if cfg["table.format"] == "iceberg":
-        from lakesink.cli.iceberg_inspect import print_iceberg_status
+        from lakesink.formats.iceberg.inspect import print_iceberg_status
 
         if watch_s is not None:
             from lakesink.cli.watch import watch_status

@@ -85,8 +85,8 @@ def add_backfill_parser(sub: Any) -> None:
 
 
 def _control(args: argparse.Namespace) -> Any:
-    from lakesink.commit.control import LockedCommitControl
     from lakesink.config import table_storage_at
+    from lakesink.formats.hudi.control import LockedCommitControl
 
     return LockedCommitControl(
         table_storage_at(args.path if hasattr(args, "path") else args.table),
@@ -109,7 +109,7 @@ def run_backfill_command(args: argparse.Namespace) -> int:
 
         overrides = dict(kv.split("=", 1) for kv in args.set if "=" in kv)
         cfg = load_config(args.config, {**overrides, "table.path": args.table})
-    from lakesink.cli.iceberg_inspect import iceberg_kind
+    from lakesink.formats.iceberg.inspect import iceberg_kind
 
     if cfg is not None and cfg["table.format"] == "iceberg":
         return _iceberg_backfill(args, cfg)
@@ -119,7 +119,7 @@ def run_backfill_command(args: argparse.Namespace) -> int:
             "(--config with table.format=iceberg, --table the warehouse)"
         )
     if cfg is not None and args.lock_provider is None and not args.postgres_dsn:
-        from lakesink.commit.control import ControlSettings, LockedCommitControl
+        from lakesink.formats.hudi.control import ControlSettings, LockedCommitControl
 
         control: Any = LockedCommitControl.from_settings(
             args.table, ControlSettings.from_config(cfg)
@@ -183,8 +183,8 @@ def _split(text: str) -> tuple[str, ...]:
 
 def run(args: argparse.Namespace) -> int:
     from lakesink.config import table_storage_at
-    from lakesink.table.config import TableConfig
-    from lakesink.table.hudi_table import HudiTable
+    from lakesink.formats.hudi.table.config import TableConfig
+    from lakesink.formats.hudi.table.hudi_table import HudiTable
 
     if args.table_command == "create":
         t = HudiTable.create(
@@ -198,7 +198,7 @@ def run(args: argparse.Namespace) -> int:
         )
         say(f"created {t.config.name} (version {t.config.version}) at {t.uri}")
         return 0
-    from lakesink.cli.iceberg_inspect import iceberg_kind, refuse_iceberg, run_table_command
+    from lakesink.formats.iceberg.inspect import iceberg_kind, refuse_iceberg, run_table_command
 
     if iceberg_kind(args.path) is not None:
         if args.table_command in ("clean", "cluster", "archive", "rollback"):
@@ -215,7 +215,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _show(tbl: Any, as_json: bool) -> int:
-    from lakesink.table.view import FileSystemView
+    from lakesink.formats.hudi.table.view import FileSystemView
 
     timeline = tbl.timeline()
     files = FileSystemView(tbl).latest_base_files()
@@ -244,7 +244,7 @@ def _show(tbl: Any, as_json: bool) -> int:
 
 
 def _timeline(tbl: Any, as_json: bool) -> int:
-    from lakesink.commit.writer_state import RANGES_KEY, WRITER_ID_KEY
+    from lakesink.formats.hudi.writer_state import RANGES_KEY, WRITER_ID_KEY
 
     timeline = tbl.timeline()
     rows = []
@@ -282,7 +282,7 @@ def _timeline(tbl: Any, as_json: bool) -> int:
 
 
 def _files(tbl: Any, as_json: bool) -> int:
-    from lakesink.table.view import FileSystemView
+    from lakesink.formats.hudi.table.view import FileSystemView
 
     files = FileSystemView(tbl).latest_base_files()
     rows = [
@@ -309,7 +309,7 @@ def _service(tbl: Any, args: argparse.Namespace) -> int:
     cmd = args.table_command
     info: dict[str, Any]
     if cmd == "clean":
-        from lakesink.services.clean import RetainPolicy, clean
+        from lakesink.formats.hudi.services.clean import RetainPolicy, clean
 
         r = clean(tbl, control, RetainPolicy(args.retain_commits, args.retain_hours))
         info = {
@@ -320,8 +320,8 @@ def _service(tbl: Any, args: argparse.Namespace) -> int:
         }
         text = f"clean: deleted {len(r.deleted)} files, rolled back {len(r.rolled_back)} instants"
     elif cmd == "cluster":
+        from lakesink.formats.hudi.services.clustering import ClusteringOptions, cluster
         from lakesink.protocol.conflicts import strategy_named
-        from lakesink.services.clustering import ClusteringOptions, cluster
 
         options = ClusteringOptions(
             small_file_bytes=args.small_file_bytes,
@@ -342,7 +342,7 @@ def _service(tbl: Any, args: argparse.Namespace) -> int:
             else "cluster: nothing to do"
         )
     elif cmd == "archive":
-        from lakesink.services.archival import ArchivePolicy, archive
+        from lakesink.formats.hudi.services.archival import ArchivePolicy, archive
 
         a = archive(tbl, control, ArchivePolicy(args.min_instants, args.max_instants))
         info = {
@@ -356,8 +356,8 @@ def _service(tbl: Any, args: argparse.Namespace) -> int:
             text += f" (held back by {a.held_back_by})"
     else:
         from lakesink.errors import CommitError
-        from lakesink.services.lazy_rollback import rollback_failed_writes
-        from lakesink.table.rollback import rollback
+        from lakesink.formats.hudi.services.lazy_rollback import rollback_failed_writes
+        from lakesink.formats.hudi.table.rollback import rollback
 
         if args.instant:
             target = tbl.timeline().get(args.instant)

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from lakesink.audit import AuditReport, DeadLetters, KeptByTransform, audit
 from lakesink.cli.output import emit_json, say
 from lakesink.config import LakesinkConfig
+from lakesink.formats.hudi.audit import AuditReport, DeadLetters, KeptByTransform, audit
 
 if TYPE_CHECKING:
-    from lakesink.audit_iceberg import IcebergAuditReport
+    from lakesink.formats.iceberg.audit import IcebergAuditReport
 
 
 def audit_config(cfg: LakesinkConfig, *, spark: bool = False) -> AuditReport | IcebergAuditReport:
@@ -19,11 +19,11 @@ def audit_config(cfg: LakesinkConfig, *, spark: bool = False) -> AuditReport | I
     Spark: seconds; `lakesink verify` and the demo ask for it)."""
     dead: DeadLetters | None = None
     if cfg["errors.deadletter.table"] and cfg["table.format"] == "iceberg":
-        from lakesink.commit.iceberg import dead_letter_coordinates_of
+        from lakesink.formats.iceberg.format import dead_letter_coordinates_of
 
         dead = DeadLetters(tuple(dead_letter_coordinates_of(cfg)), exactly_once=True)
     elif cfg["errors.deadletter.table"]:
-        from lakesink.audit import dead_letter_table_coordinates
+        from lakesink.formats.hudi.audit import dead_letter_table_coordinates
 
         table = cfg.storage_for(cfg["errors.deadletter.table"])
         dead = DeadLetters(tuple(dead_letter_table_coordinates(table)), exactly_once=True)
@@ -49,8 +49,8 @@ def audit_config(cfg: LakesinkConfig, *, spark: bool = False) -> AuditReport | I
         dead = DeadLetters(tuple(sorted(sent)), exactly_once=False)
     kept = _kept_by_transform(cfg)
     if cfg["table.format"] == "iceberg":
-        from lakesink.audit_iceberg import audit_iceberg, spark_reader
-        from lakesink.commit.iceberg import catalog_settings_for, open_iceberg_table
+        from lakesink.formats.iceberg.audit import audit_iceberg, spark_reader
+        from lakesink.formats.iceberg.format import catalog_settings_for, open_iceberg_table
 
         return audit_iceberg(
             open_iceberg_table(cfg, create=False),

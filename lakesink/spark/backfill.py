@@ -23,13 +23,19 @@ from typing import Any, Literal
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from lakesink.commit import writer_state as keys
-from lakesink.commit.conflicts import file_groups_of_paths
-from lakesink.commit.control import CommitControl
-from lakesink.commit.requirements import BackfillNotCommitted, NoConflicts, WriterStillLive
-from lakesink.commit.transaction import TableTransaction
 from lakesink.config import LakesinkConfig
+from lakesink.engine.requirements import BackfillNotCommitted, NoConflicts, WriterStillLive
+from lakesink.engine.transaction import TableTransaction
 from lakesink.errors import ConfigError
+from lakesink.formats.hudi import writer_state as keys
+from lakesink.formats.hudi.conflicts import file_groups_of_paths
+from lakesink.formats.hudi.control import CommitControl
+from lakesink.formats.hudi.services.lazy_rollback import rollback_failed_writes
+from lakesink.formats.hudi.table.avro_schema import META_COLUMNS
+from lakesink.formats.hudi.table.hudi_table import HudiTable
+from lakesink.formats.hudi.table.metadata import CommitMetadata
+from lakesink.formats.hudi.table.view import FileSystemView
+from lakesink.formats.hudi.table.writer import DEFAULT_TARGET_FILE_SIZE
 from lakesink.protocol.conflicts import (
     ConflictStrategy,
     FileGroupOverlap,
@@ -39,13 +45,7 @@ from lakesink.protocol.conflicts import (
     strategy_named,
 )
 from lakesink.protocol.instant import InstantTime
-from lakesink.services.lazy_rollback import rollback_failed_writes
 from lakesink.spark.task_writer import STATUS_SCHEMA, TaskWriter, parse_statuses
-from lakesink.table.avro_schema import META_COLUMNS
-from lakesink.table.hudi_table import HudiTable
-from lakesink.table.metadata import CommitMetadata
-from lakesink.table.view import FileSystemView
-from lakesink.table.writer import DEFAULT_TARGET_FILE_SIZE
 
 log = logging.getLogger(__name__)
 

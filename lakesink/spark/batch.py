@@ -23,8 +23,8 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from lakesink.commit.async_commit import AsyncCommitter
-from lakesink.commit.coordinator import BatchOutcome, Coordinator
+from lakesink.engine.async_commit import AsyncCommitter
+from lakesink.engine.coordinator import BatchOutcome, Coordinator
 from lakesink.faults import crash_point
 from lakesink.protocol.instant import InstantTime
 from lakesink.protocol.offsets import OffsetRange

@@ -33,11 +33,11 @@ import pyarrow as pa
 
 from lakesink.config import LakesinkConfig
 from lakesink.errors import ConfigError
-from lakesink.iceberg.datafiles import WriteContext
+from lakesink.formats.hudi.table.config import TableConfig
+from lakesink.formats.iceberg.datafiles import WriteContext
 from lakesink.protocol.offsets import OffsetRange
 from lakesink.protocol.write_status import WriteStatus
 from lakesink.storage import Storage
-from lakesink.table.config import TableConfig
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -174,6 +174,7 @@ class DirectTask:
         from pyspark import TaskContext
 
         from lakesink.faults import task_fault
+        from lakesink.formats.hudi.table.files import write_token
         from lakesink.kafka.reader import read_range
         from lakesink.spark.source import (
             CONFIG_OPTION,
@@ -183,7 +184,6 @@ class DirectTask:
         )
         from lakesink.spark.task_writer import topic_counts, with_required
         from lakesink.spark.worker_gc import freeze_worker_heap
-        from lakesink.table.files import write_token
 
         freeze_worker_heap()
         cfg = decode_config({CONFIG_OPTION: self.config_json, SECRETS_OPTION: self.secrets_json})
@@ -237,8 +237,8 @@ class _Output:
     """One table's writer inside a direct task (None: no instant for that table)."""
 
     def __init__(self, target: TableTarget | None, token: str, target_file_size: int) -> None:
+        from lakesink.formats.hudi.table.writer import PartitionedWriter
         from lakesink.protocol.instant import InstantTime
-        from lakesink.table.writer import PartitionedWriter
 
         self.target = target
         self.writer = (
@@ -306,8 +306,8 @@ class _IcebergOutput:
             self.newest_ms[key] = max(ms, self.newest_ms.get(key, ms))
 
     def close(self, attempt: str) -> WriteStatus:
-        from lakesink.commit.iceberg_coordinator import FILES_KEY, MAX_TS_KEY
-        from lakesink.iceberg.datafiles import write_data_files
+        from lakesink.formats.iceberg.coordinator import FILES_KEY, MAX_TS_KEY
+        from lakesink.formats.iceberg.datafiles import write_data_files
         from lakesink.protocol.write_status import FileWrite
         from lakesink.spark.task_writer import TOPICS_EXTRA
 
@@ -535,7 +535,7 @@ def _relaxed(schema: pa.Schema, required: Sequence[str]) -> pa.Schema:
 
 def iceberg_target(coordinator: Any, instant: Any) -> IcebergTarget | None:
     """Where an Iceberg coordinator's tasks write for `instant` (None: not an Iceberg table)."""
-    from lakesink.commit.iceberg_coordinator import IcebergCoordinator
+    from lakesink.formats.iceberg.coordinator import IcebergCoordinator
 
     if not isinstance(coordinator, IcebergCoordinator):
         return None

@@ -25,7 +25,7 @@ from pyspark.sql import SparkSession
 
 from lakesink.config import LakesinkConfig
 from lakesink.errors import CommitStateUnknownError
-from lakesink.iceberg.snapshots import KEY_BACKFILL_ID, KEY_BACKFILL_SOURCE
+from lakesink.formats.iceberg.snapshots import KEY_BACKFILL_ID, KEY_BACKFILL_SOURCE
 from lakesink.spark.backfill import (
     BackfillResult,
     SourceFormat,
@@ -63,11 +63,11 @@ def run_iceberg_backfill(
     writer; a rerun with the same files appends nothing."""
     from pyspark.sql.pandas.types import from_arrow_schema
 
-    from lakesink.commit.iceberg import open_iceberg_table
-    from lakesink.commit.iceberg_coordinator import FILES_KEY
-    from lakesink.iceberg.datafiles import DataFileDescription
-    from lakesink.iceberg.snapshots import AppendRequirement
-    from lakesink.iceberg.table import CommitOutcome
+    from lakesink.formats.iceberg.coordinator import FILES_KEY
+    from lakesink.formats.iceberg.datafiles import DataFileDescription
+    from lakesink.formats.iceberg.format import open_iceberg_table
+    from lakesink.formats.iceberg.snapshots import AppendRequirement
+    from lakesink.formats.iceberg.table import CommitOutcome
     from lakesink.spark.direct import IcebergArrowWriter, IcebergTarget
     from lakesink.spark.task_writer import STATUS_SCHEMA, parse_statuses
 

@@ -1,11 +1,11 @@
 """Where a writer's liveness file is, and the active writer's liveness object
-(lakesink.concurrency.liveness): beside the writer's other state on the table's storage, so
+(lakesink.engine.liveness): beside the writer's other state on the table's storage, so
 it works on an object store too."""
 
 from __future__ import annotations
 
-from lakesink.concurrency.liveness import WriterLiveness
 from lakesink.config import LakesinkConfig
+from lakesink.engine.liveness import WriterLiveness
 
 
 def liveness_key(cfg: LakesinkConfig) -> str:

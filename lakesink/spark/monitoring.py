@@ -8,8 +8,8 @@ import logging
 import threading
 from typing import Any
 
-from lakesink.commit.coordinator import Coordinator
 from lakesink.config import LakesinkConfig
+from lakesink.engine.coordinator import Coordinator
 from lakesink.errors import LakesinkError
 from lakesink.metrics import IngestionMetrics
 from lakesink.protocol.offsets import TopicPartition

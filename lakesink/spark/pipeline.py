@@ -15,19 +15,21 @@ from typing import TYPE_CHECKING, Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
-from lakesink.commit import writer_state
-from lakesink.commit.async_commit import AsyncCommitter
-from lakesink.commit.control import CommitControl, WriterCommitControl
-from lakesink.commit.coordinator import BatchOutcome, Coordinator
-from lakesink.commitlog.store import PendingCommitStore
-from lakesink.concurrency.liveness import WriterLiveness
 from lakesink.config import LakesinkConfig
+from lakesink.engine.async_commit import AsyncCommitter
+from lakesink.engine.coordinator import BatchOutcome, Coordinator
+from lakesink.engine.liveness import WriterLiveness
+from lakesink.engine.pending.store import PendingCommitStore
 from lakesink.errors import FencedError, LakesinkError
+from lakesink.formats.hudi import writer_state
+from lakesink.formats.hudi.control import CommitControl, WriterCommitControl
+from lakesink.formats.hudi.services.inline import inline_services_hook
+from lakesink.formats.hudi.table.config import TableConfig
+from lakesink.formats.hudi.table.hudi_table import HudiTable
 from lakesink.kafka.client import TopicIds
 from lakesink.metrics import IngestionMetrics
 from lakesink.protocol.conflicts import strategy_named
 from lakesink.protocol.offsets import TopicPartition, WriterOffsets
-from lakesink.services.inline import inline_services_hook
 from lakesink.spark.direct import uses_direct_path
 from lakesink.spark.liveness_file import writer_liveness
 from lakesink.spark.monitoring import LagMonitor
@@ -42,11 +44,9 @@ from lakesink.spark.source import (
 from lakesink.spark.task_writer import DATE_PARTITION_COLUMN
 from lakesink.spark.worker_warmup import WorkerWarmup
 from lakesink.storage import Storage
-from lakesink.table.config import TableConfig
-from lakesink.table.hudi_table import HudiTable
 
 if TYPE_CHECKING:
-    from lakesink.commit.iceberg_coordinator import IcebergCoordinator
+    from lakesink.formats.iceberg.coordinator import IcebergCoordinator
 
 log = logging.getLogger(__name__)
 
@@ -208,9 +208,9 @@ class Ingestion:
         topic_ids = TopicIds(cfg["kafka.bootstrap.servers"], cfg.kafka_client_config)
         self.coordinator: Coordinator
         if self.table is None:
-            from lakesink.commit.iceberg import IcebergFormat, open_iceberg_table
-            from lakesink.commit.iceberg_coordinator import IcebergCoordinator
-            from lakesink.services.iceberg_maintenance import iceberg_maintenance_hook
+            from lakesink.formats.iceberg.coordinator import IcebergCoordinator
+            from lakesink.formats.iceberg.format import IcebergFormat, open_iceberg_table
+            from lakesink.formats.iceberg.services import iceberg_maintenance_hook
             from lakesink.spark.direct import spark_arrow_schema
 
             table = open_iceberg_table(cfg, spark_arrow_schema(spark, self.output_schema))
@@ -477,7 +477,7 @@ class Ingestion:
         return result
 
     def _iceberg_coordinator(self) -> IcebergCoordinator:
-        from lakesink.commit.iceberg_coordinator import IcebergCoordinator
+        from lakesink.formats.iceberg.coordinator import IcebergCoordinator
 
         assert isinstance(self.coordinator, IcebergCoordinator)
         return self.coordinator
@@ -513,8 +513,8 @@ class Ingestion:
         that writer's offsets, so a replayed batch appends no dead letter twice."""
         from pyspark.sql.pandas.types import from_arrow_schema
 
-        from lakesink.commit.iceberg import IcebergFormat, open_dead_letter_table
-        from lakesink.commit.iceberg_coordinator import IcebergCoordinator
+        from lakesink.formats.iceberg.coordinator import IcebergCoordinator
+        from lakesink.formats.iceberg.format import IcebergFormat, open_dead_letter_table
         from lakesink.spark.direct import dead_letter_rows, spark_arrow_schema
 
         rows = spark_arrow_schema(self.spark, from_arrow_schema(dead_letter_rows(self.cfg)))
@@ -606,7 +606,7 @@ def source_stream(spark: SparkSession, cfg: LakesinkConfig) -> DataFrame:
 
 
 def pending_store_for(cfg: LakesinkConfig) -> PendingCommitStore:
-    from lakesink.commitlog.factory import make_pending_store
+    from lakesink.engine.pending.factory import make_pending_store
 
     path = cfg.pending_store_path
     if cfg["commit.pending.store"] == "sqlite":
@@ -628,7 +628,7 @@ def check_iceberg_options(cfg: LakesinkConfig) -> None:
     """What table.format=iceberg needs of its options: a dead-letter table must be a table
     name (of the same catalog), not a path."""
     if cfg["errors.deadletter.table"]:
-        from lakesink.commit.iceberg import dead_letter_identifier
+        from lakesink.formats.iceberg.format import dead_letter_identifier
 
         dead_letter_identifier(cfg)  # a table name in iceberg.namespace, not a path
 
@@ -666,7 +666,7 @@ def make_coordinator(
 
 def committed_offsets(cfg: LakesinkConfig) -> dict[str, int]:
     if cfg["table.format"] == "iceberg":
-        from lakesink.commit.iceberg import committed_offsets_of
+        from lakesink.formats.iceberg.format import committed_offsets_of
 
         return committed_offsets_of(cfg).to_json()
     return writer_state.committed_offsets_at(cfg.table_storage, cfg.writer_id).to_json()

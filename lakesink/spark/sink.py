@@ -16,9 +16,9 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from lakesink.commit.async_commit import AsyncCommitter
-from lakesink.commit.coordinator import BatchOutcome, Coordinator
 from lakesink.config import LakesinkConfig
+from lakesink.engine.async_commit import AsyncCommitter
+from lakesink.engine.coordinator import BatchOutcome, Coordinator
 from lakesink.errors import ConfigError, LakesinkError
 from lakesink.metrics import IngestionMetrics
 from lakesink.protocol.offsets import OffsetRange
@@ -240,7 +240,7 @@ class CommittingSink:
         self.current_batch: int | None = None
         self.in_batch = False  # a batch is running now
         self.metrics: IngestionMetrics | None = coordinator.metrics
-        # an Iceberg table (lakesink.commit.iceberg_coordinator): its tasks write data files
+        # an Iceberg table (lakesink.formats.iceberg.coordinator): its tasks write data files
         # (spark/direct.py), its coordinator keeps the table's schema and partition spec
         self.writes_iceberg = cfg["table.format"] == "iceberg"
         self._rows_by_topic: dict[str, tuple[int, int]] = {}
@@ -276,7 +276,7 @@ class CommittingSink:
         table's latest schema, else the DataFrame's."""
         from pyspark.sql.pandas.types import to_arrow_schema
 
-        from lakesink.table.avro_schema import avro_schema_for, with_meta_columns
+        from lakesink.formats.hudi.table.avro_schema import avro_schema_for, with_meta_columns
 
         latest = self.coordinator.table.timeline().latest_schema()
         if latest:
@@ -414,8 +414,8 @@ class CommittingSink:
         """The schema a table's commit records: Hudi's Avro schema of the rows as written (the
         main table's from its tasks, else the table's latest or the declared rows'); an
         Iceberg table keeps its own ("")."""
+        from lakesink.formats.hudi.table.avro_schema import avro_schema_for, with_meta_columns
         from lakesink.kafka.dead_letters import DEAD_LETTER_SCHEMA
-        from lakesink.table.avro_schema import avro_schema_for, with_meta_columns
 
         if self.writes_iceberg:
             return ""

@@ -185,8 +185,8 @@ class KafkaStreamReader(DataSourceStreamReader):
     def _check_topic_ids(self, partitions: Sequence[TopicPartition]) -> None:
         """Refuse a topic deleted and re-created under the same name: its id differs from the
         one the table's offsets (or this query's earlier batches) belong to."""
-        from lakesink.commit.writer_state import committed_topic_ids_at
         from lakesink.errors import DataLossError
+        from lakesink.formats.hudi.writer_state import committed_topic_ids_at
         from lakesink.kafka.client import topic_ids
 
         current = topic_ids(
@@ -208,10 +208,10 @@ class KafkaStreamReader(DataSourceStreamReader):
         self._topic_ids.update(current)
 
     def _table_offsets(self) -> WriterOffsets:
-        from lakesink.commit.writer_state import committed_offsets_at
+        from lakesink.formats.hudi.writer_state import committed_offsets_at
 
         if self.cfg["table.format"] == "iceberg":
-            from lakesink.commit.iceberg import committed_offsets_of
+            from lakesink.formats.iceberg.format import committed_offsets_of
 
             return committed_offsets_of(self.cfg)
         return committed_offsets_at(self.cfg.table_storage, self.cfg.writer_id)

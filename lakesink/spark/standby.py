@@ -21,8 +21,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from lakesink.concurrency.liveness import LivenessWatch, Takeover
 from lakesink.config import LakesinkConfig
+from lakesink.engine.liveness import LivenessWatch, Takeover
 from lakesink.spark.liveness_file import liveness_key
 
 if TYPE_CHECKING:

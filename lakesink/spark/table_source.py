@@ -37,9 +37,9 @@ def _storage(options: dict[str, str]) -> Storage:
 
 
 def _table_and_view(options: dict[str, str]):  # type: ignore[no-untyped-def]
+    from lakesink.formats.hudi.table.hudi_table import HudiTable
+    from lakesink.formats.hudi.table.view import FileSystemView
     from lakesink.protocol.instant import InstantTime
-    from lakesink.table.hudi_table import HudiTable
-    from lakesink.table.view import FileSystemView
 
     path = options.get("path")
     if not path:
@@ -52,7 +52,7 @@ def _table_and_view(options: dict[str, str]):  # type: ignore[no-untyped-def]
 def _arrow_schema(options: dict[str, str]) -> pa.Schema:
     import pyarrow.parquet as pq
 
-    from lakesink.table.reader import TableReader
+    from lakesink.formats.hudi.table.reader import TableReader
 
     table, view = _table_and_view(options)
     files = view.latest_base_files()

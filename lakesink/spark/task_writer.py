@@ -9,10 +9,10 @@ from typing import Any
 
 import pyarrow as pa
 
+from lakesink.formats.hudi.table.config import TableConfig
 from lakesink.protocol.offsets import OffsetRange
 from lakesink.protocol.write_status import WriteStatus
 from lakesink.storage import Storage
-from lakesink.table.config import TableConfig
 
 STATUS_SCHEMA = "status string"
 TOPICS_EXTRA = "topics"
@@ -48,10 +48,10 @@ class TaskWriter:
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext
 
+        from lakesink.formats.hudi.table.files import write_token
+        from lakesink.formats.hudi.table.writer import PartitionedWriter
         from lakesink.protocol.instant import InstantTime
         from lakesink.spark.worker_gc import freeze_worker_heap
-        from lakesink.table.files import write_token
-        from lakesink.table.writer import PartitionedWriter
 
         freeze_worker_heap()
         ctx = TaskContext.get()
@@ -117,7 +117,7 @@ def with_required(batch: pa.RecordBatch, required: Sequence[str]) -> pa.RecordBa
     tombstone or a transformation's null where the schema allows none) fails the batch naming the
     column and the Kafka record."""
     from lakesink.errors import RecordError
-    from lakesink.table.writer import COORDINATE_COLUMNS
+    from lakesink.formats.hudi.table.writer import COORDINATE_COLUMNS
 
     if not required:
         return batch

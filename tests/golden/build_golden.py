@@ -21,12 +21,12 @@ ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT.parents[1]))
 
 from lakesink.protocol.instant import Action, InstantTime  # noqa: E402
-from lakesink.table.config import TableConfig  # noqa: E402
-from lakesink.table.hudi_table import HudiTable  # noqa: E402
-from lakesink.table.metadata import CommitMetadata  # noqa: E402
-from lakesink.table.reader import TableReader  # noqa: E402
-from lakesink.table.rollback import rollback  # noqa: E402
-from lakesink.table.writer import BaseFileWriter  # noqa: E402
+from lakesink.formats.hudi.table.config import TableConfig  # noqa: E402
+from lakesink.formats.hudi.table.hudi_table import HudiTable  # noqa: E402
+from lakesink.formats.hudi.table.metadata import CommitMetadata  # noqa: E402
+from lakesink.formats.hudi.table.reader import TableReader  # noqa: E402
+from lakesink.formats.hudi.table.rollback import rollback  # noqa: E402
+from lakesink.formats.hudi.table.writer import BaseFileWriter  # noqa: E402
 
 TIMES = [InstantTime(f"2024010100000{i}000") for i in range(1, 8)]
 SCHEMA = pa.schema([("id", pa.int64()), ("day", pa.string()), ("name", pa.string())])

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from lakesink.audit import AuditReport
 from lakesink.config import LakesinkConfig, SparkStart, build_config
+from lakesink.formats.hudi.audit import AuditReport
 from lakesink.kafka.producer import SAMPLE_EVENT_DDL
 
 

@@ -12,10 +12,10 @@ from typing import Any
 
 import pyarrow as pa
 
-from lakesink.iceberg.catalog import CatalogSettings, open_catalog
-from lakesink.iceberg.datafiles import DataFileDescription, write_data_files
-from lakesink.iceberg.schema import parse_partition_spec
-from lakesink.iceberg.table import AppendResult, IcebergTable
+from lakesink.formats.iceberg.catalog import CatalogSettings, open_catalog
+from lakesink.formats.iceberg.datafiles import DataFileDescription, write_data_files
+from lakesink.formats.iceberg.schema import parse_partition_spec
+from lakesink.formats.iceberg.table import AppendResult, IcebergTable
 from lakesink.kafka.reader import METADATA_FIELDS
 from lakesink.protocol.offsets import OffsetRange, TopicPartition
 from lakesink.storage import ObjectStoreOptions

@@ -24,7 +24,8 @@ from typing import Any
 import pytest
 from integration.conftest import audit_config, ingest_config, run_ingestion, write_config_file
 
-from lakesink.audit import completed_commits
+from lakesink.formats.hudi.audit import completed_commits
+from lakesink.formats.hudi.table.hudi_table import HudiTable
 from lakesink.kafka.client import create_topic, watermarks
 from lakesink.kafka.deserializers import make_deserializer
 from lakesink.kafka.kafka_server import KafkaServer
@@ -36,7 +37,6 @@ from lakesink.kafka.producer import (
 )
 from lakesink.kafka.reader import read_range
 from lakesink.protocol.offsets import OffsetRange, TopicPartition
-from lakesink.table.hudi_table import HudiTable
 
 pytestmark = pytest.mark.integration
 
@@ -96,7 +96,7 @@ def _wait_for(what: str, check: Callable[[], bool], timeout_s: float = 90) -> No
 
 
 def _table_event_ids(cfg: Any) -> list[int]:
-    from lakesink.table.reader import TableReader
+    from lakesink.formats.hudi.table.reader import TableReader
 
     rows = TableReader(HudiTable.open(cfg["table.path"])).snapshot(columns=["event_id"])
     return sorted(rows.column("event_id").to_pylist())

@@ -87,7 +87,7 @@ def _expected(bootstrap: str, topic: str, partitions: int) -> dict[Coordinate, d
 def _table(cfg: LakesinkConfig) -> pa.Table:
     """The table's rows (hudi-rs for Hudi, pyiceberg for Iceberg), by Kafka coordinates."""
     if cfg["table.format"] == "iceberg":
-        from lakesink.commit.iceberg import open_iceberg_table
+        from lakesink.formats.iceberg.format import open_iceberg_table
 
         table = open_iceberg_table(cfg, create=False).pyiceberg.scan().to_arrow()
     else:
@@ -109,10 +109,10 @@ def _by_coordinate(table: pa.Table) -> dict[Coordinate, dict[str, Any]]:
 
 def _committed(cfg: LakesinkConfig) -> dict[str, int]:
     if cfg["table.format"] == "iceberg":
-        from lakesink.commit.iceberg import committed_offsets_of
+        from lakesink.formats.iceberg.format import committed_offsets_of
 
         return dict(committed_offsets_of(cfg).to_json())
-    from lakesink.commit.writer_state import committed_offsets_at
+    from lakesink.formats.hudi.writer_state import committed_offsets_at
 
     return dict(committed_offsets_at(cfg["table.path"], cfg.writer_id).to_json())
 
@@ -175,7 +175,7 @@ def test_arrow_transform_lands_the_reference_rows_once_on_the_direct_path_as_on_
     assert a.schema == b.schema
     assert a.to_pylist() == b.to_pylist()
     if table_format == "hudi":  # the same files' schema and commit schema on both paths
-        from lakesink.table.hudi_table import HudiTable
+        from lakesink.formats.hudi.table.hudi_table import HudiTable
 
         files = [next(Path(c["table.path"]).rglob("*.parquet")) for c in (direct, frame)]
         assert pq.read_schema(files[0]) == pq.read_schema(files[1])
@@ -184,7 +184,7 @@ def test_arrow_transform_lands_the_reference_rows_once_on_the_direct_path_as_on_
         ]
         assert schemas[0] == schemas[1]
     else:
-        from lakesink.commit.iceberg import open_iceberg_table
+        from lakesink.formats.iceberg.format import open_iceberg_table
 
         schemas = [open_iceberg_table(c, create=False).pyiceberg.schema() for c in (direct, frame)]
         assert schemas[0] == schemas[1]

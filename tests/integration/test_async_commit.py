@@ -15,9 +15,9 @@ from integration.conftest import audit_config, ingest_config, write_config_file
 from interop.compare import assert_java_hudi_agrees
 
 from lakesink.config import LakesinkConfig
+from lakesink.formats.hudi.table.hudi_table import HudiTable
 from lakesink.kafka.producer import produce_sample_events
 from lakesink.spark.pipeline import pending_store_for
-from lakesink.table.hudi_table import HudiTable
 
 pytestmark = pytest.mark.integration
 pytest_plugins = ["pg_fixture"]

@@ -18,16 +18,16 @@ import pyarrow.parquet as pq
 import pytest
 from integration.conftest import audit_config, ingest_config
 
-from lakesink.audit import COORDINATES, read_with_hudi_rs
-from lakesink.commit.control import LockedCommitControl
+from lakesink.formats.hudi.audit import COORDINATES, read_with_hudi_rs
+from lakesink.formats.hudi.control import LockedCommitControl
+from lakesink.formats.hudi.services.archival import ArchivePolicy, archive
+from lakesink.formats.hudi.table.avro_schema import META_COLUMNS
+from lakesink.formats.hudi.table.hudi_table import HudiTable
+from lakesink.formats.hudi.table.reader import TableReader
 from lakesink.kafka.producer import produce_sample_events
 from lakesink.protocol.instant import Action
-from lakesink.services.archival import ArchivePolicy, archive
 from lakesink.spark.backfill import run_backfill
 from lakesink.spark.pipeline import Ingestion, table_config_for
-from lakesink.table.avro_schema import META_COLUMNS
-from lakesink.table.hudi_table import HudiTable
-from lakesink.table.reader import TableReader
 
 pytestmark = pytest.mark.integration
 
@@ -59,7 +59,7 @@ def _wait_for_committed(
     table_path: str, writer_id: str, records: int, timeout_s: float = 120
 ) -> None:
     """Until `writer_id`'s committed offsets add up to `records` (one producer, no gaps)."""
-    from lakesink.commit.writer_state import committed_offsets_at
+    from lakesink.formats.hudi.writer_state import committed_offsets_at
 
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -190,7 +190,7 @@ def test_backfill_into_an_iceberg_table_appends_once_beside_the_streaming_writer
     from integration.conftest import run_ingestion, write_config_file
 
     from lakesink.cli.main import main
-    from lakesink.commit.iceberg import open_iceberg_table
+    from lakesink.formats.iceberg.format import open_iceberg_table
     from lakesink.spark.iceberg_backfill import run_iceberg_backfill
 
     live, hist = topic_factory("ice-live"), topic_factory("ice-hist")

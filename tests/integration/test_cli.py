@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from integration.conftest import ingest_config, run_ingestion, write_config_file
 
-from lakesink.audit import COORDINATES, read_with_hudi_rs
+from lakesink.formats.hudi.audit import COORDINATES, read_with_hudi_rs
 from lakesink.kafka.producer import produce_sample_events
 
 pytestmark = pytest.mark.integration
@@ -217,10 +217,10 @@ def test_required_column_with_a_bad_record_fails_in_one_line_then_dead_letters_i
     tmp_path: Path,
     cli: Callable[..., Any],
 ) -> None:
+    from lakesink.formats.hudi.table.hudi_table import HudiTable
+    from lakesink.formats.hudi.table.reader import TableReader
     from lakesink.kafka.client import create_topic
     from lakesink.kafka.producer import produce_values
-    from lakesink.table.hudi_table import HudiTable
-    from lakesink.table.reader import TableReader
 
     topic = topic_factory("required")
     create_topic(kafka_bootstrap, topic, 1)

@@ -135,7 +135,7 @@ def _chain(
 
 
 def _inflight(path: str) -> Any:
-    from lakesink.table.hudi_table import HudiTable
+    from lakesink.formats.hudi.table.hudi_table import HudiTable
 
     return HudiTable.open(path).timeline().inflight_or_requested()
 
@@ -143,9 +143,9 @@ def _inflight(path: str) -> Any:
 def _dead_letter_offsets(cfg: Any, fmt: str) -> list[int]:
     """The offsets in the dead-letter table, one per row (hudi-rs or pyiceberg)."""
     if fmt == "iceberg":
-        from lakesink.commit.iceberg import dead_letter_coordinates_of
+        from lakesink.formats.iceberg.format import dead_letter_coordinates_of
 
         return [o for _, _, o in dead_letter_coordinates_of(cfg)]
-    from lakesink.audit import dead_letter_table_coordinates
+    from lakesink.formats.hudi.audit import dead_letter_table_coordinates
 
     return [o for _, _, o in dead_letter_table_coordinates(cfg["errors.deadletter.table"])]

@@ -19,9 +19,9 @@ import pytest
 from integration.conftest import audit_config, ingest_config, run_ingestion
 
 from lakesink.config import LakesinkConfig
+from lakesink.formats.hudi.table.hudi_table import HudiTable
 from lakesink.kafka.client import create_topic
 from lakesink.kafka.producer import produce_values, sample_event_bytes
-from lakesink.table.hudi_table import HudiTable
 
 pytestmark = pytest.mark.integration
 

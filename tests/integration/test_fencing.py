@@ -30,20 +30,20 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from lakesink.audit import read_with_hudi_rs
-from lakesink.commit import writer_state as commit_state
-from lakesink.commit.control import WriterCommitControl
-from lakesink.commit.coordinator import Coordinator
 from lakesink.config import LakesinkConfig, build_config
+from lakesink.engine.coordinator import Coordinator
 from lakesink.errors import CommitError, LakesinkError
+from lakesink.formats.hudi import writer_state as commit_state
+from lakesink.formats.hudi.audit import read_with_hudi_rs
+from lakesink.formats.hudi.control import WriterCommitControl
+from lakesink.formats.hudi.table.config import TableConfig
+from lakesink.formats.hudi.table.hudi_table import HudiTable
+from lakesink.formats.hudi.table.reader import TableReader
+from lakesink.formats.hudi.table.timeline import Timeline
+from lakesink.formats.hudi.table.writer import PartitionedWriter
 from lakesink.protocol.instant import InstantTime
 from lakesink.protocol.offsets import OffsetRange, TopicPartition
 from lakesink.protocol.write_status import WriteStatus
-from lakesink.table.config import TableConfig
-from lakesink.table.hudi_table import HudiTable
-from lakesink.table.reader import TableReader
-from lakesink.table.timeline import Timeline
-from lakesink.table.writer import PartitionedWriter
 
 pytestmark = pytest.mark.integration
 
@@ -115,9 +115,9 @@ sys.path.insert(0, {tests!r})
 from integration.test_fencing import config, write_batch, TABLE_CONFIG
 from lakesink.errors import LakesinkError
 from lakesink.protocol.offsets import OffsetRange, TopicPartition
-from lakesink.commit.coordinator import Coordinator
-from lakesink.commit.control import WriterCommitControl
-from lakesink.table.hudi_table import HudiTable
+from lakesink.engine.coordinator import Coordinator
+from lakesink.formats.hudi.control import WriterCommitControl
+from lakesink.formats.hudi.table.hudi_table import HudiTable
 
 table_path, writer_id, topic, start, end, mode = sys.argv[1:7]
 status = Path(sys.argv[7])

@@ -13,15 +13,15 @@ import hudi
 import pyarrow as pa
 import pytest
 
+from lakesink.formats.hudi.table.config import TableConfig
+from lakesink.formats.hudi.table.hudi_table import HudiTable
+from lakesink.formats.hudi.table.markers import list_marked_files
+from lakesink.formats.hudi.table.metadata import CommitMetadata
+from lakesink.formats.hudi.table.reader import TableReader
+from lakesink.formats.hudi.table.rollback import rollback
+from lakesink.formats.hudi.table.view import FileSystemView
+from lakesink.formats.hudi.table.writer import PartitionedWriter
 from lakesink.protocol.instant import Action, Instant, InstantTime
-from lakesink.table.config import TableConfig
-from lakesink.table.hudi_table import HudiTable
-from lakesink.table.markers import list_marked_files
-from lakesink.table.metadata import CommitMetadata
-from lakesink.table.reader import TableReader
-from lakesink.table.rollback import rollback
-from lakesink.table.view import FileSystemView
-from lakesink.table.writer import PartitionedWriter
 
 pytestmark = pytest.mark.integration
 

@@ -9,8 +9,8 @@ import hudi
 import pyarrow as pa
 import pytest
 
-from lakesink.table.hudi_table import HudiTable
-from lakesink.table.reader import TableReader
+from lakesink.formats.hudi.table.hudi_table import HudiTable
+from lakesink.formats.hudi.table.reader import TableReader
 
 pytestmark = pytest.mark.integration
 

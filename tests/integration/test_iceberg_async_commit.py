@@ -22,16 +22,16 @@ from iceberg_tables import keys as table_keys
 from integration.conftest import ingest_config, run_ingestion, write_config_file
 
 from lakesink.cli.verify import audit_config
-from lakesink.commit import writer_state as keys
-from lakesink.commit.async_commit import AsyncCommitter, decode
-from lakesink.commit.iceberg import IcebergFormat, open_iceberg_table
-from lakesink.commit.iceberg_coordinator import FILES_KEY, MAX_TS_KEY, IcebergCoordinator
-from lakesink.commitlog.sqlite import SqlitePendingCommitStore
-from lakesink.commitlog.store import PendingStatus
 from lakesink.config import LakesinkConfig
+from lakesink.engine import writer_state as keys
+from lakesink.engine.async_commit import AsyncCommitter, decode
+from lakesink.engine.pending.sqlite import SqlitePendingCommitStore
+from lakesink.engine.pending.store import PendingStatus
 from lakesink.errors import CorruptTableError
-from lakesink.iceberg.catalog import CatalogSettings
-from lakesink.iceberg.snapshots import KEY_COMMIT_ID
+from lakesink.formats.iceberg.catalog import CatalogSettings
+from lakesink.formats.iceberg.coordinator import FILES_KEY, MAX_TS_KEY, IcebergCoordinator
+from lakesink.formats.iceberg.format import IcebergFormat, open_iceberg_table
+from lakesink.formats.iceberg.snapshots import KEY_COMMIT_ID
 from lakesink.kafka.producer import produce_sample_events
 from lakesink.protocol.instant import InstantTime
 from lakesink.protocol.offsets import OffsetRange, TopicPartition, WriterOffsets

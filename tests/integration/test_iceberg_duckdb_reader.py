@@ -12,7 +12,7 @@ import pyarrow as pa
 import pytest
 from iceberg_tables import ROWS, Backend, expected, ingest
 
-from lakesink.iceberg.catalog import CatalogSettings
+from lakesink.formats.iceberg.catalog import CatalogSettings
 from lakesink.protocol.offsets import OffsetRange, TopicPartition
 
 pytestmark = pytest.mark.integration

@@ -25,12 +25,12 @@ from iceberg_tables import Backend, expected, keys, write
 from integration.conftest import ingest_config, run_ingestion, write_config_file
 
 from lakesink.cli.verify import audit_config
-from lakesink.commit.iceberg import IcebergFormat, open_iceberg_table
-from lakesink.commit.iceberg_coordinator import FILES_KEY, IcebergCoordinator
 from lakesink.errors import FencedError, LakesinkError
-from lakesink.iceberg.catalog import CatalogSettings
-from lakesink.iceberg.datafiles import DataFileDescription
-from lakesink.iceberg.snapshots import KEY_WRITER_ID, WriterCommit, incarnation_key
+from lakesink.formats.iceberg.catalog import CatalogSettings
+from lakesink.formats.iceberg.coordinator import FILES_KEY, IcebergCoordinator
+from lakesink.formats.iceberg.datafiles import DataFileDescription
+from lakesink.formats.iceberg.format import IcebergFormat, open_iceberg_table
+from lakesink.formats.iceberg.snapshots import KEY_WRITER_ID, WriterCommit, incarnation_key
 from lakesink.kafka.producer import produce_sample_events
 from lakesink.protocol.offsets import OffsetRange, TopicPartition
 from lakesink.protocol.write_status import FileWrite, WriteStatus

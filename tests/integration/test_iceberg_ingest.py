@@ -15,11 +15,11 @@ import pytest
 from integration.conftest import ingest_config, run_ingestion, write_config_file
 
 from lakesink.cli.verify import audit_config
-from lakesink.commit.iceberg import open_iceberg_table
 from lakesink.config import LakesinkConfig
 from lakesink.errors import ConfigError
 from lakesink.faults import SYNC_CRASH_POINTS
-from lakesink.iceberg.snapshots import KEY_WRITER_ID, WriterCommit
+from lakesink.formats.iceberg.format import open_iceberg_table
+from lakesink.formats.iceberg.snapshots import KEY_WRITER_ID, WriterCommit
 from lakesink.kafka.producer import produce_sample_events
 
 pytestmark = pytest.mark.integration

@@ -25,14 +25,14 @@ import pytest
 from iceberg_tables import Backend, expected, ingest, keys, write
 
 from lakesink.config import load_config
-from lakesink.iceberg import rewrite as rewrite_module
-from lakesink.iceberg.catalog import CatalogSettings
-from lakesink.iceberg.maintenance import referenced_files, remove_orphans
-from lakesink.iceberg.rewrite import RewriteOptions
-from lakesink.iceberg.snapshots import KEY_MAINTENANCE
-from lakesink.iceberg.table import CommitOutcome, IcebergTable
+from lakesink.formats.iceberg import rewrite as rewrite_module
+from lakesink.formats.iceberg import services as maint
+from lakesink.formats.iceberg.catalog import CatalogSettings
+from lakesink.formats.iceberg.maintenance import referenced_files, remove_orphans
+from lakesink.formats.iceberg.rewrite import RewriteOptions
+from lakesink.formats.iceberg.snapshots import KEY_MAINTENANCE
+from lakesink.formats.iceberg.table import CommitOutcome, IcebergTable
 from lakesink.protocol.offsets import OffsetRange, TopicPartition
-from lakesink.services import iceberg_maintenance as maint
 
 pytest_plugins = ["pg_fixture"]
 pytestmark = pytest.mark.integration

@@ -28,19 +28,19 @@ from iceberg_tables import Backend, expected, keys, write
 from integration.conftest import ingest_config, run_ingestion, write_config_file
 
 from lakesink.cli.verify import audit_config
-from lakesink.commit import writer_state
-from lakesink.commit.control import CommitControl
-from lakesink.commit.iceberg import IcebergFormat, open_iceberg_table
-from lakesink.commit.transaction import TableTransaction
 from lakesink.config import LakesinkConfig, load_config
-from lakesink.iceberg.catalog import CatalogSettings
-from lakesink.iceberg.maintenance import referenced_files
-from lakesink.iceberg.snapshots import KEY_MAINTENANCE
-from lakesink.iceberg.table import IcebergTable
+from lakesink.engine import writer_state
+from lakesink.engine.transaction import TableTransaction
+from lakesink.formats.hudi.control import CommitControl
+from lakesink.formats.hudi.table.metadata import CommitMetadata
+from lakesink.formats.iceberg.catalog import CatalogSettings
+from lakesink.formats.iceberg.format import IcebergFormat, open_iceberg_table
+from lakesink.formats.iceberg.maintenance import referenced_files
+from lakesink.formats.iceberg.services import MaintenanceRun, iceberg_maintenance_hook
+from lakesink.formats.iceberg.snapshots import KEY_MAINTENANCE
+from lakesink.formats.iceberg.table import IcebergTable
 from lakesink.kafka.producer import produce_sample_events
 from lakesink.protocol.offsets import OffsetRange, TopicPartition
-from lakesink.services.iceberg_maintenance import MaintenanceRun, iceberg_maintenance_hook
-from lakesink.table.metadata import CommitMetadata
 
 pytestmark = pytest.mark.integration
 
@@ -268,7 +268,7 @@ def test_inline_rewrite_that_keeps_losing_gives_up_without_failing_the_batch(
 ) -> None:
     from pyiceberg.exceptions import CommitFailedException
 
-    from lakesink.services import iceberg_maintenance as maint
+    from lakesink.formats.iceberg import services as maint
 
     wh = tmp_path / "wh"
     table = Backend(CatalogSettings(warehouse=str(wh))).table("lakesink.events")
@@ -314,7 +314,7 @@ def test_inline_rewrite_that_keeps_losing_gives_up_without_failing_the_batch(
             writer_state.COMMIT_ID_KEY: f"c{t}",
             writer_state.RANGES_KEY: json.dumps([[p0.key(), r.start, r.end] for r in ranges]),
         }
-        with caplog.at_level("INFO", logger="lakesink.services.iceberg_maintenance"):
+        with caplog.at_level("INFO", logger="lakesink.formats.iceberg.services"):
             assert tx.commit(CommitMetadata("INSERT", (), {}, "", extra)).published
     assert runs[0] is None and runs[1] is not None  # ran after the second commit
     assert len(lost) == 5 and runs[1].rewrite is None

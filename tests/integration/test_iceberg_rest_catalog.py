@@ -28,12 +28,12 @@ from integration.conftest import ingest_config, run_ingestion, write_config_file
 from rest_catalog import RestCatalogServer
 
 from lakesink.cli.verify import audit_config
-from lakesink.commit.iceberg import open_iceberg_table
 from lakesink.config import LakesinkConfig
 from lakesink.errors import OffsetError
-from lakesink.iceberg.catalog import CatalogSettings
-from lakesink.iceberg.snapshots import KEY_WRITER_ID, WriterCommit
-from lakesink.iceberg.table import CommitOutcome
+from lakesink.formats.iceberg.catalog import CatalogSettings
+from lakesink.formats.iceberg.format import open_iceberg_table
+from lakesink.formats.iceberg.snapshots import KEY_WRITER_ID, WriterCommit
+from lakesink.formats.iceberg.table import CommitOutcome
 from lakesink.kafka.producer import produce_sample_events
 from lakesink.protocol.offsets import OffsetRange, TopicPartition
 
@@ -171,7 +171,7 @@ def test_a_lost_commit_response_is_recognised_by_its_commit_id(
         return response
 
     catalog.commit_table = commit_table  # type: ignore[method-assign]
-    from lakesink.iceberg.table import IcebergTable
+    from lakesink.formats.iceberg.table import IcebergTable
 
     table = IcebergTable.open(catalog, name, sleep=lambda s: None)
     result = ingest(table, "w1", [R(P0, 0, 5)], commit_id="c-1")
@@ -302,8 +302,8 @@ def test_maintenance_through_the_rest_catalog_keeps_rows_and_every_writers_offse
     """rewrite-data-files, expire-snapshots and remove-orphan-files commit through the REST
     catalog like appends do (the server checks `main` is still the snapshot they planned on):
     rows, each writer's offsets and replay detection survive them."""
-    from lakesink.iceberg.rewrite import RewriteOptions
-    from lakesink.services import iceberg_maintenance as maint
+    from lakesink.formats.iceberg import services as maint
+    from lakesink.formats.iceberg.rewrite import RewriteOptions
 
     table = rest.table(f"{namespace}.events")
     for i in range(3):

@@ -19,8 +19,8 @@ from iceberg_tables import ROWS, Backend, expected, ingest
 from interop.java_iceberg import IcebergRead, JavaIceberg, JavaIcebergError
 
 from lakesink.errors import ReaderError
-from lakesink.iceberg.catalog import CatalogSettings, warehouse_uri
-from lakesink.iceberg.table import IcebergTable
+from lakesink.formats.iceberg.catalog import CatalogSettings, warehouse_uri
+from lakesink.formats.iceberg.table import IcebergTable
 from lakesink.protocol.offsets import OffsetRange, TopicPartition
 
 pytestmark = pytest.mark.integration
@@ -140,8 +140,8 @@ def test_audit_with_spark_passes_on_a_table_of_kafka_records(
 ) -> None:
     from integration.conftest import ingest_config
 
-    from lakesink.audit_iceberg import audit_iceberg
-    from lakesink.commit.iceberg import open_iceberg_table
+    from lakesink.formats.iceberg.audit import audit_iceberg
+    from lakesink.formats.iceberg.format import open_iceberg_table
     from lakesink.kafka.producer import produce_sample_events
 
     topic = "iceberg-spark-audit-" + uuid.uuid4().hex[:8]

@@ -21,14 +21,14 @@ import pytest
 from iceberg_tables import Backend, expected, ingest, keys, s3_options, write
 
 from lakesink.errors import CorruptTableError, OffsetError, SchemaMismatchError
-from lakesink.iceberg.catalog import CatalogSettings, open_catalog
-from lakesink.iceberg.errors import (
+from lakesink.formats.iceberg.catalog import CatalogSettings, open_catalog
+from lakesink.formats.iceberg.errors import (
     CatalogNotFoundError,
     CatalogUnavailableError,
     SummaryLayoutError,
 )
-from lakesink.iceberg.snapshots import KEY_COMMIT_ID, KEY_OFFSETS, KEY_WRITER_ID
-from lakesink.iceberg.table import CommitOutcome, IcebergTable
+from lakesink.formats.iceberg.snapshots import KEY_COMMIT_ID, KEY_OFFSETS, KEY_WRITER_ID
+from lakesink.formats.iceberg.table import CommitOutcome, IcebergTable
 from lakesink.protocol.offsets import OffsetRange, TopicPartition
 
 pytest_plugins = ["pg_fixture"]
@@ -293,8 +293,8 @@ def test_summary_of_another_layout_is_refused_on_recovery(local: Backend) -> Non
 def test_spark_tasks_write_described_files_that_the_driver_commits(
     local: Backend, spark: Any
 ) -> None:
-    from lakesink.iceberg.datafiles import DataFileDescription, write_data_files
-    from lakesink.iceberg.snapshots import KEY_VTTS, valid_through
+    from lakesink.formats.iceberg.datafiles import DataFileDescription, write_data_files
+    from lakesink.formats.iceberg.snapshots import KEY_VTTS, valid_through
 
     table = local.table("db.events", partition="kafka_partition, day(kafka_timestamp)")
     context = table.write_context()

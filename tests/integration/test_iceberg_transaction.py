@@ -13,16 +13,16 @@ import pytest
 from iceberg_tables import Backend, expected, write
 from iceberg_tables import keys as table_keys
 
-from lakesink.commit import writer_state as keys
-from lakesink.commit.control import CommitControl
-from lakesink.commit.iceberg import IcebergFormat
-from lakesink.commit.requirements import OffsetsUnchanged
-from lakesink.commit.transaction import TableTransaction, TxState
+from lakesink.engine import writer_state as keys
+from lakesink.engine.requirements import OffsetsUnchanged
+from lakesink.engine.transaction import TableTransaction, TxState
 from lakesink.errors import CommitError, OffsetError
-from lakesink.iceberg.catalog import CatalogSettings
-from lakesink.iceberg.datafiles import DataFileDescription
+from lakesink.formats.hudi.control import CommitControl
+from lakesink.formats.hudi.table.metadata import CommitMetadata
+from lakesink.formats.iceberg.catalog import CatalogSettings
+from lakesink.formats.iceberg.datafiles import DataFileDescription
+from lakesink.formats.iceberg.format import IcebergFormat
 from lakesink.protocol.offsets import OffsetRange, TopicPartition, WriterOffsets
-from lakesink.table.metadata import CommitMetadata
 
 pytestmark = pytest.mark.integration
 
@@ -120,7 +120,7 @@ def test_iceberg_commit_records_offsets_the_broker_lost_in_its_snapshot_summary(
 ) -> None:
     """A batch cut at the log end at a restart (spark/replay_check.py) keeps the lost span in
     its snapshot, as a Hudi commit keeps it in its metadata."""
-    from lakesink.iceberg.snapshots import KEY_LOST
+    from lakesink.formats.iceberg.snapshots import KEY_LOST
 
     fmt = IcebergFormat(Backend(CatalogSettings(warehouse=str(tmp_path / "wh"))).table("ns.t"))
     ranges = [OffsetRange(P0, 0, 5)]

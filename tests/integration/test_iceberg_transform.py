@@ -14,15 +14,15 @@ from typing import Any
 import pytest
 from integration.conftest import ingest_config, run_ingestion, write_config_file
 
-from lakesink.cli.iceberg_inspect import collect_iceberg_status
 from lakesink.cli.verify import audit_config
-from lakesink.commit.iceberg import (
+from lakesink.config import LakesinkConfig
+from lakesink.errors import LakesinkError
+from lakesink.formats.iceberg.format import (
     dead_letter_coordinates_of,
     open_dead_letter_table,
     open_iceberg_table,
 )
-from lakesink.config import LakesinkConfig
-from lakesink.errors import LakesinkError
+from lakesink.formats.iceberg.inspect import collect_iceberg_status
 from lakesink.kafka.client import create_topic, watermarks
 from lakesink.kafka.deserializers import make_deserializer
 from lakesink.kafka.producer import produce_sample_events, produce_values, sample_event_bytes

@@ -21,8 +21,8 @@ from rich.console import Console
 from lakesink.cli.status import collect_iceberg
 from lakesink.cli.verify import audit_config
 from lakesink.cli.watch import watch_status
-from lakesink.commit.iceberg import open_iceberg_table
 from lakesink.config import LakesinkConfig
+from lakesink.formats.iceberg.format import open_iceberg_table
 from lakesink.kafka.producer import produce_sample_events
 from lakesink.protocol.offsets import OffsetRange, TopicPartition
 

@@ -14,14 +14,14 @@ import pyarrow.compute as pc
 import pytest
 from integration.conftest import audit_config, ingest_config, run_ingestion
 
-from lakesink.commit.writer_state import committed_offsets_at
 from lakesink.errors import LakesinkError
+from lakesink.formats.hudi.table.hudi_table import HudiTable
+from lakesink.formats.hudi.table.reader import TableReader
+from lakesink.formats.hudi.writer_state import committed_offsets_at
 from lakesink.kafka.client import create_topic
 from lakesink.kafka.ddl import ddl_to_arrow
 from lakesink.kafka.json_values import MAX_DEPTH, JsonValueDecoder
 from lakesink.kafka.producer import produce_values
-from lakesink.table.hudi_table import HudiTable
-from lakesink.table.reader import TableReader
 
 pytestmark = pytest.mark.integration
 

@@ -17,8 +17,8 @@ from integration.table_stores import table_at
 from interop.compare import assert_java_hudi_agrees
 
 from lakesink.faults import SYNC_CRASH_POINTS
+from lakesink.formats.hudi.table.hudi_table import HudiTable
 from lakesink.kafka.producer import produce_sample_events
-from lakesink.table.hudi_table import HudiTable
 
 pytestmark = pytest.mark.integration
 
@@ -130,8 +130,8 @@ def test_replayed_batch_beyond_a_log_end_that_moved_back_fails_in_one_line_or_is
     records the broker takes at those offsets later are ingested, not passed over."""
     import json
 
-    from lakesink.audit import completed_commits
-    from lakesink.commit.writer_state import LOST_KEY
+    from lakesink.formats.hudi.audit import completed_commits
+    from lakesink.formats.hudi.writer_state import LOST_KEY
 
     topic = topic_factory("logend")
     produce_sample_events(kafka_bootstrap, topic, 300, 1)

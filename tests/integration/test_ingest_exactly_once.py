@@ -14,8 +14,8 @@ import pytest
 from integration.conftest import audit_config, ingest_config, run_ingestion
 from integration.table_stores import STORES, table_at
 
-from lakesink.commit.writer_state import committed_offsets_at
 from lakesink.errors import LakesinkError
+from lakesink.formats.hudi.writer_state import committed_offsets_at
 from lakesink.kafka.producer import produce_sample_events
 
 pytestmark = pytest.mark.integration
@@ -98,7 +98,7 @@ def test_spark_replay_of_a_committed_batch_publishes_nothing(
         (cfg.checkpoint_location / "commits").glob("[0-9]*"), key=lambda p: int(p.name)
     )
     commits[-1].unlink()
-    from lakesink.table.hudi_table import HudiTable
+    from lakesink.formats.hudi.table.hudi_table import HudiTable
 
     before = len(HudiTable.open(cfg.table_storage).timeline().completed())
     assert run_ingestion(cfg, spark).records == 0

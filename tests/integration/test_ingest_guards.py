@@ -15,14 +15,14 @@ import pyarrow as pa
 import pytest
 from integration.conftest import audit_config, ingest_config, run_ingestion
 
-from lakesink.audit import read_with_hudi_rs
-from lakesink.commit.writer_state import committed_offsets_at
 from lakesink.config import LakesinkConfig
 from lakesink.errors import LakesinkError
+from lakesink.formats.hudi.audit import read_with_hudi_rs
+from lakesink.formats.hudi.table.hudi_table import HudiTable
+from lakesink.formats.hudi.table.reader import TableReader
+from lakesink.formats.hudi.writer_state import committed_offsets_at
 from lakesink.kafka.client import create_topic
 from lakesink.kafka.producer import produce_sample_events, produce_values
-from lakesink.table.hudi_table import HudiTable
-from lakesink.table.reader import TableReader
 
 pytestmark = pytest.mark.integration
 
@@ -105,7 +105,7 @@ def test_dead_letter_beside_required_columns_ingests_exactly_once(
     topic_factory: Callable[[str], str],
     tmp_path: Path,
 ) -> None:
-    from lakesink.audit import dead_letter_table_coordinates
+    from lakesink.formats.hudi.audit import dead_letter_table_coordinates
 
     topic = topic_factory(f"required-dl-{fmt}")
     create_topic(kafka_bootstrap, topic, 1)
@@ -146,7 +146,7 @@ def test_tombstone_for_required_columns_goes_to_the_dead_letter_table(
     topic_factory: Callable[[str], str],
     tmp_path: Path,
 ) -> None:
-    from lakesink.audit import dead_letter_table_coordinates
+    from lakesink.formats.hudi.audit import dead_letter_table_coordinates
 
     topic = topic_factory(f"required-tombstone-{fmt}")
     create_topic(kafka_bootstrap, topic, 1)

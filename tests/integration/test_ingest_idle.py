@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 from integration.conftest import ingest_config, run_ingestion
 
-from lakesink.commit.writer_state import committed_offsets_at
+from lakesink.formats.hudi.table.hudi_table import HudiTable
+from lakesink.formats.hudi.writer_state import committed_offsets_at
 from lakesink.kafka.client import create_topic
 from lakesink.kafka.producer import produce_sample_events, produce_transactional
 from lakesink.spark.pipeline import Ingestion
-from lakesink.table.hudi_table import HudiTable
 
 pytestmark = pytest.mark.integration
 

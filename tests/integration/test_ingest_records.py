@@ -14,12 +14,12 @@ from typing import Any
 import pytest
 from integration.conftest import audit_config, ingest_config, run_ingestion
 
-from lakesink.commit.writer_state import committed_offsets_at
 from lakesink.errors import LakesinkError
+from lakesink.formats.hudi.table.hudi_table import HudiTable
+from lakesink.formats.hudi.table.reader import TableReader
+from lakesink.formats.hudi.writer_state import committed_offsets_at
 from lakesink.kafka.client import create_topic
 from lakesink.kafka.producer import produce_sample_events, produce_values, sample_event_bytes
-from lakesink.table.hudi_table import HudiTable
-from lakesink.table.reader import TableReader
 
 pytestmark = pytest.mark.integration
 
@@ -214,7 +214,7 @@ def test_bad_record_goes_to_the_dead_letter_table_exactly_once(
 ) -> None:
     from interop.compare import assert_java_hudi_agrees
 
-    from lakesink.audit import dead_letter_table_coordinates
+    from lakesink.formats.hudi.audit import dead_letter_table_coordinates
 
     topic = topic_factory("badtable")
     _with_bad_record(kafka_bootstrap, topic)

@@ -18,18 +18,22 @@ from integration.test_multi_writer import commit_one_batch, services_for
 from interop.compare import Query, check_tables, plan_reads
 from interop.java_hudi import JavaHudi
 
-from lakesink.commit.coordinator import Coordinator
+from lakesink.engine.coordinator import Coordinator
+from lakesink.formats.hudi.services.archival import ArchivePolicy, archive
+from lakesink.formats.hudi.services.clean import RetainPolicy, clean
+from lakesink.formats.hudi.services.clustering import (
+    ClusteringOptions,
+    cluster,
+    schedule_clustering,
+)
+from lakesink.formats.hudi.table.config import TableConfig
+from lakesink.formats.hudi.table.files import write_token
+from lakesink.formats.hudi.table.hudi_table import HudiTable
+from lakesink.formats.hudi.table.metadata import CommitMetadata
+from lakesink.formats.hudi.table.writer import PartitionedWriter
 from lakesink.protocol.instant import Action
 from lakesink.protocol.offsets import OffsetRange, TopicPartition
 from lakesink.protocol.write_status import WriteStatus
-from lakesink.services.archival import ArchivePolicy, archive
-from lakesink.services.clean import RetainPolicy, clean
-from lakesink.services.clustering import ClusteringOptions, cluster, schedule_clustering
-from lakesink.table.config import TableConfig
-from lakesink.table.files import write_token
-from lakesink.table.hudi_table import HudiTable
-from lakesink.table.metadata import CommitMetadata
-from lakesink.table.writer import PartitionedWriter
 
 pytestmark = pytest.mark.integration
 

@@ -17,16 +17,16 @@ from integration.test_multi_writer import rows as kafka_rows
 from interop.compare import assert_java_hudi_agrees, rows
 from interop.java_hudi import JavaHudi
 
-from lakesink.commit.coordinator import Coordinator
+from lakesink.engine.coordinator import Coordinator
 from lakesink.errors import UnsupportedTableError
+from lakesink.formats.hudi.services.clustering import ClusteringOptions, cluster
+from lakesink.formats.hudi.table.config import TableConfig
+from lakesink.formats.hudi.table.files import write_token
+from lakesink.formats.hudi.table.hudi_table import HudiTable
+from lakesink.formats.hudi.table.reader import TableReader
+from lakesink.formats.hudi.table.writer import PartitionedWriter
 from lakesink.protocol.offsets import OffsetRange, TopicPartition
 from lakesink.protocol.write_status import WriteStatus
-from lakesink.services.clustering import ClusteringOptions, cluster
-from lakesink.table.config import TableConfig
-from lakesink.table.files import write_token
-from lakesink.table.hudi_table import HudiTable
-from lakesink.table.reader import TableReader
-from lakesink.table.writer import PartitionedWriter
 
 pytestmark = pytest.mark.integration
 

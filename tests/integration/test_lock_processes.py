@@ -28,9 +28,9 @@ import pytest
 from integration.table_stores import STORES
 from s3_server import S3Server
 
-from lakesink.concurrency.lock import LOCK_DIR, FileLockProvider
-from lakesink.concurrency.pg_lock import PostgresLockProvider
 from lakesink.errors import LockError
+from lakesink.formats.hudi.concurrency.lock import LOCK_DIR, FileLockProvider
+from lakesink.formats.hudi.concurrency.pg_lock import PostgresLockProvider
 from lakesink.storage import Storage, open_storage
 
 pytest_plugins = ["pg_fixture"]
@@ -41,8 +41,8 @@ REPO = Path(__file__).resolve().parents[2]
 WORKER = textwrap.dedent(
     """
     import os, sys, time
-    from lakesink.concurrency.lock import FileLockProvider
-    from lakesink.concurrency.pg_lock import PostgresLockProvider
+    from lakesink.formats.hudi.concurrency.lock import FileLockProvider
+    from lakesink.formats.hudi.concurrency.pg_lock import PostgresLockProvider
     from lakesink.config import table_storage_at
 
     kind, target, name, mode = sys.argv[1:5]

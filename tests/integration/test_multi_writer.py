@@ -34,24 +34,24 @@ import pyarrow as pa
 import pytest
 from integration.table_stores import STORES, table_uri_in_env
 
-from lakesink.audit import audit, read_with_hudi_rs
-from lakesink.commit.control import LockedCommitControl
-from lakesink.commit.coordinator import Coordinator
-from lakesink.concurrency.lock import FileLockProvider
+from lakesink.engine.coordinator import Coordinator
 from lakesink.errors import CommitConflictError, HeartbeatExpiredError, LakesinkError, LockError
+from lakesink.formats.hudi.audit import audit, read_with_hudi_rs
+from lakesink.formats.hudi.concurrency.lock import FileLockProvider
+from lakesink.formats.hudi.control import LockedCommitControl
+from lakesink.formats.hudi.services.archival import ArchivePolicy, archive, archived_instants
+from lakesink.formats.hudi.services.clean import RetainPolicy, clean
+from lakesink.formats.hudi.services.clustering import ClusteringOptions, cluster
+from lakesink.formats.hudi.table.archive import load_archived_view
+from lakesink.formats.hudi.table.config import TableConfig
+from lakesink.formats.hudi.table.files import write_token
+from lakesink.formats.hudi.table.hudi_table import HudiTable
+from lakesink.formats.hudi.table.reader import TableReader
+from lakesink.formats.hudi.table.view import FileSystemView
+from lakesink.formats.hudi.table.writer import PartitionedWriter
 from lakesink.protocol.instant import Action
 from lakesink.protocol.offsets import OffsetRange, TopicPartition
 from lakesink.protocol.write_status import WriteStatus
-from lakesink.services.archival import ArchivePolicy, archive, archived_instants
-from lakesink.services.clean import RetainPolicy, clean
-from lakesink.services.clustering import ClusteringOptions, cluster
-from lakesink.table.archive import load_archived_view
-from lakesink.table.config import TableConfig
-from lakesink.table.files import write_token
-from lakesink.table.hudi_table import HudiTable
-from lakesink.table.reader import TableReader
-from lakesink.table.view import FileSystemView
-from lakesink.table.writer import PartitionedWriter
 
 pytest_plugins = ["pg_fixture"]
 pytestmark = pytest.mark.integration
@@ -507,12 +507,12 @@ def test_lock_holder_killed_then_next_writer_gets_the_lock(
     dsn = request.getfixturevalue("postgres_dsn") if kind == "postgres" else None
     if kind == "postgres":
         make = (
-            "from lakesink.concurrency.pg_lock import PostgresLockProvider\n"
+            "from lakesink.formats.hudi.concurrency.pg_lock import PostgresLockProvider\n"
             f"p = PostgresLockProvider({dsn!r}, {str(path)!r}, 'holder')"
         )
     else:
         make = (
-            "from lakesink.concurrency.lock import FileLockProvider\n"
+            "from lakesink.formats.hudi.concurrency.lock import FileLockProvider\n"
             f"p = FileLockProvider({str(path)!r}, 'holder', lease_s=1.0)"
         )
     holder = subprocess.Popen(

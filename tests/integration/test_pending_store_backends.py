@@ -22,9 +22,9 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from lakesink.commitlog.factory import make_pending_store
-from lakesink.commitlog.postgres import PostgresPendingCommitStore
-from lakesink.commitlog.store import (
+from lakesink.engine.pending.factory import make_pending_store
+from lakesink.engine.pending.postgres import PostgresPendingCommitStore
+from lakesink.engine.pending.store import (
     PendingEntryConflictError,
     PendingStatus,
     PendingStoreUnavailableError,
@@ -95,7 +95,7 @@ def test_pg_store_pickles_without_its_connection(pg_store: PostgresPendingCommit
 WORKER = textwrap.dedent(
     """
     import sys
-    from lakesink.commitlog.factory import make_pending_store
+    from lakesink.engine.pending.factory import make_pending_store
 
     kind, target, table = sys.argv[1:4]
     store = make_pending_store(kind, path=target, dsn=target, table=table)

@@ -15,16 +15,20 @@ import pytest
 from s3_faults import FaultProxy, Request
 from s3_server import S3Server
 
-from lakesink.commit.coordinator import Coordinator
 from lakesink.config import build_config
+from lakesink.engine.coordinator import Coordinator
+from lakesink.formats.hudi.table.config import TableConfig
+from lakesink.formats.hudi.table.files import base_file_name, new_file_id
+from lakesink.formats.hudi.table.hudi_table import HudiTable
+from lakesink.formats.hudi.table.markers import (
+    MARKER_ROOT,
+    create_marker,
+    wait_for_marker_deletions,
+)
+from lakesink.formats.hudi.table.timeline import timeline_key
 from lakesink.protocol.offsets import OffsetRange, TopicPartition
 from lakesink.protocol.write_status import FileWrite, WriteStatus
 from lakesink.spark.pipeline import make_control
-from lakesink.table.config import TableConfig
-from lakesink.table.files import base_file_name, new_file_id
-from lakesink.table.hudi_table import HudiTable
-from lakesink.table.markers import MARKER_ROOT, create_marker, wait_for_marker_deletions
-from lakesink.table.timeline import timeline_key
 
 pytestmark = pytest.mark.integration
 

@@ -18,8 +18,8 @@ from s3_faults import Delay, Drop, Error, FaultProxy
 from s3_server import S3Server
 
 from lakesink.config import LakesinkConfig
+from lakesink.formats.hudi.table.hudi_table import HudiTable
 from lakesink.kafka.producer import produce_sample_events
-from lakesink.table.hudi_table import HudiTable
 
 pytestmark = pytest.mark.integration
 

@@ -15,13 +15,13 @@ from integration.conftest import audit_config, ingest_config, run_ingestion
 from integration.table_stores import table_at
 from s3_server import S3Server
 
-from lakesink.commit.control import LockedCommitControl
+from lakesink.formats.hudi.control import LockedCommitControl
+from lakesink.formats.hudi.services.archival import ArchivePolicy, archive
+from lakesink.formats.hudi.services.clean import RetainPolicy, clean
+from lakesink.formats.hudi.services.clustering import ClusteringOptions, cluster
+from lakesink.formats.hudi.table.archive import ARCHIVE_KEY
+from lakesink.formats.hudi.table.hudi_table import HudiTable
 from lakesink.kafka.producer import produce_sample_events
-from lakesink.services.archival import ArchivePolicy, archive
-from lakesink.services.clean import RetainPolicy, clean
-from lakesink.services.clustering import ClusteringOptions, cluster
-from lakesink.table.archive import ARCHIVE_KEY
-from lakesink.table.hudi_table import HudiTable
 
 pytestmark = pytest.mark.integration
 

@@ -18,25 +18,25 @@ from integration.test_multi_writer import (
     services_for,
 )
 
-from lakesink.audit import read_with_hudi_rs
-from lakesink.commit.control import LockedCommitControl
-from lakesink.commit.coordinator import Coordinator
-from lakesink.commit.writer_state import committed_offsets
+from lakesink.engine.coordinator import Coordinator
 from lakesink.errors import InstantArchivedError
+from lakesink.formats.hudi.audit import read_with_hudi_rs
+from lakesink.formats.hudi.control import LockedCommitControl
+from lakesink.formats.hudi.services import archival
+from lakesink.formats.hudi.services.archival import ArchivePolicy, archive
+from lakesink.formats.hudi.services.clean import RetainPolicy, clean
+from lakesink.formats.hudi.services.clustering import ClusteringOptions, cluster
+from lakesink.formats.hudi.table.archive import ARCHIVE_DIR, load_archived_view
+from lakesink.formats.hudi.table.config import TableConfig
+from lakesink.formats.hudi.table.files import write_token
+from lakesink.formats.hudi.table.hudi_table import HudiTable
+from lakesink.formats.hudi.table.reader import TableReader
+from lakesink.formats.hudi.table.writer import PartitionedWriter
+from lakesink.formats.hudi.writer_state import committed_offsets
 from lakesink.protocol.commit import Verdict
 from lakesink.protocol.instant import Action
 from lakesink.protocol.offsets import OffsetRange, TopicPartition
 from lakesink.protocol.write_status import WriteStatus
-from lakesink.services import archival
-from lakesink.services.archival import ArchivePolicy, archive
-from lakesink.services.clean import RetainPolicy, clean
-from lakesink.services.clustering import ClusteringOptions, cluster
-from lakesink.table.archive import ARCHIVE_DIR, load_archived_view
-from lakesink.table.config import TableConfig
-from lakesink.table.files import write_token
-from lakesink.table.hudi_table import HudiTable
-from lakesink.table.reader import TableReader
-from lakesink.table.writer import PartitionedWriter
 
 pytestmark = pytest.mark.integration
 

@@ -11,13 +11,13 @@ from typing import Any
 import pytest
 from integration.conftest import audit_config, ingest_config, run_ingestion
 
-from lakesink.commit.control import LockedCommitControl
+from lakesink.formats.hudi.control import LockedCommitControl
+from lakesink.formats.hudi.services.archival import ArchivePolicy, archive, archived_instants
+from lakesink.formats.hudi.services.clean import RetainPolicy, clean
+from lakesink.formats.hudi.services.clustering import cluster
+from lakesink.formats.hudi.table.archive import ARCHIVE_DIR
+from lakesink.formats.hudi.table.hudi_table import HudiTable
 from lakesink.kafka.producer import produce_sample_events
-from lakesink.services.archival import ArchivePolicy, archive, archived_instants
-from lakesink.services.clean import RetainPolicy, clean
-from lakesink.services.clustering import cluster
-from lakesink.table.archive import ARCHIVE_DIR
-from lakesink.table.hudi_table import HudiTable
 
 pytestmark = pytest.mark.integration
 

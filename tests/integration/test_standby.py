@@ -30,9 +30,9 @@ from integration.conftest import (
 )
 
 from lakesink.errors import FencedError
+from lakesink.formats.hudi.table.hudi_table import HudiTable
 from lakesink.kafka.producer import produce_sample_events
 from lakesink.protocol.instant import Action
-from lakesink.table.hudi_table import HudiTable
 
 pytestmark = pytest.mark.integration
 

@@ -19,10 +19,10 @@ import hudi
 import pyarrow as pa
 from interop.java_hudi import JavaHudi, JavaHudiError, Read, Sql
 
+from lakesink.formats.hudi.table.hudi_table import HudiTable
+from lakesink.formats.hudi.table.reader import TableReader
 from lakesink.protocol.instant import TimelineLayout
 from lakesink.storage.base import Storage
-from lakesink.table.hudi_table import HudiTable
-from lakesink.table.reader import TableReader
 
 EPOCH = "19700101000000000"
 log = logging.getLogger(__name__)
@@ -151,7 +151,7 @@ def plan_reads(
 
 def _first_start(table: HudiTable) -> str:
     """The earliest start an incremental read accepts: the epoch, or where the archive ends."""
-    from lakesink.table.archive import load_archived_view
+    from lakesink.formats.hudi.table.archive import load_archived_view
 
     archived = load_archived_view(table.storage)
     if archived is None:

@@ -11,11 +11,11 @@ import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from lakesink.commit.control import CommitControl
 from lakesink.errors import FencedError, HeartbeatExpiredError, LockError
+from lakesink.formats.hudi.control import CommitControl
+from lakesink.formats.hudi.table.hudi_table import HudiTable
+from lakesink.formats.hudi.table.timeline import Timeline
 from lakesink.protocol.instant import InstantTime
-from lakesink.table.hudi_table import HudiTable
-from lakesink.table.timeline import Timeline
 
 
 class Crash(BaseException):

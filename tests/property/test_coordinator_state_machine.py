@@ -32,10 +32,8 @@ from hypothesis.stateful import (
 )
 from property.fakes import Crash, FakeServices, World
 
-import lakesink.commit.coordinator as coordinator_module
-from lakesink.audit import read_with_hudi_rs
-from lakesink.commit import writer_state as commit_state
-from lakesink.commit.coordinator import Coordinator
+import lakesink.engine.coordinator as coordinator_module
+from lakesink.engine.coordinator import Coordinator
 from lakesink.errors import (
     CommitConflictError,
     CommitError,
@@ -44,17 +42,19 @@ from lakesink.errors import (
     HeartbeatExpiredError,
     LockError,
 )
+from lakesink.formats.hudi import writer_state as commit_state
+from lakesink.formats.hudi.audit import read_with_hudi_rs
+from lakesink.formats.hudi.table.config import TableConfig
+from lakesink.formats.hudi.table.hudi_table import HudiTable
+from lakesink.formats.hudi.table.reader import TableReader
+from lakesink.formats.hudi.table.writer import PartitionedWriter
 from lakesink.protocol.instant import InstantTime
 from lakesink.protocol.offsets import OffsetRange, TopicPartition, WriterOffsets
 from lakesink.protocol.write_status import WriteStatus
-from lakesink.table.config import TableConfig
-from lakesink.table.hudi_table import HudiTable
-from lakesink.table.reader import TableReader
-from lakesink.table.writer import PartitionedWriter
 
 try:  # table services, if present
-    from lakesink.services.clean import RetainPolicy, clean
-    from lakesink.services.clustering import ClusteringOptions, cluster
+    from lakesink.formats.hudi.services.clean import RetainPolicy, clean
+    from lakesink.formats.hudi.services.clustering import ClusteringOptions, cluster
 
     HAVE_SERVICES = True
 except ImportError:  # pragma: no cover - built by another engineer

@@ -14,9 +14,9 @@ import pyarrow.parquet as pq
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lakesink.table.config import TableConfig
-from lakesink.table.hudi_table import HudiTable
-from lakesink.table.writer import BaseFileWriter, _key_strings, record_keys
+from lakesink.formats.hudi.table.config import TableConfig
+from lakesink.formats.hudi.table.hudi_table import HudiTable
+from lakesink.formats.hudi.table.writer import BaseFileWriter, _key_strings, record_keys
 
 FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

@@ -13,11 +13,11 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from lakesink.errors import CorruptTableError, LakesinkError, TableError
+from lakesink.formats.hudi.table.config import TableConfig, parse_properties, render_properties
+from lakesink.formats.hudi.table.hudi_table import HudiTable
+from lakesink.formats.hudi.table.metadata import CommitMetadata, RollbackMetadata, RollbackPlan
 from lakesink.protocol.instant import Action, Instant, InstantTime, State, TimelineLayout
 from lakesink.protocol.write_status import FileWrite
-from lakesink.table.config import TableConfig, parse_properties, render_properties
-from lakesink.table.hudi_table import HudiTable
-from lakesink.table.metadata import CommitMetadata, RollbackMetadata, RollbackPlan
 
 FUZZ = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

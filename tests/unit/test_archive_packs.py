@@ -1,5 +1,5 @@
-"""Packs of the archived timeline (lakesink.table.archive): loose archived files gathered into
-packs and packs merged by level, with every file readable once at every step, including after
+"""Packs of the archived timeline (formats/hudi/table/archive.py): loose archived files gathered
+into packs and packs merged by level, with every file readable once at every step, including after
 a crash between writing a pack and deleting its sources."""
 
 from __future__ import annotations
@@ -10,8 +10,7 @@ from pathlib import Path
 import pytest
 
 from lakesink.errors import CorruptTableError
-from lakesink.protocol.instant import InstantTime
-from lakesink.table.archive import (
+from lakesink.formats.hudi.table.archive import (
     archived_file_names,
     archived_timeline_folder,
     is_archived_completed,
@@ -19,6 +18,7 @@ from lakesink.table.archive import (
     pack_archived_timeline,
     read_archived_file,
 )
+from lakesink.protocol.instant import InstantTime
 
 
 def _archive(base: Path, first: int, count: int) -> dict[str, bytes]:
@@ -95,7 +95,7 @@ def test_a_garbled_pack_is_a_corrupt_table_error_naming_it(tmp_path: Path) -> No
 
 def test_the_config_defaults_are_the_archive_defaults() -> None:
     from lakesink.config import KEYS_BY_NAME
-    from lakesink.table.archive import PACK_FAN_IN, PACK_LOOSE_FILES
+    from lakesink.formats.hudi.table.archive import PACK_FAN_IN, PACK_LOOSE_FILES
 
     assert KEYS_BY_NAME["table.services.archive.pack.files"].default == PACK_LOOSE_FILES
     assert KEYS_BY_NAME["table.services.archive.pack.fan.in"].default == PACK_FAN_IN

@@ -9,10 +9,10 @@ import pyarrow as pa
 import pytest
 
 from lakesink.cli.main import main
+from lakesink.formats.hudi.table.hudi_table import HudiTable
+from lakesink.formats.hudi.table.metadata import CommitMetadata
+from lakesink.formats.hudi.table.writer import PartitionedWriter
 from lakesink.protocol.instant import Action, InstantTime
-from lakesink.table.hudi_table import HudiTable
-from lakesink.table.metadata import CommitMetadata
-from lakesink.table.writer import PartitionedWriter
 
 
 def _table_with_one_commit(path: Path) -> HudiTable:

@@ -18,22 +18,26 @@ from typing import Any
 
 import pytest
 
-from lakesink.commit import coordinator as coordinator_module
-from lakesink.commit.control import CommitControl
-from lakesink.commit.coordinator import Coordinator
-from lakesink.commit.transaction import TableTransaction
-from lakesink.commit.writer_state import OFFSETS_KEY, WRITER_ID_KEY
-from lakesink.concurrency.lock import LOCK_DIR, FileLockProvider
+from lakesink.engine import coordinator as coordinator_module
+from lakesink.engine.coordinator import Coordinator
+from lakesink.engine.transaction import TableTransaction
+from lakesink.formats.hudi.concurrency.lock import LOCK_DIR, FileLockProvider
+from lakesink.formats.hudi.control import CommitControl
+from lakesink.formats.hudi.table import timeline as timeline_module
+from lakesink.formats.hudi.table.config import TableConfig
+from lakesink.formats.hudi.table.files import base_file_name, new_file_id
+from lakesink.formats.hudi.table.hudi_table import HudiTable
+from lakesink.formats.hudi.table.markers import (
+    create_marker,
+    list_marked_files,
+    wait_for_marker_deletions,
+)
+from lakesink.formats.hudi.table.metadata import CommitMetadata
+from lakesink.formats.hudi.table.timeline import Timeline
+from lakesink.formats.hudi.writer_state import OFFSETS_KEY, WRITER_ID_KEY
 from lakesink.protocol.instant import Action, Instant, InstantTime, State
 from lakesink.protocol.offsets import OffsetRange, TopicPartition, WriterOffsets
 from lakesink.protocol.write_status import FileWrite, WriteStatus
-from lakesink.table import timeline as timeline_module
-from lakesink.table.config import TableConfig
-from lakesink.table.files import base_file_name, new_file_id
-from lakesink.table.hudi_table import HudiTable
-from lakesink.table.markers import create_marker, list_marked_files, wait_for_marker_deletions
-from lakesink.table.metadata import CommitMetadata
-from lakesink.table.timeline import Timeline
 
 SCHEMA = json.dumps({"type": "record", "name": "r", "fields": [{"name": "x", "type": "long"}]})
 
@@ -124,11 +128,11 @@ _EXIT_RIGHT_AFTER_COMMIT = """
 import sys, time
 from pathlib import Path
 sys.path.insert(0, {tests!r})
-from lakesink.commit.control import CommitControl
-from lakesink.commit.coordinator import Coordinator
+from lakesink.formats.hudi.control import CommitControl
+from lakesink.engine.coordinator import Coordinator
 from lakesink.protocol.offsets import OffsetRange, TopicPartition
-from lakesink.table import markers
-from lakesink.table.hudi_table import HudiTable
+from lakesink.formats.hudi.table import markers
+from lakesink.formats.hudi.table.hudi_table import HudiTable
 from unit.test_commit_cost_paths import SCHEMA, _statuses, _table
 
 slow_delete = markers.delete_markers

@@ -9,33 +9,33 @@ from pathlib import Path
 
 import pytest
 
-from lakesink.commit.control import CommitControl
-from lakesink.commit.format import TableFormat
-from lakesink.commit.hudi import HudiFormat
-from lakesink.commit.requirements import BackfillNotCommitted, OffsetsUnchanged
-from lakesink.commit.retry import RetryPolicy, run_commit
-from lakesink.commit.transaction import TableTransaction, TxState
-from lakesink.commit.writer_state import (
-    BACKFILL_ID_KEY,
-    COMMIT_ID_KEY,
-    OFFSETS_KEY,
-    WRITER_ID_KEY,
-    committed_offsets,
-)
+from lakesink.engine.format import TableFormat
+from lakesink.engine.requirements import BackfillNotCommitted, OffsetsUnchanged
+from lakesink.engine.retry import RetryPolicy, run_commit
+from lakesink.engine.transaction import TableTransaction, TxState
 from lakesink.errors import (
     CommitError,
     CommitStateUnknownError,
     LockError,
     OffsetError,
 )
+from lakesink.formats.hudi.control import CommitControl
+from lakesink.formats.hudi.format import HudiFormat
+from lakesink.formats.hudi.table.config import TableConfig
+from lakesink.formats.hudi.table.files import base_file_name, new_file_id
+from lakesink.formats.hudi.table.hudi_table import HudiTable
+from lakesink.formats.hudi.table.markers import create_marker
+from lakesink.formats.hudi.table.metadata import CommitMetadata
+from lakesink.formats.hudi.writer_state import (
+    BACKFILL_ID_KEY,
+    COMMIT_ID_KEY,
+    OFFSETS_KEY,
+    WRITER_ID_KEY,
+    committed_offsets,
+)
 from lakesink.protocol.instant import Action, InstantTime
 from lakesink.protocol.offsets import TopicPartition, WriterOffsets
 from lakesink.protocol.write_status import FileWrite
-from lakesink.table.config import TableConfig
-from lakesink.table.files import base_file_name, new_file_id
-from lakesink.table.hudi_table import HudiTable
-from lakesink.table.markers import create_marker
-from lakesink.table.metadata import CommitMetadata
 
 SCHEMA = json.dumps({"type": "record", "name": "r", "fields": [{"name": "x", "type": "long"}]})
 NO_WAIT = RetryPolicy(attempts=3, backoff_s=0.0)
@@ -265,7 +265,7 @@ def test_transaction_publish_whose_response_was_lost_is_found_on_the_table(
 def test_cleans_and_commits_get_completion_times_by_one_rule(tmp_path: Path) -> None:
     """A clean's completed file and a commit's follow the same completion-time rule: after the
     newest completion time, never before the instant's own time, never a time already taken."""
-    from lakesink.commit.instants import complete_instant
+    from lakesink.formats.hudi.instants import complete_instant
     from lakesink.protocol.instant import Instant, State
 
     table = HudiTable.create(tmp_path / "t", TableConfig("t", ("k",), (), version=8))

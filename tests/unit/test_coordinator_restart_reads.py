@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 from integration.test_fencing import TABLE_CONFIG, config, write_batch
 
-from lakesink.commit import writer_state
-from lakesink.commit.control import WriterCommitControl
-from lakesink.commit.coordinator import Coordinator
+from lakesink.engine.coordinator import Coordinator
+from lakesink.formats.hudi import writer_state
+from lakesink.formats.hudi.control import WriterCommitControl
+from lakesink.formats.hudi.table.hudi_table import HudiTable
+from lakesink.formats.hudi.table.timeline import Timeline
 from lakesink.protocol.offsets import OffsetRange, TopicPartition, WriterOffsets
-from lakesink.table.hudi_table import HudiTable
-from lakesink.table.timeline import Timeline
 
 
 def _coordinator(table: HudiTable, path: Path) -> Coordinator:

@@ -54,7 +54,7 @@ def test_require_of_a_module_that_is_no_extra_is_a_programming_error() -> None:
 def test_hudi_rs_read_without_verify_extra_names_it(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    from lakesink.audit import read_with_hudi_rs
+    from lakesink.formats.hudi.audit import read_with_hudi_rs
 
     _block(monkeypatch, "hudi")
     with pytest.raises(MissingExtraError, match=r"lakesink\[verify\]"):
@@ -71,7 +71,7 @@ def test_embedded_broker_without_demo_extra_names_it(monkeypatch: pytest.MonkeyP
 
 
 @pytest.mark.parametrize(
-    "module_path", ["lakesink.concurrency.pg_lock", "lakesink.commitlog.postgres"]
+    "module_path", ["lakesink.formats.hudi.concurrency.pg_lock", "lakesink.engine.pending.postgres"]
 )
 def test_postgres_backends_without_postgres_extra_name_it(
     monkeypatch: pytest.MonkeyPatch, module_path: str
@@ -139,7 +139,7 @@ def test_object_store_table_without_s3_extra_names_it(monkeypatch: pytest.Monkey
 def test_iceberg_catalog_without_iceberg_extra_names_it(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    from lakesink.iceberg.catalog import CatalogSettings, open_catalog
+    from lakesink.formats.iceberg.catalog import CatalogSettings, open_catalog
 
     _block(monkeypatch, "pyiceberg")
     with pytest.raises(MissingExtraError, match=r"lakesink\[iceberg\]"):

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from lakesink.concurrency.heartbeat import (
+from lakesink.errors import ConfigError, FencedError, HeartbeatExpiredError
+from lakesink.formats.hudi.concurrency.heartbeat import (
     HEARTBEAT_DIR,
     WRITERS_DIR,
     Heartbeat,
@@ -17,7 +18,6 @@ from lakesink.concurrency.heartbeat import (
     heartbeat_expired,
     last_heartbeat,
 )
-from lakesink.errors import ConfigError, FencedError, HeartbeatExpiredError
 
 T = "20250101000000123"
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from lakesink.cli.iceberg_inspect import iceberg_kind, newest_metadata, refuse_iceberg
 from lakesink.errors import ConfigError
+from lakesink.formats.iceberg.inspect import iceberg_kind, newest_metadata, refuse_iceberg
 from lakesink.storage import open_storage
 
 

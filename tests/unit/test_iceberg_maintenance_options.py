@@ -7,9 +7,17 @@ import pytest
 
 from lakesink.config import load_config
 from lakesink.errors import ConfigError
-from lakesink.iceberg.errors import SummaryLayoutError
-from lakesink.iceberg.rewrite import RewriteOptions
-from lakesink.iceberg.snapshots import (
+from lakesink.formats.iceberg.errors import SummaryLayoutError
+from lakesink.formats.iceberg.rewrite import RewriteOptions
+from lakesink.formats.iceberg.services import (
+    DEFAULT_EXPIRE_HOURS,
+    EXPIRE,
+    ORPHANS,
+    REWRITE,
+    IcebergMaintenanceOptions,
+    inline_actions,
+)
+from lakesink.formats.iceberg.snapshots import (
     KEY_LAYOUT,
     KEY_MAINTENANCE,
     LAYOUT,
@@ -19,14 +27,6 @@ from lakesink.iceberg.snapshots import (
     last_commit_by_writer,
 )
 from lakesink.protocol.offsets import TopicPartition, WriterOffsets
-from lakesink.services.iceberg_maintenance import (
-    DEFAULT_EXPIRE_HOURS,
-    EXPIRE,
-    ORPHANS,
-    REWRITE,
-    IcebergMaintenanceOptions,
-    inline_actions,
-)
 
 A0 = TopicPartition("a", 0)
 REPLACE = {KEY_LAYOUT: LAYOUT, KEY_MAINTENANCE: "rewrite-data-files"}

@@ -7,9 +7,9 @@ import pyarrow as pa
 import pytest
 
 from lakesink.errors import ConfigError, CorruptTableError, SchemaMismatchError
-from lakesink.iceberg.datafiles import DataFileDescription, attempt_uuid
-from lakesink.iceberg.errors import PartitionSpecError
-from lakesink.iceberg.schema import (
+from lakesink.formats.iceberg.datafiles import DataFileDescription, attempt_uuid
+from lakesink.formats.iceberg.errors import PartitionSpecError
+from lakesink.formats.iceberg.schema import (
     PartitionFieldSetting,
     check_compatible,
     iceberg_schema,

@@ -8,8 +8,8 @@ import re
 import pytest
 
 from lakesink.errors import CorruptTableError, OffsetError
-from lakesink.iceberg.errors import SummaryLayoutError
-from lakesink.iceberg.snapshots import (
+from lakesink.formats.iceberg.errors import SummaryLayoutError
+from lakesink.formats.iceberg.snapshots import (
     KEY_INCARNATION,
     KEY_LAYOUT,
     KEY_OFFSETS,

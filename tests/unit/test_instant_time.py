@@ -6,8 +6,8 @@ import threading
 
 import pytest
 
-from lakesink.concurrency.instant_time import InstantTimeGenerator
 from lakesink.errors import LockError
+from lakesink.formats.hudi.concurrency.instant_time import InstantTimeGenerator
 from lakesink.protocol.instant import InstantTime
 
 BASE_MS = 1_735_689_600_000  # 2025-01-01T00:00:00Z

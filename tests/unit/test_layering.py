@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from layering import (
+    PENDING,
     REPO_ROOT,
     RULES,
     ImportEdge,
@@ -56,8 +57,17 @@ def _pairs(edges: list[ImportEdge]) -> set[tuple[str, str]]:
 
 @pytest.mark.parametrize("rule", RULES, ids=lambda r: r.id)
 def test_layer_rule_has_no_violation_in_lakesink(lakesink_graph: ImportGraph, rule: Rule) -> None:
-    bad = rule.violations(lakesink_graph)
+    bad = [e for e in rule.violations(lakesink_graph) if (e.importer, e.imported) not in PENDING]
     assert not bad, f"{rule.name}:\n" + "\n".join(e.describe() for e in bad)
+
+
+def test_pending_layer_debt_lists_only_imports_that_still_break_a_rule(
+    lakesink_graph: ImportGraph,
+) -> None:
+    # tests/layering_pending.txt may only shrink: an import moved behind the registry or into
+    # its format must leave the list, so that it cannot come back unnoticed.
+    breaking = {(e.importer, e.imported) for r in RULES for e in r.violations(lakesink_graph)}
+    assert sorted(PENDING - breaking) == []
 
 
 def test_lakesink_has_no_import_cycle(lakesink_graph: ImportGraph) -> None:
@@ -79,7 +89,11 @@ def test_lakesink_graph_sees_module_level_and_lazy_imports(lakesink_graph: Impor
     # front door imports its API module, and some imports are made inside functions.
     assert ("lakesink", "lakesink.api") in _pairs(lakesink_graph.edges_of(frozenset({"module"})))
     assert lakesink_graph.edges_of(frozenset({"function"}))
-    assert set(lakesink_graph.modules) >= {"lakesink", "lakesink.errors", "lakesink.table.view"}
+    assert set(lakesink_graph.modules) >= {
+        "lakesink",
+        "lakesink.errors",
+        "lakesink.formats.hudi.table.view",
+    }
 
 
 # ---------------------------------------------------------------------------------------------
@@ -92,13 +106,19 @@ CLEAN = {
     "protocol/offsets.py": "from lakesink.errors import LakesinkError\n",
     "protocol/instant.py": "from .offsets import LakesinkError\n",
     "storage/local.py": "from lakesink.errors import LakesinkError\nfrom lakesink import extras\n",
-    "table/view.py": "from lakesink.protocol import instant\nfrom lakesink.storage import local\n",
     "kafka/reader.py": "from lakesink.protocol.offsets import LakesinkError\n",
-    "iceberg/table.py": "from lakesink.protocol import instant\nfrom lakesink import storage\n",
-    "commit/transaction.py": "from lakesink.table import view\nfrom lakesink.kafka import reader\n",
-    "services/clean.py": "from lakesink.commit.transaction import view\n",
-    "spark/sink.py": "from lakesink.services import clean\n",
-    "cli/main.py": "from lakesink.spark import sink\n",
+    "engine/transaction.py": "from lakesink.storage import local\n"
+    "from lakesink.kafka import reader\n",
+    "formats/hudi/table/view.py": "from lakesink.protocol import instant\n"
+    "from lakesink import storage\n",
+    "formats/hudi/plugin.py": "from lakesink.engine import transaction\nfrom .table import view\n",
+    "formats/iceberg/plugin.py": "from lakesink.engine.transaction import view\n",
+    "formats/registry.py": "from lakesink.formats.hudi import plugin\n"
+    "from lakesink.formats.iceberg import plugin as p\n",
+    "spark/sink.py": "from lakesink.formats import registry\n"
+    "from lakesink.engine import transaction\n",
+    "cli/main.py": "from lakesink.spark import sink\n"
+    "from lakesink.formats.registry import plugin\n",
 }
 
 
@@ -114,32 +134,35 @@ PLANTED = [
     ("errors", "errors.py", "from lakesink.protocol import offsets\n",
      "lakesink.protocol.offsets"),
     # protocol: a lazy import inside a function counts.
-    ("protocol", "protocol/commit.py", "def f():\n    from lakesink.table import view\n",
-     "lakesink.table.view"),
+    ("protocol", "protocol/commit.py", "def f():\n    from lakesink.engine import transaction\n",
+     "lakesink.engine.transaction"),
     # protocol: a typing-only import counts for the rules too.
     ("protocol", "protocol/commit.py",
      "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import lakesink.config\n",
      "lakesink.config"),
     # storage: anything but errors and extras, here through a relative import.
-    ("storage", "storage/objectstore.py", "from ..table import view\n", "lakesink.table.view"),
-    # iceberg: the Iceberg format sits beside table/, not on it.
-    ("iceberg", "iceberg/table.py", "from lakesink.table import view\n", "lakesink.table.view"),
-    # table: a top-level module above it, named as `from package import module`.
-    ("table", "table/timeline.py", "from lakesink import metrics\n", "lakesink.metrics"),
-    ("table", "table/timeline.py", "import lakesink.kafka.reader\n", "lakesink.kafka.reader"),
-    ("adapters", "kafka/planning.py", "from lakesink.commit.transaction import x\n",
-     "lakesink.commit.transaction"),
-    ("adapters", "concurrency/lock.py", "def f():\n    import lakesink.spark.sink\n",
-     "lakesink.spark.sink"),
-    # commit: not spark, services or cli, even lazily inside a method.
-    ("commit", "commit/transaction.py",
-     "class T:\n    def run(self):\n        from lakesink.spark import sink\n",
-     "lakesink.spark.sink"),
-    ("commit", "commit/transaction.py", "from ..services.clean import view\n",
-     "lakesink.services.clean"),
-    ("commit", "commit/transaction.py", "import lakesink.cli.main\n", "lakesink.cli.main"),
-    ("services", "services/host.py", "from lakesink.spark.sink import clean\n",
-     "lakesink.spark.sink"),
+    ("storage", "storage/objectstore.py", "from ..kafka import reader\n", "lakesink.kafka.reader"),
+    ("kafka", "kafka/planning.py", "from lakesink.engine.transaction import x\n",
+     "lakesink.engine.transaction"),
+    # engine: no format, even lazily inside a method, and nothing above.
+    ("engine", "engine/coordinator.py",
+     "class C:\n    def run(self):\n        from lakesink.formats.hudi.table import view\n",
+     "lakesink.formats.hudi.table.view"),
+    ("engine", "engine/coordinator.py", "from ..formats import registry\n",
+     "lakesink.formats.registry"),
+    ("engine", "engine/coordinator.py", "import lakesink.spark.sink\n", "lakesink.spark.sink"),
+    # a format never imports another format, nor anything above the formats.
+    ("hudi", "formats/hudi/audit.py", "from lakesink.formats.iceberg import plugin\n",
+     "lakesink.formats.iceberg.plugin"),
+    ("iceberg", "formats/iceberg/audit.py", "from lakesink.formats.hudi.table.view import x\n",
+     "lakesink.formats.hudi.table.view"),
+    ("iceberg", "formats/iceberg/inspect.py", "from lakesink.cli import main\n",
+     "lakesink.cli.main"),
+    # spark and cli reach a format through the registry only.
+    ("registry", "spark/direct.py", "from lakesink.formats.hudi.table import view\n",
+     "lakesink.formats.hudi.table.view"),
+    ("registry", "cli/status.py", "def f():\n    import lakesink.formats.iceberg.plugin\n",
+     "lakesink.formats.iceberg.plugin"),
     ("spark", "spark/pipeline.py", "from lakesink.cli import main\n", "lakesink.cli.main"),
 ]  # fmt: skip
 
@@ -226,22 +249,24 @@ def test_relative_imports_resolve_to_modules_of_the_package(tmp_path: Path) -> N
     graph = _package(
         tmp_path,
         {
-            "table/view.py": "from .files import name\nfrom . import markers\n"
-            "from ..protocol.instant import T\nfrom .. import errors\n",
-            "table/files.py": "",
-            "table/markers.py": "",
+            "formats/hudi/table/view.py": "from .files import name\nfrom . import markers\n"
+            "from ....protocol.instant import T\nfrom .... import errors\n",
+            "formats/hudi/table/files.py": "",
+            "formats/hudi/table/markers.py": "",
             "protocol/instant.py": "",
             "errors.py": "",
-            "table/__init__.py": "from .view import name\n",
+            "formats/hudi/table/__init__.py": "from .view import name\n",
         },
     )
-    assert _pairs([e for e in graph.edges if e.importer == "lakesink.table.view"]) == {
-        ("lakesink.table.view", "lakesink.table.files"),
-        ("lakesink.table.view", "lakesink.table.markers"),
-        ("lakesink.table.view", "lakesink.protocol.instant"),
-        ("lakesink.table.view", "lakesink.errors"),
+    assert _pairs([e for e in graph.edges if e.importer == "lakesink.formats.hudi.table.view"]) == {
+        ("lakesink.formats.hudi.table.view", "lakesink.formats.hudi.table.files"),
+        ("lakesink.formats.hudi.table.view", "lakesink.formats.hudi.table.markers"),
+        ("lakesink.formats.hudi.table.view", "lakesink.protocol.instant"),
+        ("lakesink.formats.hudi.table.view", "lakesink.errors"),
     }
-    assert ("lakesink.table", "lakesink.table.view") in _pairs(list(graph.edges))
+    assert ("lakesink.formats.hudi.table", "lakesink.formats.hudi.table.view") in _pairs(
+        list(graph.edges)
+    )
 
 
 def test_import_of_a_module_that_does_not_exist_is_reported(tmp_path: Path) -> None:
@@ -257,17 +282,17 @@ def test_report_names_cycles_and_violations_and_main_exits_1(
         tmp_path,
         {
             **CLEAN,
-            "services/clean.py": "from lakesink.spark.sink import x\n",
-            "spark/sink.py": "def f():\n    from lakesink.services import clean\n",
+            "engine/clean.py": "from lakesink.spark.sink import x\n",
+            "spark/sink.py": "def f():\n    from lakesink.engine import clean\n",
         },
     )
     assert main(["--root", str(tmp_path), "--package", "lakesink"]) == 1
     out = capsys.readouterr().out
     assert "Import cycles (strongly connected components): 1" in out
-    assert "lakesink.services.clean, lakesink.spark.sink" in out
-    assert "lakesink.spark.sink -> lakesink.services.clean (line 2, function)" in out
-    assert "[services] services imports nothing of spark or cli: 1 violations" in out
-    assert "lakesink.services.clean -> lakesink.spark.sink (line 1, module)" in out
+    assert "lakesink.engine.clean, lakesink.spark.sink" in out
+    assert "lakesink.spark.sink -> lakesink.engine.clean (line 2, function)" in out
+    assert "[engine] the engine imports no format and nothing above it: 1 violations" in out
+    assert "lakesink.engine.clean -> lakesink.spark.sink (line 1, module)" in out
 
 
 def test_report_script_runs_from_the_command_line_and_exits_0_on_a_clean_package(

@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from lakesink.concurrency.liveness import (
+from lakesink.config import build_config
+from lakesink.engine.liveness import (
     ALIVE,
     STOPPED,
     LivenessRecord,
     LivenessWatch,
     WriterLiveness,
 )
-from lakesink.config import build_config
 from lakesink.errors import ConfigError
 from lakesink.storage import LocalStorage
 

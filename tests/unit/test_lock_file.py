@@ -10,14 +10,14 @@ from typing import Any
 
 import pytest
 
-from lakesink.concurrency.factory import make_lock_provider
-from lakesink.concurrency.lock import (
+from lakesink.errors import ConfigError, LockError
+from lakesink.formats.hudi.concurrency.factory import make_lock_provider
+from lakesink.formats.hudi.concurrency.lock import (
     LOCK_DIR,
     FileLockProvider,
     LockLease,
     NoLockProvider,
 )
-from lakesink.errors import ConfigError, LockError
 
 
 class FakeClock:

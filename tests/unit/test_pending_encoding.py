@@ -9,17 +9,17 @@ from pathlib import Path
 
 import pytest
 
-from lakesink.commit import writer_state as keys
-from lakesink.commit.async_commit import DATA_FILES_KEY, decode, encode
-from lakesink.commit.coordinator import PreparedCommit
-from lakesink.commit.iceberg import VTTS_KEY
-from lakesink.commitlog.store import PendingCommit, PendingEntryConflictError
 from lakesink.config import build_config
-from lakesink.iceberg.datafiles import DataFileDescription
+from lakesink.engine import writer_state as keys
+from lakesink.engine.async_commit import DATA_FILES_KEY, decode, encode
+from lakesink.engine.coordinator import PreparedCommit
+from lakesink.engine.pending.store import PendingCommit, PendingEntryConflictError
+from lakesink.formats.hudi.table.metadata import CommitMetadata
+from lakesink.formats.iceberg.datafiles import DataFileDescription
+from lakesink.formats.iceberg.format import VTTS_KEY
 from lakesink.protocol.instant import InstantTime
 from lakesink.protocol.offsets import TopicPartition, WriterOffsets
 from lakesink.protocol.write_status import FileWrite
-from lakesink.table.metadata import CommitMetadata
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "pending" / "hudi_epoch_v1.json"
 P0, P1 = TopicPartition("events", 0), TopicPartition("events", 1)

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from lakesink.commitlog.factory import make_pending_store
-from lakesink.commitlog.sqlite import SqlitePendingCommitStore
-from lakesink.commitlog.store import (
+from lakesink.engine.pending.factory import make_pending_store
+from lakesink.engine.pending.sqlite import SqlitePendingCommitStore
+from lakesink.engine.pending.store import (
     PendingCommit,
     PendingEntryConflictError,
     PendingStatus,

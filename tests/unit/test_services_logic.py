@@ -3,13 +3,18 @@ picks, how far archival may go."""
 
 from __future__ import annotations
 
+from lakesink.formats.hudi.services.archival import ArchivePolicy, archivable_prefix
+from lakesink.formats.hudi.services.clean import (
+    RetainPolicy,
+    earliest_retained,
+    failed_files,
+    plan_clean,
+)
+from lakesink.formats.hudi.services.clustering import ClusteringOptions, choose_slices
+from lakesink.formats.hudi.table.file_group import FileSlice
+from lakesink.formats.hudi.table.metadata import CommitMetadata
 from lakesink.protocol.instant import Action, Instant, InstantTime, State
 from lakesink.protocol.write_status import FileWrite
-from lakesink.services.archival import ArchivePolicy, archivable_prefix
-from lakesink.services.clean import RetainPolicy, earliest_retained, failed_files, plan_clean
-from lakesink.services.clustering import ClusteringOptions, choose_slices
-from lakesink.table.file_group import FileSlice
-from lakesink.table.metadata import CommitMetadata
 
 
 def t(n: int) -> InstantTime:

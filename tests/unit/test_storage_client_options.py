@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from lakesink.iceberg.catalog import file_io_properties
+from lakesink.formats.iceberg.catalog import file_io_properties
 from lakesink.storage.objectstore import (
     OBJECT_STORE_KEYS,
     OBSTORE_KEYS,

@@ -16,15 +16,15 @@ from lakesink.errors import (
     TableNotFoundError,
     UnsupportedTableError,
 )
+from lakesink.formats.hudi.table import rollback as rollback_module
+from lakesink.formats.hudi.table.config import TableConfig
+from lakesink.formats.hudi.table.hudi_table import HudiTable
+from lakesink.formats.hudi.table.markers import list_marked_files
+from lakesink.formats.hudi.table.metadata import CommitMetadata
+from lakesink.formats.hudi.table.reader import TableReader
+from lakesink.formats.hudi.table.rollback import rollback
+from lakesink.formats.hudi.table.writer import PartitionedWriter
 from lakesink.protocol.instant import Action, InstantTime, State
-from lakesink.table import rollback as rollback_module
-from lakesink.table.config import TableConfig
-from lakesink.table.hudi_table import HudiTable
-from lakesink.table.markers import list_marked_files
-from lakesink.table.metadata import CommitMetadata
-from lakesink.table.reader import TableReader
-from lakesink.table.rollback import rollback
-from lakesink.table.writer import PartitionedWriter
 
 T1 = InstantTime("20240101000000001")
 T2 = InstantTime("20240101000000002")

@@ -7,8 +7,8 @@ import zlib
 import pytest
 
 from lakesink.errors import CorruptTableError, UnsupportedTableError
+from lakesink.formats.hudi.table.config import TableConfig, parse_properties, render_properties
 from lakesink.protocol.instant import TimelineLayout
-from lakesink.table.config import TableConfig, parse_properties, render_properties
 
 
 @pytest.mark.parametrize("version", [6, 8])

@@ -5,8 +5,7 @@ from __future__ import annotations
 import pytest
 
 from lakesink.errors import CorruptTableError
-from lakesink.protocol.instant import InstantTime
-from lakesink.table.files import (
+from lakesink.formats.hudi.table.files import (
     BaseFileName,
     base_file_name,
     is_base_file_name,
@@ -14,6 +13,7 @@ from lakesink.table.files import (
     parse_base_file_name,
     write_token,
 )
+from lakesink.protocol.instant import InstantTime
 
 T = InstantTime("20240102030405678")
 

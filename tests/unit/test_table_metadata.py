@@ -9,9 +9,9 @@ import fastavro
 import pytest
 
 from lakesink.errors import CorruptTableError
+from lakesink.formats.hudi.table.metadata import CommitMetadata, RollbackMetadata, RollbackPlan
 from lakesink.protocol.instant import Action, TimelineLayout
 from lakesink.protocol.write_status import FileWrite
-from lakesink.table.metadata import CommitMetadata, RollbackMetadata, RollbackPlan
 
 W1 = FileWrite(
     "day=1", "f1-0", "day=1/f1-0_0-1-0_20240102030405678.parquet", 10, 1234, "null", 10, 1234
@@ -114,7 +114,7 @@ def test_rollback_metadata_and_plan_round_trip() -> None:
 def test_version_8_commit_files_are_the_bytes_fastavro_writes(action: Action) -> None:
     """The compiled encoder of commit metadata writes exactly what fastavro writes for the same
     record and sync marker (nulls, empty and non-ASCII strings, large and negative longs)."""
-    from lakesink.table import metadata
+    from lakesink.formats.hudi.table import metadata
 
     writes = tuple(
         FileWrite(

@@ -8,7 +8,11 @@ import fastavro
 import pytest
 
 from lakesink.errors import CorruptTableError
-from lakesink.table.plans import PlannedSlice, clustering_plan_bytes, planned_file_groups
+from lakesink.formats.hudi.table.plans import (
+    PlannedSlice,
+    clustering_plan_bytes,
+    planned_file_groups,
+)
 
 
 def test_clustering_plan_round_trips_with_one_input_group_per_partition() -> None:

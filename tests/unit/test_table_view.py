@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 
 from lakesink.errors import CorruptTableError
+from lakesink.formats.hudi.table.files import base_file_name
+from lakesink.formats.hudi.table.metadata import CommitMetadata
+from lakesink.formats.hudi.table.view import FileSystemView, incremental_slices
 from lakesink.protocol.instant import Action, Instant, InstantTime, State
 from lakesink.protocol.write_status import FileWrite
-from lakesink.table.files import base_file_name
-from lakesink.table.metadata import CommitMetadata
-from lakesink.table.view import FileSystemView, incremental_slices
 
 
 def t(n: int) -> InstantTime:

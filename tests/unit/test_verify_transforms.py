@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from lakesink.audit import AuditReport
 from lakesink.cli import verify
 from lakesink.config import build_config
+from lakesink.formats.hudi.audit import AuditReport
 
 BASE = {
     "kafka.bootstrap.servers": "127.0.0.1:9092",

@@ -10,9 +10,9 @@ import pyarrow as pa
 import pytest
 
 from lakesink.errors import RecordError
-from lakesink.table.config import TableConfig
-from lakesink.table.hudi_table import HudiTable
-from lakesink.table.writer import PartitionedWriter, check_utf8
+from lakesink.formats.hudi.table.config import TableConfig
+from lakesink.formats.hudi.table.hudi_table import HudiTable
+from lakesink.formats.hudi.table.writer import PartitionedWriter, check_utf8
 
 BAD = b"\xc3\x28"  # a two-byte lead followed by '(' : what CAST(unhex('C328') AS STRING) gives
 

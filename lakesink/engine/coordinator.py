@@ -1,0 +1,466 @@
+"""The commit coordinator: one per streaming query, living in the Spark driver's Python process.
+
+It is the seeds' coordinator with Spark's micro-batch boundary as END-COMMIT: it begins an instant
+before tasks write (START-COMMIT), collects their write statuses (WRITE-STATUS), reconciles the
+files on storage against them, and publishes the completed instant with the writer's offsets
+(ACK-COMMIT) — all before Spark records the batch. It imports no Spark, so the crash and replay
+logic is testable on its own.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from lakesink.engine.requirements import (
+    NoConflicts,
+    OffsetsUnchanged,
+    Requirement,
+    WriterStillLive,
+)
+from lakesink.engine.transaction import PostCommitHook, TableTransaction, TxState
+from lakesink.errors import CommitError
+from lakesink.faults import crash_point
+from lakesink.formats.hudi import writer_state as keys
+from lakesink.formats.hudi.control import CommitControl
+from lakesink.formats.hudi.recovery import (
+    INTENTS_DIR,
+    intent_key,
+    is_precommitted,
+    precommitted_key,
+    recover_failed_writes,
+)
+from lakesink.formats.hudi.table.hudi_table import HudiTable
+from lakesink.formats.hudi.table.markers import delete_completed_markers
+from lakesink.formats.hudi.table.metadata import CommitMetadata
+from lakesink.formats.hudi.table.timeline import Timeline
+from lakesink.metrics import IngestionMetrics
+from lakesink.protocol.commit import Verdict, classify_batch, decide
+from lakesink.protocol.conflicts import (
+    ConflictStrategy,
+    FileGroupOverlap,
+    Operation,
+    OperationKind,
+    Phase,
+)
+from lakesink.protocol.instant import Instant, InstantTime
+from lakesink.protocol.offsets import OffsetRange, WriterOffsets
+from lakesink.protocol.write_status import WriteStatus
+
+log = logging.getLogger(__name__)
+
+__all__ = ["INTENTS_DIR", "BatchOutcome", "Coordinator", "PreparedCommit"]
+
+
+@dataclass(frozen=True, slots=True)
+class BatchOutcome:
+    """What the coordinator did with one batch."""
+
+    batch_id: int
+    verdict: Verdict
+    instant_time: InstantTime | None = None
+    records: int = 0
+    files: int = 0
+    publish_s: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedCommit:
+    """A batch whose files are reconciled and whose metadata is final, ready to publish."""
+
+    instant_time: InstantTime
+    batch_id: int
+    metadata: CommitMetadata
+    base_offsets: WriterOffsets  # the writer's committed offsets this commit builds on
+    next_offsets: WriterOffsets
+    records: int
+    files: int
+    # The format's descriptions of the files the commit adds, for a publish from another
+    # process (Iceberg: `DataFileDescription.to_json()`); empty for Hudi, whose metadata
+    # names its files.
+    data_files: tuple[Mapping[str, Any], ...] = ()
+
+
+class Coordinator:
+    """One writer on one table: a `TableTransaction` per batch (lakesink.engine.transaction),
+    begun before its tasks write and committed with the writer's requirements after."""
+
+    def __init__(
+        self,
+        table: HudiTable | None,
+        writer_id: str,
+        *,
+        query_id: str = "",
+        control: CommitControl,
+        conflict_strategy: ConflictStrategy | None = None,
+        publish_delay_s: float = 0.0,
+        allow_data_loss: bool = False,
+        topic_ids: Callable[[Iterable[str]], Mapping[str, str]] | None = None,
+        metrics: IngestionMetrics | None = None,
+        post_commit: Sequence[PostCommitHook] = (),
+    ) -> None:
+        self._table = (
+            table  # None for a subclass over another format (lakesink.formats.iceberg.format)
+        )
+        self.writer_id = writer_id
+        self.query_id = query_id
+        self.control = control
+        # table.services.conflict.strategy: the rules a commit is checked with
+        self.conflict_strategy: ConflictStrategy = conflict_strategy or FileGroupOverlap()
+        self.publish_delay_s = publish_delay_s  # commit.publish.delay.s: slow commits in benchmarks
+        # kafka.fail.on.data.loss=false: a batch may start past the committed position, over
+        # records deleted before they were read; the commit records the span it skipped
+        self.allow_data_loss = allow_data_loss
+        # Kafka's id of each topic, recorded with the offsets: a re-created topic is told apart
+        self.topic_ids = topic_ids
+        # Where commit latency, lock waits and rollbacks are recorded (None: nowhere)
+        self.metrics = metrics
+        # Run after each published commit (inline table services, handed in by the pipeline)
+        self.post_commit: tuple[PostCommitHook, ...] = tuple(post_commit)
+        self._committed: WriterOffsets | None = None
+        # The timeline recovery read, for the first `committed` after it (one LIST at start)
+        self._recovered: Timeline | None = None
+        self._open: dict[str, TableTransaction] = {}
+
+    @property
+    def table(self) -> HudiTable:
+        """The Hudi table (the Hudi-only parts: intents, recovery, pre-commit marks)."""
+        if self._table is None:
+            raise CommitError(f"table {self.name}: this needs a Hudi table")
+        return self._table
+
+    @property
+    def name(self) -> str:
+        """The table's name, for logs."""
+        return self.table.config.name
+
+    def _new_transaction(self) -> TableTransaction:
+        return TableTransaction(
+            self.table,
+            self.control,
+            writer_id=self.writer_id,
+            metrics=self.metrics,
+            crash=self._crash,
+        )
+
+    def _resumed_transaction(self, t: InstantTime) -> TableTransaction:
+        return TableTransaction.resume(
+            self.table,
+            self.control,
+            t,
+            writer_id=self.writer_id,
+            metrics=self.metrics,
+            crash=self._crash,
+        )
+
+    def _side_files(self, t: InstantTime) -> list[str]:
+        """lakesink's files beside instant `t`, deleted when its transaction ends."""
+        return [intent_key(t), precommitted_key(t)]
+
+    def _transaction(self, t: InstantTime, *, hooks: bool = False) -> TableTransaction:
+        """The transaction of instant `t`: the one this coordinator began, or a resumed one
+        (an epoch pre-committed before a restart)."""
+        tx = self._open.get(t.value)
+        if tx is None:
+            tx = self._resumed_transaction(t)
+        tx.hooks = self.post_commit if hooks else ()
+        tx.side_files = self._side_files(t)
+        return tx
+
+    # --- start-up ----------------------------------------------------------------------------
+    def start(self, keep: frozenset[InstantTime] = frozenset()) -> None:
+        """Claim this writer id (fencing older incarnations) and roll back its failed instants
+        (except those in `keep`: pre-committed epochs the async committer publishes)."""
+        self.control.claim(self.table, self.writer_id)
+        self.recover(keep)
+
+    def recover(self, keep: frozenset[InstantTime] = frozenset()) -> list[Instant]:
+        """Roll back this writer's unfinished instants, and other writers' whose heartbeat
+        expired — except those in `keep` and others' pre-committed ones (published later)."""
+        timeline = self.table.timeline()
+        rolled = recover_failed_writes(
+            self.table,
+            self.control,
+            self.writer_id,
+            keep=keep,
+            metrics=self.metrics,
+            crash=self._crash,
+            timeline=timeline,
+        )
+        # A crash between a publish and the deletion of its markers (after the lock) left them
+        delete_completed_markers(
+            self.table.storage, lambda t: (i := timeline.get(t)) is not None and i.is_completed
+        )
+        # Rollbacks remove pending instants only: the completed commits this writer's offsets
+        # come from are as that timeline shows them (the writer id is claimed: no other
+        # incarnation completes one).
+        self._committed, self._recovered = None, timeline
+        return rolled
+
+    @property
+    def committed(self) -> WriterOffsets:
+        if self._committed is None:
+            timeline, self._recovered = self._recovered, None
+            self._committed = keys.committed_offsets(self.table, self.writer_id, timeline)
+        return self._committed
+
+    def table_offsets(self) -> WriterOffsets:
+        """The writer's committed offsets as the table holds them now (read afresh, unlike
+        `committed`, which includes pre-committed batches)."""
+        return keys.committed_offsets(self.table, self.writer_id)
+
+    def _base_for(
+        self, ranges: Sequence[OffsetRange], *, warn: bool = False
+    ) -> tuple[WriterOffsets, tuple[OffsetRange, ...]]:
+        """The committed offsets a batch builds on, and the spans it skips. Only with
+        `allow_data_loss` may a range start past the committed position (the source moved over
+        records deleted before they were read): the base then moves to the range's start and the
+        span in between is returned, to be recorded in the commit."""
+        committed = self.committed
+        if not self.allow_data_loss:
+            return committed, ()
+        skipped = tuple(
+            OffsetRange(r.partition, pos, r.start)
+            for r in ranges
+            if (pos := committed.get(r.partition)) is not None and r.start > pos
+        )
+        if not skipped:
+            return committed, ()
+        for span in skipped if warn else ():
+            log.warning(
+                "table %s writer %s: skipping %d offsets of %s [%d, %d): deleted from Kafka "
+                "before they were read (kafka.fail.on.data.loss=false)",
+                self.name,
+                self.writer_id,
+                span.end - span.start,
+                span.partition,
+                span.start,
+                span.end,
+            )
+        moved = dict(committed.next_offsets)
+        moved.update({span.partition: span.end for span in skipped})
+        return WriterOffsets(moved), skipped
+
+    # --- one batch ---------------------------------------------------------------------------
+    def begin_batch(self, batch_id: int, ranges: Sequence[OffsetRange]) -> InstantTime | None:
+        """Begin the transaction of a new batch; None when the batch is empty or already
+        committed (a replay)."""
+        verdict = classify_batch(self._base_for(ranges)[0], ranges)
+        if verdict is not Verdict.PUBLISH:
+            log.info(
+                "table %s writer %s: batch %s %s, nothing to write",
+                self.name,
+                self.writer_id,
+                batch_id,
+                verdict.value,
+            )
+            return None
+        tx = self._new_transaction()
+        t = tx.begin(intent=lambda t: self._write_intent(t, batch_id, ranges))
+        self._open[t.value] = tx
+        log.info(
+            "table %s writer %s: batch %s began instant %s",
+            self.name,
+            self.writer_id,
+            batch_id,
+            t,
+        )
+        return t
+
+    def complete_batch(
+        self,
+        instant_time: InstantTime,
+        batch_id: int,
+        ranges: Sequence[OffsetRange],
+        statuses: Sequence[WriteStatus],
+        schema: str,
+        *,
+        lost: Sequence[OffsetRange] = (),
+    ) -> BatchOutcome:
+        """Pre-commit, then commit at once (sync mode)."""
+        prepared = self.precommit(instant_time, batch_id, ranges, statuses, schema, lost=lost)
+        outcome = self.commit(prepared)
+        self._committed = prepared.next_offsets
+        return outcome
+
+    def precommit(
+        self,
+        instant_time: InstantTime,
+        batch_id: int,
+        ranges: Sequence[OffsetRange],
+        statuses: Sequence[WriteStatus],
+        schema: str,
+        *,
+        lost: Sequence[OffsetRange] = (),
+    ) -> PreparedCommit:
+        """The pre-commit of the two-phase commit: storage reconciled (orphans deleted) and
+        the commit metadata final, everything a commit needs. `lost`: spans cut off the batch
+        because the broker's log end had moved back below them, recorded in the commit."""
+        crash_point("after-write")
+        base, skipped = self._base_for(ranges, warn=True)
+        decision = decide(base, ranges, statuses)
+        ids = (
+            self.topic_ids({tp.topic for tp in decision.next_offsets})
+            if self.topic_ids is not None and decision.next_offsets.next_offsets
+            else {}
+        )
+        tx = self._transaction(instant_time)
+        kept = self._stage(tx, decision.statuses)
+        crash_point("after-reconcile")
+        metadata = CommitMetadata(
+            operation_type="INSERT",
+            writes=tuple(f for s in decision.statuses for f in s.files),
+            replaced_file_ids={},
+            schema=schema,
+            extra={
+                keys.WRITER_ID_KEY: self.writer_id,
+                keys.QUERY_ID_KEY: self.query_id,
+                keys.BATCH_ID_KEY: str(batch_id),
+                keys.COMMIT_ID_KEY: str(uuid.uuid4()),
+                keys.OFFSETS_KEY: json.dumps(decision.next_offsets.to_json()),
+                keys.RANGES_KEY: json.dumps(
+                    [[r.partition.key(), r.start, r.end] for r in ranges if not r.is_empty]
+                ),
+                **(
+                    {
+                        keys.SKIPPED_KEY: json.dumps(
+                            [[r.partition.key(), r.start, r.end] for r in skipped]
+                        )
+                    }
+                    if skipped
+                    else {}
+                ),
+                **(
+                    {keys.LOST_KEY: json.dumps([[r.partition.key(), r.start, r.end] for r in lost])}
+                    if lost
+                    else {}
+                ),
+                **({keys.TOPIC_IDS_KEY: json.dumps(dict(sorted(ids.items())))} if ids else {}),
+                **self._format_extra(decision.next_offsets, decision.statuses),
+            },
+        )
+        return PreparedCommit(
+            instant_time=instant_time,
+            batch_id=batch_id,
+            metadata=metadata,
+            base_offsets=self.committed,
+            next_offsets=decision.next_offsets,
+            records=sum(s.records_written for s in decision.statuses),
+            files=len(kept),
+        )
+
+    def commit(self, prepared: PreparedCommit, *, run_hooks: bool = True) -> BatchOutcome:
+        """The commit of the two-phase commit: the batch's transaction publishes under the
+        lock with its requirements (writer live, offsets unchanged, the conflict rules), then
+        the post-commit hooks run. Idempotent: a commit already on the table (same instant)
+        is not published twice. `run_hooks=False`: the caller runs them (`run_post_commit`)."""
+        t = prepared.instant_time
+        tx = self._transaction(t, hooks=run_hooks)
+        result = tx.commit(
+            prepared.metadata, self._requirements(prepared), delay_s=self.publish_delay_s
+        )
+        self._open.pop(t.value, None)
+        if not result.published:
+            return BatchOutcome(prepared.batch_id, Verdict.ALREADY_COMMITTED, t)
+        log.info(
+            "table %s writer %s: published instant %s (batch %s, %d records, %d files, %.3fs)",
+            self.name,
+            self.writer_id,
+            t,
+            prepared.batch_id,
+            prepared.records,
+            prepared.files,
+            result.publish_s,
+        )
+        return BatchOutcome(
+            prepared.batch_id,
+            Verdict.PUBLISH,
+            t,
+            prepared.records,
+            prepared.files,
+            result.publish_s,
+        )
+
+    def run_post_commit(self, t: InstantTime) -> None:
+        """The post-commit hooks for instant `t` (each failure logged, never raised)."""
+        for hook in self.post_commit:
+            try:
+                hook(t)
+            except Exception:
+                log.exception("table %s: post-commit hook after %s failed", self.name, t)
+
+    def mark_precommitted(self, t: InstantTime) -> None:
+        """Tell other writers' lazy rollback that instant `t` is durably pre-committed: its owner
+        publishes it at restart, so it must not be rolled back even if its heartbeat expires."""
+        self.table.storage.write(precommitted_key(t), b"")
+
+    def is_precommitted(self, t: InstantTime) -> bool:
+        return is_precommitted(self.table, t)
+
+    def accept_offsets(self, offsets: WriterOffsets) -> None:
+        """Positions after a pre-committed (not yet published) batch, for replay detection."""
+        self._committed = offsets
+
+    def abort(self, instant_time: InstantTime) -> None:
+        """Roll back an instant whose batch failed (best effort; recovery repeats it)."""
+        tx = self._transaction(instant_time)
+        tx.side_files = self._side_files(instant_time)[:1]
+        tx.state = TxState.ACTIVE
+        self._open.pop(instant_time.value, None)
+        if tx.abort() and self.metrics is not None:
+            self.metrics.record_rollback("batch_failed")
+
+    # --- helpers -----------------------------------------------------------------------------
+    def _requirements(self, prepared: PreparedCommit) -> tuple[Requirement, ...]:
+        """What must hold when the batch publishes: the writer live, its offsets unchanged,
+        the conflict rules against the file groups it wrote."""
+        t = prepared.instant_time
+        # the file groups as other writers' conflict checks will read them from the commit
+        # (`conflicts.operation_of`): no file name parsed per write
+        written = frozenset((w.partition_path, w.file_id) for w in prepared.metadata.writes)
+        return (
+            WriterStillLive(self.control, t),
+            OffsetsUnchanged(self.writer_id, prepared.base_offsets, t),
+            NoConflicts(
+                Operation(
+                    t,
+                    OperationKind.INGESTION,
+                    written,
+                    phase=Phase.PENDING,
+                    writer=self.writer_id,
+                ),
+                self.conflict_strategy,
+            ),
+        )
+
+    def _stage(self, tx: TableTransaction, statuses: Sequence[WriteStatus]) -> set[str]:
+        """Reconcile the files the accepted statuses report (the transaction's `stage`)."""
+        return tx.stage({f.path for s in statuses for f in s.files})
+
+    def _format_extra(
+        self, next_offsets: WriterOffsets, statuses: Sequence[WriteStatus]
+    ) -> dict[str, str]:
+        """Format-specific entries of the commit metadata's extra map (none for Hudi)."""
+        return {}
+
+    @staticmethod
+    def _crash(point: str) -> None:
+        crash_point(point)  # looked up at call time: tests replace it
+
+    # --- intents------------------------------------------------------------------------
+    def _write_intent(self, t: InstantTime, batch_id: int, ranges: Sequence[OffsetRange]) -> None:
+        self.table.storage.write(
+            intent_key(t),
+            json.dumps(
+                {
+                    "writer_id": self.writer_id,
+                    "query_id": self.query_id,
+                    "batch_id": batch_id,
+                    "ranges": [[r.partition.key(), r.start, r.end] for r in ranges],
+                }
+            ).encode(),
+        )

@@ -1,0 +1,328 @@
+"""TableTransaction: the one way anything changes a table.
+
+Every commit lakesink makes — a streaming batch (sync or async), a backfill, a clustering, a
+clean — is one transaction, and every rollback of a failed one goes through `abort`:
+
+    NEW ──begin──▶ ACTIVE ──stage──▶ STAGED ──commit──▶ COMMITTED
+                     │                 │  └─(already on the table)──▶ COMMITTED
+                     └──────abort──────┴──▶ ABORTED
+
+- begin (under the table lock): a unique instant time, the writer's intent (optional), its
+  heartbeat started, then requested → inflight. An instant without a heartbeat counts as
+  failed to other writers, so the heartbeat beats before the instant is visible.
+- stage: the files the tasks reported are reconciled with the markers — files of failed or
+  duplicate task attempts are deleted, a reported file without a marker or missing on
+  storage is an error.
+- commit (under the lock): a commit already on the table is recognised and not published
+  twice; the requirements (lakesink.engine.requirements: writer still live, offsets
+  unchanged, backfill not committed, the configured conflict rules) are validated against the
+  table as it is now; then the completed instant is published atomically, through the retry
+  loop that resolves an unknown outcome by re-reading the table (lakesink.engine.retry).
+  After the lock: the heartbeat stops, markers and lakesink's side files go (nothing reads a
+  completed instant's markers, so they are deleted outside the lock; a crash before that leaves
+  them to the writer's next start), and the post-commit hooks run (inline table services; a
+  hook never fails the commit).
+- abort: the heartbeat stops and the instant is rolled back (its files deleted by markers).
+
+As a context manager the transaction always stops its heartbeat, and aborts when the block
+raised before the commit. A streaming batch begins in one call and commits in a later one (or
+after a restart, from the pending store): `TableTransaction.resume` picks it up by instant
+time. Crash points (lakesink.faults) keep their names; only the streaming writer's
+transactions pass them (`crash=crash_point`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import logging
+import time
+from collections.abc import Callable, Collection, Iterator, Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any
+
+from lakesink.engine.format import TableFormat
+from lakesink.engine.requirements import Requirement
+from lakesink.engine.retry import DEFAULT_RETRY, RetryPolicy, run_commit
+from lakesink.errors import CommitError
+from lakesink.formats.hudi.control import CommitControl
+from lakesink.formats.hudi.format import HudiFormat
+from lakesink.formats.hudi.instants import complete_instant
+from lakesink.formats.hudi.table.hudi_table import HudiTable
+from lakesink.formats.hudi.table.metadata import CommitMetadata
+from lakesink.formats.hudi.table.rollback import rollback
+from lakesink.formats.hudi.writer_state import COMMIT_ID_KEY
+from lakesink.metrics import IngestionMetrics
+from lakesink.protocol.instant import Action, Instant, InstantTime, State
+
+log = logging.getLogger(__name__)
+
+PostCommitHook = Callable[[InstantTime], object]
+"""Called with the instant time after a commit published (never fails the commit)."""
+
+
+class TxState(enum.Enum):
+    NEW = "new"
+    ACTIVE = "active"  # begun: inflight on the timeline, heartbeat beating
+    STAGED = "staged"  # files reconciled; ready to commit
+    COMMITTED = "committed"
+    ABORTED = "aborted"
+
+
+@dataclass(frozen=True, slots=True)
+class CommitResult:
+    """What `TableTransaction.commit` did."""
+
+    instant_time: InstantTime
+    published: bool  # False: the commit was on the table already (a replay or a landed retry)
+    publish_s: float = 0.0
+    instant: Instant | None = None  # the completed instant (Hudi)
+
+
+class TableTransaction:
+    """One change of one table by one writer."""
+
+    def __init__(
+        self,
+        table: HudiTable | None,
+        control: CommitControl,
+        *,
+        writer_id: str,
+        action: Action = Action.COMMIT,
+        metrics: IngestionMetrics | None = None,
+        crash: Callable[[str], None] | None = None,
+        hooks: Sequence[PostCommitHook] = (),
+        retry: RetryPolicy = DEFAULT_RETRY,
+        table_format: TableFormat | None = None,
+    ) -> None:
+        # the Hudi table (None for another format: then no heartbeat and no side files)
+        self.table = table
+        # the format the commit goes through (lakesink.engine.format); the Hudi table by default
+        if table_format is None:
+            if table is None:
+                raise CommitError("a transaction needs a table or a table format")
+            table_format = HudiFormat(table)
+        self.format: TableFormat = table_format
+        self.name = table_format.name  # the table's display name, for logs
+        self.control = control
+        self.writer_id = writer_id
+        self.action = action
+        self.metrics = metrics
+        self.crash = crash  # lakesink.faults.crash_point for the streaming writer
+        self.hooks = tuple(hooks)
+        self.retry = retry
+        self.state = TxState.NEW
+        self._time: InstantTime | None = None
+        self.side_files: list[str] = []  # lakesink's files beside the instant, deleted at the end
+
+    @classmethod
+    def resume(
+        cls,
+        table: HudiTable | None,
+        control: CommitControl,
+        instant_time: InstantTime,
+        *,
+        writer_id: str,
+        state: TxState = TxState.STAGED,
+        **options: Any,
+    ) -> TableTransaction:
+        """The transaction of an instant begun earlier (by this process or one before it)."""
+        tx = cls(table, control, writer_id=writer_id, **options)
+        tx._time = instant_time
+        tx.state = state
+        return tx
+
+    @property
+    def instant_time(self) -> InstantTime:
+        if self._time is None:
+            raise CommitError("the transaction has not begun")
+        return self._time
+
+    def _crash(self, point: str) -> None:
+        if self.crash is not None:
+            self.crash(point)
+
+    # --- the lock ----------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[Any]:
+        """The table lock, the time waited for it recorded in the metrics."""
+        started = time.perf_counter()
+        if self.table is None:  # a format without a lock (Iceberg: the catalog's optimistic commit)
+            yield None
+            return
+        with self.control.locked(self.table) as lease:
+            if self.metrics is not None:
+                self.metrics.record_lock_wait(time.perf_counter() - started)
+            yield lease
+
+    # --- begin -------------------------------------------------------------------------------
+    def begin(
+        self,
+        *,
+        requested_content: bytes = b"",
+        intent: Callable[[InstantTime], object] | None = None,
+    ) -> InstantTime:
+        """Take the lock and begin (see `begin_locked`)."""
+        self._crash("before-begin")
+        with self.locked():
+            t = self.begin_locked(requested_content=requested_content, intent=intent)
+        self._crash("after-begin")
+        return t
+
+    def begin_locked(
+        self,
+        *,
+        requested_content: bytes = b"",
+        intent: Callable[[InstantTime], object] | None = None,
+    ) -> InstantTime:
+        """With the lock held: a unique instant time, `intent(t)` (lakesink's files that say
+        whose instant it is), the heartbeat, then requested → inflight."""
+        if self.state is not TxState.NEW:
+            raise CommitError(f"cannot begin a transaction that is {self.state.value}")
+        t = self.format.next_instant_time(self.control)
+        self._time = t
+        if intent is not None:
+            intent(t)
+        if self.table is not None:
+            self.control.start_heartbeat(self.table, t)
+        self.state = TxState.ACTIVE
+        self.format.begin(self.action, t, requested_content=requested_content)
+        return t
+
+    # --- stage -------------------------------------------------------------------------------
+    def stage(self, files: Collection[str]) -> set[str]:
+        """Reconcile the reported files with the markers (orphans deleted, missing files an
+        error); returns the files kept."""
+        kept = self.format.stage(self.instant_time, files)
+        self.state = TxState.STAGED
+        return kept
+
+    # --- commit ------------------------------------------------------------------------------
+    def commit(
+        self,
+        metadata: CommitMetadata,
+        requirements: Sequence[Requirement] = (),
+        *,
+        delay_s: float = 0.0,
+    ) -> CommitResult:
+        """Validate the requirements and publish under the lock, then finish and run the hooks.
+        Idempotent: a commit already on the table is recognised, not published twice."""
+        t = self.instant_time
+        if self.state not in (TxState.ACTIVE, TxState.STAGED):
+            raise CommitError(f"cannot commit instant {t}: the transaction is {self.state.value}")
+        self.format.prepare_publish(self.action, t, metadata)  # what needs no lock, before it
+        started = time.perf_counter()
+        if delay_s:
+            time.sleep(delay_s)  # commit.publish.delay.s: benchmarks only
+        with self.locked():
+            view = self.format.view(t)  # read now, under the lock
+            if self.format.is_published(t):
+                log.info("table %s: instant %s is already published", self.name, t)
+                self.state = TxState.COMMITTED
+                return CommitResult(t, published=False)
+            for requirement in requirements:
+                requirement.validate(view)
+            commit_id = metadata.extra.get(COMMIT_ID_KEY, "")
+            done = run_commit(
+                lambda: self.format.publish(self.action, t, metadata),
+                resolve=lambda: self._landed(commit_id),
+                policy=self.retry,
+                what=f"publish of {t}",
+            )
+        publish_s = time.perf_counter() - started
+        self.state = TxState.COMMITTED
+        if self.metrics is not None:
+            self.metrics.record_commit(publish_s, time.time())
+        self._crash("after-publish")
+        self._finish()
+        for hook in self.hooks:
+            try:
+                hook(t)
+            except Exception:  # a hook never fails a published commit
+                log.exception("table %s: post-commit hook after %s failed", self.name, t)
+        return CommitResult(
+            t,
+            published=True,
+            publish_s=publish_s,
+            instant=done if isinstance(done, Instant) else None,
+        )
+
+    def complete(self, content: bytes) -> Instant:
+        """Complete a non-data instant (a clean) with its content, then finish."""
+        if self.table is None:
+            raise CommitError(f"table {self.name}: only Hudi tables complete non-data instants")
+        done = complete_instant(
+            self.table, Instant(self.instant_time, self.action, State.INFLIGHT), content
+        )
+        self.state = TxState.COMMITTED
+        self._finish()
+        return done
+
+    def _landed(self, commit_id: str) -> object | None:
+        t = self.instant_time
+        if not self.format.commit_landed(t, commit_id):
+            return None
+        return self.table.timeline().get(t) if self.table is not None else t
+
+    def _delete_side_files(self) -> None:
+        if self.side_files and self.table is not None:
+            self.table.storage.delete_many(self.side_files)
+
+    def _finish(self) -> None:
+        t = self.instant_time
+        self.stop_heartbeat()
+        if self.action.writes_data:
+            self.format.finish(t)
+        self._delete_side_files()
+
+    # --- abort -------------------------------------------------------------------------------
+    def abort(self) -> bool:
+        """Stop the heartbeat and roll the instant back (its files deleted by markers). True
+        when there was a pending instant to roll back."""
+        if self._time is None:
+            self.state = TxState.ABORTED
+            return False
+        t = self._time
+        self.stop_heartbeat()
+        rolled = self.format.rollback(t)
+        self._delete_side_files()
+        self.state = TxState.ABORTED
+        return rolled
+
+    def roll_back_pending(self, current: Instant) -> None:
+        """Recovery's rollback of a pending instant found on the timeline (the caller holds
+        the lock and checked that nobody publishes it); the heartbeat is not ours to stop."""
+        if self.table is None:
+            raise CommitError(f"table {self.name}: only Hudi tables have pending instants")
+        rollback(self.table, current)
+        self.state = TxState.ABORTED
+
+    def stop_heartbeat(self) -> None:
+        if self._time is not None and self.table is not None:
+            self.control.stop_heartbeat(self.table, self._time)
+
+    # --- context manager ---------------------------------------------------------------------
+    def __enter__(self) -> TableTransaction:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        try:
+            if exc is not None and self.state in (TxState.ACTIVE, TxState.STAGED):
+                log.warning(
+                    "table %s: %s %s failed; rolling it back",
+                    self.name,
+                    self.action.value,
+                    self._time,
+                )
+                try:
+                    self.abort()
+                except Exception:  # lazy rollback retries it once the heartbeat expired
+                    log.exception("table %s: rollback of %s failed", self.name, self._time)
+        finally:
+            self.stop_heartbeat()

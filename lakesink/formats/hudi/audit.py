@@ -1,0 +1,352 @@
+"""The exactly-once audit: does the table hold every record of the writer's committed Kafka
+ranges exactly once, and nothing else?
+
+It reads the table with two independent readers (hudi-rs and lakesink's own) and the committed
+ranges' records from Kafka, and checks: no duplicate (topic, partition, offset); the writer's
+committed ranges are contiguous per partition and end where the commit metadata says; every
+Kafka record in them is in the table (or in the dead-letter topic), and no row lies outside them;
+both readers return the same rows.
+
+Kafka may have deleted records since they were ingested (retention, delete-records): table rows
+below a partition's log start are counted as `rows_below_log_start`, not checked against Kafka.
+Spans a commit passed over because Kafka had deleted them before they were read
+(`kafka.fail.on.data.loss=false`) keep the ranges contiguous and are listed in `skipped`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+
+from lakesink.engine import writer_state as keys
+from lakesink.errors import CorruptTableError
+from lakesink.extras import require
+from lakesink.formats.hudi.table.hudi_table import HudiTable
+from lakesink.formats.hudi.table.metadata import CommitMetadata
+from lakesink.protocol.instant import Action, Instant
+from lakesink.protocol.offsets import OffsetRange, TopicPartition
+from lakesink.storage import Storage
+
+log = logging.getLogger(__name__)
+
+COORDINATES = ["kafka_topic", "kafka_partition", "kafka_offset"]
+Coordinate = tuple[str, int, int]
+# The Kafka records a table's transformation keeps, of the ranges given (cli.verify builds one
+# from `transform.arrow`): the records it filters out are accounted for, not missing.
+KeptByTransform = Callable[[list[OffsetRange]], set[Coordinate]]
+
+
+@dataclass
+class AuditReport:
+    """What the audit found; `ok` is True only when nothing is wrong."""
+
+    writer_id: str
+    commits: int = 0
+    rows_hudi_rs: int = 0
+    rows_lakesink: int = 0
+    kafka_records: int = 0
+    dead_letters: int = 0
+    filtered: int = 0
+    rows_below_log_start: int = 0
+    skipped: list[tuple[str, int, int]] = field(default_factory=list)
+    committed: dict[str, int] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "ok": self.ok,
+            "writer_id": self.writer_id,
+            "commits": self.commits,
+            "rows_hudi_rs": self.rows_hudi_rs,
+            "rows_lakesink": self.rows_lakesink,
+            "kafka_records": self.kafka_records,
+            "dead_letters": self.dead_letters,
+            "filtered": self.filtered,
+            "rows_below_log_start": self.rows_below_log_start,
+            "skipped": [list(s) for s in self.skipped],
+            "committed": self.committed,
+            "problems": self.problems,
+        }
+
+
+def writer_ranges(
+    table: HudiTable, writer_id: str, report: AuditReport
+) -> dict[TopicPartition, tuple[int, int]]:
+    """[first start, committed end) per partition, checking contiguity commit after commit."""
+    spans: dict[TopicPartition, tuple[int, int]] = {}
+    last_offsets: dict[str, int] = {}
+    for instant, metadata in completed_commits(table):
+        extra = metadata.extra
+        if extra.get(keys.WRITER_ID_KEY) != writer_id:
+            continue
+        report.commits += 1
+        for key, start, end in json.loads(extra.get(keys.SKIPPED_KEY, "[]")):
+            tp = TopicPartition.parse(key)
+            report.skipped.append((key, start, end))
+            if tp in spans and spans[tp][1] == start:
+                spans[tp] = (spans[tp][0], end)
+        for key, start, end in json.loads(extra.get(keys.RANGES_KEY, "[]")):
+            tp = TopicPartition.parse(key)
+            if tp in spans and spans[tp][1] != start:
+                report.problems.append(
+                    f"instant {instant.time}: range of {tp} starts at {start}, "
+                    f"but the previous commit ended at {spans[tp][1]}"
+                )
+            spans[tp] = (spans[tp][0] if tp in spans else start, end)
+        offsets = json.loads(extra.get(keys.OFFSETS_KEY, "{}"))
+        for key, pos in last_offsets.items():
+            if offsets.get(key, pos) < pos:
+                report.problems.append(f"instant {instant.time}: offset of {key} moved back")
+        last_offsets = offsets
+    for key, pos in last_offsets.items():
+        tp = TopicPartition.parse(key)
+        if tp in spans and spans[tp][1] != pos:
+            report.problems.append(
+                f"{tp}: ranges end at {spans[tp][1]} but the last commit records {pos}"
+            )
+    report.committed = last_offsets
+    return spans
+
+
+def completed_commits(table: HudiTable) -> list[tuple[Instant, CommitMetadata]]:
+    """Every completed commit, archived ones first (archival moves the oldest instants aside)."""
+    from lakesink.formats.hudi.services.archival import archived_instants
+    from lakesink.formats.hudi.table.archive import iter_archived_files
+
+    timeline = table.timeline()
+    out: list[tuple[Instant, CommitMetadata]] = []
+    active = {i.time for i in timeline.completed()}
+    archived = {
+        i.file_name(table.layout): i
+        for i in archived_instants(table)
+        if i.action is Action.COMMIT and i.time not in active
+    }
+    unread = set(archived)
+    for name, content in iter_archived_files(table.storage, set(archived)):
+        unread.discard(name)
+        instant = archived[name]
+        out.append((instant, CommitMetadata.from_bytes(content, table.layout, instant.action)))
+    if unread:
+        missing = sorted(unread)
+        raise CorruptTableError(f"archived commit files listed but unreadable: {missing[:5]}")
+    out.sort(key=lambda pair: pair[0].time)
+    out += [
+        (i, timeline.commit_metadata(i)) for i in timeline.completed() if i.action is Action.COMMIT
+    ]
+    return out
+
+
+def _coordinates(table: pa.Table, topics: set[str]) -> list[Coordinate]:
+    cols = [table.column(c).to_pylist() for c in COORDINATES]
+    return [(t, int(p), int(o)) for t, p, o in zip(*cols, strict=True) if t in topics]
+
+
+_NO_ROWS = pa.schema(
+    [("kafka_topic", pa.string()), ("kafka_partition", pa.int32()), ("kafka_offset", pa.int64())]
+)
+
+
+def read_with_hudi_rs(base_path: str, storage_options: Mapping[str, str] | None = None) -> pa.Table:
+    """The coordinates of every row hudi-rs reads, straight from the table's storage."""
+    hudi = require("hudi", "reading a table with hudi-rs (the exactly-once audit)")
+
+    builder = hudi.HudiTableBuilder.from_base_uri(base_path)
+    if storage_options:
+        builder = builder.with_storage_options(dict(storage_options))
+    table = builder.build()
+    batches = table.read(hudi.HudiReadOptions(projection=COORDINATES))
+    if not batches:
+        return _NO_ROWS.empty_table()
+    return pa.Table.from_batches(batches).select(COORDINATES)
+
+
+def read_with_lakesink(table: HudiTable) -> pa.Table:
+    from lakesink.formats.hudi.table.reader import TableReader
+    from lakesink.formats.hudi.table.view import FileSystemView
+
+    if not FileSystemView(table).latest_base_files():
+        return _NO_ROWS.empty_table()  # nothing committed yet: no data columns exist
+    return TableReader(table).snapshot(columns=COORDINATES)
+
+
+def kafka_offsets(
+    bootstrap: str,
+    spans: Mapping[TopicPartition, tuple[int, int]],
+    isolation_level: str,
+    consumer_config: Mapping[str, str],
+    log_starts: dict[TopicPartition, int] | None = None,
+) -> set[Coordinate]:
+    """The offsets Kafka holds in each span (records, not gaps or transaction markers), from
+    the log start on; each partition's log start goes into `log_starts` when given."""
+    from lakesink.kafka.client import watermarks
+    from lakesink.kafka.deserializers import make_deserializer
+    from lakesink.kafka.reader import read_range
+    from lakesink.protocol.offsets import OffsetRange
+
+    out: set[Coordinate] = set()
+    raw = make_deserializer("raw")
+    marks = watermarks(bootstrap, list(spans), isolation_level, extra=dict(consumer_config))
+    for tp, (start, end) in spans.items():
+        low = marks[tp][0]
+        if log_starts is not None:
+            log_starts[tp] = low
+        if max(start, low) >= end:
+            continue
+        for batch in read_range(
+            bootstrap,
+            OffsetRange(tp, max(start, low), end),
+            isolation_level=isolation_level,
+            deserializer=raw,
+            consumer_config=dict(consumer_config),
+        ):
+            out.update(
+                (tp.topic, tp.partition, int(o)) for o in batch.column("kafka_offset").to_pylist()
+            )
+    return out
+
+
+def filtered_out(
+    kept_by_transform: KeptByTransform | None,
+    spans: Mapping[TopicPartition, tuple[int, int]],
+    log_starts: Mapping[TopicPartition, int],
+    expected: set[Coordinate],
+    dead: set[Coordinate],
+) -> set[Coordinate]:
+    """The Kafka records of the committed spans (from the log start on) that the table's
+    transformation drops: consumed and committed, but never rows."""
+    if kept_by_transform is None:
+        return set()
+    ranges = [
+        OffsetRange(tp, max(start, log_starts.get(tp, 0)), end)
+        for tp, (start, end) in spans.items()
+        if max(start, log_starts.get(tp, 0)) < end
+    ]
+    return expected - dead - kept_by_transform(ranges)
+
+
+def check_rows(name: str, rows: Iterable[Coordinate], report: AuditReport) -> set[Coordinate]:
+    counts = Counter(rows)
+    dupes = [c for c, n in counts.items() if n > 1]
+    if dupes:
+        report.problems.append(f"{name}: {len(dupes)} duplicated records, e.g. {sorted(dupes)[:3]}")
+    return set(counts)
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetters:
+    """The Kafka coordinates of the records a writer dead-lettered, as read back from its
+    dead-letter table (exactly once, like the main table: a record twice is a problem) or
+    topic (at least once: a retried task may send a record again)."""
+
+    coordinates: tuple[Coordinate, ...]
+    exactly_once: bool
+
+    def check(self, table_rows: set[Coordinate], problems: list[str]) -> set[Coordinate]:
+        """The dead-lettered records, after noting in `problems` those the dead-letter table
+        holds twice and those that are in the main table as well (each record belongs in
+        exactly one of the two)."""
+        counts = Counter(self.coordinates)
+        twice = sorted(c for c, n in counts.items() if n > 1)
+        if self.exactly_once and twice:
+            problems.append(f"dead-letter table: {len(twice)} duplicated records, e.g. {twice[:3]}")
+        both = sorted(table_rows & counts.keys())
+        if both:
+            problems.append(
+                f"{len(both)} records are both in the table and dead-lettered, e.g. {both[:3]}"
+            )
+        return set(counts)
+
+
+def audit(
+    table_path: str | Storage,
+    writer_id: str,
+    *,
+    bootstrap: str | None,
+    isolation_level: str = "read_committed",
+    consumer_config: Mapping[str, str] | None = None,
+    dead_letters: DeadLetters | None = None,
+    kept_by_transform: KeptByTransform | None = None,
+) -> AuditReport:
+    """Run the audit. With `bootstrap=None` the Kafka comparison is skipped (said in problems
+    only if other checks fail); the readers' agreement and contiguity are always checked.
+    `kept_by_transform`: the table's transformation, whose filtered records are not missing."""
+    report = AuditReport(writer_id)
+    table = HudiTable.open(table_path)
+    spans = writer_ranges(table, writer_id, report)
+    topics = {tp.topic for tp in spans}
+    try:
+        by_hudi_rs = read_with_hudi_rs(table.uri, table.storage.reader_options())
+    except Exception as e:  # hudi-rs raises its own error types
+        first = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise CorruptTableError(f"hudi-rs cannot read {table.uri}: {first}") from e
+    by_lakesink = read_with_lakesink(table)
+    rows_rs = _coordinates(by_hudi_rs, topics)
+    rows_ls = _coordinates(by_lakesink, topics)
+    report.rows_hudi_rs, report.rows_lakesink = len(rows_rs), len(rows_ls)
+    set_rs = check_rows("hudi-rs", rows_rs, report)
+    set_ls = check_rows("lakesink reader", rows_ls, report)
+    if set_rs != set_ls:
+        report.problems.append(
+            f"readers disagree: {len(set_rs - set_ls)} rows only in hudi-rs, "
+            f"{len(set_ls - set_rs)} only in lakesink's reader"
+        )
+    outside = [
+        c
+        for c in set_rs
+        if not (
+            TopicPartition(c[0], c[1]) in spans
+            and spans[TopicPartition(c[0], c[1])][0] <= c[2] < spans[TopicPartition(c[0], c[1])][1]
+        )
+    ]
+    if outside:
+        report.problems.append(
+            f"{len(outside)} rows lie outside committed ranges, e.g. {sorted(outside)[:3]}"
+        )
+    if bootstrap is not None:
+        lows: dict[TopicPartition, int] = {}
+        expected = kafka_offsets(bootstrap, spans, isolation_level, consumer_config or {}, lows)
+        gone = {c for c in set_rs if c[2] < lows.get(TopicPartition(c[0], c[1]), 0)}
+        report.rows_below_log_start = len(gone)
+        report.kafka_records = len(expected)
+        dead = dead_letters.check(set_rs, report.problems) & expected if dead_letters else set()
+        report.dead_letters = len(dead)
+        filtered = filtered_out(kept_by_transform, spans, lows, expected, dead)
+        report.filtered = len(filtered)
+        missing = expected - set_rs - dead - filtered
+        if missing:
+            report.problems.append(
+                f"{len(missing)} Kafka records of committed ranges are not in the table, "
+                f"e.g. {sorted(missing)[:3]}"
+            )
+        extra = set_rs - expected - gone
+        if extra:
+            report.problems.append(
+                f"{len(extra)} table rows are not records in Kafka, e.g. {sorted(extra)[:3]}"
+            )
+    return report
+
+
+def dead_letter_table_coordinates(path: str | Storage) -> list[Coordinate]:
+    """The Kafka coordinates of the records in a dead-letter table as hudi-rs reads it, one per
+    row (sorted; none if the table does not exist)."""
+    from lakesink.errors import TableNotFoundError
+
+    try:
+        table = HudiTable.open(path)
+    except TableNotFoundError:
+        return []
+    try:
+        rows = read_with_hudi_rs(table.uri, table.storage.reader_options())
+    except Exception as e:  # hudi-rs raises its own error types
+        first = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise CorruptTableError(f"hudi-rs cannot read {table.uri}: {first}") from e
+    return sorted(_coordinates(rows, set(rows.column("kafka_topic").to_pylist())))

@@ -1,0 +1,177 @@
+"""Gathering the operations concurrent with an instant from storage, for the conflict rules of
+`lakesink.protocol.conflicts`: completed instants since it began (from their metadata),
+scheduled clusterings (from their plans) and inflight ingestions (from their markers)."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from lakesink.errors import CorruptTableError
+from lakesink.formats.hudi.instants import plan_path, read_json
+from lakesink.formats.hudi.table.files import parse_base_file_name
+from lakesink.formats.hudi.table.hudi_table import HudiTable
+from lakesink.formats.hudi.table.markers import list_marked_files
+from lakesink.formats.hudi.table.metadata import CommitMetadata
+from lakesink.formats.hudi.table.timeline import Timeline
+from lakesink.formats.hudi.writer_state import WRITER_ID_KEY
+from lakesink.protocol.conflicts import (
+    ConflictStrategy,
+    FileGroupId,
+    Operation,
+    OperationKind,
+    Phase,
+    check,
+    completed_since,
+)
+from lakesink.protocol.instant import Action, Instant, InstantTime, State
+
+log = logging.getLogger(__name__)
+
+CLUSTERING_PLANS = "clustering"
+_RECENT_MS = 60_000
+"""Layout 1 has no completion times, and in layout 2 an instant time generated ahead of the
+clock can exceed the completion time of an instant that completed after it: so instants that
+completed up to this long before also have their completed file's time compared with ours."""
+
+
+def file_groups_of_paths(paths: Iterable[str]) -> frozenset[FileGroupId]:
+    """(partition, file id) of relative base-file paths."""
+    out: set[FileGroupId] = set()
+    for p in paths:
+        partition, _, name = p.rpartition("/")
+        out.add((partition, parse_base_file_name(name).file_id))
+    return frozenset(out)
+
+
+def operation_of(instant: Instant, md: CommitMetadata) -> Operation:
+    kind = (
+        OperationKind.CLUSTERING
+        if instant.action is Action.REPLACE_COMMIT
+        else OperationKind.INGESTION
+    )
+    return Operation(
+        instant.time,
+        kind,
+        written=frozenset((w.partition_path, w.file_id) for w in md.writes),
+        replaced=frozenset((p, f) for p, ids in md.replaced_file_ids.items() for f in ids),
+        phase=Phase.COMPLETED,
+        writer=md.extra.get(WRITER_ID_KEY, ""),
+    )
+
+
+def _mtime(timeline: Timeline, instant: Instant) -> float | None:
+    """When a timeline file was written (the file's or the object's modification time)."""
+    if timeline.storage.is_local:
+        try:
+            return os.stat(timeline.path_of(instant)).st_mtime
+        except FileNotFoundError:
+            return None
+    meta = timeline.storage.head(timeline.key_of(instant))
+    return meta.modified if meta is not None and meta.modified else None
+
+
+def completed_after(
+    timeline: Timeline,
+    began: InstantTime,
+    other: Instant,
+    began_mtime: Callable[[], float | None] | None = None,
+) -> bool:
+    """Whether `other` completed after the instant `began` was begun (by completion time,
+    and for recent ones by the times their timeline files were written). `began_mtime`: when
+    `began`'s requested file was written, asked for only when needed (one HEAD on an object
+    store, shared by every instant compared with it)."""
+    if completed_since(began, other.time, other.completion_time):
+        return True
+    recent = other.completion_time is None or (
+        began.to_epoch_ms() - other.completion_time.to_epoch_ms() < _RECENT_MS
+    )
+    if not recent:
+        return False
+    ours = began_mtime() if began_mtime is not None else _requested_mtime(timeline, began)
+    theirs = _mtime(timeline, other)
+    return ours is None or theirs is None or theirs >= ours
+
+
+def _requested_mtime(timeline: Timeline, began: InstantTime) -> float | None:
+    """When `began`'s requested file (a commit's or a replacecommit's) was written."""
+    ours = _mtime(timeline, Instant(began, Action.COMMIT, State.REQUESTED))
+    if ours is None:
+        ours = _mtime(timeline, Instant(began, Action.REPLACE_COMMIT, State.REQUESTED))
+    return ours
+
+
+def pending_clustering_groups(
+    table: HudiTable, instant_time: InstantTime
+) -> frozenset[FileGroupId]:
+    """The file groups a scheduled clustering plans to replace (empty if its plan is gone)."""
+
+    plan: Any = read_json(table, plan_path(table, CLUSTERING_PLANS, instant_time))
+    if not isinstance(plan, dict):
+        return frozenset()
+    return frozenset((str(p), str(f)) for p, f in plan.get("file_groups", []))
+
+
+def concurrent_operations(
+    table: HudiTable, began: InstantTime, *, timeline: Timeline | None = None
+) -> list[Operation]:
+    """Every data instant other than `began` that completed since it began or is pending."""
+    tl = timeline or table.timeline()
+    out: list[Operation] = []
+    known: list[float | None] = []
+
+    def began_mtime() -> float | None:
+        if not known:
+            known.append(_requested_mtime(tl, began))
+        return known[0]
+
+    # `completed_after`'s answer for the bulk of a long timeline, by comparing times as text
+    # (fixed-width digits): requested before `began`, and completed before it by more than the
+    # recent window, it is not concurrent
+    began_value = began.value
+    old_before = InstantTime.from_epoch_ms(began.to_epoch_ms() - _RECENT_MS).value
+    for inst in tl.instants:
+        t = inst.time.value
+        if t == began_value or not inst.action.writes_data:
+            continue
+        if inst.is_completed:
+            done = inst.completion_time
+            if t < began_value and done is not None and done.value <= old_before:
+                continue
+            if completed_after(tl, began, inst, began_mtime):
+                out.append(operation_of(inst, tl.commit_metadata(inst)))
+        elif inst.action is Action.REPLACE_COMMIT:
+            out.append(
+                Operation(
+                    inst.time,
+                    OperationKind.CLUSTERING,
+                    replaced=pending_clustering_groups(table, inst.time),
+                    phase=Phase.PENDING,
+                )
+            )
+        else:
+            try:
+                written = file_groups_of_paths(list_marked_files(table.storage, inst.time))
+            except CorruptTableError:  # a marker of something that is not a base file
+                written = frozenset()
+            out.append(Operation(inst.time, OperationKind.INGESTION, written, phase=Phase.PENDING))
+    return out
+
+
+def check_operation(
+    table: HudiTable,
+    operation: Operation,
+    strategy: ConflictStrategy,
+    *,
+    timeline: Timeline | None = None,
+) -> None:
+    """Under the lock, right before publishing: CommitConflictError if `strategy` forbids
+    `operation` against the operations concurrent with it. `timeline`: a snapshot listed under
+    the same lock hold (saves a LIST)."""
+    check(
+        strategy,
+        operation,
+        concurrent_operations(table, operation.instant_time, timeline=timeline),
+    )

@@ -1,0 +1,210 @@
+"""The Hudi table (formats/hudi/table/) as a `TableFormat` of the commit engine: instants on the
+timeline, markers reconciled before publishing, rollback by markers, the writer's state in
+the commit metadata's extra map (lakesink.formats.hudi.writer_state)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Collection
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING
+
+from lakesink.errors import CommitError, CommitStateUnknownError, CorruptTableError
+from lakesink.formats.hudi import writer_state
+from lakesink.formats.hudi.conflicts import check_operation
+from lakesink.formats.hudi.control import CommitControl
+from lakesink.formats.hudi.table.archive import is_archived_completed
+from lakesink.formats.hudi.table.hudi_table import HudiTable
+from lakesink.formats.hudi.table.markers import delete_markers_soon, list_marked_files
+from lakesink.formats.hudi.table.metadata import CommitMetadata
+from lakesink.formats.hudi.table.rollback import delete_leftovers, rollback
+from lakesink.formats.hudi.table.timeline import EncodedCommit, Timeline, encode_commit
+from lakesink.protocol.conflicts import ConflictStrategy, Operation
+from lakesink.protocol.instant import Action, Instant, InstantTime, State
+from lakesink.protocol.offsets import WriterOffsets
+from lakesink.storage import ObjectExistsError, Storage, StorageError
+
+log = logging.getLogger(__name__)
+
+
+_HEAD_THREADS = 16
+
+
+def _missing(storage: Storage, keys: list[str]) -> list[str]:
+    """The `keys` that do not exist. On an object store the HEADs go out in parallel threads
+    (a HEAD is a round trip; hundreds per commit at hundreds of Kafka partitions); locally each
+    is one stat."""
+    if storage.is_local or len(keys) < 2:
+        return [k for k in keys if not storage.exists(k)]
+    with ThreadPoolExecutor(min(_HEAD_THREADS, len(keys)), "lakesink-head") as pool:
+        found = list(pool.map(storage.exists, keys))
+    return [k for k, there in zip(keys, found, strict=True) if not there]
+
+
+class HudiView:
+    """The Hudi table under the lock: one timeline snapshot, read when the view was made."""
+
+    def __init__(self, table: HudiTable, timeline: Timeline, instant_time: InstantTime) -> None:
+        self.table = table
+        self.timeline = timeline
+        self.instant_time = instant_time
+
+    def committed_offsets(self, writer_id: str) -> WriterOffsets:
+        return writer_state.committed_offsets(self.table, writer_id, self.timeline)
+
+    def backfill_committed(self, backfill_id: str) -> bool:
+        return writer_state.backfill_committed(self.table, backfill_id, self.timeline)
+
+    def check_conflicts(self, operation: Operation, strategy: ConflictStrategy) -> None:
+        check_operation(self.table, operation, strategy, timeline=self.timeline)
+
+    def check_alive(self, control: CommitControl, instant_time: InstantTime) -> None:
+        control.check_alive(self.table, instant_time)
+
+
+class HudiFormat:
+    """`TableFormat` over a `HudiTable`. The timeline is listed once per lock hold: under the
+    lock at begin, `next_instant_time` and `begin` share one snapshot; at commit, `view`, the
+    requirements, `is_published` and `publish` share the view's. Nothing is reused across lock
+    holds: another writer may add instants in between."""
+
+    def __init__(self, table: HudiTable) -> None:
+        self.table = table
+        self._view: HudiView | None = None
+        # the snapshot `next_instant_time` listed under the lock, for the `begin` that follows
+        self._begin_snapshot: Timeline | None = None
+        # the completed file `prepare_publish` encoded before the lock, for `publish`
+        self._encoded: EncodedCommit | None = None
+
+    @property
+    def name(self) -> str:
+        return self.table.config.name
+
+    def next_instant_time(self, control: CommitControl) -> InstantTime:
+        # called under the lock, right before `begin` (TableTransaction.begin_locked)
+        self._begin_snapshot = self.table.timeline()
+        return control.next_instant_time(self.table, self._begin_snapshot)
+
+    def begin(self, action: Action, instant_time: InstantTime, *, requested_content: bytes) -> None:
+        snapshot, self._begin_snapshot = self._begin_snapshot, None
+        if snapshot is not None:  # listed under this lock hold: still complete
+            snapshot.begin(
+                action, instant_time, requested_content=requested_content, snapshot_is_fresh=True
+            )
+        else:
+            self.table.timeline().begin(action, instant_time, requested_content=requested_content)
+
+    def stage(self, instant_time: InstantTime, files: Collection[str]) -> set[str]:
+        """Delete files of failed or duplicate task attempts (marked but in no accepted status)
+        BEFORE publishing: hudi-rs would read them as part of the instant."""
+        t = instant_time
+        storage = self.table.storage
+        kept = set(files)
+        marked = set(list_marked_files(storage, t.value))
+        missing = kept - marked
+        if missing:
+            raise CommitError(
+                f"instant {t}: files {sorted(missing)[:3]} are in write statuses but have no marker"
+            )
+        for rel in sorted(marked - kept):
+            log.info("table %s instant %s: deleting orphan file %s", self.table.config.name, t, rel)
+            storage.delete(rel)
+        for rel in _missing(storage, sorted(kept)):
+            raise CorruptTableError(f"instant {t}: written file {rel} is missing on storage")
+        return kept
+
+    def view(self, instant_time: InstantTime) -> HudiView:
+        self._view = HudiView(self.table, self.table.timeline(), instant_time)
+        return self._view
+
+    def _fresh_view(self, instant_time: InstantTime) -> HudiView | None:
+        """The view just taken for this instant under the lock, once (then it is stale)."""
+        view, self._view = self._view, None
+        return view if view is not None and view.instant_time == instant_time else None
+
+    def is_published(self, instant_time: InstantTime) -> bool:
+        view = self._view
+        fresh = view is not None and view.instant_time == instant_time
+        timeline = view.timeline if view is not None and fresh else self.table.timeline()
+        existing = timeline.get(instant_time)
+        return (existing is not None and existing.is_completed) or (
+            existing is None and is_archived_completed(self.table.storage, instant_time)
+        )
+
+    def publish(
+        self,
+        action: Action,
+        instant_time: InstantTime,
+        metadata: CommitMetadata,
+    ) -> Instant:
+        view = self._fresh_view(instant_time)
+        timeline = view.timeline if view is not None else self.table.timeline()
+        instant = Instant(instant_time, action, State.INFLIGHT)
+        encoded, self._encoded = self._encoded, None
+        try:
+            # Under the lock: the view's snapshot is fresh. The markers stay: `finish` deletes
+            # them after the lock is released (nothing reads a completed instant's markers).
+            return timeline.publish(
+                instant,
+                metadata,
+                snapshot_is_fresh=view is not None,
+                encoded=encoded,
+                delete_markers=False,
+            )
+        except ObjectExistsError:
+            raise
+        except StorageError as e:
+            if not e.retriable:
+                raise
+            raise CommitStateUnknownError(
+                f"publish of instant {instant_time} on {self.table.uri}: the store did not "
+                f"answer whether it landed ({e})"
+            ) from e
+
+    def prepare_publish(
+        self, action: Action, instant_time: InstantTime, metadata: CommitMetadata
+    ) -> None:
+        """Encode the completed file before the lock is taken (`publish` then only writes
+        it): the encoding depends on nothing the lock protects."""
+        instant = Instant(instant_time, action, State.INFLIGHT)
+        self._encoded = encode_commit(self.table.layout, instant, metadata)
+
+    def commit_landed(self, instant_time: InstantTime, commit_id: str) -> bool:
+        timeline = self.table.timeline()
+        done = timeline.get(instant_time)
+        if done is None or not done.is_completed:
+            return False
+        if not commit_id:
+            return True
+        return timeline.commit_metadata(done).extra.get(writer_state.COMMIT_ID_KEY) == commit_id
+
+    def finish(self, instant_time: InstantTime) -> None:
+        # After the lock, in the background: a crash before they are gone leaves the markers of
+        # a completed instant, which nothing reads; the writer's next start deletes them
+        # (`delete_completed_markers`).
+        delete_markers_soon(self.table.storage, instant_time.value)
+
+    def rollback(self, instant_time: InstantTime) -> bool:
+        """True when a pending instant was rolled back (False: it was gone already, and
+        any files it left are deleted)."""
+        rolled = False
+        for instant in self.table.timeline().inflight_or_requested():
+            if instant.time == instant_time:
+                rollback(self.table, instant)
+                rolled = True
+        if self.table.timeline().get(instant_time) is None:
+            delete_leftovers(self.table, instant_time)  # rolled back under us: files are garbage
+        return rolled
+
+    def committed_offsets(self, writer_id: str) -> WriterOffsets:
+        return writer_state.committed_offsets(self.table, writer_id)
+
+    def schema(self) -> str | None:
+        return self.table.timeline().latest_schema()
+
+
+if TYPE_CHECKING:  # mypy proves the Hudi side implements the engine's format interface
+    from lakesink.engine.format import TableFormat, TableView
+
+    _FORMAT: type[TableFormat] = HudiFormat
+    _VIEW: type[TableView] = HudiView

@@ -1,0 +1,138 @@
+"""Table services run inline by a writer every N commits (`table.services.inline.every.commits`):
+clean, cluster and archive, in the configured order, each its own instant under the table lock.
+
+The hook runs after a commit was published: a failing service is logged and never fails the
+commit (the batch is already in the table); the next run tries again.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from lakesink.config import LakesinkConfig
+from lakesink.errors import ConfigError, LakesinkError
+from lakesink.formats.hudi.control import CommitControl
+from lakesink.formats.hudi.instants import SERVICES_DIR
+from lakesink.formats.hudi.services.archival import ArchivePolicy, ArchiveResult, archive
+from lakesink.formats.hudi.services.clean import CleanResult, RetainPolicy, clean
+from lakesink.formats.hudi.services.clustering import ClusteringOptions, ClusteringResult, cluster
+from lakesink.formats.hudi.table.hudi_table import HudiTable
+from lakesink.protocol.conflicts import strategy_named
+from lakesink.protocol.instant import Action, InstantTime
+
+log = logging.getLogger(__name__)
+
+LAST_RUN_FILE = SERVICES_DIR / "inline-last-run"
+SERVICE_NAMES = ("clean", "cluster", "archive")
+
+
+@dataclass
+class InlineResult:
+    """What one inline run did."""
+
+    clean: CleanResult | None = None
+    clustering: ClusteringResult | None = None
+    archive: ArchiveResult | None = None
+    errors: list[str] = field(default_factory=list)
+
+
+def retain_policy(cfg: LakesinkConfig) -> RetainPolicy:
+    return RetainPolicy(
+        cfg["table.services.clean.retain.commits"], cfg["table.services.clean.retain.hours"]
+    )
+
+
+def clustering_options(cfg: LakesinkConfig) -> ClusteringOptions:
+    return ClusteringOptions(
+        small_file_bytes=cfg["table.services.clustering.small.file.bytes"],
+        target_file_bytes=cfg["table.target.file.size.bytes"],
+        min_files=cfg["table.services.clustering.min.files"],
+    )
+
+
+def archive_policy(cfg: LakesinkConfig) -> ArchivePolicy:
+    try:
+        return ArchivePolicy(
+            cfg["table.services.archive.min.instants"],
+            cfg["table.services.archive.max.instants"],
+            cfg["table.services.archive.pack.files"],
+            cfg["table.services.archive.pack.fan.in"],
+        )
+    except ValueError as e:
+        raise ConfigError(f"table.services.archive.*: {e}") from e
+
+
+def run_inline_services(
+    table: HudiTable,
+    cfg: LakesinkConfig,
+    control: CommitControl,
+    *,
+    which: tuple[str, ...] | None = None,
+) -> InlineResult:
+    """Run the configured services once, in order; each failure is recorded, not raised."""
+    result = InlineResult()
+    for name in which if which is not None else tuple(cfg["table.services.inline"]):
+        try:
+            if name == "clean":
+                result.clean = clean(table, control, retain_policy(cfg))
+            elif name == "cluster":
+                strategy = strategy_named(cfg["table.services.conflict.strategy"])
+                result.clustering = cluster(table, control, clustering_options(cfg), strategy)
+            elif name == "archive":
+                result.archive = archive(table, control, archive_policy(cfg))
+            else:
+                raise ConfigError(
+                    f"table.services.inline names {name!r}; valid: {', '.join(SERVICE_NAMES)}"
+                )
+        except Exception as e:  # a service must never fail the writer's published commit
+            log.warning(
+                "table %s: inline %s failed (will retry after the next commits): %s",
+                table.config.name,
+                name,
+                e,
+            )
+            result.errors.append(f"{name}: {e}")
+    return result
+
+
+def _last_run(table: HudiTable) -> InstantTime | None:
+    try:
+        return InstantTime(table.storage.read(str(LAST_RUN_FILE)).decode().strip())
+    except (OSError, LakesinkError, UnicodeDecodeError):
+        return None
+
+
+def commits_since_last_run(table: HudiTable) -> int:
+    last = _last_run(table)
+    return sum(
+        1 for i in table.timeline().completed(Action.COMMIT) if last is None or i.time > last
+    )
+
+
+def after_commit(
+    table: HudiTable, cfg: LakesinkConfig, control: CommitControl, instant_time: InstantTime
+) -> InlineResult | None:
+    """After the writer published `instant_time`: run the services when N commits passed since
+    the last run. Never raises."""
+    try:
+        every = cfg["table.services.inline.every.commits"]
+        if every <= 0 or commits_since_last_run(table) < every:
+            return None
+        table.storage.write(str(LAST_RUN_FILE), instant_time.value.encode())
+        return run_inline_services(table, cfg, control)
+    except Exception:  # never fail a published commit
+        log.exception("table %s: inline services after %s failed", table.config.name, instant_time)
+        return None
+
+
+def inline_services_hook(
+    table: HudiTable, cfg: LakesinkConfig, control: CommitControl
+) -> Callable[[InstantTime], InlineResult | None]:
+    """The post-commit hook a writer's commits run: `after_commit` with this table's config."""
+
+    def hook(instant_time: InstantTime) -> InlineResult | None:
+        return after_commit(table, cfg, control, instant_time)
+
+    return hook

@@ -1,0 +1,193 @@
+"""The commit coordinator over an Iceberg table: the same batch protocol as the Hudi
+`Coordinator` (begin_batch, precommit/commit, abort, start/recover), with the table's format an
+`IcebergFormat`. Nothing durable precedes a commit (no intents, no instants), so recovery has
+nothing to roll back: data files of a batch that never committed are orphans for orphan removal.
+Tasks report their data file descriptions in `WriteStatus.extra[FILES_KEY]`, and the maximum
+record timestamp they read in `WriteStatus.extra[MAX_TS_KEY]` (for the snapshot's VTTS).
+
+With commit.mode=async (lakesink.engine.async_commit) a prepared commit carries the data file
+descriptions (`PreparedCommit.data_files`) into the pending store, so that a later process
+publishes it: the snapshot's commit id starts with the batch's transaction id, so a publish
+that landed before a crash is recognised and not repeated, and the offsets requirement guards
+every publish.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
+
+from lakesink.engine.coordinator import BatchOutcome, Coordinator, PreparedCommit
+from lakesink.engine.requirements import OffsetsUnchanged, Requirement, WriterStillLive
+from lakesink.engine.transaction import PostCommitHook, TableTransaction
+from lakesink.formats.hudi.control import CommitControl
+from lakesink.formats.iceberg.datafiles import DataFileDescription
+from lakesink.formats.iceberg.format import VTTS_KEY, IcebergFormat
+from lakesink.formats.iceberg.snapshots import valid_through
+from lakesink.metrics import IngestionMetrics
+from lakesink.protocol.instant import Instant, InstantTime
+from lakesink.protocol.offsets import OffsetRange, TopicPartition, WriterOffsets
+from lakesink.protocol.write_status import WriteStatus
+
+log = logging.getLogger(__name__)
+
+__all__ = ["FILES_KEY", "MAX_TS_KEY", "IcebergCoordinator"]
+
+FILES_KEY = "iceberg.files"
+"""`WriteStatus.extra`: the JSON forms of the data files a task wrote (`DataFileDescription`)."""
+MAX_TS_KEY = "max_timestamp_ms"
+"""`WriteStatus.extra`: the newest record timestamp (ms) a task wrote per topic partition
+(`TopicPartition.key()` -> ms); partitions without records are absent."""
+
+
+class IcebergCoordinator(Coordinator):
+    """One writer on one Iceberg table, through the commit engine (`IcebergFormat`)."""
+
+    def __init__(
+        self,
+        table_format: IcebergFormat,
+        writer_id: str,
+        *,
+        query_id: str = "",
+        control: CommitControl | None = None,
+        allow_data_loss: bool = False,
+        topic_ids: Callable[[Iterable[str]], Mapping[str, str]] | None = None,
+        metrics: IngestionMetrics | None = None,
+        post_commit: Sequence[PostCommitHook] = (),
+        publish_delay_s: float = 0.0,
+    ) -> None:
+        super().__init__(
+            None,
+            writer_id,
+            query_id=query_id,
+            control=control or CommitControl(),
+            publish_delay_s=publish_delay_s,
+            allow_data_loss=allow_data_loss,
+            topic_ids=topic_ids,
+            metrics=metrics,
+            post_commit=post_commit,
+        )
+        self.format = table_format
+        # transaction ids durable in the pending store: never rolled back by this process
+        self._precommitted: set[str] = set()
+        self.incarnation: int | None = None  # claimed by start()
+
+    @property
+    def name(self) -> str:
+        return self.format.name
+
+    def _new_transaction(self) -> TableTransaction:
+        return TableTransaction(
+            None,
+            self.control,
+            writer_id=self.writer_id,
+            metrics=self.metrics,
+            crash=self._crash,
+            table_format=self.format,
+        )
+
+    def _resumed_transaction(self, t: InstantTime) -> TableTransaction:
+        return TableTransaction.resume(
+            None,
+            self.control,
+            t,
+            writer_id=self.writer_id,
+            metrics=self.metrics,
+            crash=self._crash,
+            table_format=self.format,
+        )
+
+    def _side_files(self, t: InstantTime) -> list[str]:
+        return []
+
+    # --- start-up: claim the writer id; nothing to roll back --------------------------------
+    def start(self, keep: frozenset[InstantTime] = frozenset()) -> None:
+        """Claim the next incarnation of this writer id in the table (older incarnations, e.g.
+        a driver thought dead, can no longer commit), then recover (nothing to roll back)."""
+        self.incarnation = self.format.claim(self.writer_id)
+        self.recover(keep)
+
+    def recover(self, keep: frozenset[InstantTime] = frozenset()) -> list[Instant]:
+        self._committed = None
+        return []
+
+    @property
+    def committed(self) -> WriterOffsets:
+        if self._committed is None:
+            self._committed = self.format.committed_offsets(self.writer_id)
+        return self._committed
+
+    def table_offsets(self) -> WriterOffsets:
+        return self.format.committed_offsets(self.writer_id)
+
+    # --- the batch ---------------------------------------------------------------------------
+    def _write_intent(self, t: InstantTime, batch_id: int, ranges: Sequence[object]) -> None:
+        """No intent: a batch that never committed leaves only unreferenced data files."""
+
+    def _stage(self, tx: TableTransaction, statuses: Sequence[WriteStatus]) -> set[str]:
+        described = [
+            DataFileDescription.from_json(d) for s in statuses for d in s.extra.get(FILES_KEY, ())
+        ]
+        self.format.add_files(tx.instant_time, described)
+        return tx.stage({f.path for s in statuses for f in s.files})
+
+    def _format_extra(
+        self, next_offsets: WriterOffsets, statuses: Sequence[WriteStatus]
+    ) -> dict[str, str]:
+        newest: dict[TopicPartition, int | None] = {}
+        for s in statuses:
+            for key, ms in (s.extra.get(MAX_TS_KEY) or {}).items():
+                tp = TopicPartition.parse(key)
+                newest[tp] = max(int(ms), newest.get(tp) or int(ms))
+        vtts = valid_through(newest, next_offsets.next_offsets)
+        return {VTTS_KEY: str(vtts)} if vtts is not None else {}
+
+    def _requirements(self, prepared: PreparedCommit) -> tuple[Requirement, ...]:
+        """The writer's incarnation still the table's and its offsets unchanged (read from the
+        refreshed metadata; the catalog checks both again inside its commit). Appends conflict
+        with nothing; no lock to hold."""
+        t = prepared.instant_time
+        return (
+            WriterStillLive(self.control, t),
+            OffsetsUnchanged(self.writer_id, prepared.base_offsets, t),
+        )
+
+    # --- two phases (commit.mode=async) -----------------------------------------------------
+    def precommit(
+        self,
+        instant_time: InstantTime,
+        batch_id: int,
+        ranges: Sequence[OffsetRange],
+        statuses: Sequence[WriteStatus],
+        schema: str,
+        *,
+        lost: Sequence[OffsetRange] = (),
+    ) -> PreparedCommit:
+        """The engine's pre-commit, with the data file descriptions the snapshot will add
+        (the pending entry must hold them: the format keeps them in this process only)."""
+        prepared = super().precommit(instant_time, batch_id, ranges, statuses, schema, lost=lost)
+        described = tuple(d.to_json() for d in self.format.files(instant_time))
+        return replace(prepared, data_files=described)
+
+    def commit(self, prepared: PreparedCommit, *, run_hooks: bool = True) -> BatchOutcome:
+        """The engine's commit. A batch this process did not begin (a Pending epoch of an
+        earlier process, at recovery) gets its data files back from the prepared commit."""
+        t = prepared.instant_time
+        if t.value not in self._open:
+            self.format.restore_files(
+                t, [DataFileDescription.from_json(d) for d in prepared.data_files]
+            )
+        outcome = super().commit(prepared, run_hooks=run_hooks)
+        self.format.finish(t)  # also when the snapshot was there already (nothing published)
+        self._precommitted.discard(t.value)
+        return outcome
+
+    def mark_precommitted(self, t: InstantTime) -> None:
+        """The batch is durable in the pending store: a failure after this point must not
+        delete its data files (the committer or the next start publishes it). Other writers
+        never roll back an Iceberg batch, so nothing goes to the table."""
+        self._precommitted.add(t.value)
+
+    def is_precommitted(self, t: InstantTime) -> bool:
+        return t.value in self._precommitted

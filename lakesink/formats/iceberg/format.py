@@ -1,0 +1,353 @@
+"""Iceberg tables (lakesink/formats/iceberg/) as lakesink's configuration names them.
+
+With `table.format=iceberg`, `table.path` is the warehouse (a local folder or an object-store
+prefix), the table is `iceberg.namespace` . `table.name` in the catalog `iceberg.catalog.*`
+(by default a SQLite file `catalog.db` in a local warehouse).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import time
+from collections.abc import Callable, Collection, Sequence
+from typing import TYPE_CHECKING
+
+from lakesink.config import LakesinkConfig, parse_kv
+from lakesink.engine import writer_state as keys
+from lakesink.errors import CommitError, ConfigError, CorruptTableError
+from lakesink.formats.hudi.control import CommitControl
+from lakesink.formats.hudi.table.metadata import CommitMetadata
+from lakesink.formats.iceberg.catalog import CatalogSettings, open_catalog
+from lakesink.formats.iceberg.datafiles import DataFileDescription
+from lakesink.formats.iceberg.schema import PartitionFieldSetting, parse_partition_spec
+from lakesink.formats.iceberg.snapshots import KEY_COMMIT_ID, KEY_LOST, AppendRequirement
+from lakesink.formats.iceberg.table import AppendResult, CommitOutcome, IcebergTable, snapshot_infos
+from lakesink.protocol.conflicts import ConflictStrategy, Operation
+from lakesink.protocol.instant import Action, InstantTime
+from lakesink.protocol.offsets import OffsetRange, TopicPartition, WriterOffsets
+from lakesink.storage import options_from_config
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "VTTS_KEY",
+    "IcebergFormat",
+    "IcebergView",
+    "catalog_settings_for",
+    "dead_letter_coordinates_of",
+    "dead_letter_identifier",
+    "iceberg_identifier",
+    "iceberg_partition_fields",
+    "open_dead_letter_table",
+    "open_iceberg_table",
+]
+
+
+def _revealed(value: object) -> str | None:
+    if value is None:
+        return None
+    reveal = getattr(value, "reveal", None)
+    return str(reveal()) if callable(reveal) else str(value)
+
+
+def catalog_settings_for(cfg: LakesinkConfig, *, create: bool = True) -> CatalogSettings:
+    """The catalog of `cfg`: `iceberg.catalog.*` with `table.path` as the warehouse and the
+    `storage.*` settings to reach it. `create=False`: a missing SQLite catalog is an error
+    (readers, status, audit)."""
+    if cfg["table.format"] != "iceberg":
+        raise ConfigError(f"table.format={cfg['table.format']}: this needs table.format=iceberg")
+    return CatalogSettings(
+        warehouse=str(cfg["table.path"]),
+        kind=cfg["iceberg.catalog.kind"],
+        uri=_revealed(cfg["iceberg.catalog.uri"]),
+        name=str(cfg["iceberg.catalog.name"] or "lakesink"),
+        create=create,
+        storage=options_from_config(cfg.values),
+        properties=parse_kv(_revealed(cfg["iceberg.catalog.properties"])),
+    )
+
+
+def iceberg_identifier(cfg: LakesinkConfig) -> tuple[str, ...]:
+    """`iceberg.namespace` . `table.name` as a catalog identifier."""
+    namespace = tuple(p for p in str(cfg["iceberg.namespace"] or "lakesink").split(".") if p)
+    return (*namespace, cfg.table_name)
+
+
+def iceberg_partition_fields(cfg: LakesinkConfig) -> tuple[PartitionFieldSetting, ...]:
+    """`iceberg.partition.spec`, or identity fields of `table.partition.by`."""
+    texts: Sequence[str] = cfg["iceberg.partition.spec"] or cfg["table.partition.by"]
+    return parse_partition_spec(texts)
+
+
+def open_iceberg_table(
+    cfg: LakesinkConfig, rows: pa.Schema | None = None, *, create: bool = True
+) -> IcebergTable:
+    """The Iceberg table of `cfg`, created on first use from the decoded `rows` schema and the
+    partition fields when `create` (TableNotFoundError otherwise)."""
+    catalog = open_catalog(catalog_settings_for(cfg, create=create))
+    return IcebergTable.open(
+        catalog,
+        iceberg_identifier(cfg),
+        rows,
+        iceberg_partition_fields(cfg),
+        create=create,
+    )
+
+
+DEAD_LETTER_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def dead_letter_identifier(cfg: LakesinkConfig) -> tuple[str, ...]:
+    """`iceberg.namespace` . `errors.deadletter.table`: with table.format=iceberg the dead-letter
+    table is a table of the same catalog, named by the key (ConfigError for a path or an
+    invalid name)."""
+    name = str(cfg["errors.deadletter.table"] or "")
+    if not DEAD_LETTER_NAME.fullmatch(name):
+        raise ConfigError(
+            f"errors.deadletter.table={name!r}: with table.format=iceberg it names the "
+            "dead-letter table in iceberg.namespace of the same catalog (letters, digits and "
+            "_, e.g. events_dead_letters), not a path"
+        )
+    return (*iceberg_identifier(cfg)[:-1], name)
+
+
+def open_dead_letter_table(
+    cfg: LakesinkConfig, rows: pa.Schema | None = None, *, create: bool = True
+) -> IcebergTable:
+    """The Iceberg dead-letter table of `cfg` (unpartitioned), created on first use from the
+    dead-letter `rows` schema when `create`."""
+    catalog = open_catalog(catalog_settings_for(cfg, create=create))
+    return IcebergTable.open(catalog, dead_letter_identifier(cfg), rows, (), create=create)
+
+
+def dead_letter_coordinates_of(cfg: LakesinkConfig) -> list[tuple[str, int, int]]:
+    """The Kafka coordinates of the records in the Iceberg dead-letter table, one per row
+    (sorted; none if it or its catalog does not exist yet)."""
+    from lakesink.errors import TableNotFoundError
+    from lakesink.formats.iceberg.errors import CatalogNotFoundError
+
+    try:
+        table = open_dead_letter_table(cfg, create=False)
+    except (CatalogNotFoundError, TableNotFoundError):
+        return []
+    rows = (
+        table.pyiceberg.scan(selected_fields=("kafka_topic", "kafka_partition", "kafka_offset"))
+        .to_arrow()
+        .to_pydict()
+    )
+    return sorted(
+        zip(rows["kafka_topic"], rows["kafka_partition"], rows["kafka_offset"], strict=True)
+    )
+
+
+def committed_offsets_of(cfg: LakesinkConfig) -> WriterOffsets:
+    """The configured writer's committed offsets in the configured Iceberg table (from the
+    current snapshot's lineage); empty when the table or its catalog does not exist yet."""
+    from lakesink.errors import TableNotFoundError
+    from lakesink.formats.iceberg.errors import CatalogNotFoundError
+
+    try:
+        table = open_iceberg_table(cfg, create=False)
+    except (CatalogNotFoundError, TableNotFoundError):
+        return WriterOffsets.empty()
+    return table.committed_offsets(cfg.writer_id)
+
+
+VTTS_KEY = "lakesink.vtts_ms"
+"""The batch's valid-through timestamp (ms) in the commit metadata's extra map (Iceberg)."""
+
+
+def _ranges(metadata: CommitMetadata) -> tuple[OffsetRange, ...]:
+    """The ranges a commit ingested, from its metadata (`writer_state.RANGES_KEY`)."""
+    raw = json.loads(metadata.extra.get(keys.RANGES_KEY, "[]"))
+    return tuple(OffsetRange(TopicPartition.parse(k), s, e) for k, s, e in raw)
+
+
+class IcebergView:
+    """The Iceberg table at its refreshed metadata: the requirements read the writer's offsets
+    in the current lineage. Appends never conflict with each other; a writer without a lock
+    proves it alive by its incarnation (`claimed`: the writer id and the incarnation it
+    claimed), which must still be the table's."""
+
+    def __init__(self, table: IcebergTable, claimed: tuple[str, int] | None = None) -> None:
+        self.table = table
+        self.claimed = claimed
+
+    def committed_offsets(self, writer_id: str) -> WriterOffsets:
+        return self.table.committed_offsets(writer_id)
+
+    def backfill_committed(self, backfill_id: str) -> bool:
+        return self.table.backfill_snapshot(backfill_id) is not None
+
+    def check_conflicts(self, operation: Operation, strategy: ConflictStrategy) -> None:
+        """Fast appends add files and remove none: no operation conflicts with them."""
+
+    def check_alive(self, control: CommitControl, instant_time: InstantTime) -> None:
+        """No lock, no heartbeat: FencedError when a newer incarnation of the writer id
+        started (the catalog checks it again inside the commit)."""
+        if self.claimed is not None:
+            self.table.check_incarnation(*self.claimed)
+
+
+class IcebergFormat:
+    """`TableFormat` over an `IcebergTable`: one fast append per transaction through the
+    catalog's optimistic commit, with the writer's offsets requirement checked by the catalog
+    (`IcebergTable.commit_append`). The transaction id (instant time) leads the snapshot's
+    commit id, so `is_published` finds the commit after a restart. After `claim`, every
+    publish also requires the writer's claimed incarnation to be the table's (zombie fencing)."""
+
+    def __init__(self, table: IcebergTable, *, clock_ms: Callable[[], int] | None = None) -> None:
+        self.table = table
+        self._clock_ms = clock_ms or (lambda: int(time.time() * 1000))
+        self._files: dict[str, list[DataFileDescription]] = {}
+        self._last_issued = 0  # ms of the newest transaction id handed out
+        self.claimed: tuple[str, int] | None = None  # (writer id, incarnation) after claim()
+
+    def claim(self, writer_id: str) -> int:
+        """Claim the next incarnation of `writer_id` in the table (fencing older ones)."""
+        n = self.table.claim_incarnation(writer_id)
+        self.claimed = (writer_id, n)
+        return n
+
+    def in_flight_files(self) -> list[str]:
+        """The data files of this writer's transactions begun and not yet finished or rolled
+        back: orphan removal must spare them."""
+        return [f.path for files in self._files.values() for f in files]
+
+    @property
+    def name(self) -> str:
+        return self.table.name
+
+    @staticmethod
+    def commit_id(instant_time: InstantTime, engine_commit_id: str) -> str:
+        """The snapshot's commit id: the transaction id, then the engine's commit id."""
+        return f"{instant_time.value}-{engine_commit_id}"
+
+    def next_instant_time(self, control: CommitControl) -> InstantTime:
+        """Past the newest snapshot and past every id handed out before: with
+        commit.mode=async a batch begins before the previous one's snapshot exists, and the
+        ids are the pending store's epochs (strictly increasing per writer)."""
+        snaps, _ = snapshot_infos(self.table.pyiceberg.metadata)
+        latest = max((s.timestamp_ms for s in snaps.values()), default=0)
+        ms = max(self._clock_ms(), latest + 1, self._last_issued + 1)
+        self._last_issued = ms
+        return InstantTime.from_epoch_ms(ms)
+
+    def begin(self, action: Action, instant_time: InstantTime, *, requested_content: bytes) -> None:
+        """Nothing durable: data files no snapshot references are orphans."""
+        if action is not Action.COMMIT:
+            raise CommitError(f"table {self.name}: Iceberg commits only append ({action.value})")
+        self._files.setdefault(instant_time.value, [])
+
+    def add_files(self, instant_time: InstantTime, files: Sequence[DataFileDescription]) -> None:
+        """The data files the tasks of `instant_time` reported (before `stage`)."""
+        self._files.setdefault(instant_time.value, []).extend(files)
+
+    def files(self, instant_time: InstantTime) -> list[DataFileDescription]:
+        return list(self._files.get(instant_time.value, ()))
+
+    def restore_files(
+        self, instant_time: InstantTime, files: Sequence[DataFileDescription]
+    ) -> None:
+        """The data files of a commit pre-committed by an earlier process (from its pending
+        entry), each checked to exist: a snapshot must never reference a missing file."""
+        self._check_exist(instant_time, [f.path for f in files])
+        self._files[instant_time.value] = list(files)
+
+    def stage(self, instant_time: InstantTime, files: Collection[str]) -> set[str]:
+        """The reported files are exactly the described ones, and each exists. Files of failed
+        task attempts carry other names and stay unreferenced (orphan removal takes them)."""
+        described = {f.path for f in self._files.get(instant_time.value, ())}
+        kept = set(files)
+        if kept != described:
+            raise CommitError(
+                f"table {self.name} commit {instant_time}: reported files and data file "
+                f"descriptions differ ({sorted(kept ^ described)[:3]})"
+            )
+        self._check_exist(instant_time, kept)
+        return kept
+
+    def _check_exist(self, instant_time: InstantTime, paths: Collection[str]) -> None:
+        io = self.table.pyiceberg.io
+        for path in sorted(paths):
+            if not io.new_input(path).exists():
+                raise CorruptTableError(
+                    f"table {self.name} commit {instant_time}: written file {path} is missing"
+                )
+
+    def view(self, instant_time: InstantTime) -> IcebergView:
+        self.table.refresh()
+        return IcebergView(self.table, self.claimed)
+
+    def is_published(self, instant_time: InstantTime) -> bool:
+        prefix = f"{instant_time.value}-"
+        snaps, _ = snapshot_infos(self.table.pyiceberg.metadata)
+        return any(s.summary.get(KEY_COMMIT_ID, "").startswith(prefix) for s in snaps.values())
+
+    def prepare_publish(
+        self, action: Action, instant_time: InstantTime, metadata: CommitMetadata
+    ) -> None:
+        """Nothing to prepare: the append is built inside the catalog's commit."""
+
+    def publish(
+        self, action: Action, instant_time: InstantTime, metadata: CommitMetadata
+    ) -> AppendResult:
+        """One fast append with the writer's summary; the catalog checks that the writer's
+        offsets are still the batch's start offsets."""
+        requirement = AppendRequirement(
+            metadata.extra[keys.WRITER_ID_KEY],
+            self.commit_id(instant_time, metadata.extra.get(keys.COMMIT_ID_KEY, "")),
+            _ranges(metadata),
+        )
+        vtts = metadata.extra.get(VTTS_KEY)
+        writer_id = requirement.writer_id
+        own = self.claimed[1] if self.claimed is not None and self.claimed[0] == writer_id else None
+        lost = metadata.extra.get(keys.LOST_KEY)
+        result = self.table.commit_append(
+            self.files(instant_time),
+            requirement,
+            int(vtts) if vtts else None,
+            incarnation=own,
+            extra_summary={KEY_LOST: lost} if lost else None,
+        )
+        if result.outcome is CommitOutcome.REPLAYED:
+            raise CommitError(
+                f"table {self.name} commit {instant_time}: its ranges were committed by "
+                "another commit meanwhile; nothing was appended"
+            )
+        return result
+
+    def commit_landed(self, instant_time: InstantTime, commit_id: str) -> bool:
+        self.table.refresh()
+        return self.is_published(instant_time)
+
+    def finish(self, instant_time: InstantTime) -> None:
+        self._files.pop(instant_time.value, None)
+
+    def rollback(self, instant_time: InstantTime) -> bool:
+        """Delete the batch's data files (never those of a commit that landed)."""
+        self.table.refresh()
+        files = self._files.pop(instant_time.value, [])
+        if self.is_published(instant_time):
+            return False
+        self.table.abort(files)
+        return bool(files)
+
+    def committed_offsets(self, writer_id: str) -> WriterOffsets:
+        self.table.refresh()
+        return self.table.committed_offsets(writer_id)
+
+    def schema(self) -> str | None:
+        return self.table.pyiceberg.schema().model_dump_json()
+
+
+if TYPE_CHECKING:  # mypy proves the Iceberg side implements the engine's format interface
+    from lakesink.engine.format import TableFormat, TableView
+
+    _FORMAT: type[TableFormat] = IcebergFormat
+    _VIEW: type[TableView] = IcebergView

@@ -1,0 +1,312 @@
+"""Maintenance of lakesink's Iceberg tables, each action one catalog commit (Iceberg's own
+procedure names): `expire-snapshots`, `rewrite-data-files`, `remove-orphan-files`.
+
+- expire-snapshots: snapshots older than the retention go, except the current one and each
+  writer's newest commit (its offsets stay readable: recovery needs them);
+- rewrite-data-files: small data files of a partition are rewritten into target-size files in
+  one REPLACE snapshot (summary `lakesink.maintenance=rewrite-data-files`); a rewrite that lost a
+  file to a concurrent delete or rewrite is planned again on fresh metadata, concurrent appends
+  never conflict with it and stay in the table;
+- remove-orphan-files: files under the table's location that nothing references and that are
+  older than a safety window (default 3 days, as Iceberg's) are deleted; files of an in-flight
+  batch are younger than the window or named by it, and never deleted.
+
+Defaults come from the `table.services.*` keys that the Hudi services use:
+`table.services.clean.retain.hours` (expire older than; 5 days, Iceberg's default, when unset),
+`table.services.orphans.retain.hours` (the orphan safety window), `table.services.clustering.
+small.file.bytes` and `.min.files` (rewrite threshold) and `table.target.file.size.bytes`
+(rewrite target). Inline, after every N commits (`table.services.inline.every.commits`), the
+writer's post-commit hook (`iceberg_maintenance_hook`) runs what `table.services.inline` names:
+Iceberg's names, or the Hudi services' (`clean` = expire-snapshots then remove-orphan-files,
+`cluster` = rewrite-data-files; `archive` has no Iceberg counterpart and is skipped). Inline,
+orphan removal also spares the files of the writer's own batches in flight, whatever their age.
+An action that fails or keeps losing to concurrent commits is logged and given up until the next
+run: it never fails the batch it follows.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from lakesink.config import LakesinkConfig
+from lakesink.errors import CommitError, ConfigError
+from lakesink.formats.iceberg.rewrite import RewriteOptions, plan_rewrite, replace_files
+from lakesink.formats.iceberg.snapshots import KEY_LAYOUT, KEY_MAINTENANCE, LAYOUT
+from lakesink.protocol.instant import InstantTime
+from lakesink.storage import options_from_config
+
+if TYPE_CHECKING:
+    from lakesink.formats.iceberg.table import AppendResult, IcebergTable
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "ACTIONS",
+    "ExpireResult",
+    "IcebergMaintenanceOptions",
+    "MaintenanceRun",
+    "OrphanResult",
+    "RewriteResult",
+    "expire_snapshots",
+    "iceberg_maintenance_hook",
+    "inline_actions",
+    "remove_orphan_files",
+    "rewrite_data_files",
+    "run_iceberg_maintenance",
+]
+
+EXPIRE = "expire-snapshots"
+REWRITE = "rewrite-data-files"
+ORPHANS = "remove-orphan-files"
+ACTIONS = (EXPIRE, REWRITE, ORPHANS)
+_HUDI_NAMES = {"clean": (EXPIRE, ORPHANS), "cluster": (REWRITE,), "archive": ()}
+DEFAULT_EXPIRE_HOURS = 5 * 24.0
+DEFAULT_ORPHAN_HOURS = 3 * 24.0
+
+
+@dataclass(frozen=True, slots=True)
+class IcebergMaintenanceOptions:
+    """What the maintenance actions keep, take and write."""
+
+    expire_older_than_hours: float = DEFAULT_EXPIRE_HOURS
+    """Snapshots older than this many hours are expired (each writer's newest kept)."""
+    rewrite: RewriteOptions = field(
+        default_factory=lambda: RewriteOptions(100 * 1024 * 1024, 128 * 1024 * 1024)
+    )
+    """Which small files are rewritten and into which size."""
+    orphan_older_than_hours: float = DEFAULT_ORPHAN_HOURS
+    """Unreferenced files younger than this safety window are kept (in-flight batches)."""
+
+    def __post_init__(self) -> None:
+        for name in ("expire_older_than_hours", "orphan_older_than_hours"):
+            if not getattr(self, name) >= 0:
+                raise ConfigError(f"{name} must be >= 0 hours, got {getattr(self, name)}")
+
+    @classmethod
+    def from_config(cls, cfg: LakesinkConfig) -> IcebergMaintenanceOptions:
+        """The defaults of the `table.services.*` keys and `table.target.file.size.bytes`."""
+        hours = cfg["table.services.clean.retain.hours"]
+        return cls(
+            expire_older_than_hours=float(hours) if hours is not None else DEFAULT_EXPIRE_HOURS,
+            orphan_older_than_hours=float(cfg["table.services.orphans.retain.hours"]),
+            rewrite=RewriteOptions(
+                small_file_bytes=cfg["table.services.clustering.small.file.bytes"],
+                target_file_bytes=cfg["table.target.file.size.bytes"],
+                min_files=max(2, cfg["table.services.clustering.min.files"]),
+            ),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ExpireResult:
+    """The snapshots one expiry removed."""
+
+    expired: tuple[int, ...]
+    retained: int
+
+
+@dataclass(frozen=True, slots=True)
+class RewriteResult:
+    """What one rewrite replaced: its snapshot (None: nothing to do), files and rows."""
+
+    snapshot_id: int | None
+    files_before: int
+    files_after: int
+    rows: int
+    attempts: int
+    removed: tuple[str, ...] = ()
+    added: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class OrphanResult:
+    """The orphan files one run deleted."""
+
+    deleted: tuple[str, ...]
+
+
+def expire_snapshots(
+    table: IcebergTable, older_than_hours: float, *, now_ms: int | None = None
+) -> ExpireResult:
+    """Expire the table's snapshots older than `older_than_hours`, keeping the current one and
+    each writer's newest commit; one catalog commit (retried on a concurrent commit)."""
+    now = int(time.time() * 1000) if now_ms is None else now_ms
+    cutoff = now - int(older_than_hours * 3_600_000)
+    expired = table.expire_snapshots(
+        cutoff, summary={KEY_MAINTENANCE: EXPIRE, "older-than-ms": str(cutoff)}
+    )
+    return ExpireResult(tuple(expired), len(table.pyiceberg.metadata.snapshots))
+
+
+def rewrite_data_files(
+    table: IcebergTable,
+    options: RewriteOptions,
+    *,
+    max_attempts: int = 5,
+    sleep: Callable[[float], None] = time.sleep,
+) -> RewriteResult:
+    """Rewrite the table's small data files into target-size ones in one REPLACE snapshot.
+
+    Planned on fresh metadata; when a file it replaces was deleted or rewritten concurrently,
+    its new files are deleted and it plans again (up to `max_attempts`; CommitError after)."""
+    from pyiceberg.exceptions import CommitFailedException, ValidationException
+
+    for attempt in range(1, max_attempts + 1):
+        if attempt > 1:
+            sleep(min(0.05 * 2**attempt, 2.0))
+        table.refresh()
+        groups = plan_rewrite(table.pyiceberg, options)
+        if not groups:
+            log.info("table %s: rewrite-data-files: nothing to do", table.name)
+            return RewriteResult(None, 0, 0, 0, attempt)
+        before = sum(len(g.files) for g in groups)
+        summary = {
+            KEY_LAYOUT: LAYOUT,
+            KEY_MAINTENANCE: REWRITE,
+            "lakesink.rewrite.small-file-bytes": str(options.small_file_bytes),
+            "lakesink.rewrite.target-file-bytes": str(options.target_file_bytes),
+        }
+        try:
+            out = replace_files(table.pyiceberg, groups, options, summary)
+        except (ValidationException, CommitFailedException) as e:
+            log.info(
+                "table %s: rewrite-data-files lost to a concurrent commit (%s); planning again",
+                table.name,
+                str(e).splitlines()[0] if str(e) else type(e).__name__,
+            )
+            continue
+        table.refresh()
+        log.info(
+            "table %s: rewrite-data-files replaced %d files by %d (%d rows) in snapshot %s",
+            table.name, before, len(out.added), out.rows, out.snapshot_id,
+        )  # fmt: skip
+        return RewriteResult(
+            out.snapshot_id, before, len(out.added), out.rows, attempt, out.removed, out.added
+        )
+    log.warning(
+        "table %s: rewrite-data-files gave up after losing to concurrent commits %d times; "
+        "nothing was replaced (the rows are untouched)", table.name, max_attempts,
+    )  # fmt: skip
+    raise CommitError(
+        f"table {table.name}: rewrite-data-files lost to concurrent commits {max_attempts} "
+        "times; run it again"
+    )
+
+
+def remove_orphan_files(
+    table: IcebergTable,
+    older_than_hours: float,
+    *,
+    in_flight: Sequence[str] = (),
+    now: float | None = None,
+    storage_options: object = None,
+) -> OrphanResult:
+    """Delete unreferenced files older than the safety window (never one in `in_flight`)."""
+    deleted = table.remove_orphan_files(
+        older_than_hours * 3600.0, now=now, storage_options=storage_options, in_flight=in_flight
+    )
+    return OrphanResult(tuple(deleted))
+
+
+@dataclass
+class MaintenanceRun:
+    """What one run of several actions did; a failed action is recorded, not raised."""
+
+    expire: ExpireResult | None = None
+    rewrite: RewriteResult | None = None
+    orphans: OrphanResult | None = None
+    errors: list[str] = field(default_factory=list)
+
+
+def inline_actions(names: Sequence[str]) -> tuple[str, ...]:
+    """The Iceberg actions that `table.services.inline`'s names stand for, in order."""
+    out: list[str] = []
+    for name in names:
+        mapped = (name,) if name in ACTIONS else _HUDI_NAMES.get(name)
+        if mapped is None:
+            valid = ", ".join((*ACTIONS, *_HUDI_NAMES))
+            raise ConfigError(f"table.services.inline names {name!r}; valid: {valid}")
+        out.extend(a for a in mapped if a not in out)
+    return tuple(out)
+
+
+def run_iceberg_maintenance(
+    table: IcebergTable,
+    options: IcebergMaintenanceOptions,
+    which: Sequence[str] = ACTIONS,
+    *,
+    storage_options: object = None,
+    in_flight: Callable[[], Collection[str]] | None = None,
+) -> MaintenanceRun:
+    """Run the named actions once, in order (rewrite before expiry and orphans is the useful
+    order: the files it replaced become unreferenced once their snapshots expire). Orphan
+    removal spares what `in_flight()` names when it runs (data files of batches in flight)."""
+    run = MaintenanceRun()
+    for action in inline_actions(which):
+        try:
+            if action == EXPIRE:
+                run.expire = expire_snapshots(table, options.expire_older_than_hours)
+            elif action == REWRITE:
+                run.rewrite = rewrite_data_files(table, options.rewrite)
+            else:
+                run.orphans = remove_orphan_files(
+                    table,
+                    options.orphan_older_than_hours,
+                    storage_options=storage_options,
+                    in_flight=tuple(in_flight()) if in_flight is not None else (),
+                )
+        except Exception as e:  # inline maintenance must never fail a published commit
+            log.warning(
+                "table %s: %s failed, given up until the next run: %s", table.name, action, e
+            )
+            run.errors.append(f"{action}: {e}")
+    return run
+
+
+def iceberg_maintenance_hook(
+    table: IcebergTable,
+    cfg: LakesinkConfig,
+    *,
+    in_flight: Callable[[], Collection[str]] | None = None,
+) -> Callable[[AppendResult | InstantTime], MaintenanceRun | None]:
+    """The post-commit hook for inline maintenance: after every `table.services.inline.every.
+    commits` commits that landed (counted in this process), run `table.services.inline`'s
+    actions. The engine calls it with the instant time of a commit it published; called with
+    an `IcebergTable` commit result, only a new snapshot counts (not a replay). `in_flight`:
+    the data files of the writer's batches in flight (orphan removal spares them). Never
+    raises; None when nothing ran."""
+    from lakesink.formats.iceberg.table import CommitOutcome
+
+    every = cfg["table.services.inline.every.commits"]
+    which = inline_actions(tuple(cfg["table.services.inline"]))
+    options = IcebergMaintenanceOptions.from_config(cfg)
+    storage = options_from_config(cfg.values)
+    count = 0
+
+    def hook(result: AppendResult | InstantTime) -> MaintenanceRun | None:
+        nonlocal count
+        landed = isinstance(result, InstantTime) or result.outcome is CommitOutcome.COMMITTED
+        if every <= 0 or not landed:
+            return None
+        count += 1
+        if count < every:
+            return None
+        count = 0
+        try:
+            run = run_iceberg_maintenance(
+                table, options, which, storage_options=storage, in_flight=in_flight
+            )
+        except Exception:  # never fail a published commit
+            log.exception("table %s: inline maintenance failed", table.name)
+            return None
+        log.info(
+            "table %s: inline maintenance ran %s%s", table.name, ", ".join(which),
+            f" ({len(run.errors)} given up: {'; '.join(run.errors)})" if run.errors else "",
+        )  # fmt: skip
+        return run
+
+    return hook
