@@ -393,6 +393,16 @@ def _broker_unavailable(e: Exception) -> bool:
     )
 
 
+def _leader_unknown(e: Exception) -> bool:
+    """Whether a confluent-kafka error is librdkafka's "Unknown partition" (no leader known for
+    it): a partition that does not exist, or the broker that leads it is down. Ask the broker
+    which (`OffsetClient._may_exist`)."""
+    from confluent_kafka import KafkaError as CkError
+
+    err = e.args[0] if e.args else None
+    return isinstance(err, CkError) and err.code() == CkError._UNKNOWN_PARTITION
+
+
 class OffsetClient:
     """A consumer that never joins a group, used on the driver to query offsets.
 
@@ -440,7 +450,9 @@ class OffsetClient:
                 )
                 return int(low), int(high)
             except Exception as e:
-                if _broker_unavailable(e) and time.monotonic() < deadline:
+                if time.monotonic() < deadline and (
+                    _broker_unavailable(e) or (_leader_unknown(e) and self._may_exist(tp))
+                ):
                     log.info("broker %s unavailable (%s); asking again", self.bootstrap, e)
                     time.sleep(0.5)
                     continue
@@ -449,6 +461,19 @@ class OffsetClient:
                     f"cannot read the watermarks of {tp} on {self.bootstrap}: {e} "
                     "(does the topic and partition exist?)"
                 ) from e
+
+    def _may_exist(self, tp: TopicPartition) -> bool:
+        """After librdkafka's "Unknown partition": False only when the broker answers that `tp`
+        does not exist. librdkafka says "Unknown partition" both for a partition that does not
+        exist and for one whose leader it lost with the broker's connection (a broker restart,
+        the moment it is killed); a broker that cannot be asked is the second case."""
+        try:
+            md = self._consumer.list_topics(timeout=min(self.timeout_s, 5.0))
+        except Exception:
+            self._failed()  # a broker that refuses this client: not a restart
+            return True
+        topic = md.topics.get(tp.topic)
+        return topic is not None and tp.partition in topic.partitions
 
     def offsets_for_times(
         self, timestamps_ms: Mapping[TopicPartition, int]

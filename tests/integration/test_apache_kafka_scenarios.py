@@ -26,7 +26,7 @@ from integration.conftest import audit_config, ingest_config, run_ingestion, wri
 
 from lakesink.formats.hudi.audit import completed_commits
 from lakesink.formats.hudi.table.hudi_table import HudiTable
-from lakesink.kafka.client import create_topic, watermarks
+from lakesink.kafka.client import OffsetClient, create_topic, watermarks
 from lakesink.kafka.deserializers import make_deserializer
 from lakesink.kafka.kafka_server import KafkaServer
 from lakesink.kafka.producer import (
@@ -87,11 +87,24 @@ def _kafka_records(bootstrap: str, tp: TopicPartition) -> dict[int, bytes | None
     return out
 
 
-def _wait_for(what: str, check: Callable[[], bool], timeout_s: float = 90) -> None:
+def _wait_for(
+    what: str,
+    check: Callable[[], bool],
+    timeout_s: float = 90,
+    *,
+    alive: Callable[[], bool] | None = None,
+    explain: Callable[[], str] | None = None,
+) -> None:
+    """Wait until `check()`; fail when `timeout_s` pass or, at once, when `alive()` turns false
+    (the process that was to make it happen ended), with `explain()` in the message."""
     deadline = time.monotonic() + timeout_s
     while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} did not happen within {timeout_s:.0f} s")
+        gone = alive is not None and not alive()
+        if gone or time.monotonic() > deadline:
+            why = "the ingestion ended first" if gone else f"not within {timeout_s:.0f} s"
+            raise AssertionError(
+                f"{what} did not happen: {why}" + (f"\n{explain()}" if explain else "")
+            )
         time.sleep(0.5)
 
 
@@ -302,20 +315,37 @@ def test_a_broker_killed_mid_batch_and_restarted_loses_and_duplicates_nothing(
             trigger__interval__s=1,
         )
         conf = write_config_file(cfg, tmp_path / "c.toml")
-        with _streaming(conf, tmp_path / "ingest.log"):
-            _wait_for("a first commit", lambda: _commits(cfg) >= 1, 120)
+        log_path = tmp_path / "ingest.log"
+        with _streaming(conf, log_path) as proc:
+
+            def state() -> str:
+                return _ingestion_state(proc, log_path, broker.log_path)
+
+            def alive() -> bool:
+                return proc.poll() is None
+
+            _wait_for("a first commit", lambda: _commits(cfg) >= 1, 120, alive=alive, explain=state)
             broker.kill()
             time.sleep(1)
             broker.start()
             done = _commits(cfg)
-            _wait_for("commits after the restart", lambda: _commits(cfg) >= done + 2, 120)
+            _wait_for(
+                "commits after the restart",
+                lambda: _commits(cfg) >= done + 2,
+                120,
+                alive=alive,
+                explain=state,
+            )
             producer.stop()
-        assert producer.failed == 0 and producer.acked
+        assert producer.failed == 0 and producer.acked, (
+            f"{producer.failed} records failed, {len(producer.acked)} acknowledged; first "
+            f"errors: {producer.errors}"
+        )
         catch_up = write_config_file(
             cfg.with_overrides({"kafka.max.records.per.batch": 5000}), tmp_path / "catch-up.toml"
         )
         run = cli(["ingest", "--config", str(catch_up), "--once"])
-        assert run.returncode == 0, run.stdout[-3000:]
+        assert run.returncode == 0, run.stdout[-3000:] + "\n" + _tail(broker.log_path, 3000)
         report = audit_config(cfg)
         assert report.ok, report.problems
         in_kafka = {
@@ -327,6 +357,51 @@ def test_a_broker_killed_mid_batch_and_restarted_loses_and_duplicates_nothing(
         assert producer.acked <= in_kafka  # Apache Kafka kept every acknowledged record
         assert set(_table_event_ids(cfg)) >= producer.acked
         assert report.rows_hudi_rs == report.kafka_records
+    finally:
+        if broker is not fresh_broker:
+            broker.close()
+
+
+def test_offsets_asked_while_the_broker_restarts_wait_for_it_a_missing_partition_fails_at_once(
+    fresh_broker: Any, broker_kind: str
+) -> None:
+    """librdkafka answers "Unknown partition" (-190) for a partition whose leader it lost with
+    the broker, exactly as for one that does not exist: planning (OffsetClient with
+    unavailable_s) must ride out the first, as it rides out a refused connection, and still fail
+    the second at once."""
+    from lakesink.errors import KafkaError
+
+    broker = fresh_broker if broker_kind == "kafka" else KafkaServer()
+    if broker is not fresh_broker:
+        broker.start()
+    try:
+        bootstrap = broker.bootstrap_servers
+        create_topic(bootstrap, "restarted", 2)
+        produce_values(bootstrap, "restarted", [sample_event_bytes(i) for i in range(5)])
+        tps = [TopicPartition("restarted", 0), TopicPartition("restarted", 1)]
+        with OffsetClient(bootstrap, unavailable_s=180) as client:
+            before = client.watermarks(tps)  # the client knows the partitions' leader now
+            asked = time.monotonic()
+            with pytest.raises(KafkaError, match="restarted:5"):
+                client.watermarks([TopicPartition("restarted", 5)])
+            assert time.monotonic() - asked < 30  # not the 180 s a restart may take
+            broker.kill()
+            failed: list[BaseException] = []
+
+            def restart() -> None:
+                time.sleep(1)
+                try:
+                    broker.start()
+                except BaseException as e:
+                    failed.append(e)
+
+            restarting = threading.Thread(target=restart)
+            restarting.start()
+            try:
+                assert client.watermarks(tps) == before
+            finally:
+                restarting.join()
+            assert not failed, failed
     finally:
         if broker is not fresh_broker:
             broker.close()
@@ -354,6 +429,7 @@ class _AckedProducer(threading.Thread):
         )
         self.acked: set[int] = set()
         self.failed = 0
+        self.errors: list[str] = []  # the first few delivery errors, for the failure message
         self._halt = threading.Event()
 
     def _on_delivery(self, err: Any, msg: Any) -> None:
@@ -361,6 +437,8 @@ class _AckedProducer(threading.Thread):
             self.acked.add(int(msg.key()))
         else:
             self.failed += 1
+            if len(self.errors) < 5:
+                self.errors.append(str(err))
 
     def run(self) -> None:
         i = 0
@@ -387,6 +465,23 @@ def _commits(cfg: Any) -> int:
         return len(completed_commits(HudiTable.open(cfg["table.path"])))
     except Exception:  # the table does not exist yet
         return 0
+
+
+def _tail(path: Path, chars: int) -> str:
+    try:
+        return path.read_text(errors="replace")[-chars:]
+    except OSError as e:
+        return f"({path}: {e})"
+
+
+def _ingestion_state(proc: subprocess.Popen[bytes], log_path: Path, broker_log: Path) -> str:
+    """Whether the streaming ingestion still runs, how its output and the broker's log end."""
+    code = proc.poll()
+    return (
+        ("ingestion still running" if code is None else f"ingestion exited with code {code}")
+        + f"; its output ends:\n{_tail(log_path, 4000)}\n--- broker log ends:\n"
+        + _tail(broker_log, 3000)
+    )
 
 
 def _rows(cfg: Any) -> int:
