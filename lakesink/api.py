@@ -186,11 +186,11 @@ class IngestionHandle:
         self._ingestion.close()
 
     def status(self) -> IngestionStatus:
-        from lakesink.formats.hudi import writer_state as commit_state
+        from lakesink.formats import plugin_of
 
         stats = self._result
         progress = self._last_progress
-        committed = commit_state.committed_offsets_at(self.table_path, self.writer_id).to_json()
+        committed = plugin_of(self.config).committed_offsets(self.config).to_json()
         return IngestionStatus(
             writer_id=self.writer_id,
             table_path=self.table_path,

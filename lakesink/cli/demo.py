@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 from lakesink.cli.output import say, table
 from lakesink.config import LakesinkConfig, load_config
 from lakesink.extras import require
+from lakesink.formats import FORMAT_KEY, plugin_of
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -73,7 +74,7 @@ def run_demo(args: argparse.Namespace) -> int:
                 "kafka.max.records.per.batch": max(args.events // 4, 1000),
                 "writer.id": "demo-writer",
                 "lock.provider": "filesystem",
-                **({"table.format": "iceberg", "table.name": "demo_events"} if iceberg else {}),
+                **({FORMAT_KEY: "iceberg", "table.name": "demo_events"} if iceberg else {}),
             },
         )
         say(f"lakesink demo: ingesting with Spark {cfg['spark.master']} into {table_path} ...")
@@ -85,12 +86,9 @@ def run_demo(args: argparse.Namespace) -> int:
             f"{result.elapsed_s:.1f}s from start ({rate:,.0f} records/s); first commit after "
             f"{result.first_commit_s or 0:.1f}s"
         )
-        if iceberg:
-            show_iceberg_table(cfg)
-        else:
-            show_table(str(table_path))
+        show_table(cfg)
         report = audit_config(cfg, spark=True)
-        print_report(report)
+        print_report(cfg, report)
     if iceberg:
         say(
             f"\nThe Iceberg warehouse is at {table_path} (SQLite catalog {table_path}/catalog.db). "
@@ -111,23 +109,10 @@ def run_demo(args: argparse.Namespace) -> int:
     return 0 if report.ok else 10
 
 
-def show_iceberg_table(cfg: LakesinkConfig) -> None:
-    from lakesink.formats.iceberg.format import open_iceberg_table
-
-    table = open_iceberg_table(cfg, create=False)
-    t = table.pyiceberg.scan().to_arrow()
-    snapshots = len(table.pyiceberg.metadata.snapshots)
-    say(f"\npyiceberg reads {t.num_rows:,} rows of {table.name} ({snapshots} snapshots)")
-    summarize(t, "pyiceberg")
-
-
-def show_table(path: str) -> None:
-    import pyarrow as pa
-
-    hudi = require("hudi", "lakesink demo (it reads the table back with hudi-rs)")
-    t = pa.Table.from_batches(hudi.HudiTableBuilder.from_base_uri(path).build().read())
-    say(f"\nhudi-rs reads {t.num_rows:,} rows")
-    summarize(t, "hudi-rs")
+def show_table(cfg: LakesinkConfig) -> None:
+    rows, reader, what = plugin_of(cfg).read_back(cfg)
+    say(f"\n{reader} reads {rows.num_rows:,} rows{what}")
+    summarize(rows, reader)
 
 
 def summarize(t: pa.Table, reader: str) -> None:

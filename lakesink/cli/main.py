@@ -46,6 +46,8 @@ def _version() -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from lakesink.formats import FORMAT_NAMES, all_plugins
+
     parser = argparse.ArgumentParser(prog="lakesink", description=__doc__.splitlines()[0])
     parser.add_argument("--debug", action="store_true", help="verbose logs and tracebacks")
     parser.add_argument(
@@ -60,7 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--table-version", type=int, choices=(6, 8), default=8)
     demo.add_argument(
         "--format",
-        choices=("hudi", "iceberg"),
+        choices=FORMAT_NAMES,
         default="hudi",
         help="the table format to ingest into (iceberg: a warehouse with a SQLite catalog)",
     )
@@ -107,9 +109,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     table_commands.add_parser(sub)
     table_commands.add_backfill_parser(sub)
-    from lakesink.formats.iceberg import cli as iceberg_commands
-
-    iceberg_commands.add_parser(sub, _add_config_args)
+    for plugin in all_plugins():  # each format's own commands (`lakesink iceberg ...`)
+        plugin.add_cli_commands(sub, _add_config_args)
     return parser
 
 
@@ -170,11 +171,12 @@ def run(args: argparse.Namespace) -> int:
         from lakesink.cli import table_commands
 
         return table_commands.run(args)
-    if args.command == "iceberg":
-        from lakesink.formats.iceberg import cli as iceberg_commands
+    from lakesink.formats import plugin_with_command
 
-        return iceberg_commands.run(args, load(args))
-    raise AssertionError(args.command)
+    plugin = plugin_with_command(args.command)
+    if plugin is None:
+        raise AssertionError(args.command)
+    return plugin.run_cli(args, load(args))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

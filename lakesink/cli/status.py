@@ -6,11 +6,13 @@ when `metrics.port` is set). `--watch` shows it live (lakesink.cli.watch)."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 from lakesink.cli.output import emit_json, say, table
 from lakesink.config import LakesinkConfig
 from lakesink.errors import TableNotFoundError
+from lakesink.formats import plugin_of
 from lakesink.formats.hudi.writer_state import LOST_KEY, SKIPPED_KEY
 from lakesink.metrics import Snapshot
 
@@ -67,7 +69,7 @@ def collect_status(cfg: LakesinkConfig) -> dict[str, Any]:
 
 def collect_iceberg(cfg: LakesinkConfig) -> dict[str, Any]:
     """`collect_status` of an Iceberg table: its status and the metrics, as for Hudi."""
-    from lakesink.formats.iceberg.inspect import collect_iceberg_status
+    from lakesink.formats.iceberg.inspection import collect_iceberg_status
 
     out = collect_iceberg_status(cfg)
     out["metrics_source"], out["metrics"] = status_metrics(cfg, out)
@@ -144,29 +146,28 @@ def skipped_spans(table: Any, writer_id: str, *, key: str = SKIPPED_KEY) -> list
 
 
 def run_status(cfg: LakesinkConfig, *, as_json: bool, watch_s: float | None = None) -> int:
-    if cfg["table.format"] == "iceberg":
-        from lakesink.formats.iceberg.inspect import print_iceberg_status
-
-        if watch_s is not None:
-            from lakesink.cli.watch import watch_status
-
-            watch_status(cfg, interval_s=watch_s, collect=collect_iceberg)
-            return 0
-        st = collect_iceberg(cfg)
-        if as_json:
-            emit_json(st)
-        else:
-            print_iceberg_status(st)
-        return 0
+    collect, show = _STATUS_OF_FORMAT[plugin_of(cfg).name]
     if watch_s is not None:
         from lakesink.cli.watch import watch_status
 
-        watch_status(cfg, interval_s=watch_s, collect=collect_status)
+        watch_status(cfg, interval_s=watch_s, collect=collect)
         return 0
-    st = collect_status(cfg)
+    st = collect(cfg)
     if as_json:
         emit_json(st)
-        return 0
+    else:
+        show(st)
+    return 0
+
+
+def print_iceberg(st: dict[str, Any]) -> None:
+    from lakesink.formats.iceberg.inspection import print_iceberg_status
+
+    print_iceberg_status(st)
+
+
+def print_status(st: dict[str, Any]) -> None:
+    """`collect_status`'s status of a Hudi table as text."""
     say(f"writer {st['writer_id']}")
     rows = [
         [p["partition"], p["committed"], p["high_watermark"], p["lag"]] for p in st["partitions"]
@@ -181,7 +182,7 @@ def run_status(cfg: LakesinkConfig, *, as_json: bool, watch_s: float | None = No
         )
     if st["table"] is None:
         say("table: not created yet")
-        return 0
+        return
     if st["skipped"]:
         say(f"\nskipped (deleted from Kafka before they were read): {len(st['skipped'])} spans")
         say(
@@ -216,4 +217,10 @@ def run_status(cfg: LakesinkConfig, *, as_json: bool, watch_s: float | None = No
         say(f"  {i}")
     if t["inflight"]:
         say("inflight: " + ", ".join(t["inflight"]))
-    return 0
+
+
+# `lakesink status` per format (their collection still lives here and in
+# formats/iceberg/inspection.py, which reads Kafka's high watermarks through spark/)
+_STATUS_OF_FORMAT: dict[
+    str, tuple[Callable[[LakesinkConfig], dict[str, Any]], Callable[[dict[str, Any]], None]]
+] = {"hudi": (collect_status, print_status), "iceberg": (collect_iceberg, print_iceberg)}

@@ -4,10 +4,12 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from typing import Any
 
 from lakesink.cli.output import emit_json, say, table
 from lakesink.errors import ConfigError
+from lakesink.formats import plugin_of
 
 
 def add_parser(sub: Any) -> None:
@@ -99,20 +101,22 @@ def _control(args: argparse.Namespace) -> Any:
 
 
 def run_backfill_command(args: argparse.Namespace) -> int:
+    if not (args.config or args.set):
+        return _hudi_backfill(args, None)
+    from lakesink.config import load_config
+
+    overrides = dict(kv.split("=", 1) for kv in args.set if "=" in kv)
+    cfg = load_config(args.config, {**overrides, "table.path": args.table})
+    return _BACKFILL_OF_FORMAT[plugin_of(cfg).name](args, cfg)
+
+
+def _hudi_backfill(args: argparse.Namespace, cfg: Any) -> int:
+    """`backfill` into the Hudi table at `--table` (`cfg`: its configuration, when given)."""
     from lakesink.config import SparkStart
+    from lakesink.formats.iceberg.inspection import iceberg_kind
     from lakesink.spark.backfill import run_backfill
     from lakesink.spark.session import get_spark
 
-    cfg = None
-    if args.config or args.set:
-        from lakesink.config import load_config
-
-        overrides = dict(kv.split("=", 1) for kv in args.set if "=" in kv)
-        cfg = load_config(args.config, {**overrides, "table.path": args.table})
-    from lakesink.formats.iceberg.inspect import iceberg_kind
-
-    if cfg is not None and cfg["table.format"] == "iceberg":
-        return _iceberg_backfill(args, cfg)
     if iceberg_kind(args.table):
         raise ConfigError(
             f"backfill: {args.table} is an Iceberg table; give the configuration of its catalog "
@@ -159,6 +163,13 @@ def _iceberg_backfill(args: argparse.Namespace, cfg: Any) -> int:
     return _say_backfill(result, args.json)
 
 
+# The Spark backfill of each format (Spark code stays in spark/, which a format cannot import)
+_BACKFILL_OF_FORMAT: dict[str, Callable[[argparse.Namespace, Any], int]] = {
+    "hudi": _hudi_backfill,
+    "iceberg": _iceberg_backfill,
+}
+
+
 def _say_backfill(result: Any, as_json: bool) -> int:
     if as_json:
         emit_json(result.to_json())
@@ -198,7 +209,7 @@ def run(args: argparse.Namespace) -> int:
         )
         say(f"created {t.config.name} (version {t.config.version}) at {t.uri}")
         return 0
-    from lakesink.formats.iceberg.inspect import iceberg_kind, refuse_iceberg, run_table_command
+    from lakesink.formats.iceberg.inspection import iceberg_kind, refuse_iceberg, run_table_command
 
     if iceberg_kind(args.path) is not None:
         if args.table_command in ("clean", "cluster", "archive", "rollback"):

@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from lakesink.engine.change import TableChange
 from lakesink.engine.coordinator import BatchOutcome, Coordinator, PreparedCommit
 from lakesink.engine.pending.store import (
     PendingCommit,
@@ -30,9 +31,8 @@ from lakesink.engine.pending.store import (
 )
 from lakesink.errors import CommitError
 from lakesink.faults import crash_point
-from lakesink.formats.hudi.table.metadata import CommitMetadata
 from lakesink.protocol.commit import Verdict
-from lakesink.protocol.instant import Action, InstantTime, TimelineLayout
+from lakesink.protocol.instant import InstantTime
 from lakesink.protocol.offsets import WriterOffsets
 
 log = logging.getLogger(__name__)
@@ -58,7 +58,7 @@ def encode(prepared: PreparedCommit) -> bytes:
         "base_offsets": prepared.base_offsets.to_json(),
         "records": prepared.records,
         "files": prepared.files,
-        "metadata": prepared.metadata.to_bytes(TimelineLayout.V1, Action.COMMIT).decode(),
+        "metadata": prepared.metadata.to_json(),
     }
     if prepared.data_files:
         extra[DATA_FILES_KEY] = [dict(d) for d in prepared.data_files]
@@ -77,9 +77,7 @@ def decode(data: bytes) -> PreparedCommit:
         return PreparedCommit(
             instant_time=pc.instant_time,
             batch_id=int(extra["batch_id"]),
-            metadata=CommitMetadata.from_bytes(
-                str(extra["metadata"]).encode(), TimelineLayout.V1, Action.COMMIT
-            ),
+            metadata=TableChange.from_json_bytes(str(extra["metadata"]).encode()),
             base_offsets=WriterOffsets.from_json(extra["base_offsets"]),
             next_offsets=pc.offsets,
             records=int(extra["records"]),

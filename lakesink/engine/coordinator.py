@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from lakesink.engine.change import TableChange
 from lakesink.engine.requirements import (
     NoConflicts,
     OffsetsUnchanged,
@@ -36,7 +37,6 @@ from lakesink.formats.hudi.recovery import (
 )
 from lakesink.formats.hudi.table.hudi_table import HudiTable
 from lakesink.formats.hudi.table.markers import delete_completed_markers
-from lakesink.formats.hudi.table.metadata import CommitMetadata
 from lakesink.formats.hudi.table.timeline import Timeline
 from lakesink.metrics import IngestionMetrics
 from lakesink.protocol.commit import Verdict, classify_batch, decide
@@ -74,7 +74,7 @@ class PreparedCommit:
 
     instant_time: InstantTime
     batch_id: int
-    metadata: CommitMetadata
+    metadata: TableChange
     base_offsets: WriterOffsets  # the writer's committed offsets this commit builds on
     next_offsets: WriterOffsets
     records: int
@@ -311,7 +311,7 @@ class Coordinator:
         tx = self._transaction(instant_time)
         kept = self._stage(tx, decision.statuses)
         crash_point("after-reconcile")
-        metadata = CommitMetadata(
+        metadata = TableChange(
             operation_type="INSERT",
             writes=tuple(f for s in decision.statuses for f in s.files),
             replaced_file_ids={},

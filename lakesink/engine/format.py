@@ -6,22 +6,30 @@ implementation commits one snapshot per transaction through its catalog's optimi
 it has no lock file, no instant files and no markers, so `begin` only allocates ids,
 `stage` checks the data files the tasks reported, and `commit` is the catalog's
 compare-and-swap of the table metadata, retried on conflict with the requirements re-checked
-against the refreshed metadata. The lock, heartbeats and fencing of
-`lakesink.formats.hudi.control` are then unused (a `CommitControl` without a lock).
+against the refreshed metadata. A writer's concurrency control (`CommitControl`) is
+opaque to the engine: it hands it to the format, whose own kind it is (Hudi: lock, heartbeats,
+fencing; Iceberg: none, the catalog's commit is the fence).
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
-from lakesink.formats.hudi.table.metadata import CommitMetadata
+from lakesink.engine.change import TableChange
 from lakesink.protocol.conflicts import ConflictStrategy, Operation
 from lakesink.protocol.instant import Action, InstantTime
 from lakesink.protocol.offsets import WriterOffsets
 
-if TYPE_CHECKING:
-    from lakesink.formats.hudi.control import CommitControl
+
+class CommitControl(Protocol):
+    """The concurrency control a writer commits under, as the engine sees it: a value it
+    passes to the format (`TableFormat.next_instant_time`, `TableView.check_alive`) and never
+    calls, so that the engine needs no format's control (Hudi's: lakesink.formats.hudi.control)."""
+
+    @property
+    def writer_id(self) -> str:
+        """The writer the control acts for (heartbeats, fencing, logs)."""
 
 
 class TableView(Protocol):
@@ -73,18 +81,17 @@ class TableFormat(Protocol):
         """Whether the commit is on the table already (a replay or a retry that landed)."""
 
     def prepare_publish(
-        self, action: Action, instant_time: InstantTime, metadata: CommitMetadata
+        self, action: Action, instant_time: InstantTime, change: TableChange
     ) -> None:
         """Work for `publish` that needs no lock, done before the lock is taken (Hudi: encoding
         the completed file; nothing for Iceberg)."""
 
-    def publish(
-        self, action: Action, instant_time: InstantTime, metadata: CommitMetadata
-    ) -> object:
-        """Make the commit visible atomically, with `metadata` (writer id, commit id,
-        offsets) — all or nothing — and return the format's record of it (Hudi: the completed
-        instant; Iceberg: the new snapshot). Raise `CommitStateUnknownError` when the request may or
-        may not have landed; `commit_landed` then decides."""
+    def publish(self, action: Action, instant_time: InstantTime, change: TableChange) -> object:
+        """Make the commit visible atomically, `change` encoded in the format's metadata
+        (files, writer id, commit id, offsets) — all or nothing — and return the format's
+        record of it (Hudi: the completed instant; Iceberg: the new snapshot). Raise
+        `CommitStateUnknownError` when the request may or may not have landed;
+        `commit_landed` then decides."""
 
     def commit_landed(self, instant_time: InstantTime, commit_id: str) -> bool:
         """After an unknown outcome: whether the table holds this very commit."""

@@ -15,8 +15,7 @@ from lakesink.protocol.instant import InstantTime
 from lakesink.protocol.offsets import WriterOffsets
 
 if TYPE_CHECKING:
-    from lakesink.engine.format import TableView
-    from lakesink.formats.hudi.control import CommitControl
+    from lakesink.engine.format import CommitControl, TableView
 
 
 class Requirement(Protocol):

@@ -42,17 +42,17 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
+from lakesink.engine.change import TableChange
 from lakesink.engine.format import TableFormat
 from lakesink.engine.requirements import Requirement
 from lakesink.engine.retry import DEFAULT_RETRY, RetryPolicy, run_commit
+from lakesink.engine.writer_state import COMMIT_ID_KEY
 from lakesink.errors import CommitError
 from lakesink.formats.hudi.control import CommitControl
 from lakesink.formats.hudi.format import HudiFormat
 from lakesink.formats.hudi.instants import complete_instant
 from lakesink.formats.hudi.table.hudi_table import HudiTable
-from lakesink.formats.hudi.table.metadata import CommitMetadata
 from lakesink.formats.hudi.table.rollback import rollback
-from lakesink.formats.hudi.writer_state import COMMIT_ID_KEY
 from lakesink.metrics import IngestionMetrics
 from lakesink.protocol.instant import Action, Instant, InstantTime, State
 
@@ -201,7 +201,7 @@ class TableTransaction:
     # --- commit ------------------------------------------------------------------------------
     def commit(
         self,
-        metadata: CommitMetadata,
+        change: TableChange,
         requirements: Sequence[Requirement] = (),
         *,
         delay_s: float = 0.0,
@@ -211,7 +211,7 @@ class TableTransaction:
         t = self.instant_time
         if self.state not in (TxState.ACTIVE, TxState.STAGED):
             raise CommitError(f"cannot commit instant {t}: the transaction is {self.state.value}")
-        self.format.prepare_publish(self.action, t, metadata)  # what needs no lock, before it
+        self.format.prepare_publish(self.action, t, change)  # what needs no lock, before it
         started = time.perf_counter()
         if delay_s:
             time.sleep(delay_s)  # commit.publish.delay.s: benchmarks only
@@ -223,9 +223,9 @@ class TableTransaction:
                 return CommitResult(t, published=False)
             for requirement in requirements:
                 requirement.validate(view)
-            commit_id = metadata.extra.get(COMMIT_ID_KEY, "")
+            commit_id = change.extra.get(COMMIT_ID_KEY, "")
             done = run_commit(
-                lambda: self.format.publish(self.action, t, metadata),
+                lambda: self.format.publish(self.action, t, change),
                 resolve=lambda: self._landed(commit_id),
                 policy=self.retry,
                 what=f"publish of {t}",

@@ -1,1 +1,158 @@
-"""."""
+"""The table formats, one plugin each, looked up by `table.format`: the one place above the
+formats that knows which formats exist. spark/ and cli/ ask the plugin of a configuration for
+what differs between formats instead of testing the format themselves (tests/layering.py, rule
+`registry`), so a third format is one more package here and one more line in `_LOADERS`.
+
+Plugins are imported on first use: importing this package imports no format (and no pyiceberg).
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
+
+from lakesink.errors import ConfigError
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from lakesink.config import LakesinkConfig
+    from lakesink.formats.audit import DeadLetters, KeptByTransform
+    from lakesink.protocol.offsets import WriterOffsets
+
+# The configuration key that names the format (defined and validated in lakesink.config).
+FORMAT_KEY = "table.format"
+
+
+class AuditResult(Protocol):
+    """What `lakesink verify` needs of a format's audit report."""
+
+    @property
+    def ok(self) -> bool: ...
+
+    @property
+    def problems(self) -> list[str]: ...
+
+    def to_json(self) -> dict[str, Any]: ...
+
+
+class FormatPlugin(Protocol):
+    """What spark/ and cli/ need of a table format."""
+
+    @property
+    def name(self) -> str:
+        """The format's `table.format` value."""
+        ...
+
+    @property
+    def tasks_write_data_files(self) -> bool:
+        """Whether the tasks write data files that the coordinator describes in its commit and
+        the table keeps its own schema and partitioning (Iceberg), rather than base files with
+        markers under a table config and an Avro schema per commit (Hudi)."""
+        ...
+
+    def check_options(self, cfg: LakesinkConfig) -> None:
+        """Refuse (ConfigError) options the format cannot honour, before anything is written."""
+        ...
+
+    def record_key_columns(self, cfg: LakesinkConfig) -> tuple[str, ...]:
+        """The columns the table keys records by, which a transformation must keep as given."""
+        ...
+
+    def liveness_key(self, cfg: LakesinkConfig) -> str:
+        """Where the writer's liveness file is on the table's storage."""
+        ...
+
+    def committed_offsets(self, cfg: LakesinkConfig) -> WriterOffsets:
+        """The writer's committed offsets, read from the table."""
+        ...
+
+    def committed_topic_ids(self, cfg: LakesinkConfig) -> dict[str, str]:
+        """The Kafka topic ids the writer's newest commit recorded (none when not recorded)."""
+        ...
+
+    def commit_schema(self, rows: pa.Schema, table_name: str) -> str:
+        """The schema a commit of rows of schema `rows` records in the table `table_name`."""
+        ...
+
+    def dead_letter_table_records(self, cfg: LakesinkConfig) -> DeadLetters:
+        """The records in the writer's dead-letter table (errors.deadletter.table)."""
+        ...
+
+    def audit(
+        self,
+        cfg: LakesinkConfig,
+        *,
+        dead_letters: DeadLetters | None,
+        kept_by_transform: KeptByTransform | None,
+        spark: bool,
+    ) -> AuditResult:
+        """The exactly-once audit of the writer; `spark`: read the table with Spark as well,
+        where the format has such a reader."""
+        ...
+
+    def audit_lines(self, report: Any) -> list[str]:
+        """`report` (of this plugin's `audit`) as `lakesink verify` prints it."""
+        ...
+
+    def read_back(self, cfg: LakesinkConfig) -> tuple[pa.Table, str, str]:
+        """Every row of the table as a reader of the format's own ecosystem reads it (the demo
+        shows them): the rows, the reader's name and what it read (" of <table> ..." or "")."""
+        ...
+
+    @property
+    def cli_commands(self) -> tuple[str, ...]:
+        """The format's own top-level `lakesink` commands."""
+        ...
+
+    def add_cli_commands(
+        self, sub: Any, add_config_args: Callable[[argparse.ArgumentParser], None]
+    ) -> None:
+        """Add `cli_commands` to the subparsers `sub`."""
+        ...
+
+    def run_cli(self, args: argparse.Namespace, cfg: LakesinkConfig) -> int:
+        """Run one of the commands `add_cli_commands` added; the exit code."""
+        ...
+
+
+def _hudi() -> FormatPlugin:
+    from lakesink.formats.hudi.plugin import PLUGIN
+
+    return PLUGIN
+
+
+def _iceberg() -> FormatPlugin:
+    from lakesink.formats.iceberg.plugin import PLUGIN
+
+    return PLUGIN
+
+
+_LOADERS: dict[str, Callable[[], FormatPlugin]] = {"hudi": _hudi, "iceberg": _iceberg}
+FORMAT_NAMES: tuple[str, ...] = tuple(_LOADERS)
+
+
+def plugin_for(name: str) -> FormatPlugin:
+    """The plugin of the format `name`; a ConfigError naming the formats for another name."""
+    loader = _LOADERS.get(name)
+    if loader is None:
+        raise ConfigError(
+            f"{FORMAT_KEY}={name!r} is not a table format; use one of {', '.join(FORMAT_NAMES)}"
+        )
+    return loader()
+
+
+def plugin_of(cfg: LakesinkConfig) -> FormatPlugin:
+    """The plugin of the configuration's table format."""
+    return plugin_for(str(cfg[FORMAT_KEY]))
+
+
+def all_plugins() -> tuple[FormatPlugin, ...]:
+    """Every format's plugin (imports every format: for the command line's parser)."""
+    return tuple(load() for load in _LOADERS.values())
+
+
+def plugin_with_command(command: str) -> FormatPlugin | None:
+    """The plugin whose own `lakesink` command `command` is (None for the common commands)."""
+    return next((p for p in all_plugins() if command in p.cli_commands), None)

@@ -26,6 +26,7 @@ import pyarrow as pa
 
 from lakesink.config import LakesinkConfig
 from lakesink.errors import ConfigError, RecordError
+from lakesink.formats import plugin_of
 from lakesink.protocol.offsets import OffsetRange
 
 if TYPE_CHECKING:
@@ -161,8 +162,7 @@ def plan_arrow_transform(
     if twice:
         raise ConfigError(f"{KEY}={spec!r} returns the column(s) {', '.join(twice)} twice")
     kept = list(KEPT_COLUMNS)
-    if cfg["table.format"] != "iceberg":
-        kept += [c for c in cfg["table.record.key.fields"] if c not in kept]
+    kept += [c for c in plugin_of(cfg).record_key_columns(cfg) if c not in kept]
     lost = [
         c
         for c in kept

@@ -6,15 +6,14 @@ from __future__ import annotations
 
 from lakesink.config import LakesinkConfig
 from lakesink.engine.liveness import WriterLiveness
+from lakesink.formats import plugin_of
 
 
 def liveness_key(cfg: LakesinkConfig) -> str:
     """`.hoodie/.lakesink/liveness/<writer>.json` in a Hudi table,
-    `.lakesink/liveness/<namespace>.<table>/<writer>.json` in an Iceberg warehouse."""
-    if cfg["table.format"] == "iceberg":
-        namespace = str(cfg["iceberg.namespace"] or "lakesink")
-        return f".lakesink/liveness/{namespace}.{cfg.table_name}/{cfg.writer_id}.json"
-    return f".hoodie/.lakesink/liveness/{cfg.writer_id}.json"
+    `.lakesink/liveness/<namespace>.<table>/<writer>.json` in an Iceberg warehouse (the
+    format's plugin decides)."""
+    return plugin_of(cfg).liveness_key(cfg)
 
 
 def writer_liveness(cfg: LakesinkConfig) -> WriterLiveness:

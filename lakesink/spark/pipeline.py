@@ -21,6 +21,7 @@ from lakesink.engine.coordinator import BatchOutcome, Coordinator
 from lakesink.engine.liveness import WriterLiveness
 from lakesink.engine.pending.store import PendingCommitStore
 from lakesink.errors import FencedError, LakesinkError
+from lakesink.formats import plugin_of
 from lakesink.formats.hudi import writer_state
 from lakesink.formats.hudi.control import CommitControl, WriterCommitControl
 from lakesink.formats.hudi.services.inline import inline_services_hook
@@ -194,9 +195,10 @@ class Ingestion:
         self.control = control or make_control(cfg)
         self.on_progress = on_progress
         self._stop = threading.Event()
-        self.iceberg = cfg["table.format"] == "iceberg"
-        if self.iceberg:
-            check_iceberg_options(cfg)
+        self.plugin = plugin_of(cfg)
+        self.plugin.check_options(cfg)
+        # the table keeps its own schema and partitioning (Iceberg): no Hudi table to create
+        self.iceberg = self.plugin.tasks_write_data_files
         self.table = (
             None if self.iceberg else HudiTable.create(open_table_storage(cfg), table_config)
         )
@@ -624,15 +626,6 @@ def make_committer(cfg: LakesinkConfig, coordinator: Coordinator) -> AsyncCommit
     )
 
 
-def check_iceberg_options(cfg: LakesinkConfig) -> None:
-    """What table.format=iceberg needs of its options: a dead-letter table must be a table
-    name (of the same catalog), not a path."""
-    if cfg["errors.deadletter.table"]:
-        from lakesink.formats.iceberg.format import dead_letter_identifier
-
-        dead_letter_identifier(cfg)  # a table name in iceberg.namespace, not a path
-
-
 def make_control(cfg: LakesinkConfig) -> WriterCommitControl:
     """The writer's lock, heartbeats and fencing as configured."""
     return WriterCommitControl.from_config(cfg)
@@ -665,11 +658,7 @@ def make_coordinator(
 
 
 def committed_offsets(cfg: LakesinkConfig) -> dict[str, int]:
-    if cfg["table.format"] == "iceberg":
-        from lakesink.formats.iceberg.format import committed_offsets_of
-
-        return committed_offsets_of(cfg).to_json()
-    return writer_state.committed_offsets_at(cfg.table_storage, cfg.writer_id).to_json()
+    return plugin_of(cfg).committed_offsets(cfg).to_json()
 
 
 def open_table_storage(cfg: LakesinkConfig) -> Storage:

@@ -20,6 +20,7 @@ from lakesink.config import LakesinkConfig
 from lakesink.engine.async_commit import AsyncCommitter
 from lakesink.engine.coordinator import BatchOutcome, Coordinator
 from lakesink.errors import ConfigError, LakesinkError
+from lakesink.formats import plugin_of
 from lakesink.metrics import IngestionMetrics
 from lakesink.protocol.offsets import OffsetRange
 from lakesink.protocol.write_status import WriteStatus
@@ -240,9 +241,10 @@ class CommittingSink:
         self.current_batch: int | None = None
         self.in_batch = False  # a batch is running now
         self.metrics: IngestionMetrics | None = coordinator.metrics
+        self.plugin = plugin_of(cfg)
         # an Iceberg table (lakesink.formats.iceberg.coordinator): its tasks write data files
         # (spark/direct.py), its coordinator keeps the table's schema and partition spec
-        self.writes_iceberg = cfg["table.format"] == "iceberg"
+        self.writes_iceberg = self.plugin.tasks_write_data_files
         self._rows_by_topic: dict[str, tuple[int, int]] = {}
         # Spans cut off this batch at a restart, the broker's log end having moved back below
         # them (spark/replay_check.py): recorded in the main table's commit
@@ -276,8 +278,6 @@ class CommittingSink:
         table's latest schema, else the DataFrame's."""
         from pyspark.sql.pandas.types import to_arrow_schema
 
-        from lakesink.formats.hudi.table.avro_schema import avro_schema_for, with_meta_columns
-
         latest = self.coordinator.table.timeline().latest_schema()
         if latest:
             return latest
@@ -286,9 +286,7 @@ class CommittingSink:
         # timestamp columns (a first batch of gaps only: compacted or aborted records).
         zone = df.sparkSession.conf.get("spark.sql.session.timeZone") or "UTC"
         arrow: Any = to_arrow_schema(self.output_schema or df.schema, timezone=zone)
-        return avro_schema_for(
-            with_meta_columns(arrow), f"{self.coordinator.table.config.name}_record"
-        )
+        return self.plugin.commit_schema(arrow, self.coordinator.table.config.name)
 
     def __call__(self, batch_df: DataFrame, batch_id: int) -> None:
         """Runs the batch; a failure is kept in `self.failure` and Spark gets a short stand-in.
@@ -414,14 +412,13 @@ class CommittingSink:
         """The schema a table's commit records: Hudi's Avro schema of the rows as written (the
         main table's from its tasks, else the table's latest or the declared rows'); an
         Iceberg table keeps its own ("")."""
-        from lakesink.formats.hudi.table.avro_schema import avro_schema_for, with_meta_columns
         from lakesink.kafka.dead_letters import DEAD_LETTER_SCHEMA
 
         if self.writes_iceberg:
             return ""
         if role == DEAD_LETTERS:
             name = self.tables[DEAD_LETTERS].coordinator.table.config.name
-            return avro_schema_for(with_meta_columns(DEAD_LETTER_SCHEMA), f"{name}_record")
+            return self.plugin.commit_schema(DEAD_LETTER_SCHEMA, name)
         written = next((s.extra["schema"] for s in statuses if s.extra.get("schema")), None)
         return str(written) if written else self.avro_schema_of(df)
 

@@ -186,7 +186,7 @@ class KafkaStreamReader(DataSourceStreamReader):
         """Refuse a topic deleted and re-created under the same name: its id differs from the
         one the table's offsets (or this query's earlier batches) belong to."""
         from lakesink.errors import DataLossError
-        from lakesink.formats.hudi.writer_state import committed_topic_ids_at
+        from lakesink.formats import plugin_of
         from lakesink.kafka.client import topic_ids
 
         current = topic_ids(
@@ -195,7 +195,7 @@ class KafkaStreamReader(DataSourceStreamReader):
             extra=self.cfg.kafka_client_config,
         )
         if self._topic_ids is None:
-            self._topic_ids = committed_topic_ids_at(self.cfg.table_storage, self.cfg.writer_id)
+            self._topic_ids = plugin_of(self.cfg).committed_topic_ids(self.cfg)
         for topic, now in sorted(current.items()):
             before = self._topic_ids.get(topic)
             if before is not None and before != now:
@@ -208,13 +208,9 @@ class KafkaStreamReader(DataSourceStreamReader):
         self._topic_ids.update(current)
 
     def _table_offsets(self) -> WriterOffsets:
-        from lakesink.formats.hudi.writer_state import committed_offsets_at
+        from lakesink.formats import plugin_of
 
-        if self.cfg["table.format"] == "iceberg":
-            from lakesink.formats.iceberg.format import committed_offsets_of
-
-            return committed_offsets_of(self.cfg)
-        return committed_offsets_at(self.cfg.table_storage, self.cfg.writer_id)
+        return plugin_of(self.cfg).committed_offsets(self.cfg)
 
     def _starts(
         self, known: Mapping[TopicPartition, int], partitions: Sequence[TopicPartition]

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from lakesink.config import LakesinkConfig
 from lakesink.engine.liveness import LivenessWatch, Takeover
+from lakesink.formats import FORMAT_KEY
 from lakesink.spark.liveness_file import liveness_key
 
 if TYPE_CHECKING:
@@ -74,7 +75,7 @@ def warm_stream(cfg: LakesinkConfig, spark: SparkSession) -> float | None:
     scratch = Path(tempfile.mkdtemp(prefix="lakesink-standby-warmup-"))
     overrides: dict[str, Any] = {
         "table.path": str(scratch / "table"),
-        "table.format": "hudi",
+        FORMAT_KEY: "hudi",  # a throwaway Hudi table, whatever the format written
         "checkpoint.location": str(scratch / "checkpoint"),
         "writer.id": f"{cfg.writer_id[:100]}.standby-warmup",
         "kafka.starting.offsets": "earliest",

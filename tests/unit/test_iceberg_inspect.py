@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from lakesink.errors import ConfigError
-from lakesink.formats.iceberg.inspect import iceberg_kind, newest_metadata, refuse_iceberg
+from lakesink.formats.iceberg.inspection import iceberg_kind, newest_metadata, refuse_iceberg
 from lakesink.storage import open_storage
 
 

@@ -156,7 +156,7 @@ PLANTED = [
      "lakesink.formats.iceberg.plugin"),
     ("iceberg", "formats/iceberg/audit.py", "from lakesink.formats.hudi.table.view import x\n",
      "lakesink.formats.hudi.table.view"),
-    ("iceberg", "formats/iceberg/inspect.py", "from lakesink.cli import main\n",
+    ("iceberg", "formats/iceberg/inspection.py", "from lakesink.cli import main\n",
      "lakesink.cli.main"),
     # spark and cli reach a format through the registry only.
     ("registry", "spark/direct.py", "from lakesink.formats.hudi.table import view\n",

@@ -12,9 +12,9 @@ import pytest
 from lakesink.config import build_config
 from lakesink.engine import writer_state as keys
 from lakesink.engine.async_commit import DATA_FILES_KEY, decode, encode
+from lakesink.engine.change import TableChange
 from lakesink.engine.coordinator import PreparedCommit
 from lakesink.engine.pending.store import PendingCommit, PendingEntryConflictError
-from lakesink.formats.hudi.table.metadata import CommitMetadata
 from lakesink.formats.iceberg.datafiles import DataFileDescription
 from lakesink.formats.iceberg.format import VTTS_KEY
 from lakesink.protocol.instant import InstantTime
@@ -45,7 +45,7 @@ def _iceberg_prepared() -> PreparedCommit:
         )
         for p in (0, 1)
     ]
-    metadata = CommitMetadata(
+    metadata = TableChange(
         operation_type="INSERT",
         writes=tuple(
             FileWrite("", d.path, d.path, d.record_count, d.size_bytes) for d in described

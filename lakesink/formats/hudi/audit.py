@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import logging
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -26,19 +26,22 @@ import pyarrow as pa
 from lakesink.engine import writer_state as keys
 from lakesink.errors import CorruptTableError
 from lakesink.extras import require
+from lakesink.formats.audit import (
+    COORDINATES,
+    Coordinate,
+    DeadLetters,
+    KeptByTransform,
+    coordinates_in,
+    filtered_out,
+    kafka_offsets,
+)
 from lakesink.formats.hudi.table.hudi_table import HudiTable
 from lakesink.formats.hudi.table.metadata import CommitMetadata
 from lakesink.protocol.instant import Action, Instant
-from lakesink.protocol.offsets import OffsetRange, TopicPartition
+from lakesink.protocol.offsets import TopicPartition
 from lakesink.storage import Storage
 
 log = logging.getLogger(__name__)
-
-COORDINATES = ["kafka_topic", "kafka_partition", "kafka_offset"]
-Coordinate = tuple[str, int, int]
-# The Kafka records a table's transformation keeps, of the ranges given (cli.verify builds one
-# from `transform.arrow`): the records it filters out are accounted for, not missing.
-KeptByTransform = Callable[[list[OffsetRange]], set[Coordinate]]
 
 
 @dataclass
@@ -145,11 +148,6 @@ def completed_commits(table: HudiTable) -> list[tuple[Instant, CommitMetadata]]:
     return out
 
 
-def _coordinates(table: pa.Table, topics: set[str]) -> list[Coordinate]:
-    cols = [table.column(c).to_pylist() for c in COORDINATES]
-    return [(t, int(p), int(o)) for t, p, o in zip(*cols, strict=True) if t in topics]
-
-
 _NO_ROWS = pa.schema(
     [("kafka_topic", pa.string()), ("kafka_partition", pa.int32()), ("kafka_offset", pa.int64())]
 )
@@ -178,92 +176,12 @@ def read_with_lakesink(table: HudiTable) -> pa.Table:
     return TableReader(table).snapshot(columns=COORDINATES)
 
 
-def kafka_offsets(
-    bootstrap: str,
-    spans: Mapping[TopicPartition, tuple[int, int]],
-    isolation_level: str,
-    consumer_config: Mapping[str, str],
-    log_starts: dict[TopicPartition, int] | None = None,
-) -> set[Coordinate]:
-    """The offsets Kafka holds in each span (records, not gaps or transaction markers), from
-    the log start on; each partition's log start goes into `log_starts` when given."""
-    from lakesink.kafka.client import watermarks
-    from lakesink.kafka.deserializers import make_deserializer
-    from lakesink.kafka.reader import read_range
-    from lakesink.protocol.offsets import OffsetRange
-
-    out: set[Coordinate] = set()
-    raw = make_deserializer("raw")
-    marks = watermarks(bootstrap, list(spans), isolation_level, extra=dict(consumer_config))
-    for tp, (start, end) in spans.items():
-        low = marks[tp][0]
-        if log_starts is not None:
-            log_starts[tp] = low
-        if max(start, low) >= end:
-            continue
-        for batch in read_range(
-            bootstrap,
-            OffsetRange(tp, max(start, low), end),
-            isolation_level=isolation_level,
-            deserializer=raw,
-            consumer_config=dict(consumer_config),
-        ):
-            out.update(
-                (tp.topic, tp.partition, int(o)) for o in batch.column("kafka_offset").to_pylist()
-            )
-    return out
-
-
-def filtered_out(
-    kept_by_transform: KeptByTransform | None,
-    spans: Mapping[TopicPartition, tuple[int, int]],
-    log_starts: Mapping[TopicPartition, int],
-    expected: set[Coordinate],
-    dead: set[Coordinate],
-) -> set[Coordinate]:
-    """The Kafka records of the committed spans (from the log start on) that the table's
-    transformation drops: consumed and committed, but never rows."""
-    if kept_by_transform is None:
-        return set()
-    ranges = [
-        OffsetRange(tp, max(start, log_starts.get(tp, 0)), end)
-        for tp, (start, end) in spans.items()
-        if max(start, log_starts.get(tp, 0)) < end
-    ]
-    return expected - dead - kept_by_transform(ranges)
-
-
 def check_rows(name: str, rows: Iterable[Coordinate], report: AuditReport) -> set[Coordinate]:
     counts = Counter(rows)
     dupes = [c for c, n in counts.items() if n > 1]
     if dupes:
         report.problems.append(f"{name}: {len(dupes)} duplicated records, e.g. {sorted(dupes)[:3]}")
     return set(counts)
-
-
-@dataclass(frozen=True, slots=True)
-class DeadLetters:
-    """The Kafka coordinates of the records a writer dead-lettered, as read back from its
-    dead-letter table (exactly once, like the main table: a record twice is a problem) or
-    topic (at least once: a retried task may send a record again)."""
-
-    coordinates: tuple[Coordinate, ...]
-    exactly_once: bool
-
-    def check(self, table_rows: set[Coordinate], problems: list[str]) -> set[Coordinate]:
-        """The dead-lettered records, after noting in `problems` those the dead-letter table
-        holds twice and those that are in the main table as well (each record belongs in
-        exactly one of the two)."""
-        counts = Counter(self.coordinates)
-        twice = sorted(c for c, n in counts.items() if n > 1)
-        if self.exactly_once and twice:
-            problems.append(f"dead-letter table: {len(twice)} duplicated records, e.g. {twice[:3]}")
-        both = sorted(table_rows & counts.keys())
-        if both:
-            problems.append(
-                f"{len(both)} records are both in the table and dead-lettered, e.g. {both[:3]}"
-            )
-        return set(counts)
 
 
 def audit(
@@ -289,8 +207,8 @@ def audit(
         first = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise CorruptTableError(f"hudi-rs cannot read {table.uri}: {first}") from e
     by_lakesink = read_with_lakesink(table)
-    rows_rs = _coordinates(by_hudi_rs, topics)
-    rows_ls = _coordinates(by_lakesink, topics)
+    rows_rs = coordinates_in(by_hudi_rs, topics)
+    rows_ls = coordinates_in(by_lakesink, topics)
     report.rows_hudi_rs, report.rows_lakesink = len(rows_rs), len(rows_ls)
     set_rs = check_rows("hudi-rs", rows_rs, report)
     set_ls = check_rows("lakesink reader", rows_ls, report)
@@ -349,4 +267,4 @@ def dead_letter_table_coordinates(path: str | Storage) -> list[Coordinate]:
     except Exception as e:  # hudi-rs raises its own error types
         first = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise CorruptTableError(f"hudi-rs cannot read {table.uri}: {first}") from e
-    return sorted(_coordinates(rows, set(rows.column("kafka_topic").to_pylist())))
+    return sorted(coordinates_in(rows, set(rows.column("kafka_topic").to_pylist())))

@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from lakesink.config import LakesinkConfig
-from lakesink.errors import FencedError
+from lakesink.engine.format import CommitControl as EngineControl
+from lakesink.errors import CommitError, FencedError
 from lakesink.formats.hudi.concurrency.factory import make_lock_provider
 from lakesink.formats.hudi.concurrency.heartbeat import (
     Heartbeat,
@@ -106,6 +107,13 @@ class CommitControl:
 
     def check_alive(self, table: HudiTable, t: InstantTime) -> None:
         """Raise if this writer lost its lease, heartbeat or incarnation: it must not publish."""
+
+
+def hudi_control(control: EngineControl) -> CommitControl:
+    """The engine hands back the control it was given: for a Hudi table it is one of these."""
+    if not isinstance(control, CommitControl):
+        raise CommitError(f"a Hudi table commits under Hudi's commit control, not {control!r}")
+    return control
 
 
 class LockedCommitControl(CommitControl):

@@ -9,10 +9,12 @@ from collections.abc import Collection
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
+from lakesink.engine.change import TableChange
+from lakesink.engine.format import CommitControl
 from lakesink.errors import CommitError, CommitStateUnknownError, CorruptTableError
 from lakesink.formats.hudi import writer_state
 from lakesink.formats.hudi.conflicts import check_operation
-from lakesink.formats.hudi.control import CommitControl
+from lakesink.formats.hudi.control import hudi_control
 from lakesink.formats.hudi.table.archive import is_archived_completed
 from lakesink.formats.hudi.table.hudi_table import HudiTable
 from lakesink.formats.hudi.table.markers import delete_markers_soon, list_marked_files
@@ -59,7 +61,7 @@ class HudiView:
         check_operation(self.table, operation, strategy, timeline=self.timeline)
 
     def check_alive(self, control: CommitControl, instant_time: InstantTime) -> None:
-        control.check_alive(self.table, instant_time)
+        hudi_control(control).check_alive(self.table, instant_time)
 
 
 class HudiFormat:
@@ -73,8 +75,9 @@ class HudiFormat:
         self._view: HudiView | None = None
         # the snapshot `next_instant_time` listed under the lock, for the `begin` that follows
         self._begin_snapshot: Timeline | None = None
-        # the completed file `prepare_publish` encoded before the lock, for `publish`
-        self._encoded: EncodedCommit | None = None
+        # the completed file `prepare_publish` encoded before the lock, for `publish` (with the
+        # change it encodes: `publish` uses it for that very change only)
+        self._encoded: tuple[TableChange, EncodedCommit] | None = None
 
     @property
     def name(self) -> str:
@@ -83,7 +86,7 @@ class HudiFormat:
     def next_instant_time(self, control: CommitControl) -> InstantTime:
         # called under the lock, right before `begin` (TableTransaction.begin_locked)
         self._begin_snapshot = self.table.timeline()
-        return control.next_instant_time(self.table, self._begin_snapshot)
+        return hudi_control(control).next_instant_time(self.table, self._begin_snapshot)
 
     def begin(self, action: Action, instant_time: InstantTime, *, requested_content: bytes) -> None:
         snapshot, self._begin_snapshot = self._begin_snapshot, None
@@ -135,12 +138,14 @@ class HudiFormat:
         self,
         action: Action,
         instant_time: InstantTime,
-        metadata: CommitMetadata,
+        change: TableChange,
     ) -> Instant:
         view = self._fresh_view(instant_time)
         timeline = view.timeline if view is not None else self.table.timeline()
         instant = Instant(instant_time, action, State.INFLIGHT)
-        encoded, self._encoded = self._encoded, None
+        prepared, self._encoded = self._encoded, None
+        encoded = prepared[1] if prepared is not None and prepared[0] is change else None
+        metadata = encoded.metadata if encoded is not None else CommitMetadata.of(change)
         try:
             # Under the lock: the view's snapshot is fresh. The markers stay: `finish` deletes
             # them after the lock is released (nothing reads a completed instant's markers).
@@ -162,12 +167,13 @@ class HudiFormat:
             ) from e
 
     def prepare_publish(
-        self, action: Action, instant_time: InstantTime, metadata: CommitMetadata
+        self, action: Action, instant_time: InstantTime, change: TableChange
     ) -> None:
         """Encode the completed file before the lock is taken (`publish` then only writes
         it): the encoding depends on nothing the lock protects."""
         instant = Instant(instant_time, action, State.INFLIGHT)
-        self._encoded = encode_commit(self.table.layout, instant, metadata)
+        metadata = CommitMetadata.of(change)
+        self._encoded = (change, encode_commit(self.table.layout, instant, metadata))
 
     def commit_landed(self, instant_time: InstantTime, commit_id: str) -> bool:
         timeline = self.table.timeline()

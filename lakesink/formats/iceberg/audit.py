@@ -31,12 +31,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from lakesink.errors import ReaderError
-from lakesink.formats.hudi.audit import (
+from lakesink.formats.audit import (
     COORDINATES,
     Coordinate,
     DeadLetters,
     KeptByTransform,
-    _coordinates,
+    coordinates_in,
     filtered_out,
     kafka_offsets,
 )
@@ -312,7 +312,7 @@ def audit_iceberg(
 
     readers: dict[str, set[Coordinate]] = {}
     try:
-        rows = _coordinates(read_with_pyiceberg(table), topics)
+        rows = coordinates_in(read_with_pyiceberg(table), topics)
     except Exception as e:  # pyiceberg and pyarrow raise their own error types
         raise ReaderError(f"pyiceberg cannot read {table.name}: {e}") from e
     report.readers["pyiceberg"] = len(rows)
@@ -325,7 +325,7 @@ def audit_iceberg(
             got = duck(table.pyiceberg.metadata_location.removeprefix("file://"))
         except Exception as e:  # duckdb raises its own error types
             raise ReaderError(f"DuckDB cannot read {table.name}: {e}") from e
-        drows = _coordinates(got, topics)
+        drows = coordinates_in(got, topics)
         report.readers["duckdb"] = len(drows)
         readers["duckdb"] = _distinct("duckdb", drows, report)
     else:
@@ -338,7 +338,7 @@ def audit_iceberg(
             got = reader(table)
         except Exception as e:  # each engine raises its own error types
             raise ReaderError(f"{name} cannot read {table.name}: {e}") from e
-        xrows = _coordinates(got, topics)
+        xrows = coordinates_in(got, topics)
         report.readers[name] = len(xrows)
         readers[name] = _distinct(name, xrows, report)
     if "spark" not in (extra_readers or {}):

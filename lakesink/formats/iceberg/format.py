@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING
 
 from lakesink.config import LakesinkConfig, parse_kv
 from lakesink.engine import writer_state as keys
+from lakesink.engine.change import TableChange
+from lakesink.engine.format import CommitControl
 from lakesink.errors import CommitError, ConfigError, CorruptTableError
-from lakesink.formats.hudi.control import CommitControl
-from lakesink.formats.hudi.table.metadata import CommitMetadata
 from lakesink.formats.iceberg.catalog import CatalogSettings, open_catalog
 from lakesink.formats.iceberg.datafiles import DataFileDescription
 from lakesink.formats.iceberg.schema import PartitionFieldSetting, parse_partition_spec
@@ -162,7 +162,7 @@ VTTS_KEY = "lakesink.vtts_ms"
 """The batch's valid-through timestamp (ms) in the commit metadata's extra map (Iceberg)."""
 
 
-def _ranges(metadata: CommitMetadata) -> tuple[OffsetRange, ...]:
+def _ranges(metadata: TableChange) -> tuple[OffsetRange, ...]:
     """The ranges a commit ingested, from its metadata (`writer_state.RANGES_KEY`)."""
     raw = json.loads(metadata.extra.get(keys.RANGES_KEY, "[]"))
     return tuple(OffsetRange(TopicPartition.parse(k), s, e) for k, s, e in raw)
@@ -290,12 +290,12 @@ class IcebergFormat:
         return any(s.summary.get(KEY_COMMIT_ID, "").startswith(prefix) for s in snaps.values())
 
     def prepare_publish(
-        self, action: Action, instant_time: InstantTime, metadata: CommitMetadata
+        self, action: Action, instant_time: InstantTime, metadata: TableChange
     ) -> None:
         """Nothing to prepare: the append is built inside the catalog's commit."""
 
     def publish(
-        self, action: Action, instant_time: InstantTime, metadata: CommitMetadata
+        self, action: Action, instant_time: InstantTime, metadata: TableChange
     ) -> AppendResult:
         """One fast append with the writer's summary; the catalog checks that the writer's
         offsets are still the batch's start offsets."""

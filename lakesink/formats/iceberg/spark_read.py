@@ -16,9 +16,16 @@ Failures end with exit status 1 and one line on stderr that starts with `error:`
 
 from __future__ import annotations
 
-import json
 import os
 import sys
+
+# Run as a script, this file's folder (lakesink's Iceberg format package) is sys.path[0]: drop it,
+# so that no module beside it (inspection.py, errors.py, ...) shadows one of the standard library
+# or of pyspark.
+if sys.path and os.path.abspath(sys.path[0]) == os.path.dirname(os.path.abspath(__file__)):
+    del sys.path[0]
+
+import json
 from typing import Any
 
 

@@ -13,17 +13,16 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from itertools import pairwise
-from types import MappingProxyType
 from typing import Any, cast
 
 import fastavro
 
+from lakesink.engine.change import SCHEMA_KEY as SCHEMA_KEY
+from lakesink.engine.change import TableChange
 from lakesink.errors import CorruptTableError
 from lakesink.formats.hudi.table.avro_container import ContainerWriter
 from lakesink.protocol.instant import Action, TimelineLayout
-from lakesink.protocol.write_status import FileWrite
 
-SCHEMA_KEY = "schema"
 _NS = "org.apache.hudi.avro.model"
 
 
@@ -193,74 +192,34 @@ def _avro_record(data: bytes, what: str) -> dict[str, Any]:
     return cast(dict[str, Any], records[0])
 
 
-def _frozen_map(m: Mapping[str, Any]) -> Mapping[str, Any]:
-    return MappingProxyType(dict(m))
-
-
 @dataclass(frozen=True)
-class CommitMetadata:
-    """What a completed commit or replacecommit says: the files it wrote, the file groups it
-    replaced, the schema of its rows (Avro JSON, meta columns included) and lakesink's keys."""
+class CommitMetadata(TableChange):
+    """A table change as Hudi writes it in a completed commit or replacecommit (the schema:
+    Avro JSON, meta columns included): the engine's `TableChange` with Hudi's two timeline
+    encodings (JSON for layout 1, Avro for layout 2)."""
 
-    operation_type: str
-    writes: tuple[FileWrite, ...] = ()
-    replaced_file_ids: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
-    schema: str = ""
-    extra: Mapping[str, str] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "writes", tuple(self.writes))
-        object.__setattr__(
-            self,
-            "replaced_file_ids",
-            _frozen_map({p: tuple(ids) for p, ids in self.replaced_file_ids.items()}),
+    @classmethod
+    def of(cls, change: TableChange) -> CommitMetadata:
+        """`change` as commit metadata (itself when it is one already)."""
+        if isinstance(change, CommitMetadata):
+            return change
+        return cls(
+            operation_type=change.operation_type,
+            writes=change.writes,
+            replaced_file_ids=change.replaced_file_ids,
+            schema=change.schema,
+            extra=change.extra,
         )
-        object.__setattr__(self, "extra", _frozen_map(self.extra))
-        if SCHEMA_KEY in self.extra:
-            raise ValueError(f"extra metadata must not use the reserved key {SCHEMA_KEY!r}")
 
-    # -- Hudi's field names ------------------------------------------------------------------
-
-    def extra_metadata(self) -> dict[str, str]:
-        out = dict(self.extra)
-        if self.schema:
-            out[SCHEMA_KEY] = self.schema
-        return out
+    # -- Hudi's encodings --------------------------------------------------------------------
 
     def partition_to_write_stats(self, layout: TimelineLayout) -> dict[str, list[dict[str, Any]]]:
-        out: dict[str, list[dict[str, Any]]] = {}
-        for w in self.writes:
-            stat: dict[str, Any] = {
-                "fileId": w.file_id,
-                "path": w.path,
-                "prevCommit": w.prev_commit,
-                "numWrites": w.num_writes,
-                "numDeletes": 0,
-                "numUpdateWrites": 0,
-                "numInserts": w.num_inserts,
-                "totalWriteBytes": w.total_write_bytes,
-                "totalWriteErrors": 0,
-                "partitionPath": w.partition_path,
-                "totalLogRecords": 0,
-                "totalLogFiles": 0,
-                "totalUpdatedRecordsCompacted": 0,
-                "totalLogBlocks": 0,
-                "totalCorruptLogBlock": 0,
-                "totalRollbackBlocks": 0,
-                "fileSizeInBytes": w.file_size_bytes,
-            }
-            if layout is TimelineLayout.V1:
-                stat.update({"tempPath": None, "minEventTime": None, "maxEventTime": None})
-            out.setdefault(w.partition_path, []).append(stat)
-        return out
+        return self.write_stats(legacy_fields=layout is TimelineLayout.V1)
 
-    def to_dict(self, layout: TimelineLayout, action: Action) -> dict[str, Any]:
-        d: dict[str, Any] = {
-            "partitionToWriteStats": self.partition_to_write_stats(layout),
-            "compacted": False,
-            "extraMetadata": self.extra_metadata(),
-            "operationType": self.operation_type,
-        }
+    def to_dict(
+        self, layout: TimelineLayout = TimelineLayout.V1, action: Action = Action.COMMIT
+    ) -> dict[str, Any]:
+        d = self.base_dict(legacy_fields=layout is TimelineLayout.V1)
         if action is Action.REPLACE_COMMIT:
             d["partitionToReplaceFileIds"] = {
                 p: list(ids) for p, ids in self.replaced_file_ids.items()
@@ -295,48 +254,6 @@ class CommitMetadata:
         return self.from_dict(d)
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any], what: str = "commit metadata") -> CommitMetadata:
-        try:
-            writes: list[FileWrite] = []
-            for partition, stats in (d.get("partitionToWriteStats") or {}).items():
-                for s in stats or ():
-                    writes.append(
-                        FileWrite(
-                            partition_path=s.get("partitionPath")
-                            if s.get("partitionPath") is not None
-                            else partition,
-                            file_id=s["fileId"],
-                            path=s["path"],
-                            num_writes=int(s.get("numWrites") or 0),
-                            file_size_bytes=int(s.get("fileSizeInBytes") or 0),
-                            prev_commit=s.get("prevCommit") or "null",
-                            num_inserts=int(s.get("numInserts") or 0),
-                            total_write_bytes=int(s.get("totalWriteBytes") or 0),
-                        )
-                    )
-            extra = {k: v for k, v in dict(d.get("extraMetadata") or {}).items() if v is not None}
-            schema = extra.pop(SCHEMA_KEY, "") or ""
-            replaced = {
-                p: tuple(ids or ()) for p, ids in (d.get("partitionToReplaceFileIds") or {}).items()
-            }
-            texts = [schema, *extra, *extra.values(), *replaced]
-            texts += [i for ids in replaced.values() for i in ids]
-            texts += [
-                x for w in writes for x in (w.partition_path, w.file_id, w.path, w.prev_commit)
-            ]
-            if not all(isinstance(t, str) for t in texts):
-                raise TypeError("paths, file ids, schema and extraMetadata must be strings")
-            return cls(
-                operation_type=str(d.get("operationType") or "UNKNOWN"),
-                writes=tuple(writes),
-                replaced_file_ids=replaced,
-                schema=schema,
-                extra=extra,
-            )
-        except (KeyError, TypeError, ValueError, AttributeError) as e:
-            raise CorruptTableError(f"{what} is malformed: {e!r}") from e
-
-    @classmethod
     def from_bytes(
         cls,
         data: bytes,
@@ -347,28 +264,9 @@ class CommitMetadata:
     ) -> CommitMetadata:
         """Parse a completed commit file; CorruptTableError naming `source` if it is empty or
         garbled."""
-        if not data:
-            raise CorruptTableError(
-                f"{source} is empty (0 bytes); a completed instant needs its metadata"
-            )
-        if layout is TimelineLayout.V1 or data[:1] == b"{":
-            try:
-                d = json.loads(data.decode("utf-8"))
-            except (UnicodeDecodeError, json.JSONDecodeError) as e:
-                raise CorruptTableError(f"{source} is not valid JSON commit metadata: {e}") from e
-            if not isinstance(d, dict):
-                raise CorruptTableError(f"{source} is not a JSON object")
-            return cls.from_dict(d, source)
+        if layout is TimelineLayout.V1 or data[:1] == b"{" or not data:
+            return cls.from_json_bytes(data, source)
         return cls.from_dict(_avro_record(data, source), source)
-
-    # -- convenience -------------------------------------------------------------------------
-
-    @property
-    def total_records(self) -> int:
-        return sum(w.num_writes for w in self.writes)
-
-    def partitions(self) -> tuple[str, ...]:
-        return tuple(sorted({w.partition_path for w in self.writes}))
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,136 @@
+"""The Iceberg format's plugin (lakesink.formats): what spark/ and cli/ ask of an Iceberg table.
+Its modules (and pyiceberg) are imported when a method runs, so looking the plugin up costs
+nothing and needs no `iceberg` extra."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from lakesink.config import LakesinkConfig
+    from lakesink.formats.audit import DeadLetters, KeptByTransform
+    from lakesink.formats.iceberg.audit import IcebergAuditReport
+    from lakesink.protocol.offsets import WriterOffsets
+
+
+class IcebergPlugin:
+    """An Iceberg table `table.name` in a catalog whose warehouse is table.path: tasks write data
+    files, each commit is one snapshot whose summary carries the writer's state."""
+
+    name = "iceberg"
+    tasks_write_data_files = True
+    cli_commands = ("iceberg",)
+
+    def check_options(self, cfg: LakesinkConfig) -> None:
+        """A dead-letter table must be a table name (of the same catalog), not a path."""
+        if cfg["errors.deadletter.table"]:
+            from lakesink.formats.iceberg.format import dead_letter_identifier
+
+            dead_letter_identifier(cfg)  # a table name in iceberg.namespace, not a path
+
+    def record_key_columns(self, cfg: LakesinkConfig) -> tuple[str, ...]:
+        """None: an Iceberg table is append-only, unkeyed."""
+        return ()
+
+    def liveness_key(self, cfg: LakesinkConfig) -> str:
+        """Per table under the warehouse: one warehouse holds many tables."""
+        namespace = str(cfg["iceberg.namespace"] or "lakesink")
+        return f".lakesink/liveness/{namespace}.{cfg.table_name}/{cfg.writer_id}.json"
+
+    def committed_offsets(self, cfg: LakesinkConfig) -> WriterOffsets:
+        from lakesink.formats.iceberg.format import committed_offsets_of
+
+        return committed_offsets_of(cfg)
+
+    def committed_topic_ids(self, cfg: LakesinkConfig) -> dict[str, str]:
+        """None: snapshots do not record topic ids."""
+        return {}
+
+    def commit_schema(self, rows: pa.Schema, table_name: str) -> str:
+        """None (""): the table's metadata keeps its schema, with field ids."""
+        return ""
+
+    def dead_letter_table_records(self, cfg: LakesinkConfig) -> DeadLetters:
+        from lakesink.formats.audit import DeadLetters
+        from lakesink.formats.iceberg.format import dead_letter_coordinates_of
+
+        return DeadLetters(tuple(dead_letter_coordinates_of(cfg)), exactly_once=True)
+
+    def audit(
+        self,
+        cfg: LakesinkConfig,
+        *,
+        dead_letters: DeadLetters | None,
+        kept_by_transform: KeptByTransform | None,
+        spark: bool,
+    ) -> IcebergAuditReport:
+        """pyiceberg and DuckDB read the table; with `spark`, Spark with Iceberg's Java runtime
+        too, in its own environment (a subprocess that starts Spark: seconds)."""
+        from lakesink.formats.iceberg.audit import audit_iceberg, spark_reader
+        from lakesink.formats.iceberg.format import catalog_settings_for, open_iceberg_table
+
+        return audit_iceberg(
+            open_iceberg_table(cfg, create=False),
+            cfg.writer_id,
+            bootstrap=cfg["kafka.bootstrap.servers"],
+            isolation_level=cfg["kafka.isolation.level"],
+            consumer_config=cfg.consumer_config,
+            dead_letters=dead_letters,
+            from_log_start=cfg["kafka.starting.offsets"] == "earliest",
+            extra_readers=(
+                {"spark": spark_reader(catalog_settings_for(cfg, create=False))} if spark else {}
+            ),
+            kept_by_transform=kept_by_transform,
+        )
+
+    def audit_lines(self, report: IcebergAuditReport) -> list[str]:
+        lines = [
+            f"audit of writer {report.writer_id} on Iceberg table {report.table}: "
+            f"{report.commits} commits in {report.snapshots} snapshots"
+        ]
+        lines.extend(f"  rows read by {name + ':':<22} {n:,}" for name, n in report.readers.items())
+        lines.extend(f"  not run: {why}" for why in report.not_run)
+        lines.append(f"  Kafka records in committed ranges: {report.kafka_records:,}")
+        if report.dead_letters:
+            lines.append(f"  dead-lettered records:         {report.dead_letters:,}")
+        if report.filtered:
+            lines.append(f"  filtered out by transform.arrow: {report.filtered:,}")
+        readers = ", ".join(report.readers)
+        if report.ok:
+            lines.append(
+                f"  PASS ({readers}): every record exactly once; no duplicates, no gaps, "
+                "readers agree"
+            )
+        else:
+            lines.append("  FAIL:")
+            lines.extend(f"    - {p}" for p in report.problems)
+        return lines
+
+    def read_back(self, cfg: LakesinkConfig) -> tuple[pa.Table, str, str]:
+        """With pyiceberg, from the current snapshot."""
+        from lakesink.formats.iceberg.format import open_iceberg_table
+
+        table = open_iceberg_table(cfg, create=False)
+        rows = table.pyiceberg.scan().to_arrow()
+        snapshots = len(table.pyiceberg.metadata.snapshots)
+        return rows, "pyiceberg", f" of {table.name} ({snapshots} snapshots)"
+
+    def add_cli_commands(
+        self, sub: Any, add_config_args: Callable[[argparse.ArgumentParser], None]
+    ) -> None:
+        """`lakesink iceberg expire-snapshots | rewrite-data-files | remove-orphan-files`."""
+        from lakesink.formats.iceberg import cli
+
+        cli.add_parser(sub, add_config_args)
+
+    def run_cli(self, args: argparse.Namespace, cfg: LakesinkConfig) -> int:
+        from lakesink.formats.iceberg import cli
+
+        return cli.run(args, cfg)
+
+
+PLUGIN = IcebergPlugin()
