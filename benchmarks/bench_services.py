@@ -24,9 +24,9 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from lakesink.engine.coordinator import Coordinator
 from lakesink.formats.hudi.audit import completed_commits, read_with_hudi_rs
 from lakesink.formats.hudi.control import LockedCommitControl
+from lakesink.formats.hudi.coordinator import HudiCoordinator
 from lakesink.formats.hudi.services.archival import ArchivePolicy, archive
 from lakesink.formats.hudi.services.clean import RetainPolicy, clean
 from lakesink.formats.hudi.services.clustering import ClusteringOptions, cluster
@@ -41,7 +41,7 @@ from lakesink.protocol.offsets import OffsetRange, TopicPartition
 from lakesink.protocol.write_status import WriteStatus
 
 
-def make_table(path: Path) -> tuple[HudiTable, LockedCommitControl, Coordinator]:
+def make_table(path: Path) -> tuple[HudiTable, LockedCommitControl, HudiCoordinator]:
     table = HudiTable.create(
         path,
         TableConfig(
@@ -51,12 +51,14 @@ def make_table(path: Path) -> tuple[HudiTable, LockedCommitControl, Coordinator]
         ),
     )
     services = LockedCommitControl(path, heartbeat_interval_s=5, heartbeat_tolerance_s=60)
-    coord = Coordinator(table, "bench-writer", control=services)
+    coord = HudiCoordinator(table, "bench-writer", control=services)
     coord.start()
     return table, services, coord
 
 
-def commit_batch(coord: Coordinator, batch: int, rows: int, partitions: int) -> tuple[float, float]:
+def commit_batch(
+    coord: HudiCoordinator, batch: int, rows: int, partitions: int
+) -> tuple[float, float]:
     """One micro-batch: `rows` records per partition. Returns (publish s, begin+complete s)."""
     ranges = []
     for p in range(partitions):

@@ -32,7 +32,7 @@ from s3_faults import FaultProxy  # noqa: E402
 from s3_server import S3Server  # noqa: E402
 
 from lakesink.config import build_config  # noqa: E402
-from lakesink.engine.coordinator import Coordinator  # noqa: E402
+from lakesink.formats.hudi.coordinator import HudiCoordinator  # noqa: E402
 from lakesink.formats.hudi.services.archival import ArchivePolicy, archive  # noqa: E402
 from lakesink.formats.hudi.table.config import TableConfig  # noqa: E402
 from lakesink.formats.hudi.table.files import base_file_name, new_file_id  # noqa: E402
@@ -83,7 +83,7 @@ def commit_path(
     store = cfg.table_storage
     table = HudiTable.create(store, TableConfig("bench", ("kafka_offset",), (), version=8))
     services = make_control(cfg)
-    coordinator = Coordinator(table, WRITER, query_id="bench", control=services)
+    coordinator = HudiCoordinator(table, WRITER, query_id="bench", control=services)
     coordinator.start()
     next_offset = dict.fromkeys(range(partitions), 0)
     rows: list[dict[str, Any]] = []

@@ -19,7 +19,7 @@ from typing import Any
 
 from lakesink.config import build_config
 from lakesink.engine import writer_state as keys
-from lakesink.engine.coordinator import Coordinator
+from lakesink.formats.hudi.coordinator import HudiCoordinator
 from lakesink.formats.hudi.services.archival import ArchivePolicy, archive
 from lakesink.formats.hudi.table.config import TableConfig
 from lakesink.formats.hudi.table.files import base_file_name, new_file_id
@@ -94,7 +94,7 @@ def measure(
     services = make_control(cfg)
     if archived:  # archival down to its default 20 active instants, before measuring
         archive(table, services, ArchivePolicy())
-    coordinator = Coordinator(table, WRITER, query_id="bench", control=services)
+    coordinator = HudiCoordinator(table, WRITER, query_id="bench", control=services)
     coordinator.start()
     publish: list[float] = []
     overhead: list[float] = []

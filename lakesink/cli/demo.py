@@ -21,8 +21,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from lakesink.cli.output import say, table
 from lakesink.config import LakesinkConfig, load_config
+from lakesink.console import say, table
 from lakesink.extras import require
 from lakesink.formats import FORMAT_KEY, plugin_of
 

@@ -7,8 +7,8 @@ import sys
 import threading
 from typing import TYPE_CHECKING
 
-from lakesink.cli.output import say
 from lakesink.config import LakesinkConfig
+from lakesink.console import say
 from lakesink.spark.pipeline import IngestionResult, Progress
 
 if TYPE_CHECKING:

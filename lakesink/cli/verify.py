@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from lakesink.cli.output import emit_json, say
 from lakesink.config import LakesinkConfig
+from lakesink.console import emit_json, say
 from lakesink.formats import AuditResult, plugin_of
 from lakesink.formats.audit import DeadLetters, KeptByTransform
 

@@ -3,8 +3,9 @@
 It is the seeds' coordinator with Spark's micro-batch boundary as END-COMMIT: it begins an instant
 before tasks write (START-COMMIT), collects their write statuses (WRITE-STATUS), reconciles the
 files on storage against them, and publishes the completed instant with the writer's offsets
-(ACK-COMMIT) — all before Spark records the batch. It imports no Spark, so the crash and replay
-logic is testable on its own.
+(ACK-COMMIT) — all before Spark records the batch. It imports no Spark and no format (each
+format's subclass adds what it keeps beside its commits: lakesink.formats.hudi.coordinator,
+lakesink.formats.iceberg.coordinator), so the crash and replay logic is testable on its own.
 """
 
 from __future__ import annotations
@@ -16,7 +17,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from lakesink.engine import writer_state as keys
 from lakesink.engine.change import TableChange
+from lakesink.engine.format import CommitControl, TableFormat
 from lakesink.engine.requirements import (
     NoConflicts,
     OffsetsUnchanged,
@@ -24,20 +27,7 @@ from lakesink.engine.requirements import (
     WriterStillLive,
 )
 from lakesink.engine.transaction import PostCommitHook, TableTransaction, TxState
-from lakesink.errors import CommitError
 from lakesink.faults import crash_point
-from lakesink.formats.hudi import writer_state as keys
-from lakesink.formats.hudi.control import CommitControl
-from lakesink.formats.hudi.recovery import (
-    INTENTS_DIR,
-    intent_key,
-    is_precommitted,
-    precommitted_key,
-    recover_failed_writes,
-)
-from lakesink.formats.hudi.table.hudi_table import HudiTable
-from lakesink.formats.hudi.table.markers import delete_completed_markers
-from lakesink.formats.hudi.table.timeline import Timeline
 from lakesink.metrics import IngestionMetrics
 from lakesink.protocol.commit import Verdict, classify_batch, decide
 from lakesink.protocol.conflicts import (
@@ -53,7 +43,7 @@ from lakesink.protocol.write_status import WriteStatus
 
 log = logging.getLogger(__name__)
 
-__all__ = ["INTENTS_DIR", "BatchOutcome", "Coordinator", "PreparedCommit"]
+__all__ = ["BatchOutcome", "Coordinator", "PreparedCommit"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,11 +77,15 @@ class PreparedCommit:
 
 class Coordinator:
     """One writer on one table: a `TableTransaction` per batch (lakesink.engine.transaction),
-    begun before its tasks write and committed with the writer's requirements after."""
+    begun before its tasks write and committed with the writer's requirements after.
+
+    What a format keeps beside its commits is the subclass's (Hudi's intents, recovery and
+    pre-commit marks: lakesink.formats.hudi.coordinator); by default nothing durable precedes a
+    commit, so there is nothing to recover and pre-commits are remembered in this process."""
 
     def __init__(
         self,
-        table: HudiTable | None,
+        table_format: TableFormat,
         writer_id: str,
         *,
         query_id: str = "",
@@ -103,9 +97,7 @@ class Coordinator:
         metrics: IngestionMetrics | None = None,
         post_commit: Sequence[PostCommitHook] = (),
     ) -> None:
-        self._table = (
-            table  # None for a subclass over another format (lakesink.formats.iceberg.format)
-        )
+        self.format: TableFormat = table_format  # the table, as the format it commits in
         self.writer_id = writer_id
         self.query_id = query_id
         self.control = control
@@ -122,25 +114,22 @@ class Coordinator:
         # Run after each published commit (inline table services, handed in by the pipeline)
         self.post_commit: tuple[PostCommitHook, ...] = tuple(post_commit)
         self._committed: WriterOffsets | None = None
-        # The timeline recovery read, for the first `committed` after it (one LIST at start)
-        self._recovered: Timeline | None = None
         self._open: dict[str, TableTransaction] = {}
-
-    @property
-    def table(self) -> HudiTable:
-        """The Hudi table (the Hudi-only parts: intents, recovery, pre-commit marks)."""
-        if self._table is None:
-            raise CommitError(f"table {self.name}: this needs a Hudi table")
-        return self._table
+        # instants durable in the pending store (by default remembered here only)
+        self._precommitted: set[str] = set()
 
     @property
     def name(self) -> str:
         """The table's name, for logs."""
-        return self.table.config.name
+        return self.format.name
+
+    def _transaction_format(self) -> TableFormat:
+        """The format a new transaction commits through (the coordinator's own by default)."""
+        return self.format
 
     def _new_transaction(self) -> TableTransaction:
         return TableTransaction(
-            self.table,
+            self._transaction_format(),
             self.control,
             writer_id=self.writer_id,
             metrics=self.metrics,
@@ -149,7 +138,7 @@ class Coordinator:
 
     def _resumed_transaction(self, t: InstantTime) -> TableTransaction:
         return TableTransaction.resume(
-            self.table,
+            self._transaction_format(),
             self.control,
             t,
             writer_id=self.writer_id,
@@ -158,8 +147,9 @@ class Coordinator:
         )
 
     def _side_files(self, t: InstantTime) -> list[str]:
-        """lakesink's files beside instant `t`, deleted when its transaction ends."""
-        return [intent_key(t), precommitted_key(t)]
+        """lakesink's files beside instant `t`, deleted when its transaction ends (none by
+        default)."""
+        return []
 
     def _transaction(self, t: InstantTime, *, hooks: bool = False) -> TableTransaction:
         """The transaction of instant `t`: the one this coordinator began, or a resumed one
@@ -173,45 +163,26 @@ class Coordinator:
 
     # --- start-up ----------------------------------------------------------------------------
     def start(self, keep: frozenset[InstantTime] = frozenset()) -> None:
-        """Claim this writer id (fencing older incarnations) and roll back its failed instants
-        (except those in `keep`: pre-committed epochs the async committer publishes)."""
-        self.control.claim(self.table, self.writer_id)
+        """Fence older incarnations of this writer id (the subclass's), then recover."""
         self.recover(keep)
 
     def recover(self, keep: frozenset[InstantTime] = frozenset()) -> list[Instant]:
-        """Roll back this writer's unfinished instants, and other writers' whose heartbeat
-        expired — except those in `keep` and others' pre-committed ones (published later)."""
-        timeline = self.table.timeline()
-        rolled = recover_failed_writes(
-            self.table,
-            self.control,
-            self.writer_id,
-            keep=keep,
-            metrics=self.metrics,
-            crash=self._crash,
-            timeline=timeline,
-        )
-        # A crash between a publish and the deletion of its markers (after the lock) left them
-        delete_completed_markers(
-            self.table.storage, lambda t: (i := timeline.get(t)) is not None and i.is_completed
-        )
-        # Rollbacks remove pending instants only: the completed commits this writer's offsets
-        # come from are as that timeline shows them (the writer id is claimed: no other
-        # incarnation completes one).
-        self._committed, self._recovered = None, timeline
-        return rolled
+        """Roll back this writer's unfinished commits except those in `keep` (pre-committed
+        epochs the async committer publishes); by default none are durable: nothing to do."""
+        self._committed = None
+        return []
 
     @property
     def committed(self) -> WriterOffsets:
+        """The offsets the writer's batches build on (pre-committed batches included)."""
         if self._committed is None:
-            timeline, self._recovered = self._recovered, None
-            self._committed = keys.committed_offsets(self.table, self.writer_id, timeline)
+            self._committed = self.format.committed_offsets(self.writer_id)
         return self._committed
 
     def table_offsets(self) -> WriterOffsets:
         """The writer's committed offsets as the table holds them now (read afresh, unlike
         `committed`, which includes pre-committed batches)."""
-        return keys.committed_offsets(self.table, self.writer_id)
+        return self.format.committed_offsets(self.writer_id)
 
     def _base_for(
         self, ranges: Sequence[OffsetRange], *, warn: bool = False
@@ -394,12 +365,12 @@ class Coordinator:
                 log.exception("table %s: post-commit hook after %s failed", self.name, t)
 
     def mark_precommitted(self, t: InstantTime) -> None:
-        """Tell other writers' lazy rollback that instant `t` is durably pre-committed: its owner
-        publishes it at restart, so it must not be rolled back even if its heartbeat expires."""
-        self.table.storage.write(precommitted_key(t), b"")
+        """The batch of instant `t` is durable in the pending store: its owner publishes it at
+        restart, so nothing may roll it back."""
+        self._precommitted.add(t.value)
 
     def is_precommitted(self, t: InstantTime) -> bool:
-        return is_precommitted(self.table, t)
+        return t.value in self._precommitted
 
     def accept_offsets(self, offsets: WriterOffsets) -> None:
         """Positions after a pre-committed (not yet published) batch, for replay detection."""
@@ -453,14 +424,4 @@ class Coordinator:
 
     # --- intents------------------------------------------------------------------------
     def _write_intent(self, t: InstantTime, batch_id: int, ranges: Sequence[OffsetRange]) -> None:
-        self.table.storage.write(
-            intent_key(t),
-            json.dumps(
-                {
-                    "writer_id": self.writer_id,
-                    "query_id": self.query_id,
-                    "batch_id": batch_id,
-                    "ranges": [[r.partition.key(), r.start, r.end] for r in ranges],
-                }
-            ).encode(),
-        )
+        """Say whose instant `t` is before it is visible (none by default)."""

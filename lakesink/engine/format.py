@@ -1,24 +1,26 @@
 """What a table format provides to the commit engine.
 
 `TableTransaction` (lakesink.engine.transaction) drives a commit through these two Protocols;
-`lakesink.formats.hudi.format.HudiFormat` implements them over lakesink's Hudi table. An Iceberg
-implementation commits one snapshot per transaction through its catalog's optimistic commit:
-it has no lock file, no instant files and no markers, so `begin` only allocates ids,
-`stage` checks the data files the tasks reported, and `commit` is the catalog's
-compare-and-swap of the table metadata, retried on conflict with the requirements re-checked
-against the refreshed metadata. A writer's concurrency control (`CommitControl`) is
-opaque to the engine: it hands it to the format, whose own kind it is (Hudi: lock, heartbeats,
-fencing; Iceberg: none, the catalog's commit is the fence).
+`lakesink.formats.hudi.format.HudiFormat` implements them over lakesink's Hudi table (its lock,
+heartbeats, timeline and markers). `lakesink.formats.iceberg.format.IcebergFormat` commits one
+snapshot per transaction through its catalog's optimistic commit: it has no lock file, no
+instant files and no markers, so `begin` only allocates ids, `stage` checks the data files the
+tasks reported, and `commit` is the catalog's compare-and-swap of the table metadata, retried on
+conflict with the requirements re-checked against the refreshed metadata. A writer's
+concurrency control (`CommitControl`) is opaque to the engine: it hands it to the format, whose
+own kind it is (Hudi: lock, heartbeats, fencing; Iceberg: none, the catalog's commit is the
+fence).
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
+from contextlib import AbstractContextManager
 from typing import Protocol
 
 from lakesink.engine.change import TableChange
 from lakesink.protocol.conflicts import ConflictStrategy, Operation
-from lakesink.protocol.instant import Action, InstantTime
+from lakesink.protocol.instant import Action, Instant, InstantTime
 from lakesink.protocol.offsets import WriterOffsets
 
 
@@ -60,6 +62,17 @@ class TableFormat(Protocol):
     def name(self) -> str:
         """The table's name, for logs and errors."""
 
+    def lock(self, control: CommitControl) -> AbstractContextManager[object] | None:
+        """The table lock `control` takes, held from a commit's checks to its publish; None
+        for a format without one (Iceberg: the catalog's optimistic commit is the fence)."""
+
+    def start_heartbeat(self, control: CommitControl, instant_time: InstantTime) -> None:
+        """Prove the writer alive while `instant_time` is in flight, before it is visible:
+        other writers roll back an in-flight commit without one (Hudi). Iceberg: nothing."""
+
+    def stop_heartbeat(self, control: CommitControl, instant_time: InstantTime) -> None:
+        """Stop `start_heartbeat`'s heartbeat; safe when none beats."""
+
     def next_instant_time(self, control: CommitControl) -> InstantTime:
         """A new transaction id, later than every commit on the table (Hudi: the control's
         instant time under the lock; Iceberg: the clock, past the newest snapshot)."""
@@ -96,6 +109,13 @@ class TableFormat(Protocol):
     def commit_landed(self, instant_time: InstantTime, commit_id: str) -> bool:
         """After an unknown outcome: whether the table holds this very commit."""
 
+    def published_record(self, instant_time: InstantTime) -> object:
+        """The format's record of a commit `commit_landed` found (as `publish` returns it)."""
+
+    def complete(self, action: Action, instant_time: InstantTime, content: bytes) -> object:
+        """Complete a non-data commit (a Hudi clean) with its content; raise `CommitError`
+        where the format has none."""
+
     def finish(self, instant_time: InstantTime) -> None:
         """Clean up after a published commit (Hudi: its markers)."""
 
@@ -103,6 +123,14 @@ class TableFormat(Protocol):
         """Undo a commit that will not publish: delete its files and its in-flight state;
         True when there was in-flight state to undo. Safe to repeat, and safe when the commit
         never began."""
+
+    def roll_back_pending(self, instant: Instant) -> None:
+        """Roll back a pending commit that recovery found on the table (its caller holds the
+        lock); raise `CommitError` where the format keeps no pending commits (Iceberg)."""
+
+    def delete_side_files(self, keys: Sequence[str]) -> None:
+        """Delete the writer's own files kept beside a commit (Hudi: its intent and
+        pre-commit marks) once the commit ended; nothing where it keeps none."""
 
     def committed_offsets(self, writer_id: str) -> WriterOffsets:
         """The writer's committed offsets (as `TableView.committed_offsets`, read now)."""

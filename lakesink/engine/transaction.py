@@ -1,6 +1,9 @@
 """TableTransaction: the one way anything changes a table.
 
-Every commit lakesink makes — a streaming batch (sync or async), a backfill, a clustering, a
+A transaction drives a `TableFormat` (lakesink.engine.format) and knows no format: the lock,
+the heartbeat, the instant and its rollback are the format's methods, no-ops where it has none
+(Iceberg: no lock, no heartbeat, nothing in flight). The steps below name Hudi's. Every commit
+lakesink makes — a streaming batch (sync or async), a backfill, a clustering, a
 clean — is one transaction, and every rollback of a failed one goes through `abort`:
 
     NEW ──begin──▶ ACTIVE ──stage──▶ STAGED ──commit──▶ COMMITTED
@@ -43,18 +46,13 @@ from types import TracebackType
 from typing import Any
 
 from lakesink.engine.change import TableChange
-from lakesink.engine.format import TableFormat
+from lakesink.engine.format import CommitControl, TableFormat
 from lakesink.engine.requirements import Requirement
 from lakesink.engine.retry import DEFAULT_RETRY, RetryPolicy, run_commit
 from lakesink.engine.writer_state import COMMIT_ID_KEY
 from lakesink.errors import CommitError
-from lakesink.formats.hudi.control import CommitControl
-from lakesink.formats.hudi.format import HudiFormat
-from lakesink.formats.hudi.instants import complete_instant
-from lakesink.formats.hudi.table.hudi_table import HudiTable
-from lakesink.formats.hudi.table.rollback import rollback
 from lakesink.metrics import IngestionMetrics
-from lakesink.protocol.instant import Action, Instant, InstantTime, State
+from lakesink.protocol.instant import Action, Instant, InstantTime
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +83,7 @@ class TableTransaction:
 
     def __init__(
         self,
-        table: HudiTable | None,
+        table_format: TableFormat,
         control: CommitControl,
         *,
         writer_id: str,
@@ -94,17 +92,11 @@ class TableTransaction:
         crash: Callable[[str], None] | None = None,
         hooks: Sequence[PostCommitHook] = (),
         retry: RetryPolicy = DEFAULT_RETRY,
-        table_format: TableFormat | None = None,
     ) -> None:
-        # the Hudi table (None for another format: then no heartbeat and no side files)
-        self.table = table
-        # the format the commit goes through (lakesink.engine.format); the Hudi table by default
-        if table_format is None:
-            if table is None:
-                raise CommitError("a transaction needs a table or a table format")
-            table_format = HudiFormat(table)
+        # the table, as the format it commits in (lakesink.engine.format)
         self.format: TableFormat = table_format
         self.name = table_format.name  # the table's display name, for logs
+        # the writer's concurrency control, handed to the format (lock, heartbeats, fencing)
         self.control = control
         self.writer_id = writer_id
         self.action = action
@@ -119,7 +111,7 @@ class TableTransaction:
     @classmethod
     def resume(
         cls,
-        table: HudiTable | None,
+        table_format: TableFormat,
         control: CommitControl,
         instant_time: InstantTime,
         *,
@@ -128,7 +120,7 @@ class TableTransaction:
         **options: Any,
     ) -> TableTransaction:
         """The transaction of an instant begun earlier (by this process or one before it)."""
-        tx = cls(table, control, writer_id=writer_id, **options)
+        tx = cls(table_format, control, writer_id=writer_id, **options)
         tx._time = instant_time
         tx.state = state
         return tx
@@ -148,10 +140,11 @@ class TableTransaction:
     def locked(self) -> Iterator[Any]:
         """The table lock, the time waited for it recorded in the metrics."""
         started = time.perf_counter()
-        if self.table is None:  # a format without a lock (Iceberg: the catalog's optimistic commit)
+        lock = self.format.lock(self.control)
+        if lock is None:  # a format without a lock (Iceberg: the catalog's optimistic commit)
             yield None
             return
-        with self.control.locked(self.table) as lease:
+        with lock as lease:
             if self.metrics is not None:
                 self.metrics.record_lock_wait(time.perf_counter() - started)
             yield lease
@@ -184,8 +177,7 @@ class TableTransaction:
         self._time = t
         if intent is not None:
             intent(t)
-        if self.table is not None:
-            self.control.start_heartbeat(self.table, t)
+        self.format.start_heartbeat(self.control, t)
         self.state = TxState.ACTIVE
         self.format.begin(self.action, t, requested_content=requested_content)
         return t
@@ -248,13 +240,9 @@ class TableTransaction:
             instant=done if isinstance(done, Instant) else None,
         )
 
-    def complete(self, content: bytes) -> Instant:
+    def complete(self, content: bytes) -> object:
         """Complete a non-data instant (a clean) with its content, then finish."""
-        if self.table is None:
-            raise CommitError(f"table {self.name}: only Hudi tables complete non-data instants")
-        done = complete_instant(
-            self.table, Instant(self.instant_time, self.action, State.INFLIGHT), content
-        )
+        done = self.format.complete(self.action, self.instant_time, content)
         self.state = TxState.COMMITTED
         self._finish()
         return done
@@ -263,18 +251,14 @@ class TableTransaction:
         t = self.instant_time
         if not self.format.commit_landed(t, commit_id):
             return None
-        return self.table.timeline().get(t) if self.table is not None else t
-
-    def _delete_side_files(self) -> None:
-        if self.side_files and self.table is not None:
-            self.table.storage.delete_many(self.side_files)
+        return self.format.published_record(t)
 
     def _finish(self) -> None:
         t = self.instant_time
         self.stop_heartbeat()
         if self.action.writes_data:
             self.format.finish(t)
-        self._delete_side_files()
+        self.format.delete_side_files(self.side_files)
 
     # --- abort -------------------------------------------------------------------------------
     def abort(self) -> bool:
@@ -286,21 +270,19 @@ class TableTransaction:
         t = self._time
         self.stop_heartbeat()
         rolled = self.format.rollback(t)
-        self._delete_side_files()
+        self.format.delete_side_files(self.side_files)
         self.state = TxState.ABORTED
         return rolled
 
     def roll_back_pending(self, current: Instant) -> None:
         """Recovery's rollback of a pending instant found on the timeline (the caller holds
         the lock and checked that nobody publishes it); the heartbeat is not ours to stop."""
-        if self.table is None:
-            raise CommitError(f"table {self.name}: only Hudi tables have pending instants")
-        rollback(self.table, current)
+        self.format.roll_back_pending(current)
         self.state = TxState.ABORTED
 
     def stop_heartbeat(self) -> None:
-        if self._time is not None and self.table is not None:
-            self.control.stop_heartbeat(self.table, self._time)
+        if self._time is not None:
+            self.format.stop_heartbeat(self.control, self._time)
 
     # --- context manager ---------------------------------------------------------------------
     def __enter__(self) -> TableTransaction:

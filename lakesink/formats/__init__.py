@@ -9,7 +9,7 @@ Plugins are imported on first use: importing this package imports no format (and
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 from lakesink.errors import ConfigError
@@ -18,8 +18,13 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from lakesink.config import LakesinkConfig
+    from lakesink.engine.coordinator import Coordinator
+    from lakesink.engine.format import CommitControl, TableFormat
     from lakesink.formats.audit import DeadLetters, KeptByTransform
-    from lakesink.protocol.offsets import WriterOffsets
+    from lakesink.formats.task import TaskTarget
+    from lakesink.metrics import IngestionMetrics
+    from lakesink.protocol.offsets import TopicPartition, WriterOffsets
+    from lakesink.storage import Storage
 
 # The configuration key that names the format (defined and validated in lakesink.config).
 FORMAT_KEY = "table.format"
@@ -101,6 +106,48 @@ class FormatPlugin(Protocol):
         shows them): the rows, the reader's name and what it read (" of <table> ..." or "")."""
         ...
 
+    def table_format(self, table: object) -> TableFormat:
+        """The commit engine's view (lakesink.engine.format) of the format's table object, for
+        a `TableTransaction` over it."""
+        ...
+
+    def open_coordinator(
+        self,
+        cfg: LakesinkConfig,
+        table: object,
+        control: CommitControl,
+        *,
+        query_id: str,
+        publish_delay_s: float = 0.0,
+        topic_ids: Callable[[Iterable[str]], Mapping[str, str]] | None = None,
+        metrics: IngestionMetrics | None = None,
+    ) -> Coordinator:
+        """The writer's commit coordinator over `table` (the format's table object, as the
+        pipeline opened it for `cfg`), under `control`, with the configured conflict rules and
+        the format's post-commit hooks (Hudi: inline table services; Iceberg: maintenance)."""
+        ...
+
+    def table_partition_fields(self, coordinator: Coordinator) -> tuple[str, ...] | None:
+        """The partition columns the coordinator's table declares itself (Hudi: its config),
+        or None where the configuration gives them (Iceberg)."""
+        ...
+
+    def task_target(
+        self, coordinator: Coordinator, instant_time: str, target_file_size: int
+    ) -> TaskTarget:
+        """Where Spark tasks write on the coordinator's table for `instant_time`, to pickle into
+        them (lakesink.formats.task)."""
+        ...
+
+    def snapshot_files(self, storage: Storage, as_of: str | None) -> list[str]:
+        """The Parquet files (relative to the table's root) that hold the rows of the table at
+        `storage` as of the instant `as_of` (None: the latest), for `spark.read`."""
+        ...
+
+    def snapshot_schema(self, storage: Storage, as_of: str | None) -> pa.Schema:
+        """The schema of those rows."""
+        ...
+
     @property
     def cli_commands(self) -> tuple[str, ...]:
         """The format's own top-level `lakesink` commands."""
@@ -114,6 +161,38 @@ class FormatPlugin(Protocol):
 
     def run_cli(self, args: argparse.Namespace, cfg: LakesinkConfig) -> int:
         """Run one of the commands `add_cli_commands` added; the exit code."""
+        ...
+
+    def status(
+        self,
+        cfg: LakesinkConfig,
+        *,
+        high_watermarks: Callable[[], Mapping[TopicPartition, int]],
+        add_metrics: Callable[[dict[str, Any]], None],
+    ) -> dict[str, Any]:
+        """`lakesink status` of the writer and its table, as JSON-able data: committed offsets,
+        high watermarks (read by `high_watermarks`) and lag per partition, pending epochs, the
+        table's state; `add_metrics` adds the metrics once the partitions are in."""
+        ...
+
+    def print_status(self, st: dict[str, Any]) -> None:
+        """`status`'s data as text."""
+        ...
+
+    def recognizes_table(self, path: str) -> bool:
+        """Whether `path` holds a table (or a warehouse) of this format that another format's
+        `table` commands must not open. The default format answers False: it takes the paths
+        no format recognizes (and says when no table is there)."""
+        ...
+
+    def run_table_command(self, args: argparse.Namespace) -> int:
+        """Run `lakesink table <command> <path>` (lakesink.cli.table_commands parses it) on a
+        table of this format; the exit code."""
+        ...
+
+    def backfill_control(self, args: argparse.Namespace, cfg: LakesinkConfig | None) -> Any:
+        """The commit control of `lakesink backfill` (`args`: its lock options; `cfg`: the
+        configuration given, if any); ConfigError for options the format cannot honour."""
         ...
 
 
@@ -156,3 +235,13 @@ def all_plugins() -> tuple[FormatPlugin, ...]:
 def plugin_with_command(command: str) -> FormatPlugin | None:
     """The plugin whose own `lakesink` command `command` is (None for the common commands)."""
     return next((p for p in all_plugins() if command in p.cli_commands), None)
+
+
+def default_plugin() -> FormatPlugin:
+    """The plugin of `table.format`'s default (the first format): `lakesink table create`."""
+    return plugin_for(FORMAT_NAMES[0])
+
+
+def plugin_at(path: str) -> FormatPlugin:
+    """The plugin of the table at `path`: the format that recognizes it, else the default."""
+    return next((p for p in all_plugins() if p.recognizes_table(path)), default_plugin())

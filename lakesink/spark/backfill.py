@@ -27,6 +27,7 @@ from lakesink.config import LakesinkConfig
 from lakesink.engine.requirements import BackfillNotCommitted, NoConflicts, WriterStillLive
 from lakesink.engine.transaction import TableTransaction
 from lakesink.errors import ConfigError
+from lakesink.formats import plugin_for
 from lakesink.formats.hudi import writer_state as keys
 from lakesink.formats.hudi.conflicts import file_groups_of_paths
 from lakesink.formats.hudi.control import CommitControl
@@ -35,7 +36,7 @@ from lakesink.formats.hudi.table.avro_schema import META_COLUMNS
 from lakesink.formats.hudi.table.hudi_table import HudiTable
 from lakesink.formats.hudi.table.metadata import CommitMetadata
 from lakesink.formats.hudi.table.view import FileSystemView
-from lakesink.formats.hudi.table.writer import DEFAULT_TARGET_FILE_SIZE
+from lakesink.formats.hudi.table.writer import DEFAULT_TARGET_FILE_SIZE, HudiTaskTarget
 from lakesink.protocol.conflicts import (
     ConflictStrategy,
     FileGroupOverlap,
@@ -200,10 +201,10 @@ def run_backfill(
         if cfg is not None
         else FileGroupOverlap()
     )
-    with TableTransaction(table, control, writer_id=writer) as tx:
+    with TableTransaction(plugin_for("hudi").table_format(table), control, writer_id=writer) as tx:
         t = tx.begin()
         log.info("table %s: backfill %s (writer %s) began %s", table.config.name, bid, writer, t)
-        task = TaskWriter(table.storage, table.config, t.value, size)
+        task = TaskWriter(HudiTaskTarget(table.storage, table.config, t.value, size))
         statuses = parse_statuses(df.mapInArrow(task, STATUS_SCHEMA).collect())
         writes = tuple(f for s in statuses for f in s.files)
         kept = tx.stage({w.path for w in writes})

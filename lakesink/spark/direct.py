@@ -33,15 +33,13 @@ import pyarrow as pa
 
 from lakesink.config import LakesinkConfig
 from lakesink.errors import ConfigError
-from lakesink.formats.hudi.table.config import TableConfig
-from lakesink.formats.iceberg.datafiles import WriteContext
 from lakesink.protocol.offsets import OffsetRange
 from lakesink.protocol.write_status import WriteStatus
-from lakesink.storage import Storage
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from lakesink.formats.task import TaskTarget
     from lakesink.spark.arrow_transform import ArrowTransform
     from lakesink.spark.batch import BatchTables, Instants
 
@@ -90,24 +88,6 @@ def _direct_path_obstacle(cfg: LakesinkConfig) -> str | None:
 
 
 @dataclass(frozen=True, slots=True)
-class TableTarget:
-    """Where a task writes: a table and the instant its files belong to."""
-
-    storage: Storage
-    config: TableConfig
-    instant_time: str
-
-
-@dataclass(frozen=True, slots=True)
-class IcebergTarget:
-    """Where a task writes on an Iceberg table: the table's write context (schema, spec,
-    location, file IO) and the transaction its data files belong to."""
-
-    context: WriteContext
-    instant_time: str
-
-
-@dataclass(frozen=True, slots=True)
 class TaskStatuses:
     """What one direct task returns: its write status per table (None: no instant there)."""
 
@@ -136,7 +116,8 @@ class TaskStatuses:
 class DirectTask:
     """A picklable function for `RDD.mapPartitions`: reads the offset ranges of its Spark
     partition (one piece of a planned range), writes the good rows into the main table and
-    the dead letters into the dead-letter table, and yields one `TaskStatuses` as JSON.
+    the dead letters into the dead-letter table (each a format's `TaskTarget`, None: no instant
+    there), and yields one `TaskStatuses` as JSON.
 
     With a dead-letter table configured (`dead_letter_table`) but no instant there
     (`dead_letters` None), the dead-letter table has committed these ranges already: a batch
@@ -148,13 +129,12 @@ class DirectTask:
         config_json: str,
         secrets_json: str,
         *,
-        rows: TableTarget | IcebergTarget | None,
-        dead_letters: TableTarget | IcebergTarget | None,
+        rows: TaskTarget | None,
+        dead_letters: TaskTarget | None,
         dead_letter_table: bool,
         rows_schema: pa.Schema,
         dead_letter_schema: pa.Schema,
         required: tuple[str, ...],
-        target_file_size: int,
         transform: ArrowTransform | None = None,
     ) -> None:
         self.config_json = config_json
@@ -167,14 +147,12 @@ class DirectTask:
         self.rows_schema = rows_schema
         self.dead_letter_schema = dead_letter_schema
         self.required = required
-        self.target_file_size = target_file_size
         self.transform = transform  # `transform.arrow`, applied before the date column
 
     def __call__(self, pieces: Iterable[OffsetRange]) -> Iterator[str]:
         from pyspark import TaskContext
 
         from lakesink.faults import task_fault
-        from lakesink.formats.hudi.table.files import write_token
         from lakesink.kafka.reader import read_range
         from lakesink.spark.source import (
             CONFIG_OPTION,
@@ -182,17 +160,15 @@ class DirectTask:
             decode_config,
             value_deserializer,
         )
-        from lakesink.spark.task_writer import topic_counts, with_required
+        from lakesink.spark.task_writer import TableOutput, task_attempt, with_required
         from lakesink.spark.worker_gc import freeze_worker_heap
 
         freeze_worker_heap()
         cfg = decode_config({CONFIG_OPTION: self.config_json, SECRETS_OPTION: self.secrets_json})
         ctx = TaskContext.get()
-        ids = (ctx.partitionId(), ctx.stageId(), ctx.attemptNumber()) if ctx else (0, 0, 0)
-        token = write_token(*ids)
-        attempt = f"{ids[1]}.{ids[0]}.{ids[2]}"
-        rows = _output(self.rows, token, self.target_file_size)
-        dead = _output(self.dead_letters, token, self.target_file_size)
+        attempt = task_attempt(ctx)
+        rows = None if self.rows is None else TableOutput(self.rows, attempt)
+        dead = None if self.dead_letters is None else TableOutput(self.dead_letters, attempt)
         failed: list[Any] = []
         date_from = cfg["table.partition.date.from"]
         for piece in pieces:
@@ -208,202 +184,22 @@ class DirectTask:
                 on_dead_letter=failed.append if self.dead_letter_table else None,
             )
             for batch in batches:
-                if rows.writer is None or not batch.num_rows:
+                if rows is None or not batch.num_rows:
                     continue
                 if self.transform is not None:
                     batch = self.transform(batch)
                     if not batch.num_rows:  # the function kept none of these records
                         continue
                 shaped = shape_rows(batch, self.rows_schema, date_from)
-                rows.write(with_required(shaped, self.required), topic_counts(shaped))
-        if failed and dead.writer is not None:
-            letters = dead_letter_batch(failed, self.dead_letter_schema)
-            dead.write(letters, topic_counts(letters))
-        statuses = TaskStatuses(rows.close(attempt), dead.close(attempt))
+                rows.write(with_required(shaped, self.required))
+        if failed and dead is not None:
+            dead.write(dead_letter_batch(failed, self.dead_letter_schema))
+        statuses = TaskStatuses(
+            None if rows is None else rows.close(), None if dead is None else dead.close()
+        )
         if ctx is not None:  # a test fault: this attempt fails after its files are whole
             task_fault(ctx.attemptNumber())
         yield statuses.to_json()
-
-
-def _output(
-    target: TableTarget | IcebergTarget | None, token: str, target_file_size: int
-) -> _Output | _IcebergOutput:
-    if isinstance(target, IcebergTarget):
-        return _IcebergOutput(target)
-    return _Output(target, token, target_file_size)
-
-
-class _Output:
-    """One table's writer inside a direct task (None: no instant for that table)."""
-
-    def __init__(self, target: TableTarget | None, token: str, target_file_size: int) -> None:
-        from lakesink.formats.hudi.table.writer import PartitionedWriter
-        from lakesink.protocol.instant import InstantTime
-
-        self.target = target
-        self.writer = (
-            None
-            if target is None
-            else PartitionedWriter(
-                target.storage,
-                InstantTime(target.instant_time),
-                token,
-                target_file_size_bytes=target_file_size,
-                config=target.config,
-            )
-        )
-        self.records = 0
-        self.topics: dict[str, list[int]] = {}
-
-    def write(self, batch: pa.RecordBatch, counts: dict[str, tuple[int, int]]) -> None:
-        assert self.writer is not None
-        self.writer.write(batch)
-        self.records += batch.num_rows
-        for topic, (n, nbytes) in counts.items():
-            had = self.topics.setdefault(topic, [0, 0])
-            had[0] += n
-            had[1] += nbytes
-
-    def close(self, attempt: str) -> WriteStatus | None:
-        from lakesink.spark.task_writer import TOPICS_EXTRA
-
-        if self.writer is None or self.target is None:
-            return None
-        schema = self.writer.avro_schema
-        files = self.writer.close()
-        return WriteStatus(
-            instant_time=self.target.instant_time,
-            task_attempt=attempt,
-            files=tuple(files),
-            records_read=self.records,
-            records_written=sum(f.num_writes for f in files),
-            extra={**({"schema": schema} if schema else {}), TOPICS_EXTRA: self.topics},
-        )
-
-
-class _IcebergOutput:
-    """The Iceberg table's writer inside a direct task: the task's rows become Parquet data
-    files with the table's field ids (split by partition, cut at the target size) when it
-    closes; its status carries their descriptions and the newest record time per partition
-    (for the snapshot's valid-through time)."""
-
-    def __init__(self, target: IcebergTarget) -> None:
-        self.target = target
-        self.writer = target  # not None: the task writes rows
-        self.batches: list[pa.RecordBatch] = []
-        self.records = 0
-        self.topics: dict[str, list[int]] = {}
-        self.newest_ms: dict[str, int] = {}
-
-    def write(self, batch: pa.RecordBatch, counts: dict[str, tuple[int, int]]) -> None:
-        self.batches.append(batch)
-        self.records += batch.num_rows
-        for topic, (n, nbytes) in counts.items():
-            had = self.topics.setdefault(topic, [0, 0])
-            had[0] += n
-            had[1] += nbytes
-        for key, ms in newest_record_ms(batch).items():
-            self.newest_ms[key] = max(ms, self.newest_ms.get(key, ms))
-
-    def close(self, attempt: str) -> WriteStatus:
-        from lakesink.formats.iceberg.coordinator import FILES_KEY, MAX_TS_KEY
-        from lakesink.formats.iceberg.datafiles import write_data_files
-        from lakesink.protocol.write_status import FileWrite
-        from lakesink.spark.task_writer import TOPICS_EXTRA
-
-        t = self.target.instant_time
-        described = (
-            write_data_files(
-                self.target.context,
-                pa.Table.from_batches(self.batches),
-                attempt_id=f"{t}-{attempt}",
-            )
-            if self.batches
-            else []
-        )
-        return WriteStatus(
-            instant_time=t,
-            task_attempt=attempt,
-            files=tuple(
-                FileWrite("", d.path, d.path, d.record_count, d.size_bytes) for d in described
-            ),
-            records_read=self.records,
-            records_written=sum(d.record_count for d in described),
-            extra={
-                FILES_KEY: [d.to_json() for d in described],
-                MAX_TS_KEY: self.newest_ms,
-                TOPICS_EXTRA: self.topics,
-            },
-        )
-
-
-class IcebergArrowWriter:
-    """A picklable function for `DataFrame.mapInArrow` (the DataFrame path, e.g. after a
-    transformation): writes the rows it is given as data files of the Iceberg table and yields
-    one row holding this attempt's WriteStatus as JSON, shaped as a direct task's (data file
-    descriptions, newest record time per partition), so the coordinator commits either alike.
-    A failed or retried attempt's files carry its own attempt id and stay unreferenced."""
-
-    def __init__(self, target: IcebergTarget, required: tuple[str, ...] = ()) -> None:
-        self.target = target
-        self.required = required  # declared non-nullable columns (see `with_required`)
-
-    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from pyspark import TaskContext
-
-        from lakesink.faults import task_fault
-        from lakesink.spark.task_writer import topic_counts, with_required
-        from lakesink.spark.worker_gc import freeze_worker_heap
-
-        freeze_worker_heap()
-        ctx = TaskContext.get()
-        ids = (ctx.partitionId(), ctx.stageId(), ctx.attemptNumber()) if ctx else (0, 0, 0)
-        out = _IcebergOutput(self.target)
-        for batch in batches:
-            if batch.num_rows:
-                rows = with_required(batch, self.required)
-                out.write(rows, topic_counts(rows))
-        status = out.close(f"{ids[1]}.{ids[0]}.{ids[2]}")
-        if ctx is not None:  # a test fault: this attempt fails after its files are whole
-            task_fault(ctx.attemptNumber())
-        yield pa.RecordBatch.from_pylist(
-            [{"status": json.dumps(status.to_json())}], pa.schema([("status", pa.string())])
-        )
-
-
-def newest_record_ms(batch: pa.RecordBatch) -> dict[str, int]:
-    """The newest `kafka_timestamp` (epoch ms) per topic partition (`TopicPartition.key()`);
-    none when the rows lack a Kafka coordinate column (a transformation dropped it)."""
-    import pyarrow.compute as pc
-
-    from lakesink.protocol.offsets import TopicPartition
-
-    names = batch.schema.names
-    needed = ("kafka_timestamp", "kafka_topic", "kafka_partition")
-    if not batch.num_rows or not all(n in names for n in needed):
-        return {}
-    stamps = pc.cast(pc.cast(batch.column("kafka_timestamp"), pa.timestamp("ms")), pa.int64())
-    grouped = (
-        pa.table(
-            {
-                "t": batch.column("kafka_topic"),
-                "p": batch.column("kafka_partition"),
-                "ms": stamps,
-            }
-        )
-        .group_by(["t", "p"])
-        .aggregate([("ms", "max")])
-    )
-    return {
-        TopicPartition(str(t), int(p)).key(): int(ms)
-        for t, p, ms in zip(
-            grouped.column("t").to_pylist(),
-            grouped.column("p").to_pylist(),
-            grouped.column("ms_max").to_pylist(),
-            strict=True,
-        )
-        if ms is not None
-    }
 
 
 def shape_rows(batch: pa.RecordBatch, schema: pa.Schema, date_from: str | None) -> pa.RecordBatch:
@@ -485,20 +281,28 @@ def write_direct_batch(
     declared StructType); the write statuses by table role. The caller commits them."""
     from pyspark.sql.pandas.types import from_arrow_schema
 
+    from lakesink.formats import plugin_of
     from lakesink.spark.batch import DEAD_LETTERS, ROWS
     from lakesink.spark.source import encode_config, encode_secrets
 
-    dead = tables[DEAD_LETTERS].coordinator if DEAD_LETTERS in tables else None
+    plugin = plugin_of(cfg)
+
+    def target(role: str) -> TaskTarget | None:
+        instant = instants.get(role)
+        if role not in tables or instant is None:
+            return None
+        size = cfg["table.target.file.size.bytes"]
+        return plugin.task_target(tables[role].coordinator, instant.value, size)
+
     task = DirectTask(
         encode_config(cfg),
         encode_secrets(cfg),
-        rows=_target(tables[ROWS].coordinator, instants.get(ROWS)),
-        dead_letters=_target(dead, instants.get(DEAD_LETTERS)),
-        dead_letter_table=dead is not None,
+        rows=target(ROWS),
+        dead_letters=target(DEAD_LETTERS),
+        dead_letter_table=DEAD_LETTERS in tables,
         rows_schema=_relaxed(spark_arrow_schema(spark, output_schema), required),
         dead_letter_schema=spark_arrow_schema(spark, from_arrow_schema(dead_letter_rows(cfg))),
         required=required,
-        target_file_size=cfg["table.target.file.size.bytes"],
         transform=transform,
     )
     statuses = _run_tasks(spark, task, task_pieces(ranges, cfg["kafka.max.records.per.task"]))
@@ -531,25 +335,6 @@ def _relaxed(schema: pa.Schema, required: Sequence[str]) -> pa.Schema:
     """`schema` with the top-level columns outside `required` nullable, as the source hands
     them to Spark (`with_required` restores the rest)."""
     return pa.schema([f if f.name in required else f.with_nullable(True) for f in schema])
-
-
-def iceberg_target(coordinator: Any, instant: Any) -> IcebergTarget | None:
-    """Where an Iceberg coordinator's tasks write for `instant` (None: not an Iceberg table)."""
-    from lakesink.formats.iceberg.coordinator import IcebergCoordinator
-
-    if not isinstance(coordinator, IcebergCoordinator):
-        return None
-    return IcebergTarget(coordinator.format.table.write_context(), instant.value)
-
-
-def _target(coordinator: Any, instant: Any) -> TableTarget | IcebergTarget | None:
-    if coordinator is None or instant is None:
-        return None
-    iceberg = iceberg_target(coordinator, instant)
-    if iceberg is not None:
-        return iceberg
-    table = coordinator.table
-    return TableTarget(table.storage, table.config, instant.value)
 
 
 def _run_tasks(

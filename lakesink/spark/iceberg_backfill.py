@@ -6,7 +6,7 @@ The same writer model as the streaming path, without Kafka ranges: the writer id
 the source files, so the append's requirement (checked inside the SQL catalog's commit, or on
 a pinned base through REST) finds an earlier landing of the same backfill and appends nothing
 twice; the summary also carries `lakesink.backfill-id`, which a rerun looks for first. Tasks
-write data files with the table's field ids (`IcebergArrowWriter`, as the DataFrame path does);
+write data files with the table's field ids (`TaskWriter`, as the DataFrame path does);
 files of failed task attempts are in no status and stay unreferenced until
 `remove-orphan-files`; the files of an append that did not land are deleted.
 """
@@ -64,12 +64,11 @@ def run_iceberg_backfill(
     from pyspark.sql.pandas.types import from_arrow_schema
 
     from lakesink.formats.iceberg.coordinator import FILES_KEY
-    from lakesink.formats.iceberg.datafiles import DataFileDescription
+    from lakesink.formats.iceberg.datafiles import DataFileDescription, IcebergTarget
     from lakesink.formats.iceberg.format import open_iceberg_table
     from lakesink.formats.iceberg.snapshots import AppendRequirement
     from lakesink.formats.iceberg.table import CommitOutcome
-    from lakesink.spark.direct import IcebergArrowWriter, IcebergTarget
-    from lakesink.spark.task_writer import STATUS_SCHEMA, parse_statuses
+    from lakesink.spark.task_writer import STATUS_SCHEMA, TaskWriter, parse_statuses
 
     files = source_files(source, fmt)
     bid = backfill_id(files)
@@ -86,9 +85,7 @@ def run_iceberg_backfill(
     required = tuple(f.name for f in schema if not f.nullable)
     target = IcebergTarget(table.write_context(), f"backfill-{bid}")
     statuses = parse_statuses(
-        df.mapInArrow(
-            _AsTableRows(IcebergArrowWriter(target, required), schema), STATUS_SCHEMA
-        ).collect()
+        df.mapInArrow(_AsTableRows(TaskWriter(target, required), schema), STATUS_SCHEMA).collect()
     )
     written = [
         DataFileDescription.from_json(d) for s in statuses for d in s.extra.get(FILES_KEY, ())

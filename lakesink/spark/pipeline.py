@@ -19,17 +19,15 @@ from lakesink.config import LakesinkConfig
 from lakesink.engine.async_commit import AsyncCommitter
 from lakesink.engine.coordinator import BatchOutcome, Coordinator
 from lakesink.engine.liveness import WriterLiveness
-from lakesink.engine.pending.store import PendingCommitStore
 from lakesink.errors import FencedError, LakesinkError
 from lakesink.formats import plugin_of
 from lakesink.formats.hudi import writer_state
 from lakesink.formats.hudi.control import CommitControl, WriterCommitControl
-from lakesink.formats.hudi.services.inline import inline_services_hook
 from lakesink.formats.hudi.table.config import TableConfig
 from lakesink.formats.hudi.table.hudi_table import HudiTable
+from lakesink.formats.status import pending_store_for
 from lakesink.kafka.client import TopicIds
 from lakesink.metrics import IngestionMetrics
-from lakesink.protocol.conflicts import strategy_named
 from lakesink.protocol.offsets import TopicPartition, WriterOffsets
 from lakesink.spark.direct import uses_direct_path
 from lakesink.spark.liveness_file import writer_liveness
@@ -208,40 +206,21 @@ class Ingestion:
             topics=",".join(cfg["kafka.topics"]) or str(cfg["kafka.topic.pattern"]),
         )
         topic_ids = TopicIds(cfg["kafka.bootstrap.servers"], cfg.kafka_client_config)
-        self.coordinator: Coordinator
-        if self.table is None:
-            from lakesink.formats.iceberg.coordinator import IcebergCoordinator
-            from lakesink.formats.iceberg.format import IcebergFormat, open_iceberg_table
-            from lakesink.formats.iceberg.services import iceberg_maintenance_hook
+        opened: object = self.table
+        if opened is None:
+            from lakesink.formats.iceberg.format import open_iceberg_table
             from lakesink.spark.direct import spark_arrow_schema
 
-            table = open_iceberg_table(cfg, spark_arrow_schema(spark, self.output_schema))
-            iceberg_format = IcebergFormat(table)
-            # inline maintenance after commits; orphan removal spares the writer's batches
-            # in flight
-            maintenance = iceberg_maintenance_hook(
-                table, cfg, in_flight=iceberg_format.in_flight_files
-            )
-            self.coordinator = IcebergCoordinator(
-                iceberg_format,
-                cfg.writer_id,
-                query_id=str(uuid.uuid4()),
-                allow_data_loss=not cfg["kafka.fail.on.data.loss"],
-                topic_ids=topic_ids,
-                metrics=self.metrics,
-                post_commit=(maintenance,),
-                publish_delay_s=cfg["commit.publish.delay.s"],
-            )
-        else:
-            self.coordinator = make_coordinator(
-                cfg,
-                self.table,
-                self.control,
-                query_id=str(uuid.uuid4()),
-                publish_delay_s=cfg["commit.publish.delay.s"],
-                topic_ids=topic_ids,
-                metrics=self.metrics,
-            )
+            opened = open_iceberg_table(cfg, spark_arrow_schema(spark, self.output_schema))
+        self.coordinator: Coordinator = self.plugin.open_coordinator(
+            cfg,
+            opened,
+            self.control,
+            query_id=str(uuid.uuid4()),
+            publish_delay_s=cfg["commit.publish.delay.s"],
+            topic_ids=topic_ids,
+            metrics=self.metrics,
+        )
         self.monitor: LagMonitor | None = None  # lag readings while metrics are served
         self.liveness: WriterLiveness | None = None  # renewed while run() runs
 
@@ -503,7 +482,7 @@ class Ingestion:
                 record_key_fields=("kafka_topic", "kafka_partition", "kafka_offset"),
             ),
         )
-        coordinator = make_coordinator(
+        coordinator = self.plugin.open_coordinator(
             cfg, table, make_control(cfg), query_id=self.coordinator.query_id
         )
         coordinator.start()
@@ -607,15 +586,6 @@ def source_stream(spark: SparkSession, cfg: LakesinkConfig) -> DataFrame:
     )
 
 
-def pending_store_for(cfg: LakesinkConfig) -> PendingCommitStore:
-    from lakesink.engine.pending.factory import make_pending_store
-
-    path = cfg.pending_store_path
-    if cfg["commit.pending.store"] == "sqlite":
-        path.parent.mkdir(parents=True, exist_ok=True)
-    return make_pending_store(cfg["commit.pending.store"], path=str(path), dsn=cfg["postgres.dsn"])
-
-
 def make_committer(cfg: LakesinkConfig, coordinator: Coordinator) -> AsyncCommitter | None:
     if cfg["commit.mode"] != "async":
         return None
@@ -629,32 +599,6 @@ def make_committer(cfg: LakesinkConfig, coordinator: Coordinator) -> AsyncCommit
 def make_control(cfg: LakesinkConfig) -> WriterCommitControl:
     """The writer's lock, heartbeats and fencing as configured."""
     return WriterCommitControl.from_config(cfg)
-
-
-def make_coordinator(
-    cfg: LakesinkConfig,
-    table: HudiTable,
-    control: CommitControl,
-    *,
-    query_id: str,
-    publish_delay_s: float = 0.0,
-    topic_ids: Callable[[Iterable[str]], Mapping[str, str]] | None = None,
-    metrics: IngestionMetrics | None = None,
-) -> Coordinator:
-    """The commit coordinator of `table`, with the configured conflict rules and the inline
-    table services as its post-commit hook."""
-    return Coordinator(
-        table,
-        cfg.writer_id,
-        query_id=query_id,
-        control=control,
-        conflict_strategy=strategy_named(cfg["table.services.conflict.strategy"]),
-        publish_delay_s=publish_delay_s,
-        allow_data_loss=not cfg["kafka.fail.on.data.loss"],
-        topic_ids=topic_ids,
-        metrics=metrics,
-        post_commit=(inline_services_hook(table, cfg, control),),
-    )
 
 
 def committed_offsets(cfg: LakesinkConfig) -> dict[str, int]:

@@ -30,7 +30,7 @@ from lakesink.spark.arrow_transform import (
     session_arrow_options,
 )
 from lakesink.spark.batch import DEAD_LETTERS, ROWS, BatchTable, BatchTables, Instants
-from lakesink.spark.direct import IcebergArrowWriter, iceberg_target, write_direct_batch
+from lakesink.spark.direct import write_direct_batch
 from lakesink.spark.replay_check import lost_spans
 from lakesink.spark.source import ERROR_COLUMN, RAW_VALUE_COLUMN, offset_to_ranges
 from lakesink.spark.task_writer import (
@@ -253,8 +253,9 @@ class CommittingSink:
     @property
     def partition_fields(self) -> tuple[str, ...]:
         """The columns the rows must have for the table's partitioning."""
-        if not self.writes_iceberg:
-            return self.coordinator.table.config.partition_fields
+        declared = self.plugin.table_partition_fields(self.coordinator)
+        if declared is not None:
+            return declared
         date = (DATE_PARTITION_COLUMN,) if self.cfg["table.partition.date.from"] else ()
         return (*self.cfg["table.partition.by"], *date)
 
@@ -278,7 +279,7 @@ class CommittingSink:
         table's latest schema, else the DataFrame's."""
         from pyspark.sql.pandas.types import to_arrow_schema
 
-        latest = self.coordinator.table.timeline().latest_schema()
+        latest = self.coordinator.format.schema()
         if latest:
             return latest
         # declared nullability; timestamps as Spark hands them to mapInArrow (the session's
@@ -286,7 +287,7 @@ class CommittingSink:
         # timestamp columns (a first batch of gaps only: compacted or aborted records).
         zone = df.sparkSession.conf.get("spark.sql.session.timeZone") or "UTC"
         arrow: Any = to_arrow_schema(self.output_schema or df.schema, timezone=zone)
-        return self.plugin.commit_schema(arrow, self.coordinator.table.config.name)
+        return self.plugin.commit_schema(arrow, self.coordinator.name)
 
     def __call__(self, batch_df: DataFrame, batch_id: int) -> None:
         """Runs the batch; a failure is kept in `self.failure` and Spark gets a short stand-in.
@@ -417,7 +418,7 @@ class CommittingSink:
         if self.writes_iceberg:
             return ""
         if role == DEAD_LETTERS:
-            name = self.tables[DEAD_LETTERS].coordinator.table.config.name
+            name = self.tables[DEAD_LETTERS].coordinator.name
             return self.plugin.commit_schema(DEAD_LETTER_SCHEMA, name)
         written = next((s.extra["schema"] for s in statuses if s.extra.get("schema")), None)
         return str(written) if written else self.avro_schema_of(df)
@@ -437,17 +438,8 @@ class CommittingSink:
         instant: Any,
         required: tuple[str, ...] = (),
     ) -> list[WriteStatus]:
-        iceberg = iceberg_target(coordinator, instant)
-        if iceberg is not None:
-            task = IcebergArrowWriter(iceberg, required)
-            return parse_statuses(df.mapInArrow(task, STATUS_SCHEMA).collect())
-        writer = TaskWriter(
-            coordinator.table.storage,
-            coordinator.table.config,
-            instant.value,
-            self.cfg["table.target.file.size.bytes"],
-            required=required,
-        )
+        size = self.cfg["table.target.file.size.bytes"]
+        writer = TaskWriter(self.plugin.task_target(coordinator, instant.value, size), required)
         return parse_statuses(df.mapInArrow(writer, STATUS_SCHEMA).collect())
 
 

@@ -14,7 +14,11 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
 from lakesink.errors import ConfigError
+from lakesink.formats import plugin_for
 from lakesink.storage import Storage
+
+TABLE_FORMAT = "hudi"
+"""The format of the tables this source reads (copy-on-write Hudi tables, by path)."""
 
 
 class BaseFilePartition(InputPartition):
@@ -36,30 +40,13 @@ def _storage(options: dict[str, str]) -> Storage:
     return open_storage(path, settings)
 
 
-def _table_and_view(options: dict[str, str]):  # type: ignore[no-untyped-def]
-    from lakesink.formats.hudi.table.hudi_table import HudiTable
-    from lakesink.formats.hudi.table.view import FileSystemView
-    from lakesink.protocol.instant import InstantTime
-
-    path = options.get("path")
-    if not path:
-        raise ConfigError('spark.read.format("lakesink") needs a table path: .load(path)')
-    table = HudiTable.open(_storage(options))
-    as_of = options.get("as.of.instant")
-    return table, FileSystemView(table, InstantTime(as_of) if as_of else None)
+def _snapshot(options: dict[str, str]) -> tuple[Storage, str | None]:
+    """The table's storage and the instant to read as of (None: the latest)."""
+    return _storage(options), options.get("as.of.instant") or None
 
 
 def _arrow_schema(options: dict[str, str]) -> pa.Schema:
-    import pyarrow.parquet as pq
-
-    from lakesink.formats.hudi.table.reader import TableReader
-
-    table, view = _table_and_view(options)
-    files = view.latest_base_files()
-    if files:
-        fs, root = table.storage.arrow()
-        return pq.read_schema(f"{root}/{files[0].path}", filesystem=fs)
-    return TableReader(table).snapshot().schema
+    return plugin_for(TABLE_FORMAT).snapshot_schema(*_snapshot(options))
 
 
 class TableBatchReader(DataSourceReader):
@@ -68,8 +55,8 @@ class TableBatchReader(DataSourceReader):
         self.schema = schema
 
     def partitions(self) -> Sequence[InputPartition]:
-        _table, view = _table_and_view(self.options)
-        return [BaseFilePartition(f.path) for f in view.latest_base_files()]
+        files = plugin_for(TABLE_FORMAT).snapshot_files(*_snapshot(self.options))
+        return [BaseFilePartition(path) for path in files]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         import pyarrow.parquet as pq

@@ -1,18 +1,23 @@
-"""Task side of the sink: write a Spark partition's Arrow batches as Hudi base files."""
+"""Task side of the sink: write a Spark partition's Arrow batches into one table through the
+format's task target (lakesink.formats.task), and count the rows per Kafka topic."""
 
 from __future__ import annotations
 
 import json
 import uuid
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from lakesink.formats.hudi.table.config import TableConfig
+from lakesink.formats.task import TaskAttempt
 from lakesink.protocol.offsets import OffsetRange
 from lakesink.protocol.write_status import WriteStatus
-from lakesink.storage import Storage
+
+if TYPE_CHECKING:
+    from pyspark import TaskContext
+
+    from lakesink.formats.task import TaskTarget
 
 STATUS_SCHEMA = "status string"
 TOPICS_EXTRA = "topics"
@@ -24,23 +29,52 @@ _STATUS_ARROW = pa.schema([("status", pa.string())])
 DATE_PARTITION_COLUMN = "dt"
 
 
-class TaskWriter:
-    """A picklable function for `DataFrame.mapInArrow`: writes the rows it is given into the
-    table under one instant and yields one row holding this attempt's WriteStatus as JSON."""
+def task_attempt(ctx: TaskContext | None) -> TaskAttempt:
+    """The attempt of the Spark task `ctx` (outside Spark, in unit tests: one of its own)."""
+    if ctx is None:
+        return TaskAttempt(0, 0, 0, uuid.uuid4().hex)
+    partition, stage, number = ctx.partitionId(), ctx.stageId(), ctx.attemptNumber()
+    return TaskAttempt(partition, stage, number, f"{stage}.{partition}.{number}")
 
-    def __init__(
-        self,
-        table_path: str | Storage,
-        config: TableConfig,
-        instant_time: str,
-        target_file_size: int,
-        *,
-        required: tuple[str, ...] = (),
-    ) -> None:
-        self.table_path = table_path
-        self.config = config
-        self.instant_time = instant_time
-        self.target_file_size = target_file_size
+
+class TableOutput:
+    """One table's writer inside a task attempt: the format's writer, and the rows and Arrow
+    bytes it was given per Kafka topic (`TOPICS_EXTRA`)."""
+
+    def __init__(self, target: TaskTarget, attempt: TaskAttempt) -> None:
+        self.instant_time = target.instant_time
+        self.attempt = attempt
+        self.writer = target.open(attempt)
+        self.records = 0
+        self.topics: dict[str, list[int]] = {}
+
+    def write(self, batch: pa.RecordBatch) -> None:
+        self.writer.write(batch)
+        self.records += batch.num_rows
+        for topic, (n, nbytes) in topic_counts(batch).items():
+            had = self.topics.setdefault(topic, [0, 0])
+            had[0] += n
+            had[1] += nbytes
+
+    def close(self) -> WriteStatus:
+        files, extra = self.writer.close()
+        return WriteStatus(
+            instant_time=self.instant_time,
+            task_attempt=self.attempt.name,
+            files=tuple(files),
+            records_read=self.records,
+            records_written=sum(f.num_writes for f in files),
+            extra={**extra, TOPICS_EXTRA: self.topics},
+        )
+
+
+class TaskWriter:
+    """A picklable function for `DataFrame.mapInArrow`: writes the rows it is given into one
+    table (`target`, from the format's plugin) and yields one row holding this attempt's
+    WriteStatus as JSON. A failed or retried attempt's files are in no returned status."""
+
+    def __init__(self, target: TaskTarget, required: tuple[str, ...] = ()) -> None:
+        self.target = target
         # Top-level columns that are non-nullable in the rows as declared: the source relaxes
         # them (dead-letter rows), the writer restores them and refuses a null in them.
         self.required = required
@@ -48,49 +82,18 @@ class TaskWriter:
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext
 
-        from lakesink.formats.hudi.table.files import write_token
-        from lakesink.formats.hudi.table.writer import PartitionedWriter
-        from lakesink.protocol.instant import InstantTime
+        from lakesink.faults import task_fault
         from lakesink.spark.worker_gc import freeze_worker_heap
 
         freeze_worker_heap()
         ctx = TaskContext.get()
-        if ctx is not None:
-            token = write_token(ctx.partitionId(), ctx.stageId(), ctx.attemptNumber())
-            attempt = f"{ctx.stageId()}.{ctx.partitionId()}.{ctx.attemptNumber()}"
-        else:  # outside Spark (unit tests)
-            token, attempt = write_token(0, 0, 0), uuid.uuid4().hex
-        writer = PartitionedWriter(
-            self.table_path,
-            InstantTime(self.instant_time),
-            token,
-            target_file_size_bytes=self.target_file_size,
-            config=self.config,
-        )
-        rows = 0
-        topics: dict[str, list[int]] = {}
+        out = TableOutput(self.target, task_attempt(ctx))
         for batch in batches:
             if batch.num_rows:
-                writer.write(with_required(batch, self.required))
-                rows += batch.num_rows
-                for topic, (n, nbytes) in topic_counts(batch).items():
-                    counts = topics.setdefault(topic, [0, 0])
-                    counts[0] += n
-                    counts[1] += nbytes
-        schema = writer.avro_schema
-        if ctx is not None:
-            from lakesink.faults import task_fault
-
+                out.write(with_required(batch, self.required))
+        status = out.close()
+        if ctx is not None:  # a test fault: this attempt fails after its files are whole
             task_fault(ctx.attemptNumber())
-        files = writer.close()
-        status = WriteStatus(
-            instant_time=self.instant_time,
-            task_attempt=attempt,
-            files=tuple(files),
-            records_read=rows,
-            records_written=sum(f.num_writes for f in files),
-            extra={**({"schema": schema} if schema else {}), TOPICS_EXTRA: topics},
-        )
         yield pa.RecordBatch.from_pylist([{"status": json.dumps(status.to_json())}], _STATUS_ARROW)
 
 
@@ -116,9 +119,6 @@ def with_required(batch: pa.RecordBatch, required: Sequence[str]) -> pa.RecordBa
     """`batch` with the `required` columns non-nullable, as declared; a null in one of them (a
     tombstone or a transformation's null where the schema allows none) fails the batch naming the
     column and the Kafka record."""
-    from lakesink.errors import RecordError
-    from lakesink.formats.hudi.table.writer import COORDINATE_COLUMNS
-
     if not required:
         return batch
     fields = list(batch.schema)
@@ -127,6 +127,9 @@ def with_required(batch: pa.RecordBatch, required: Sequence[str]) -> pa.RecordBa
             continue
         column = batch.column(i)
         if column.null_count:
+            from lakesink.errors import RecordError
+            from lakesink.spark.arrow_transform import KEPT_COLUMNS as COORDINATE_COLUMNS
+
             row = column.is_null().index(True).as_py()
             at = ""
             if all(c in batch.schema.names for c in COORDINATE_COLUMNS):

@@ -36,7 +36,7 @@ TASK_MODULES = (
     "lakesink.spark.source",
     "lakesink.spark.direct",
     "lakesink.spark.task_writer",
-    "lakesink.formats.hudi.table.files",
+    "lakesink.formats.hudi.table.writer",  # what a Hudi task target opens (HudiTaskTarget)
 )
 _STOP_WAIT_S = 10.0
 _warmed: set[str] = set()  # Spark applications whose workers were warmed (or are being)

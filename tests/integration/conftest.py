@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -19,27 +20,42 @@ from lakesink.kafka.producer import SAMPLE_EVENT_DDL
 
 
 @pytest.fixture(scope="session", autouse=True)
-def spark_start() -> SparkStart:
+def spark_start(request: pytest.FixtureRequest) -> SparkStart:
     """The suite starts a Spark driver JVM a few hundred times: each maps Spark's classes from
     one class-data archive (lakesink's spark.class.archive) made here, before the first start,
     in the cache the set-up scripts reuse, and its Python workers import compiled pyspark.
     Every CLI run of the suite finds both through the environment; if the archive cannot be
-    made, the runs start without one (and never write one)."""
+    made, the runs start without one (and never write one). While it is made (a Spark start
+    and a small job: a minute on a fresh checkout), the session's broker starts, if a test
+    of the session needs it."""
     from lakesink.kafka.kafka_server import cache_dir
 
     folder = str(cache_dir() / "spark-start")
     os.environ["LAKESINK_SPARK_START_CACHE_DIR"] = folder
-    made = subprocess.run(
-        [sys.executable, "-m", "lakesink.spark.prepare", folder],
-        env={**os.environ, **SHORT_LIVED_DRIVER_JVM},
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    ok = made.returncode == 0 and any(Path(folder).glob("*.jsa"))
+    with tempfile.TemporaryFile(mode="w+") as log:
+        making = subprocess.Popen(
+            [sys.executable, "-m", "lakesink.spark.prepare", folder],
+            env={**os.environ, **SHORT_LIVED_DRIVER_JVM},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        try:
+            if any("kafka_bootstrap" in item.fixturenames for item in request.session.items):
+                # a broker that fails to start fails the tests that need it, not this one
+                with contextlib.suppress(Exception):
+                    request.getfixturevalue("kafka_bootstrap")
+            returncode = making.wait(timeout=600)
+        finally:
+            if making.poll() is None:
+                making.kill()
+                making.wait()
+        log.seek(0)
+        output = log.read()
+    ok = returncode == 0 and any(Path(folder).glob("*.jsa"))
     os.environ["LAKESINK_SPARK_CLASS_ARCHIVE"] = "true" if ok else "false"
     if not ok:
-        print(f"no class-data archive, Spark starts slower: {made.stdout}{made.stderr}")
+        print(f"no class-data archive, Spark starts slower: {output}")
     return SparkStart.from_env()
 
 
@@ -110,8 +126,6 @@ def run_cli_subprocess(
 ) -> subprocess.CompletedProcess[str]:
     """Run `lakesink ARGS` as its own process group; when the driver ends (or is killed by an
     injected crash), its JVM and workers are killed too, as a crashed machine would lose them."""
-    import tempfile
-
     with tempfile.TemporaryFile(mode="w+") as log:
         proc = subprocess.Popen(
             [sys.executable, "-m", "lakesink.cli.main", *args],
@@ -135,6 +149,37 @@ def run_cli_subprocess(
 @pytest.fixture
 def cli() -> Callable[..., subprocess.CompletedProcess[str]]:
     return run_cli_subprocess
+
+
+def run_side_by_side(
+    chains: Mapping[str, Callable[[], None]], meanwhile: Callable[[], object] | None = None
+) -> None:
+    """Run each named chain of restarts in a thread of its own and wait for all of them. A CLI
+    run is mostly one busy process while its JVM and Python start (and idle while it waits on
+    the broker), so chains on tables, topics and checkpoints of their own share a 2-core
+    machine's cores far better than one after another. `meanwhile` runs in the calling thread
+    while they do (a session fixture's start, say). Every chain runs to its end; a chain's
+    failure is raised with its name (several: an exception group naming each)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(len(chains)) as pool:
+        running = {name: pool.submit(chain) for name, chain in chains.items()}
+        failed: dict[str, BaseException] = {}
+        if meanwhile is not None:
+            try:
+                meanwhile()
+            except BaseException as error:  # the chains still run to their end
+                error.add_note("in the work done while the chains ran")
+                failed["meanwhile"] = error
+        for name, future in running.items():
+            error = future.exception()
+            if error is not None:
+                error.add_note(f"in the chain {name!r}")
+                failed[name] = error
+    if len(failed) == 1:
+        raise next(iter(failed.values()))
+    if failed:
+        raise BaseExceptionGroup(f"chains failed: {', '.join(failed)}", list(failed.values()))
 
 
 @pytest.fixture(scope="session")

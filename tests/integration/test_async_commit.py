@@ -5,17 +5,29 @@ after a restart the exactly-once audit must pass and no epoch may stay Pending."
 
 from __future__ import annotations
 
+import functools
+import json
+import shutil
 import signal
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from integration.conftest import audit_config, ingest_config, write_config_file
+from integration.conftest import (
+    audit_config,
+    ingest_config,
+    run_side_by_side,
+    write_config_file,
+)
 from interop.compare import assert_java_hudi_agrees
 
 from lakesink.config import LakesinkConfig
+from lakesink.engine import writer_state as keys
+from lakesink.engine.async_commit import decode
 from lakesink.formats.hudi.table.hudi_table import HudiTable
+from lakesink.formats.iceberg.format import open_iceberg_table
+from lakesink.formats.iceberg.snapshots import KEY_COMMIT_ID
 from lakesink.kafka.producer import produce_sample_events
 from lakesink.spark.pipeline import pending_store_for
 
@@ -69,15 +81,26 @@ def test_async_ingestion_is_exactly_once_and_leaves_nothing_pending(
     assert pending_epochs(cfg) == []
 
 
-# One chain of restarts per store: each run commits a batch (recovering what the run before
-# left), then is killed at its point; N+1 driver starts prove what N kill-and-restart pairs
-# would. (point, batches let through first)
+# One chain of restarts per store and format, the chains side by side: each run commits a batch
+# (recovering what the run before left), then is killed at its point; N+1 driver starts prove
+# what N kill-and-restart pairs would. (point, batches let through first)
 ASYNC_CHAIN = [
     ("after-reconcile", "1"),  # written and reconciled, never pre-committed: dirty
     ("after-precommit", "1"),  # durable Pending, not published: recovery publishes it
     ("during-recovery", "0"),  # killed while publishing that Pending epoch: the next run does
     ("after-publish", "1"),  # published, never marked Committed: recovery is idempotent
 ]
+# Iceberg (table.format=iceberg), (points, store, lose Spark's checkpoint after each kill):
+ICEBERG_CHAINS = {
+    # One chain of restarts on SQLite: killed with a durable Pending epoch not published (the
+    # rerun's recovery publishes it, Spark's replay of the batch commits nothing), then, after
+    # that recovery and a batch of its own, killed with an epoch published and never marked
+    # Committed (recovery only marks it).
+    "iceberg-sqlite-chain": (("after-precommit", "after-publish"), "sqlite", False),
+    # Pending on PostgreSQL and without Spark's checkpoint: the source starts after the
+    # published epoch
+    "iceberg-postgres-without-checkpoint": (("after-precommit",), "postgres", True),
+}
 
 
 def test_killed_between_precommit_and_publish_and_in_recovery_each_restart_ends_exactly_once(
@@ -85,16 +108,60 @@ def test_killed_between_precommit_and_publish_and_in_recovery_each_restart_ends_
     topic_factory: Callable[[str], str],
     tmp_path: Path,
     cli: Callable[..., Any],
-    store_kind: tuple[str, str | None],
-    java_hudi: Any,
+    postgres_dsn: str,
+    request: pytest.FixtureRequest,
 ) -> None:
-    topic = topic_factory("async-chain")
+    """The Hudi chain on the SQLite and on the PostgreSQL store, and the Iceberg chains, side by
+    side (each CLI run is mostly one busy process while its JVM starts); a failure names its
+    chain. The session's Java Hudi starts (if it has not yet) while they run."""
+    hudi_sqlite = tmp_path / "hudi-sqlite"
+    chains: dict[str, Callable[[], None]] = {
+        f"hudi-{store}": functools.partial(
+            _hudi_chain,
+            kafka_bootstrap,
+            topic_factory("async-chain"),
+            tmp_path / f"hudi-{store}",
+            store,
+            dsn,
+            cli,
+        )
+        for store, dsn in (("sqlite", None), ("postgres", postgres_dsn))
+    }
+    for name, (points, store, lose_checkpoint) in ICEBERG_CHAINS.items():
+        chains[name] = functools.partial(
+            _iceberg_chain,
+            points,
+            lose_checkpoint,
+            store,
+            postgres_dsn if store == "postgres" else None,
+            kafka_bootstrap,
+            topic_factory(f"ice-kill-{store}"),
+            tmp_path / name,
+            cli,
+        )
+    java_hudi: list[Any] = []
+    run_side_by_side(
+        chains, meanwhile=lambda: java_hudi.append(request.getfixturevalue("java_hudi"))
+    )
+    # epochs published by recovery, read by Java Hudi too
+    assert_java_hudi_agrees(java_hudi[0], str(hudi_sqlite / "t"))
+
+
+def _hudi_chain(
+    kafka_bootstrap: str,
+    topic: str,
+    folder: Path,
+    store: str,
+    dsn: str | None,
+    cli: Callable[..., Any],
+) -> None:
+    folder.mkdir()
     records = 1200  # batches of 100: at most two per killed run, the rest for the last run
     produce_sample_events(kafka_bootstrap, topic, records, 3)
     cfg = async_config(
-        kafka_bootstrap, topic, tmp_path, *store_kind, kafka__max__records__per__batch=100
+        kafka_bootstrap, topic, folder, store, dsn, kafka__max__records__per__batch=100
     )
-    conf = write_config_file(cfg, tmp_path / "c.toml")
+    conf = write_config_file(cfg, folder / "c.toml")
     args = ["ingest", "--config", str(conf), "--once"]
     for point, after_batches in ASYNC_CHAIN:
         crashed = cli(
@@ -114,8 +181,98 @@ def test_killed_between_precommit_and_publish_and_in_recovery_each_restart_ends_
     assert report.rows_hudi_rs == report.rows_lakesink == report.kafka_records == records
     assert pending_epochs(cfg) == []
     assert not HudiTable.open(cfg["table.path"]).timeline().inflight_or_requested()
-    if store_kind[0] == "sqlite":  # epochs published by recovery, read by Java Hudi too
-        assert_java_hudi_agrees(java_hudi, cfg["table.path"])
+
+
+def _iceberg_config(
+    bootstrap: str, topic: str, folder: Path, store: str, dsn: str | None
+) -> LakesinkConfig:
+    # a writer id of its own: the session's PostgreSQL store is shared by every test
+    extra: dict[str, Any] = {
+        "commit__mode": "async",
+        "commit__pending__store": store,
+        "writer__id": topic,
+        "kafka__max__records__per__batch": 150,
+    }
+    if dsn:
+        extra["postgres__dsn"] = dsn
+    return ingest_config(
+        bootstrap, topic, folder / "wh", table__format="iceberg", table__name="events", **extra
+    )
+
+
+def _iceberg_chain(
+    points: tuple[str, ...],
+    lose_checkpoint: bool,
+    store: str,
+    dsn: str | None,
+    kafka_bootstrap: str,
+    topic: str,
+    folder: Path,
+    cli: Callable[..., Any],
+) -> None:
+    """Killed between pre-commit and publish (and after publish): the rerun publishes each
+    Pending epoch once and the audit against Kafka (pyiceberg's scan) finds every record
+    exactly once."""
+    folder.mkdir()
+    records = 900  # batches of 150: at most two per killed run, the rest for the rerun
+    produce_sample_events(kafka_bootstrap, topic, records, 3)
+    cfg = _iceberg_config(kafka_bootstrap, topic, folder, store, dsn)
+    conf = write_config_file(cfg, folder / "c.toml")
+    args = ["ingest", "--config", str(conf), "--once"]
+    pending: list[Any] = []
+    for point in points:
+        crashed = cli(args, env={"LAKESINK_CRASH_AT": point, "LAKESINK_CRASH_AFTER_BATCHES": "1"})
+        assert crashed.returncode == KILLED, (point, crashed.stdout[-3000:])
+        published_before = _snapshot_commit_ids(cfg)
+        rows_before = _iceberg_rows(cfg)  # the table reads consistently before recovery
+        assert rows_before < records, point
+        left = [decode(e.metadata) for e in _pending_entries(cfg)]
+        assert left, f"{point}: the killed writer left its pre-committed epoch Pending"
+        pending += left
+        if point == "after-precommit":
+            # the killed batch's snapshot does not exist yet, and `status` shows it waiting
+            last = left[-1]
+            assert not any(i.startswith(f"{last.instant_time.value}-") for i in published_before)
+            status = cli(["status", "-c", str(conf), "--json"])
+            assert status.returncode == 0, status.stdout[-3000:]
+            shown = json.loads(status.stdout)["pending"]["pending_epochs"]
+            assert shown == [int(p.instant_time.value) for p in left]
+        if lose_checkpoint:
+            shutil.rmtree(cfg.checkpoint_location)
+
+    rerun = cli([*args, "--set", "kafka.max.records.per.batch=5000"])  # the rest at once
+    assert rerun.returncode == 0, rerun.stdout[-3000:]
+    assert _iceberg_rows(cfg) == records
+    assert _pending_entries(cfg) == []
+    ids = _snapshot_commit_ids(cfg)
+    for p in pending:  # each Pending epoch published exactly once, under its own commit id
+        commit_id = p.metadata.extra[keys.COMMIT_ID_KEY]
+        assert ids.count(f"{p.instant_time.value}-{commit_id}") == 1, (p.instant_time, ids)
+    assert len({i.split("-")[0] for i in ids}) == len(ids)
+
+
+def _pending_entries(cfg: LakesinkConfig) -> list[Any]:
+    store = pending_store_for(cfg)
+    try:
+        return list(store.pending(cfg.writer_id))
+    finally:
+        store.close()
+
+
+def _iceberg_rows(cfg: LakesinkConfig) -> int:
+    report = audit_config(cfg)
+    assert report.ok, report.problems
+    return int(report.to_json()["readers"]["pyiceberg"])
+
+
+def _snapshot_commit_ids(cfg: LakesinkConfig) -> list[str]:
+    table = open_iceberg_table(cfg, create=False)
+    table.refresh()
+    return [
+        s.summary.additional_properties.get(KEY_COMMIT_ID, "")
+        for s in table.pyiceberg.metadata.snapshots
+        if s.summary is not None
+    ]
 
 
 def test_postgres_store_down_gives_clear_error_and_loses_nothing(

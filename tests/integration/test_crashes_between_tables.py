@@ -14,14 +14,14 @@ and async)."""
 
 from __future__ import annotations
 
+import functools
 import signal
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import pytest
-from integration.conftest import ingest_config, write_config_file
+from integration.conftest import ingest_config, run_side_by_side, write_config_file
 
 from lakesink.cli.verify import audit_config
 from lakesink.faults import TABLE_CRASH_POINTS
@@ -62,15 +62,16 @@ def test_driver_killed_around_the_two_tables_commits_each_restart_finishes_the_b
     cli: Callable[..., Any],
 ) -> None:
     """The chain for each format; the two chains run side by side (each CLI run is mostly one
-    busy process while its JVM starts: two share the machine's cores)."""
-    topics = {fmt: topic_factory(f"between-{fmt}") for fmt in FORMATS}
-    with ThreadPoolExecutor(len(FORMATS)) as pool:
-        chains = [
-            pool.submit(_chain, fmt, kafka_bootstrap, topics[fmt], tmp_path / fmt, cli)
+    busy process while its JVM starts: two share the machine's cores); a failure names its
+    format."""
+    run_side_by_side(
+        {
+            fmt: functools.partial(
+                _chain, fmt, kafka_bootstrap, topic_factory(f"between-{fmt}"), tmp_path / fmt, cli
+            )
             for fmt in FORMATS
-        ]
-        for chain in chains:
-            chain.result()
+        }
+    )
 
 
 def _chain(

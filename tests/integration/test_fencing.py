@@ -31,11 +31,11 @@ import pyarrow as pa
 import pytest
 
 from lakesink.config import LakesinkConfig, build_config
-from lakesink.engine.coordinator import Coordinator
 from lakesink.errors import CommitError, LakesinkError
 from lakesink.formats.hudi import writer_state as commit_state
 from lakesink.formats.hudi.audit import read_with_hudi_rs
 from lakesink.formats.hudi.control import WriterCommitControl
+from lakesink.formats.hudi.coordinator import HudiCoordinator
 from lakesink.formats.hudi.table.config import TableConfig
 from lakesink.formats.hudi.table.hudi_table import HudiTable
 from lakesink.formats.hudi.table.reader import TableReader
@@ -115,7 +115,7 @@ sys.path.insert(0, {tests!r})
 from integration.test_fencing import config, write_batch, TABLE_CONFIG
 from lakesink.errors import LakesinkError
 from lakesink.protocol.offsets import OffsetRange, TopicPartition
-from lakesink.engine.coordinator import Coordinator
+from lakesink.formats.hudi.coordinator import HudiCoordinator
 from lakesink.formats.hudi.control import WriterCommitControl
 from lakesink.formats.hudi.table.hudi_table import HudiTable
 
@@ -126,7 +126,7 @@ def say(**kw):
         f.write(json.dumps(kw) + "\n")
 table = HudiTable.create(table_path, TABLE_CONFIG)
 services = WriterCommitControl.from_config(config(Path(table_path), writer_id))
-coordinator = Coordinator(table, writer_id, query_id=mode, control=services)
+coordinator = HudiCoordinator(table, writer_id, query_id=mode, control=services)
 coordinator.start()
 ranges = [OffsetRange(TopicPartition(topic, 0), int(start), int(end))]
 t = coordinator.begin_batch(0, ranges)
@@ -289,7 +289,7 @@ def test_lazy_rollback_racing_the_publish_of_a_resumed_writer_never_loses_commit
     path = tmp_path / "t"
     table = HudiTable.create(path, TABLE_CONFIG)
     a_services = WriterCommitControl.from_config(config(path, "wa", **{"lock.timeout.s": 3}))
-    a = Coordinator(table, "wa", control=a_services)
+    a = HudiCoordinator(table, "wa", control=a_services)
     a.start()
     ranges = [OffsetRange(TopicPartition("ta", 0), 0, 20)]
     t = a.begin_batch(0, ranges)
@@ -320,7 +320,7 @@ def test_lazy_rollback_racing_the_publish_of_a_resumed_writer_never_loses_commit
         return original(self, *args, **kwargs)
 
     monkeypatch.setattr(Timeline, "complete_rollback", complete_rollback)
-    b = Coordinator(table, "wb", control=WriterCommitControl.from_config(config(path, "wb")))
+    b = HudiCoordinator(table, "wb", control=WriterCommitControl.from_config(config(path, "wb")))
     b.start()
     monkeypatch.setattr(Timeline, "complete_rollback", original)
     assert racer, "B did not roll back A's expired instant"
@@ -345,11 +345,11 @@ def test_zombie_tasks_writing_after_their_instant_was_rolled_back_leave_no_files
     path = tmp_path / "t"
     table = HudiTable.create(path, TABLE_CONFIG)
     ranges = [OffsetRange(TopicPartition("ta", 0), 0, 20)]
-    a = Coordinator(table, "w", control=WriterCommitControl.from_config(config(path, "w")))
+    a = HudiCoordinator(table, "w", control=WriterCommitControl.from_config(config(path, "w")))
     a.start()
     t_a = a.begin_batch(0, ranges)
     assert t_a is not None
-    b = Coordinator(table, "w", control=WriterCommitControl.from_config(config(path, "w")))
+    b = HudiCoordinator(table, "w", control=WriterCommitControl.from_config(config(path, "w")))
     b.start()  # fences A, rolls A's instant back
     t_b = b.begin_batch(0, ranges)
     assert t_b is not None

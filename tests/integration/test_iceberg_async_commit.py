@@ -3,15 +3,13 @@ store (its data file descriptions included) and published in order by the commit
 process publishes what an earlier one left Pending, once.
 
 The engine's part runs on a real SQLite catalog and store without Spark; the ingestion's part
-runs `lakesink ingest` on the shared broker, with the SQLite and the PostgreSQL store, and kills
-the driver with SIGKILL between pre-commit and publish: the rerun publishes the Pending epoch
-once and the audit against Kafka (pyiceberg's scan) finds every record exactly once."""
+runs `lakesink ingest` on the shared broker and Spark, with the SQLite and the PostgreSQL store.
+The driver killed with SIGKILL between pre-commit and publish (the rerun publishes the Pending
+epoch once and the audit against Kafka finds every record exactly once): the Iceberg chains of
+test_async_commit.py, side by side with the Hudi ones."""
 
 from __future__ import annotations
 
-import json
-import shutil
-import signal
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -19,11 +17,10 @@ from typing import Any
 import pytest
 from iceberg_tables import BASE_TS_US, Backend, expected, write
 from iceberg_tables import keys as table_keys
-from integration.conftest import ingest_config, run_ingestion, write_config_file
+from integration.conftest import ingest_config, run_ingestion
 
 from lakesink.cli.verify import audit_config
 from lakesink.config import LakesinkConfig
-from lakesink.engine import writer_state as keys
 from lakesink.engine.async_commit import AsyncCommitter, decode
 from lakesink.engine.pending.sqlite import SqlitePendingCommitStore
 from lakesink.engine.pending.store import PendingStatus
@@ -41,7 +38,6 @@ from lakesink.spark.pipeline import pending_store_for
 pytestmark = pytest.mark.integration
 pytest_plugins = ["pg_fixture"]
 
-KILLED = -signal.SIGKILL
 P0, P1 = TopicPartition("events", 0), TopicPartition("events", 1)
 WRITER = "w1"
 
@@ -247,68 +243,3 @@ def test_async_ingest_into_iceberg_is_exactly_once_and_leaves_nothing_pending(
     if store_kind[0] == "sqlite":  # the default store file, under the warehouse
         assert cfg.pending_store_path.is_file()
         assert cfg.pending_store_path.parent == tmp_path / "wh" / ".lakesink" / "pending"
-
-
-@pytest.mark.parametrize(
-    ("points", "store", "lose_checkpoint"),
-    [
-        # One chain of restarts on SQLite: killed with a durable Pending epoch not published
-        # (the rerun's recovery publishes it, Spark's replay of the batch commits nothing),
-        # then, after that recovery and a batch of its own, killed with an epoch published
-        # and never marked Committed (recovery only marks it).
-        (("after-precommit", "after-publish"), "sqlite", False),
-        # Pending on PostgreSQL and without Spark's checkpoint: the source starts after the
-        # published epoch
-        (("after-precommit",), "postgres", True),
-    ],
-    ids=["sqlite-chain", "postgres-without-checkpoint"],
-)
-def test_ingest_killed_between_precommit_and_publish_then_rerun_is_exactly_once(
-    points: tuple[str, ...],
-    store: str,
-    lose_checkpoint: bool,
-    kafka_bootstrap: str,
-    topic_factory: Callable[[str], str],
-    tmp_path: Path,
-    cli: Callable[..., Any],
-    request: pytest.FixtureRequest,
-) -> None:
-    dsn = str(request.getfixturevalue("postgres_dsn")) if store == "postgres" else None
-    topic = topic_factory(f"ice-kill-{store}")
-    records = 900  # batches of 150: at most two per killed run, the rest for the rerun
-    produce_sample_events(kafka_bootstrap, topic, records, 3)
-    cfg = _config(
-        kafka_bootstrap, topic, tmp_path / "wh", store, dsn, kafka__max__records__per__batch=150
-    )
-    conf = write_config_file(cfg, tmp_path / "c.toml")
-    args = ["ingest", "--config", str(conf), "--once"]
-    pending: list[Any] = []
-    for point in points:
-        crashed = cli(args, env={"LAKESINK_CRASH_AT": point, "LAKESINK_CRASH_AFTER_BATCHES": "1"})
-        assert crashed.returncode == KILLED, (point, crashed.stdout[-3000:])
-        published_before = _snapshot_commit_ids(cfg)
-        rows_before = _audited_rows(cfg)  # the table reads consistently before recovery
-        assert rows_before < records, point
-        left = [decode(m) for m in _pending(cfg)]
-        assert left, f"{point}: the killed writer left its pre-committed epoch Pending"
-        pending += left
-        if point == "after-precommit":
-            # the killed batch's snapshot does not exist yet, and `status` shows it waiting
-            last = left[-1]
-            assert not any(i.startswith(f"{last.instant_time.value}-") for i in published_before)
-            status = cli(["status", "-c", str(conf), "--json"])
-            assert status.returncode == 0, status.stdout[-3000:]
-            shown = json.loads(status.stdout)["pending"]["pending_epochs"]
-            assert shown == [int(p.instant_time.value) for p in left]
-        if lose_checkpoint:
-            shutil.rmtree(cfg.checkpoint_location)
-
-    rerun = cli([*args, "--set", "kafka.max.records.per.batch=5000"])  # the rest at once
-    assert rerun.returncode == 0, rerun.stdout[-3000:]
-    assert _audited_rows(cfg) == records
-    assert _pending(cfg) == []
-    ids = _snapshot_commit_ids(cfg)
-    for p in pending:  # each Pending epoch published exactly once, under its own commit id
-        commit_id = p.metadata.extra[keys.COMMIT_ID_KEY]
-        assert ids.count(f"{p.instant_time.value}-{commit_id}") == 1, (p.instant_time, ids)
-    assert len({i.split("-")[0] for i in ids}) == len(ids)

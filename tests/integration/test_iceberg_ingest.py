@@ -1,12 +1,12 @@
 """`lakesink ingest` into Iceberg tables (table.format=iceberg) on the shared broker and Spark:
 every Kafka record once across reruns, a deleted checkpoint, retried tasks, two writers on one
-table and a driver killed with SIGKILL at each commit step; the audit reads the table with
-pyiceberg (and DuckDB) against Kafka, and the snapshot summaries carry the writer's offsets."""
+table; the audit reads the table with pyiceberg (and DuckDB) against Kafka, and the snapshot
+summaries carry the writer's offsets. (The driver killed with SIGKILL at each commit step:
+test_ingest_crashes.py, side by side with the Hudi chains.)"""
 
 from __future__ import annotations
 
 import shutil
-import signal
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -17,14 +17,11 @@ from integration.conftest import ingest_config, run_ingestion, write_config_file
 from lakesink.cli.verify import audit_config
 from lakesink.config import LakesinkConfig
 from lakesink.errors import ConfigError
-from lakesink.faults import SYNC_CRASH_POINTS
 from lakesink.formats.iceberg.format import open_iceberg_table
 from lakesink.formats.iceberg.snapshots import KEY_WRITER_ID, WriterCommit
 from lakesink.kafka.producer import produce_sample_events
 
 pytestmark = pytest.mark.integration
-
-KILLED = -signal.SIGKILL
 
 
 def _config(bootstrap: str, topic: str, warehouse: Path, **overrides: Any) -> LakesinkConfig:
@@ -137,32 +134,3 @@ def test_retried_tasks_commit_only_the_successful_attempts_files(
     written = {p.as_uri() for p in Path(table.location.removeprefix("file://")).rglob("*.parquet")}
     # the failed first attempts' files stay unreferenced (orphans for remove-orphan-files)
     assert referenced and referenced < written
-
-
-def test_driver_killed_at_each_commit_step_in_turn_each_restart_ends_exactly_once(
-    kafka_bootstrap: str,
-    topic_factory: Callable[[str], str],
-    tmp_path: Path,
-    cli: Callable[..., Any],
-) -> None:
-    """One chain of runs on one table: run N commits a batch and is killed with SIGKILL at
-    step N of its second (after-publish: after the catalog commit, before Spark's commit log);
-    after every kill the table reads consistently, the next run recovers and goes on, and the
-    last run lands the rest: every record once."""
-    topic = topic_factory("ice-crash")
-    records = 1200  # 100 per batch: two per killed run, the rest for the last run
-    produce_sample_events(kafka_bootstrap, topic, records, 3)
-    cfg = _config(kafka_bootstrap, topic, tmp_path / "wh", kafka__max__records__per__batch=100)
-    conf = write_config_file(cfg, tmp_path / "c.toml")
-    args = ["ingest", "--config", str(conf), "--once"]
-    seen = 0
-    for point in (p for p in SYNC_CRASH_POINTS if p != "during-rollback"):
-        crashed = cli(args, env={"LAKESINK_CRASH_AT": point, "LAKESINK_CRASH_AFTER_BATCHES": "1"})
-        assert crashed.returncode == KILLED, (point, crashed.stdout[-3000:])
-        rows = _audited_rows(cfg)
-        assert seen < rows < records, (point, seen, rows)
-        seen = rows
-    # the last run takes the rest in one batch: its many small commits would prove nothing more
-    finished = cli([*args, "--set", "kafka.max.records.per.batch=5000"])
-    assert finished.returncode == 0, finished.stdout[-3000:]
-    assert _audited_rows(cfg) == records

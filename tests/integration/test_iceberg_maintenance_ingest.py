@@ -224,10 +224,9 @@ def test_inline_orphan_removal_spares_the_writers_batch_in_flight(tmp_path: Path
 
     def begin(ranges: list[OffsetRange]) -> TableTransaction:
         tx = TableTransaction(
-            None,
+            fmt,
             CommitControl(),
             writer_id="w",
-            table_format=fmt,
             hooks=[lambda t: ran.append(hook(t))],
         )
         t = tx.begin()
@@ -299,10 +298,9 @@ def test_inline_rewrite_that_keeps_losing_gives_up_without_failing_the_batch(
     for i in range(2):
         ranges = [OffsetRange(p0, i * 3, i * 3 + 3)]
         tx = TableTransaction(
-            None,
+            fmt,
             CommitControl(),
             writer_id="w",
-            table_format=fmt,
             hooks=[lambda t: runs.append(hook(t))],
         )
         t = tx.begin()

@@ -45,7 +45,7 @@ def _metadata(ranges: list[OffsetRange], files: list[DataFileDescription]) -> Co
 
 
 def _batch(fmt: IcebergFormat, ranges: list[OffsetRange]) -> TableTransaction:
-    tx = TableTransaction(None, CommitControl(), writer_id=WRITER, table_format=fmt)
+    tx = TableTransaction(fmt, CommitControl(), writer_id=WRITER)
     t = tx.begin()
     files = write(fmt.table, ranges)
     fmt.add_files(t, files)
@@ -73,9 +73,7 @@ def test_iceberg_transaction_appends_each_batch_once_with_the_writers_offsets(
     assert fmt.committed_offsets(WRITER) == WriterOffsets({P0: 5, P1: 3})
     assert fmt.is_published(tx.instant_time)
     # the same transaction again: recognised on the table, not appended twice
-    again = TableTransaction.resume(
-        None, CommitControl(), tx.instant_time, writer_id=WRITER, table_format=fmt
-    )
+    again = TableTransaction.resume(fmt, CommitControl(), tx.instant_time, writer_id=WRITER)
     assert not again.commit(_metadata(first, []), ()).published
 
     second = [OffsetRange(P0, 5, 9)]

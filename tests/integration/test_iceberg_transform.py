@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from integration.conftest import ingest_config, run_ingestion, write_config_file
 
+from lakesink.cli.status import collect_status
 from lakesink.cli.verify import audit_config
 from lakesink.config import LakesinkConfig
 from lakesink.errors import LakesinkError
@@ -22,7 +23,6 @@ from lakesink.formats.iceberg.format import (
     open_dead_letter_table,
     open_iceberg_table,
 )
-from lakesink.formats.iceberg.inspect import collect_iceberg_status
 from lakesink.kafka.client import create_topic, watermarks
 from lakesink.kafka.deserializers import make_deserializer
 from lakesink.kafka.producer import produce_sample_events, produce_values, sample_event_bytes
@@ -195,7 +195,7 @@ def test_bad_records_land_in_the_iceberg_dead_letter_table_exactly_once(
     assert sorted(r["kafka_offset"] for r in letters) == list(BAD_AT)
     assert all(r["kafka_value"] == values[r["kafka_offset"]] and r["error"] for r in letters)
     assert dead_letter_coordinates_of(cfg) == sorted((topic, 0, at) for at in BAD_AT)
-    shown = collect_iceberg_status(cfg)["dead_letter_table"]
+    shown = collect_status(cfg)["dead_letter_table"]
     assert (shown["name"], shown["records"]) == (dead.name, len(BAD_AT)), shown
     assert shown["committed"] == {f"{topic}:0": len(GOOD)}, shown  # the main table's ranges
     report = audit_config(cfg)

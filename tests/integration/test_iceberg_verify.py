@@ -18,7 +18,7 @@ from iceberg_tables import ROWS, ingest, write
 from integration.conftest import ingest_config, write_config_file
 from rich.console import Console
 
-from lakesink.cli.status import collect_iceberg
+from lakesink.cli.status import collect_status
 from lakesink.cli.verify import audit_config
 from lakesink.cli.watch import watch_status
 from lakesink.config import LakesinkConfig
@@ -117,9 +117,7 @@ def test_cli_verify_status_and_table_commands_on_an_iceberg_table(
     assert (recent["writer"], recent["added_records"]) == (cfg.writer_id, counts[p0] + 4)
     out = io.StringIO()
     console = Console(file=out, force_terminal=True, width=160, color_system=None)
-    frames = watch_status(
-        cfg, interval_s=0.1, collect=collect_iceberg, console=console, refreshes=1
-    )
+    frames = watch_status(cfg, interval_s=0.1, collect=collect_status, console=console, refreshes=1)
     frame = out.getvalue()
     assert frames == 1 and f"total lag {counts[p1] - 4}" in frame, frame
     assert str(recent["snapshot_id"]) in frame and "recent snapshots" in frame, frame

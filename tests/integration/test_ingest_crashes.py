@@ -1,8 +1,10 @@
 """The crash matrix: the driver is killed with SIGKILL at each step of the commit lifecycle
 (its JVM and Python workers die with it); a restart must finish or roll back the inflight
-instant, and the exactly-once audit (hudi-rs and lakesink's reader against Kafka) must pass.
-On a local table and on S3 the steps run as one chain of restarts on one table, each restart
-recovering the previous crash before it is killed at the next step."""
+instant, and the exactly-once audit (hudi-rs and lakesink's reader against Kafka; pyiceberg and
+DuckDB for Iceberg) must pass. On a local Hudi table, a Hudi table on S3 and an Iceberg table
+the steps run as one chain of restarts each, on a table, topic and checkpoint of its own, each
+restart recovering the previous crash before it is killed at the next step; the three chains
+run side by side."""
 
 from __future__ import annotations
 
@@ -12,10 +14,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from integration.conftest import audit_config, ingest_config, write_config_file
+from integration.conftest import audit_config, ingest_config, run_side_by_side, write_config_file
 from integration.table_stores import table_at
 from interop.compare import assert_java_hudi_agrees
 
+from lakesink.config import LakesinkConfig
 from lakesink.faults import SYNC_CRASH_POINTS
 from lakesink.formats.hudi.table.hudi_table import HudiTable
 from lakesink.kafka.producer import produce_sample_events
@@ -35,34 +38,64 @@ CHAIN = [
 ]
 assert {p for p, _ in CHAIN} == set(SYNC_CRASH_POINTS)
 LEAVES_INFLIGHT = ("after-begin", "after-write", "after-reconcile", "during-rollback")
+# Iceberg has no rollback of its own: every other step, in order (after-publish: after the
+# catalog commit, before Spark's commit log)
+ICEBERG_CHAIN = [(p, "1") for p in SYNC_CRASH_POINTS if p != "during-rollback"]
+CHAINS = ("hudi-local", "hudi-s3", "iceberg")
 
 
-# Each store runs the steps as one chain of restarts on one table: N+1 driver starts prove
-# what N kill-and-restart pairs would, and every restart also proves it recovers a crash at the
+# Each table runs the steps as one chain of restarts: N+1 driver starts prove what N
+# kill-and-restart pairs would, and every restart also proves it recovers a crash at the
 # previous step. Batches take the direct task path (spark/direct.py); the DataFrame path
 # (transformations) is killed where a batch's files are written and not yet reconciled, and
 # between and after its tables' commits, in test_crashes_between_tables.py.
 
 
-@pytest.mark.parametrize("store", ["local", "s3"])
 def test_driver_killed_at_each_commit_step_in_turn_each_restart_recovers_and_ends_exactly_once(
-    store: str,
     kafka_bootstrap: str,
     topic_factory: Callable[[str], str],
     tmp_path: Path,
     cli: Callable[..., Any],
     request: pytest.FixtureRequest,
 ) -> None:
-    """Run N commits one batch and is killed at step N in its second (the rollback run: in
+    """Run N commits one batch and is killed at step N in its second (Hudi's rollback run: in
     rolling back what the run before left); run N+1 must first finish or roll back what run N
     left (else it could not commit its own first batch and reach step N+1). After every kill a
     reader sees a consistent table; the last run, without a crash, lands the rest exactly
-    once."""
+    once. The chains `hudi-local`, `hudi-s3` and `iceberg` run side by side (each CLI run is
+    mostly one busy process while its JVM starts); a failure names its chain. The session's
+    Java Hudi starts (if it has not yet) while they run."""
+    hudi_local = _hudi_config("local", kafka_bootstrap, topic_factory, tmp_path, request)
+    hudi_s3 = _hudi_config("s3", kafka_bootstrap, topic_factory, tmp_path, request)
+    java_hudi: list[Any] = []
+    run_side_by_side(
+        {
+            "hudi-local": lambda: _hudi_chain(hudi_local, tmp_path / "hudi-local", cli),
+            "hudi-s3": lambda: _hudi_chain(hudi_s3, tmp_path / "hudi-s3", cli),
+            "iceberg": lambda: _iceberg_chain(kafka_bootstrap, topic_factory, tmp_path, cli),
+        },
+        meanwhile=lambda: java_hudi.append(request.getfixturevalue("java_hudi")),
+    )
+    # rolled-back and replayed instants of the local table, read by Java Hudi too
+    assert_java_hudi_agrees(java_hudi[0], hudi_local["table.path"])
+
+
+HUDI_RECORDS = 1500  # 15 batches of 100: two per killed run, the rest for the last run
+
+
+def _hudi_config(
+    store: str,
+    kafka_bootstrap: str,
+    topic_factory: Callable[[str], str],
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+) -> LakesinkConfig:
     topic = topic_factory(f"{store}chain")
-    records = 1500  # 15 batches of 100: two per killed run, the rest for the last run
-    produce_sample_events(kafka_bootstrap, topic, records, 3)
-    where = table_at(store, tmp_path, request)
-    cfg = ingest_config(
+    produce_sample_events(kafka_bootstrap, topic, HUDI_RECORDS, 3)
+    folder = tmp_path / f"hudi-{store}"
+    folder.mkdir()
+    where = table_at(store, folder, request)
+    return ingest_config(
         kafka_bootstrap,
         topic,
         where.path,  # type: ignore[arg-type]
@@ -70,7 +103,11 @@ def test_driver_killed_at_each_commit_step_in_turn_each_restart_recovers_and_end
         write__path="direct",
         **where.overrides,
     )
-    conf = write_config_file(cfg, tmp_path / "c.toml")
+
+
+def _hudi_chain(cfg: LakesinkConfig, folder: Path, cli: Callable[..., Any]) -> None:
+    records = HUDI_RECORDS
+    conf = write_config_file(cfg, folder / "c.toml")
     args = ["ingest", "--config", str(conf), "--once"]
     for point, after_batches in CHAIN:
         crashed = cli(
@@ -90,8 +127,50 @@ def test_driver_killed_at_each_commit_step_in_turn_each_restart_recovers_and_end
     assert report.ok, report.problems
     assert report.rows_hudi_rs == report.rows_lakesink == report.kafka_records == records
     assert not HudiTable.open(cfg.table_storage).timeline().inflight_or_requested()
-    if store == "local":  # rolled-back and replayed instants, read by Java Hudi too
-        assert_java_hudi_agrees(request.getfixturevalue("java_hudi"), cfg["table.path"])
+
+
+def _iceberg_chain(
+    kafka_bootstrap: str, topic_factory: Callable[[str], str], tmp_path: Path, cli: Any
+) -> None:
+    """One chain of runs on one Iceberg table: after every kill the table reads consistently
+    (every reader the same rows), the next run recovers and goes on, and the last run lands
+    the rest: every record once."""
+    topic = topic_factory("ice-crash")
+    records = 1200  # 100 per batch: two per killed run, the rest for the last run
+    produce_sample_events(kafka_bootstrap, topic, records, 3)
+    folder = tmp_path / "iceberg"
+    folder.mkdir()
+    cfg = ingest_config(
+        kafka_bootstrap,
+        topic,
+        folder / "wh",
+        table__format="iceberg",
+        table__name="events",
+        kafka__max__records__per__batch=100,
+    )
+    conf = write_config_file(cfg, folder / "c.toml")
+    args = ["ingest", "--config", str(conf), "--once"]
+    seen = 0
+    for point, after_batches in ICEBERG_CHAIN:
+        crashed = cli(
+            args, env={"LAKESINK_CRASH_AT": point, "LAKESINK_CRASH_AFTER_BATCHES": after_batches}
+        )
+        assert crashed.returncode == KILLED, (point, crashed.stdout[-3000:])
+        rows = _iceberg_rows(cfg)
+        assert seen < rows < records, (point, seen, rows)
+        seen = rows
+    # the last run takes the rest in one batch: its many small commits would prove nothing more
+    finished = cli([*args, "--set", "kafka.max.records.per.batch=5000"])
+    assert finished.returncode == 0, finished.stdout[-3000:]
+    assert _iceberg_rows(cfg) == records
+
+
+def _iceberg_rows(cfg: LakesinkConfig) -> int:
+    report = audit_config(cfg)
+    assert report.ok, report.problems
+    readers = report.to_json()["readers"]
+    assert len(set(readers.values())) == 1, readers  # every reader sees the same rows
+    return int(readers["pyiceberg"])
 
 
 def test_broker_restart_between_runs_loses_nothing(

@@ -18,7 +18,7 @@ from integration.test_multi_writer import commit_one_batch, services_for
 from interop.compare import Query, check_tables, plan_reads
 from interop.java_hudi import JavaHudi
 
-from lakesink.engine.coordinator import Coordinator
+from lakesink.formats.hudi.coordinator import HudiCoordinator
 from lakesink.formats.hudi.services.archival import ArchivePolicy, archive
 from lakesink.formats.hudi.services.clean import RetainPolicy, clean
 from lakesink.formats.hudi.services.clustering import (
@@ -68,7 +68,7 @@ def _services_table(path: Path, version: int) -> set[tuple[str, str]]:
     clustering scheduled and left pending (its writer died). Returns that plan's file groups."""
     table = _svc_table(path, version)
     services = services_for(path, "filesystem", None, "w-a")
-    coord = Coordinator(table, "w-a", control=services)
+    coord = HudiCoordinator(table, "w-a", control=services)
     coord.start()
     for b in range(8):
         commit_one_batch(coord, "topic-a", b)
@@ -114,10 +114,10 @@ def _backfill_table(path: Path) -> None:
     its instant time is older than the commit it completes after)."""
     table = _svc_table(path, 8)
     services = services_for(path, "filesystem", None, "w-a")
-    stream = Coordinator(table, "w-a", control=services)
+    stream = HudiCoordinator(table, "w-a", control=services)
     stream.start()
     commit_one_batch(stream, "topic-a", 0)
-    backfill = Coordinator(table, "backfill-1", control=services)
+    backfill = HudiCoordinator(table, "backfill-1", control=services)
     rng = OffsetRange(TopicPartition("history", 0), 0, 30)
     t_b = backfill.begin_batch(0, [rng])
     assert t_b is not None

@@ -17,8 +17,8 @@ from integration.test_multi_writer import rows as kafka_rows
 from interop.compare import assert_java_hudi_agrees, rows
 from interop.java_hudi import JavaHudi
 
-from lakesink.engine.coordinator import Coordinator
 from lakesink.errors import UnsupportedTableError
+from lakesink.formats.hudi.coordinator import HudiCoordinator
 from lakesink.formats.hudi.services.clustering import ClusteringOptions, cluster
 from lakesink.formats.hudi.table.config import TableConfig
 from lakesink.formats.hudi.table.files import write_token
@@ -56,7 +56,7 @@ def _trips(first: int, n: int) -> pa.Table:
 def _append_with_lakesink(path: Path, data: pa.Table, batch_id: int) -> None:
     """One batch committed through lakesink's coordinator, as a streaming writer does."""
     services = services_for(path, "filesystem", None, "lakesink-writer")
-    coord = Coordinator(HudiTable.open(path), "lakesink-writer", control=services)
+    coord = HudiCoordinator(HudiTable.open(path), "lakesink-writer", control=services)
     coord.start()
     tp = TopicPartition("trips", 0)
     start = coord.committed.get(tp) or 0
@@ -135,7 +135,7 @@ def test_java_hudi_appends_to_a_table_lakesink_wrote_and_clustered(
     cfg = TableConfig("shared", tuple(COORDS), ("kafka_partition",), version=version)  # type: ignore[arg-type]
     table = HudiTable.create(path, cfg)
     services = services_for(path, "filesystem", None, "w-a")
-    coord = Coordinator(table, "w-a", control=services)
+    coord = HudiCoordinator(table, "w-a", control=services)
     coord.start()
     for b in range(4):
         commit_one_batch(coord, "topic-a", b)

@@ -34,11 +34,11 @@ import pyarrow as pa
 import pytest
 from integration.table_stores import STORES, table_uri_in_env
 
-from lakesink.engine.coordinator import Coordinator
 from lakesink.errors import CommitConflictError, HeartbeatExpiredError, LakesinkError, LockError
 from lakesink.formats.hudi.audit import audit, read_with_hudi_rs
 from lakesink.formats.hudi.concurrency.lock import FileLockProvider
 from lakesink.formats.hudi.control import LockedCommitControl
+from lakesink.formats.hudi.coordinator import HudiCoordinator
 from lakesink.formats.hudi.services.archival import ArchivePolicy, archive, archived_instants
 from lakesink.formats.hudi.services.clean import RetainPolicy, clean
 from lakesink.formats.hudi.services.clustering import ClusteringOptions, cluster
@@ -100,7 +100,9 @@ def rows(topic: str, partition: int, start: int, n: int) -> pa.Table:
     )
 
 
-def commit_one_batch(coord: Coordinator, topic: str, batch_id: int, n: int = ROWS_PER_BATCH) -> int:
+def commit_one_batch(
+    coord: HudiCoordinator, topic: str, batch_id: int, n: int = ROWS_PER_BATCH
+) -> int:
     """One batch of `n` records of partition batch_id % 2, committed through the coordinator."""
     tp = TopicPartition(topic, batch_id % 2)
     start = coord.committed.get(tp) or 0
@@ -122,7 +124,7 @@ def commit_one_batch(coord: Coordinator, topic: str, batch_id: int, n: int = ROW
 def ingest(path: str, writer_id: str, topic: str, batches: int, lock: str, dsn: str | None) -> int:
     """A streaming writer: `batches` batches, retried on a conflict (never expected here)."""
     table = HudiTable.open(path)
-    coord = Coordinator(table, writer_id, control=services_for(path, lock, dsn, writer_id))
+    coord = HudiCoordinator(table, writer_id, control=services_for(path, lock, dsn, writer_id))
     coord.start()
     done = 0
     batch = 0
@@ -437,7 +439,7 @@ def test_expired_lease_holder_is_taken_over_and_must_not_publish(tmp_path: Path)
         original(table, t)
 
     services_a.check_alive = stall_then_check  # type: ignore[method-assign]
-    coord_a = Coordinator(HudiTable.open(path), "w-a", control=services_a)
+    coord_a = HudiCoordinator(HudiTable.open(path), "w-a", control=services_a)
     outcome: list[BaseException] = []
 
     def run_a() -> None:
@@ -463,7 +465,7 @@ def test_expired_heartbeat_instant_is_rolled_back_and_its_writer_aborts(tmp_path
     services_a = services_for(
         path, "filesystem", None, "w-a", heartbeat_interval_s=0.2, heartbeat_tolerance_s=0.6
     )
-    coord_a = Coordinator(HudiTable.open(path), "w-a", control=services_a)
+    coord_a = HudiCoordinator(HudiTable.open(path), "w-a", control=services_a)
     tp = TopicPartition("topic-a", 0)
     rng = OffsetRange(tp, 0, ROWS_PER_BATCH)
     t = coord_a.begin_batch(0, [rng])

@@ -16,7 +16,7 @@ from s3_faults import FaultProxy, Request
 from s3_server import S3Server
 
 from lakesink.config import build_config
-from lakesink.engine.coordinator import Coordinator
+from lakesink.formats.hudi.coordinator import HudiCoordinator
 from lakesink.formats.hudi.table.config import TableConfig
 from lakesink.formats.hudi.table.files import base_file_name, new_file_id
 from lakesink.formats.hudi.table.hudi_table import HudiTable
@@ -74,7 +74,7 @@ def test_one_commit_lists_the_timeline_once_per_lock_hold_and_no_data_folder(
     )
     store = cfg.table_storage
     table = HudiTable.create(store, TableConfig("t", ("kafka_offset",), (), version=8))
-    coordinator = Coordinator(table, "w", query_id="q", control=make_control(cfg))
+    coordinator = HudiCoordinator(table, "w", query_id="q", control=make_control(cfg))
     coordinator.start()
     nxt = dict.fromkeys(range(PARTITIONS), 0)
     for batch in range(3):  # the last one is counted: the table has commits of this writer

@@ -18,10 +18,10 @@ from integration.test_multi_writer import (
     services_for,
 )
 
-from lakesink.engine.coordinator import Coordinator
 from lakesink.errors import InstantArchivedError
 from lakesink.formats.hudi.audit import read_with_hudi_rs
 from lakesink.formats.hudi.control import LockedCommitControl
+from lakesink.formats.hudi.coordinator import HudiCoordinator
 from lakesink.formats.hudi.services import archival
 from lakesink.formats.hudi.services.archival import ArchivePolicy, archive
 from lakesink.formats.hudi.services.clean import RetainPolicy, clean
@@ -55,11 +55,11 @@ def _table(path: Path, version: int) -> HudiTable:
 
 def _streamed(
     path: Path, version: int, batches: int
-) -> tuple[HudiTable, LockedCommitControl, Coordinator]:
+) -> tuple[HudiTable, LockedCommitControl, HudiCoordinator]:
     """A table with `batches` batches committed by writer w-a through its coordinator."""
     table = _table(path, version)
     services = services_for(path, "filesystem", None, "w-a")
-    coord = Coordinator(table, "w-a", control=services)
+    coord = HudiCoordinator(table, "w-a", control=services)
     coord.start()
     for b in range(batches):
         commit_one_batch(coord, "topic-a", b)
@@ -108,7 +108,7 @@ def test_cluster_clean_archive_keep_reads_time_travel_and_offsets(
         TableReader(table).as_of(done.archived[0].time)
     # the writer's offsets survive archival; a new coordinator continues where it stopped
     assert committed_offsets(table, "w-a").to_json() == {"topic-a:0": 160, "topic-a:1": 140}
-    coord2 = Coordinator(HudiTable.open(path), "w-a", control=services)
+    coord2 = HudiCoordinator(HudiTable.open(path), "w-a", control=services)
     coord2.start()
     commit_one_batch(coord2, "topic-a", 15)
     assert TableReader(table).snapshot().num_rows == 16 * ROWS_PER_BATCH
@@ -122,13 +122,13 @@ def test_slow_backfill_finishing_late_is_not_missed_by_completion_time_reads(
     path = tmp_path / "t"
     table = _table(path, 8)
     services = services_for(path, "filesystem", None, "w-a")
-    stream = Coordinator(table, "w-a", control=services)
+    stream = HudiCoordinator(table, "w-a", control=services)
     stream.start()
     commit_one_batch(stream, "topic-a", 0)
     checkpoint0 = table.timeline().last_completed()
     assert checkpoint0 is not None and checkpoint0.completion_time is not None
 
-    backfill = Coordinator(table, "backfill-1", control=services)
+    backfill = HudiCoordinator(table, "backfill-1", control=services)
     rng = OffsetRange(TopicPartition("history", 0), 0, 50)
     t_b = backfill.begin_batch(0, [rng])
     assert t_b is not None
@@ -286,7 +286,7 @@ def test_publish_of_an_archived_instant_is_already_committed(tmp_path: Path) -> 
     path = tmp_path / "t"
     table = _table(path, 8)
     services = services_for(path, "filesystem", None, "w-a")
-    coord = Coordinator(table, "w-a", control=services)
+    coord = HudiCoordinator(table, "w-a", control=services)
     coord.start()
     tp = TopicPartition("topic-a", 0)
     rng = OffsetRange(tp, 0, ROWS_PER_BATCH)

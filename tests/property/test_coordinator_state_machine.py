@@ -33,7 +33,6 @@ from hypothesis.stateful import (
 from property.fakes import Crash, FakeServices, World
 
 import lakesink.engine.coordinator as coordinator_module
-from lakesink.engine.coordinator import Coordinator
 from lakesink.errors import (
     CommitConflictError,
     CommitError,
@@ -44,6 +43,7 @@ from lakesink.errors import (
 )
 from lakesink.formats.hudi import writer_state as commit_state
 from lakesink.formats.hudi.audit import read_with_hudi_rs
+from lakesink.formats.hudi.coordinator import HudiCoordinator
 from lakesink.formats.hudi.table.config import TableConfig
 from lakesink.formats.hudi.table.hudi_table import HudiTable
 from lakesink.formats.hudi.table.reader import TableReader
@@ -73,7 +73,7 @@ REFUSALS = (FencedError, HeartbeatExpiredError, LockError, CommitError, CorruptT
 class Proc:
     """One incarnation of a writer: a Coordinator in a process, and where its batch stands."""
 
-    coordinator: Coordinator
+    coordinator: HudiCoordinator
     services: FakeServices
     stage: str = "idle"  # idle | begun | written
     instant: InstantTime | None = None
@@ -157,7 +157,7 @@ class CoordinatorMachine(RuleBasedStateMachine):
         services = FakeServices(
             self.world, f"{m.writer_id}#{self.world.incarnations.get(m.writer_id, 0) + 1}"
         )
-        return Proc(Coordinator(self.t, m.writer_id, query_id="q", control=services), services)
+        return Proc(HudiCoordinator(self.t, m.writer_id, query_id="q", control=services), services)
 
     def crash(self, m: WriterModel, proc: Proc) -> None:
         proc.services.die()

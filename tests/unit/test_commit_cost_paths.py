@@ -19,10 +19,11 @@ from typing import Any
 import pytest
 
 from lakesink.engine import coordinator as coordinator_module
-from lakesink.engine.coordinator import Coordinator
 from lakesink.engine.transaction import TableTransaction
 from lakesink.formats.hudi.concurrency.lock import LOCK_DIR, FileLockProvider
 from lakesink.formats.hudi.control import CommitControl
+from lakesink.formats.hudi.coordinator import HudiCoordinator
+from lakesink.formats.hudi.format import HudiFormat
 from lakesink.formats.hudi.table import timeline as timeline_module
 from lakesink.formats.hudi.table.config import TableConfig
 from lakesink.formats.hudi.table.files import base_file_name, new_file_id
@@ -73,10 +74,10 @@ def _statuses(table: HudiTable, t: InstantTime, ranges: list[OffsetRange]) -> li
     return out
 
 
-def _first_batch(table: HudiTable) -> tuple[Coordinator, list[OffsetRange], InstantTime]:
+def _first_batch(table: HudiTable) -> tuple[HudiCoordinator, list[OffsetRange], InstantTime]:
     """Writer "w" started on `table`, its batch 0 of three partitions begun."""
     ranges = [OffsetRange(TopicPartition("t", p), 0, 10) for p in range(3)]
-    coordinator = Coordinator(table, "w", control=CommitControl())
+    coordinator = HudiCoordinator(table, "w", control=CommitControl())
     coordinator.start()
     t = coordinator.begin_batch(0, ranges)
     assert t is not None
@@ -104,11 +105,11 @@ def test_markers_outlive_the_publish_and_a_crash_before_their_deletion_is_cleane
     assert len(list_marked_files(table.base_path, t)) == len(ranges)
 
     # another writer's pending instant, with markers that its rollback will need
-    other = TableTransaction(table, CommitControl(), writer_id="other")
+    other = TableTransaction(HudiFormat(table), CommitControl(), writer_id="other")
     pending = other.begin()
     _statuses(table, pending, [OffsetRange(TopicPartition("u", 0), 0, 1)])
 
-    second = Coordinator(table, "w", control=CommitControl())
+    second = HudiCoordinator(table, "w", control=CommitControl())
     second.start()
     assert list_marked_files(table.base_path, t) == []
     assert len(list_marked_files(table.base_path, pending)) == 1
@@ -129,7 +130,7 @@ import sys, time
 from pathlib import Path
 sys.path.insert(0, {tests!r})
 from lakesink.formats.hudi.control import CommitControl
-from lakesink.engine.coordinator import Coordinator
+from lakesink.formats.hudi.coordinator import HudiCoordinator
 from lakesink.protocol.offsets import OffsetRange, TopicPartition
 from lakesink.formats.hudi.table import markers
 from lakesink.formats.hudi.table.hudi_table import HudiTable
@@ -138,7 +139,7 @@ from unit.test_commit_cost_paths import SCHEMA, _statuses, _table
 slow_delete = markers.delete_markers
 markers.delete_markers = lambda *a: (time.sleep(1.0), slow_delete(*a))[1]
 table = _table(Path({work!r}))
-coordinator = Coordinator(table, "w", control=CommitControl())
+coordinator = HudiCoordinator(table, "w", control=CommitControl())
 coordinator.start()
 ranges = [OffsetRange(TopicPartition("t", p), 0, 10) for p in range(20)]
 t = coordinator.begin_batch(0, ranges)
@@ -286,7 +287,7 @@ def test_the_completed_file_is_encoded_before_the_lock_is_taken(
 ) -> None:
     table = _table(tmp_path)
     control = LockedControl()
-    tx = TableTransaction(table, control, writer_id="w")
+    tx = TableTransaction(HudiFormat(table), control, writer_id="w")
     t = tx.begin()
     fid = new_file_id()
     f = FileWrite("", fid, base_file_name(fid, "0-1-0", t), 1, 1)

@@ -181,7 +181,7 @@ def test_transaction_begin_stage_commit_publishes_once_and_runs_hooks(tmp_path: 
     table = _table(tmp_path)
     control = RecordingControl()
     hooked: list[InstantTime] = []
-    tx = TableTransaction(table, control, writer_id="w", hooks=(hooked.append,))
+    tx = TableTransaction(HudiFormat(table), control, writer_id="w", hooks=(hooked.append,))
     t = tx.begin()
     assert tx.state is TxState.ACTIVE and t.value in control.beating
     assert [i.time for i in table.timeline().inflight_or_requested()] == [t]
@@ -195,7 +195,7 @@ def test_transaction_begin_stage_commit_publishes_once_and_runs_hooks(tmp_path: 
     assert result.published and tx.state is TxState.COMMITTED
     assert hooked == [t] and control.beating == set()
     assert committed_offsets(table, "w") == offsets
-    again = TableTransaction.resume(table, control, t, writer_id="w").commit(
+    again = TableTransaction.resume(HudiFormat(table), control, t, writer_id="w").commit(
         _metadata((kept,), offsets)
     )
     assert not again.published
@@ -204,7 +204,7 @@ def test_transaction_begin_stage_commit_publishes_once_and_runs_hooks(tmp_path: 
 
 def test_transaction_reported_file_without_marker_is_an_error(tmp_path: Path) -> None:
     table = _table(tmp_path)
-    tx = TableTransaction(table, CommitControl(), writer_id="w")
+    tx = TableTransaction(HudiFormat(table), CommitControl(), writer_id="w")
     t = tx.begin()
     with pytest.raises(CommitError, match="have no marker"):
         tx.stage({f"{new_file_id()}_0-1-0_{t.value}.parquet"})
@@ -217,13 +217,13 @@ def test_transaction_failing_requirement_publishes_nothing_and_context_rolls_bac
     control = RecordingControl()
     with (
         pytest.raises(CommitError, match="backfill b1 was committed concurrently"),
-        TableTransaction(table, control, writer_id="w") as tx,
+        TableTransaction(HudiFormat(table), control, writer_id="w") as tx,
     ):
         t = tx.begin()
         f = _write(table, t)
         tx.stage({f.path})
         # the same backfill committed by another run meanwhile
-        other = TableTransaction(table, control, writer_id="w2")
+        other = TableTransaction(HudiFormat(table), control, writer_id="w2")
         t2 = other.begin()
         g = _write(table, t2)
         other.stage({g.path})
@@ -243,7 +243,7 @@ def test_transaction_publish_whose_response_was_lost_is_found_on_the_table(
     tmp_path: Path,
 ) -> None:
     table = _table(tmp_path)
-    tx = TableTransaction(table, CommitControl(), writer_id="w", retry=NO_WAIT)
+    tx = TableTransaction(HudiFormat(table), CommitControl(), writer_id="w", retry=NO_WAIT)
     t = tx.begin()
     f = _write(table, t)
     tx.stage({f.path})

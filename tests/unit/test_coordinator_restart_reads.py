@@ -8,19 +8,19 @@ from pathlib import Path
 import pytest
 from integration.test_fencing import TABLE_CONFIG, config, write_batch
 
-from lakesink.engine.coordinator import Coordinator
 from lakesink.formats.hudi import writer_state
 from lakesink.formats.hudi.control import WriterCommitControl
+from lakesink.formats.hudi.coordinator import HudiCoordinator
 from lakesink.formats.hudi.table.hudi_table import HudiTable
 from lakesink.formats.hudi.table.timeline import Timeline
 from lakesink.protocol.offsets import OffsetRange, TopicPartition, WriterOffsets
 
 
-def _coordinator(table: HudiTable, path: Path) -> Coordinator:
-    return Coordinator(table, "w1", control=WriterCommitControl.from_config(config(path, "w1")))
+def _coordinator(table: HudiTable, path: Path) -> HudiCoordinator:
+    return HudiCoordinator(table, "w1", control=WriterCommitControl.from_config(config(path, "w1")))
 
 
-def _commit(c: Coordinator, table: HudiTable, batch: int, r: OffsetRange) -> WriterOffsets:
+def _commit(c: HudiCoordinator, table: HudiTable, batch: int, r: OffsetRange) -> WriterOffsets:
     t = c.begin_batch(batch, [r])
     assert t is not None
     statuses, schema = write_batch(table, t, [r])

@@ -5,8 +5,9 @@ the commit metadata's extra map (lakesink.formats.hudi.writer_state)."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING
 
 from lakesink.engine.change import TableChange
@@ -15,6 +16,7 @@ from lakesink.errors import CommitError, CommitStateUnknownError, CorruptTableEr
 from lakesink.formats.hudi import writer_state
 from lakesink.formats.hudi.conflicts import check_operation
 from lakesink.formats.hudi.control import hudi_control
+from lakesink.formats.hudi.instants import complete_instant
 from lakesink.formats.hudi.table.archive import is_archived_completed
 from lakesink.formats.hudi.table.hudi_table import HudiTable
 from lakesink.formats.hudi.table.markers import delete_markers_soon, list_marked_files
@@ -82,6 +84,16 @@ class HudiFormat:
     @property
     def name(self) -> str:
         return self.table.config.name
+
+    def lock(self, control: CommitControl) -> AbstractContextManager[object]:
+        lock: AbstractContextManager[object] = hudi_control(control).locked(self.table)
+        return lock
+
+    def start_heartbeat(self, control: CommitControl, instant_time: InstantTime) -> None:
+        hudi_control(control).start_heartbeat(self.table, instant_time)
+
+    def stop_heartbeat(self, control: CommitControl, instant_time: InstantTime) -> None:
+        hudi_control(control).stop_heartbeat(self.table, instant_time)
 
     def next_instant_time(self, control: CommitControl) -> InstantTime:
         # called under the lock, right before `begin` (TableTransaction.begin_locked)
@@ -184,6 +196,12 @@ class HudiFormat:
             return True
         return timeline.commit_metadata(done).extra.get(writer_state.COMMIT_ID_KEY) == commit_id
 
+    def published_record(self, instant_time: InstantTime) -> Instant | None:
+        return self.table.timeline().get(instant_time)
+
+    def complete(self, action: Action, instant_time: InstantTime, content: bytes) -> Instant:
+        return complete_instant(self.table, Instant(instant_time, action, State.INFLIGHT), content)
+
     def finish(self, instant_time: InstantTime) -> None:
         # After the lock, in the background: a crash before they are gone leaves the markers of
         # a completed instant, which nothing reads; the writer's next start deletes them
@@ -201,6 +219,13 @@ class HudiFormat:
         if self.table.timeline().get(instant_time) is None:
             delete_leftovers(self.table, instant_time)  # rolled back under us: files are garbage
         return rolled
+
+    def roll_back_pending(self, instant: Instant) -> None:
+        rollback(self.table, instant)
+
+    def delete_side_files(self, keys: Sequence[str]) -> None:
+        if keys:
+            self.table.storage.delete_many(list(keys))
 
     def committed_offsets(self, writer_id: str) -> WriterOffsets:
         return writer_state.committed_offsets(self.table, writer_id)

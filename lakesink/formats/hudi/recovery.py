@@ -13,6 +13,7 @@ from typing import Any
 from lakesink.engine.transaction import TableTransaction, TxState
 from lakesink.faults import crash_point
 from lakesink.formats.hudi.control import CommitControl
+from lakesink.formats.hudi.format import HudiFormat
 from lakesink.formats.hudi.table.hudi_table import HudiTable
 from lakesink.formats.hudi.table.timeline import Timeline
 from lakesink.metrics import IngestionMetrics
@@ -71,7 +72,7 @@ def recover_failed_writes(
             continue
         if owner == writer_id or control.heartbeat_expired(table, instant.time):
             tx = TableTransaction.resume(
-                table,
+                HudiFormat(table),
                 control,
                 instant.time,
                 writer_id=owner or writer_id,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from lakesink.cli.output import emit_json, say
+from lakesink.console import emit_json, say
 
 HELP = {
     "expire-snapshots": "expire old snapshots, keeping each writer's newest commit (its offsets)",

@@ -1,7 +1,7 @@
-"""The commit coordinator over an Iceberg table: the same batch protocol as the Hudi
-`Coordinator` (begin_batch, precommit/commit, abort, start/recover), with the table's format an
-`IcebergFormat`. Nothing durable precedes a commit (no intents, no instants), so recovery has
-nothing to roll back: data files of a batch that never committed are orphans for orphan removal.
+"""The commit coordinator over an Iceberg table: the engine's `Coordinator` (begin_batch,
+precommit/commit, abort, start/recover) with the table's format an `IcebergFormat`. Nothing
+durable precedes a commit (no intents, no instants), so recovery has nothing to roll back:
+data files of a batch that never committed are orphans for orphan removal.
 Tasks report their data file descriptions in `WriteStatus.extra[FILES_KEY]`, and the maximum
 record timestamp they read in `WriteStatus.extra[MAX_TS_KEY]` (for the snapshot's VTTS).
 
@@ -19,14 +19,14 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 
 from lakesink.engine.coordinator import BatchOutcome, Coordinator, PreparedCommit
+from lakesink.engine.format import CommitControl
 from lakesink.engine.requirements import OffsetsUnchanged, Requirement, WriterStillLive
 from lakesink.engine.transaction import PostCommitHook, TableTransaction
-from lakesink.formats.hudi.control import CommitControl
-from lakesink.formats.iceberg.datafiles import DataFileDescription
+from lakesink.formats.iceberg.datafiles import FILES_KEY, MAX_TS_KEY, DataFileDescription
 from lakesink.formats.iceberg.format import VTTS_KEY, IcebergFormat
 from lakesink.formats.iceberg.snapshots import valid_through
 from lakesink.metrics import IngestionMetrics
-from lakesink.protocol.instant import Instant, InstantTime
+from lakesink.protocol.instant import InstantTime
 from lakesink.protocol.offsets import OffsetRange, TopicPartition, WriterOffsets
 from lakesink.protocol.write_status import WriteStatus
 
@@ -34,15 +34,23 @@ log = logging.getLogger(__name__)
 
 __all__ = ["FILES_KEY", "MAX_TS_KEY", "IcebergCoordinator"]
 
-FILES_KEY = "iceberg.files"
-"""`WriteStatus.extra`: the JSON forms of the data files a task wrote (`DataFileDescription`)."""
-MAX_TS_KEY = "max_timestamp_ms"
-"""`WriteStatus.extra`: the newest record timestamp (ms) a task wrote per topic partition
-(`TopicPartition.key()` -> ms); partitions without records are absent."""
+
+class CatalogControl:
+    """An Iceberg writer's concurrency control: nothing of its own (the catalog's commit is
+    the fence, its incarnation is checked by the format)."""
+
+    def __init__(self, writer_id: str) -> None:
+        self._writer_id = writer_id
+
+    @property
+    def writer_id(self) -> str:
+        return self._writer_id
 
 
 class IcebergCoordinator(Coordinator):
     """One writer on one Iceberg table, through the commit engine (`IcebergFormat`)."""
+
+    format: IcebergFormat
 
     def __init__(
         self,
@@ -58,48 +66,17 @@ class IcebergCoordinator(Coordinator):
         publish_delay_s: float = 0.0,
     ) -> None:
         super().__init__(
-            None,
+            table_format,
             writer_id,
             query_id=query_id,
-            control=control or CommitControl(),
+            control=control or CatalogControl(writer_id),
             publish_delay_s=publish_delay_s,
             allow_data_loss=allow_data_loss,
             topic_ids=topic_ids,
             metrics=metrics,
             post_commit=post_commit,
         )
-        self.format = table_format
-        # transaction ids durable in the pending store: never rolled back by this process
-        self._precommitted: set[str] = set()
         self.incarnation: int | None = None  # claimed by start()
-
-    @property
-    def name(self) -> str:
-        return self.format.name
-
-    def _new_transaction(self) -> TableTransaction:
-        return TableTransaction(
-            None,
-            self.control,
-            writer_id=self.writer_id,
-            metrics=self.metrics,
-            crash=self._crash,
-            table_format=self.format,
-        )
-
-    def _resumed_transaction(self, t: InstantTime) -> TableTransaction:
-        return TableTransaction.resume(
-            None,
-            self.control,
-            t,
-            writer_id=self.writer_id,
-            metrics=self.metrics,
-            crash=self._crash,
-            table_format=self.format,
-        )
-
-    def _side_files(self, t: InstantTime) -> list[str]:
-        return []
 
     # --- start-up: claim the writer id; nothing to roll back --------------------------------
     def start(self, keep: frozenset[InstantTime] = frozenset()) -> None:
@@ -107,19 +84,6 @@ class IcebergCoordinator(Coordinator):
         a driver thought dead, can no longer commit), then recover (nothing to roll back)."""
         self.incarnation = self.format.claim(self.writer_id)
         self.recover(keep)
-
-    def recover(self, keep: frozenset[InstantTime] = frozenset()) -> list[Instant]:
-        self._committed = None
-        return []
-
-    @property
-    def committed(self) -> WriterOffsets:
-        if self._committed is None:
-            self._committed = self.format.committed_offsets(self.writer_id)
-        return self._committed
-
-    def table_offsets(self) -> WriterOffsets:
-        return self.format.committed_offsets(self.writer_id)
 
     # --- the batch ---------------------------------------------------------------------------
     def _write_intent(self, t: InstantTime, batch_id: int, ranges: Sequence[object]) -> None:
@@ -182,12 +146,3 @@ class IcebergCoordinator(Coordinator):
         self.format.finish(t)  # also when the snapshot was there already (nothing published)
         self._precommitted.discard(t.value)
         return outcome
-
-    def mark_precommitted(self, t: InstantTime) -> None:
-        """The batch is durable in the pending store: a failure after this point must not
-        delete its data files (the committer or the next start publishes it). Other writers
-        never roll back an Iceberg batch, so nothing goes to the table."""
-        self._precommitted.add(t.value)
-
-    def is_precommitted(self, t: InstantTime) -> bool:
-        return t.value in self._precommitted

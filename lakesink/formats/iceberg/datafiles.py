@@ -28,8 +28,15 @@ if TYPE_CHECKING:
     from pyiceberg.manifest import DataFile
     from pyiceberg.table.metadata import TableMetadata
 
+    from lakesink.formats.task import TaskAttempt
+    from lakesink.protocol.write_status import FileWrite
+
 __all__ = [
+    "FILES_KEY",
+    "MAX_TS_KEY",
     "DataFileDescription",
+    "IcebergTarget",
+    "IcebergTaskWriter",
     "WriteContext",
     "attempt_uuid",
     "describe",
@@ -38,6 +45,12 @@ __all__ = [
 ]
 
 PartitionValue = int | str | float | bool | bytes | None
+
+FILES_KEY = "iceberg.files"
+"""`WriteStatus.extra`: the JSON forms of the data files a task wrote (`DataFileDescription`)."""
+MAX_TS_KEY = "max_timestamp_ms"
+"""`WriteStatus.extra`: the newest record timestamp (ms) a task wrote per topic partition
+(`TopicPartition.key()` -> ms); partitions without records are absent."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,6 +184,87 @@ def write_data_files(
     io = context.file_io(metadata.location)
     files = _dataframe_to_data_files(metadata, rows, io, write_uuid=attempt_uuid(attempt_id))
     return [describe(f, metadata.default_spec_id) for f in files]
+
+
+@dataclass(frozen=True, slots=True)
+class IcebergTarget:
+    """Where Spark tasks write on an Iceberg table (a `lakesink.formats.task.TaskTarget`): the
+    table's write context (schema, spec, location, file IO) and the transaction their data files
+    belong to."""
+
+    context: WriteContext
+    instant_time: str
+
+    def open(self, attempt: TaskAttempt) -> IcebergTaskWriter:
+        return IcebergTaskWriter(self, attempt)
+
+
+class IcebergTaskWriter:
+    """A task attempt's rows become Parquet data files with the table's field ids (split by
+    partition, cut at the target size) when it closes, named after the attempt; its status
+    carries their descriptions (`FILES_KEY`) and the newest record time per partition
+    (`MAX_TS_KEY`, for the snapshot's valid-through time)."""
+
+    def __init__(self, target: IcebergTarget, attempt: TaskAttempt) -> None:
+        self.target = target
+        self.attempt = attempt
+        self.batches: list[pa.RecordBatch] = []
+        self.newest_ms: dict[str, int] = {}
+
+    def write(self, batch: pa.RecordBatch) -> None:
+        self.batches.append(batch)
+        for key, ms in newest_record_ms(batch).items():
+            self.newest_ms[key] = max(ms, self.newest_ms.get(key, ms))
+
+    def close(self) -> tuple[list[FileWrite], dict[str, Any]]:
+        from lakesink.protocol.write_status import FileWrite
+
+        described = (
+            write_data_files(
+                self.target.context,
+                pa.Table.from_batches(self.batches),
+                attempt_id=f"{self.target.instant_time}-{self.attempt.name}",
+            )
+            if self.batches
+            else []
+        )
+        files = [FileWrite("", d.path, d.path, d.record_count, d.size_bytes) for d in described]
+        return files, {FILES_KEY: [d.to_json() for d in described], MAX_TS_KEY: self.newest_ms}
+
+
+def newest_record_ms(batch: pa.RecordBatch) -> dict[str, int]:
+    """The newest `kafka_timestamp` (epoch ms) per topic partition (`TopicPartition.key()`);
+    none when the rows lack a Kafka coordinate column (a transformation dropped it)."""
+    import pyarrow.compute as pc
+
+    from lakesink.protocol.offsets import TopicPartition
+
+    names = batch.schema.names
+    needed = ("kafka_timestamp", "kafka_topic", "kafka_partition")
+    if not batch.num_rows or not all(n in names for n in needed):
+        return {}
+    stamps = pc.cast(pc.cast(batch.column("kafka_timestamp"), pa.timestamp("ms")), pa.int64())
+    grouped = (
+        pa.table(
+            {
+                "t": batch.column("kafka_topic"),
+                "p": batch.column("kafka_partition"),
+                "ms": stamps,
+            }
+        )
+        .group_by(["t", "p"])
+        .aggregate([("ms", "max")])
+    )
+    return {
+        TopicPartition(str(t), int(p)).key(): int(ms)
+        for t, p, ms in zip(
+            grouped.column("t").to_pylist(),
+            grouped.column("p").to_pylist(),
+            grouped.column("ms_max").to_pylist(),
+            strict=True,
+        )
+        if ms is not None
+    }
 
 
 def describe(data_file: DataFile, spec_id: int) -> DataFileDescription:

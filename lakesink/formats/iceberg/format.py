@@ -12,6 +12,7 @@ import logging
 import re
 import time
 from collections.abc import Callable, Collection, Sequence
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING
 
 from lakesink.config import LakesinkConfig, parse_kv
@@ -25,7 +26,7 @@ from lakesink.formats.iceberg.schema import PartitionFieldSetting, parse_partiti
 from lakesink.formats.iceberg.snapshots import KEY_COMMIT_ID, KEY_LOST, AppendRequirement
 from lakesink.formats.iceberg.table import AppendResult, CommitOutcome, IcebergTable, snapshot_infos
 from lakesink.protocol.conflicts import ConflictStrategy, Operation
-from lakesink.protocol.instant import Action, InstantTime
+from lakesink.protocol.instant import Action, Instant, InstantTime
 from lakesink.protocol.offsets import OffsetRange, TopicPartition, WriterOffsets
 from lakesink.storage import options_from_config
 
@@ -223,6 +224,16 @@ class IcebergFormat:
     def name(self) -> str:
         return self.table.name
 
+    def lock(self, control: CommitControl) -> AbstractContextManager[object] | None:
+        """None: the catalog's compare-and-swap of the metadata is the fence."""
+        return None
+
+    def start_heartbeat(self, control: CommitControl, instant_time: InstantTime) -> None:
+        """Nothing: nobody rolls back an Iceberg commit in flight (its files are orphans)."""
+
+    def stop_heartbeat(self, control: CommitControl, instant_time: InstantTime) -> None:
+        """Nothing beats (`start_heartbeat`)."""
+
     @staticmethod
     def commit_id(instant_time: InstantTime, engine_commit_id: str) -> str:
         """The snapshot's commit id: the transaction id, then the engine's commit id."""
@@ -326,6 +337,12 @@ class IcebergFormat:
         self.table.refresh()
         return self.is_published(instant_time)
 
+    def published_record(self, instant_time: InstantTime) -> InstantTime:
+        return instant_time
+
+    def complete(self, action: Action, instant_time: InstantTime, content: bytes) -> object:
+        raise CommitError(f"table {self.name}: only Hudi tables complete non-data instants")
+
     def finish(self, instant_time: InstantTime) -> None:
         self._files.pop(instant_time.value, None)
 
@@ -337,6 +354,12 @@ class IcebergFormat:
             return False
         self.table.abort(files)
         return bool(files)
+
+    def roll_back_pending(self, instant: Instant) -> None:
+        raise CommitError(f"table {self.name}: only Hudi tables have pending instants")
+
+    def delete_side_files(self, keys: Sequence[str]) -> None:
+        """Nothing: the writer keeps no files beside an Iceberg commit."""
 
     def committed_offsets(self, writer_id: str) -> WriterOffsets:
         self.table.refresh()

@@ -10,12 +10,15 @@ tables, naming the Iceberg maintenance commands.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from lakesink.cli.output import emit_json, say, table
 from lakesink.config import LakesinkConfig, storage_settings, table_storage_at
+from lakesink.console import emit_json, say, table
 from lakesink.errors import ConfigError, TableNotFoundError
+from lakesink.formats.status import add_pending, print_head
+from lakesink.protocol.offsets import TopicPartition
 from lakesink.storage import Storage
 
 ICEBERG_MAINTENANCE = "lakesink iceberg expire-snapshots|rewrite-data-files|remove-orphan-files"
@@ -206,19 +209,23 @@ def _show(tbl: Any, path: str, as_json: bool) -> int:
     return 0
 
 
-def collect_iceberg_status(cfg: LakesinkConfig) -> dict[str, Any]:
-    """`lakesink status` of an Iceberg table: the writer's committed offsets from the snapshot
-    lineage, high watermarks and lag, and the recent snapshots."""
+def collect_iceberg_status(
+    cfg: LakesinkConfig,
+    *,
+    high_watermarks: Callable[[], Mapping[TopicPartition, int]],
+    add_metrics: Callable[[dict[str, Any]], None],
+) -> dict[str, Any]:
+    """`lakesink status` of an Iceberg table (IcebergPlugin.status): the writer's committed
+    offsets from the snapshot lineage, high watermarks and lag, and the recent snapshots."""
     from lakesink.formats.iceberg.errors import CatalogNotFoundError
     from lakesink.formats.iceberg.format import open_iceberg_table
-    from lakesink.spark.pipeline import high_watermarks
 
     try:
         tbl = open_iceberg_table(cfg, create=False)
     except (TableNotFoundError, CatalogNotFoundError):  # nothing ingested yet
         tbl = None
     committed = tbl.committed_offsets(cfg.writer_id).to_json() if tbl is not None else {}
-    marks = {tp.key(): hi for tp, hi in high_watermarks(cfg).items()}
+    marks = {tp.key(): hi for tp, hi in high_watermarks().items()}
     partitions = []
     for key in sorted(set(marks) | set(committed)):
         pos, hi = committed.get(key), marks.get(key)
@@ -229,19 +236,12 @@ def collect_iceberg_status(cfg: LakesinkConfig) -> dict[str, Any]:
         "format": "iceberg",
         "partitions": partitions,
     }
-    if cfg["commit.mode"] == "async":
-        from lakesink.engine.async_commit import pending_summary
-        from lakesink.spark.pipeline import pending_store_for
-
-        store = pending_store_for(cfg)
-        try:
-            out["pending"] = pending_summary(store, cfg.writer_id)
-        finally:
-            store.close()
+    add_pending(cfg, out)
     if cfg["errors.deadletter.table"]:
         out["dead_letter_table"] = _dead_letter_status(cfg)
     if tbl is None:
         out["table"] = None
+        add_metrics(out)
         return out
     py = tbl.pyiceberg
     current = py.current_snapshot()
@@ -255,6 +255,7 @@ def collect_iceberg_status(cfg: LakesinkConfig) -> dict[str, Any]:
         "files": int(summary.get("total-data-files", 0)),
         "recent": snapshot_rows(py, limit=10),
     }
+    add_metrics(out)
     return out
 
 
@@ -281,18 +282,8 @@ def _dead_letter_status(cfg: LakesinkConfig) -> dict[str, Any] | None:
 
 
 def print_iceberg_status(st: dict[str, Any]) -> None:
-    say(f"writer {st['writer_id']}")
-    rows = [
-        [p["partition"], p["committed"], p["high_watermark"], p["lag"]] for p in st["partitions"]
-    ]
-    say(table(["partition", "committed", "high watermark", "lag"], rows))
-    if "pending" in st:
-        p = st["pending"]
-        lag = "-" if p["commit_lag_s"] is None else f"{p['commit_lag_s']:.1f}s"
-        say(
-            f"async commit: {len(p['pending_epochs'])} pending epochs, commit lag {lag}, "
-            f"last committed epoch {p['latest_committed_epoch']}"
-        )
+    """`collect_iceberg_status`'s status as text."""
+    print_head(st)
     if "dead_letter_table" in st:
         d = st["dead_letter_table"]
         say(

@@ -5,16 +5,25 @@ nothing and needs no `iceberg` extra."""
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
+
+from lakesink.errors import ConfigError
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
     from lakesink.config import LakesinkConfig
+    from lakesink.engine.coordinator import Coordinator
+    from lakesink.engine.format import CommitControl
     from lakesink.formats.audit import DeadLetters, KeptByTransform
     from lakesink.formats.iceberg.audit import IcebergAuditReport
-    from lakesink.protocol.offsets import WriterOffsets
+    from lakesink.formats.iceberg.coordinator import IcebergCoordinator
+    from lakesink.formats.iceberg.datafiles import IcebergTarget
+    from lakesink.formats.iceberg.format import IcebergFormat
+    from lakesink.metrics import IngestionMetrics
+    from lakesink.protocol.offsets import TopicPartition, WriterOffsets
+    from lakesink.storage import Storage
 
 
 class IcebergPlugin:
@@ -119,6 +128,67 @@ class IcebergPlugin:
         snapshots = len(table.pyiceberg.metadata.snapshots)
         return rows, "pyiceberg", f" of {table.name} ({snapshots} snapshots)"
 
+    def table_format(self, table: object) -> IcebergFormat:
+        """`table`: an `IcebergTable`."""
+        from lakesink.formats.iceberg.format import IcebergFormat
+        from lakesink.formats.iceberg.table import IcebergTable
+
+        assert isinstance(table, IcebergTable)
+        return IcebergFormat(table)
+
+    def open_coordinator(
+        self,
+        cfg: LakesinkConfig,
+        table: object,
+        control: CommitControl,
+        *,
+        query_id: str,
+        publish_delay_s: float = 0.0,
+        topic_ids: Callable[[Iterable[str]], Mapping[str, str]] | None = None,
+        metrics: IngestionMetrics | None = None,
+    ) -> IcebergCoordinator:
+        """`table`: the opened `IcebergTable`. `control` goes unused: the catalog's commit is
+        the fence. Inline maintenance runs after commits; orphan removal spares the writer's
+        batches in flight."""
+        from lakesink.formats.iceberg.coordinator import IcebergCoordinator
+        from lakesink.formats.iceberg.services import iceberg_maintenance_hook
+
+        table_format = self.table_format(table)
+        maintenance = iceberg_maintenance_hook(
+            table_format.table, cfg, in_flight=table_format.in_flight_files
+        )
+        return IcebergCoordinator(
+            table_format,
+            cfg.writer_id,
+            query_id=query_id,
+            allow_data_loss=not cfg["kafka.fail.on.data.loss"],
+            topic_ids=topic_ids,
+            metrics=metrics,
+            post_commit=(maintenance,),
+            publish_delay_s=publish_delay_s,
+        )
+
+    def table_partition_fields(self, coordinator: Coordinator) -> None:
+        """None: table.partition.by (and the date column) give them."""
+        return None
+
+    def task_target(
+        self, coordinator: Coordinator, instant_time: str, target_file_size: int
+    ) -> IcebergTarget:
+        """The table's write context: tasks write data files the commit describes (the table's
+        own properties give their size)."""
+        from lakesink.formats.iceberg.coordinator import IcebergCoordinator
+        from lakesink.formats.iceberg.datafiles import IcebergTarget
+
+        assert isinstance(coordinator, IcebergCoordinator)
+        return IcebergTarget(coordinator.format.table.write_context(), instant_time)
+
+    def snapshot_files(self, storage: Storage, as_of: str | None) -> list[str]:
+        raise ConfigError(_NOT_BY_PATH)
+
+    def snapshot_schema(self, storage: Storage, as_of: str | None) -> pa.Schema:
+        raise ConfigError(_NOT_BY_PATH)
+
     def add_cli_commands(
         self, sub: Any, add_config_args: Callable[[argparse.ArgumentParser], None]
     ) -> None:
@@ -132,5 +202,49 @@ class IcebergPlugin:
 
         return cli.run(args, cfg)
 
+    def status(
+        self,
+        cfg: LakesinkConfig,
+        *,
+        high_watermarks: Callable[[], Mapping[TopicPartition, int]],
+        add_metrics: Callable[[dict[str, Any]], None],
+    ) -> dict[str, Any]:
+        """The recent snapshots, and the dead-letter table's state."""
+        from lakesink.formats.iceberg.inspection import collect_iceberg_status
+
+        return collect_iceberg_status(cfg, high_watermarks=high_watermarks, add_metrics=add_metrics)
+
+    def print_status(self, st: dict[str, Any]) -> None:
+        from lakesink.formats.iceberg.inspection import print_iceberg_status
+
+        print_iceberg_status(st)
+
+    def recognizes_table(self, path: str) -> bool:
+        """An Iceberg table location (local or on an object store), or a local warehouse."""
+        from lakesink.formats.iceberg.inspection import iceberg_kind
+
+        return iceberg_kind(path) is not None
+
+    def run_table_command(self, args: argparse.Namespace) -> int:
+        """`show`, `timeline` and `files`; the Hudi table services refuse, naming Iceberg's."""
+        from lakesink.formats.iceberg.inspection import refuse_iceberg, run_table_command
+
+        if args.table_command in ("clean", "cluster", "archive", "rollback"):
+            raise refuse_iceberg(f"table {args.table_command}")
+        return run_table_command(args.table_command, args.path, args.json)
+
+    def backfill_control(self, args: argparse.Namespace, cfg: LakesinkConfig | None) -> None:
+        """None: the catalog orders the commits; the lock options are refused."""
+        if args.lock_provider is not None or args.postgres_dsn:
+            raise ConfigError(
+                "backfill: --lock-provider and --postgres-dsn are for Hudi tables; an Iceberg "
+                "table's catalog orders its commits"
+            )
+
+
+_NOT_BY_PATH = (
+    'spark.read.format("lakesink") reads Hudi tables by path; read an Iceberg table through '
+    "its catalog with Spark's Iceberg runtime"
+)
 
 PLUGIN = IcebergPlugin()

@@ -23,6 +23,7 @@ import fastavro
 from lakesink.engine.transaction import TableTransaction
 from lakesink.errors import CorruptTableError
 from lakesink.formats.hudi.control import CommitControl
+from lakesink.formats.hudi.format import HudiFormat
 from lakesink.formats.hudi.services.lazy_rollback import rollback_failed_writes
 from lakesink.formats.hudi.table.file_group import FileSlice
 from lakesink.formats.hudi.table.files import parse_base_file_name
@@ -260,7 +261,9 @@ def clean(
     policy = policy or RetainPolicy()
     rolled = tuple(rollback_failed_writes(table, control)) if rollback_failed else ()
     started = time.monotonic()
-    tx = TableTransaction(table, control, writer_id=control.writer_id, action=Action.CLEAN)
+    tx = TableTransaction(
+        HudiFormat(table), control, writer_id=control.writer_id, action=Action.CLEAN
+    )
     with tx.locked():
         timeline = table.timeline()
         commits, base = active_commits_and_base(timeline)
@@ -302,4 +305,4 @@ def clean(
         len(plan.failed),
         plan.earliest_retained,
     )
-    return CleanResult(done, tuple(deleted), rolled, plan)
+    return CleanResult(done if isinstance(done, Instant) else None, tuple(deleted), rolled, plan)

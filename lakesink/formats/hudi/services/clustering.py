@@ -28,6 +28,7 @@ from lakesink.formats.hudi.conflicts import (
     pending_clustering_groups,
 )
 from lakesink.formats.hudi.control import SERVICES_WRITER_ID, CommitControl
+from lakesink.formats.hudi.format import HudiFormat
 from lakesink.formats.hudi.instants import plan_path, write_json
 from lakesink.formats.hudi.table.file_group import FileSlice
 from lakesink.formats.hudi.table.files import write_token
@@ -131,7 +132,7 @@ def schedule_clustering(
     """Under the lock: choose the slices, begin the replacecommit with a heartbeat, store the
     plan. None when no partition has enough small files."""
     tx = TableTransaction(
-        table, control, writer_id=SERVICES_WRITER_ID, action=Action.REPLACE_COMMIT
+        HudiFormat(table), control, writer_id=SERVICES_WRITER_ID, action=Action.REPLACE_COMMIT
     )
     with tx.locked():
         timeline = table.timeline()
@@ -205,7 +206,7 @@ def execute_clustering(
     rules: ConflictStrategy = strategy or FileGroupOverlap()
     t = plan.instant_time
     tx = TableTransaction.resume(
-        table,
+        HudiFormat(table),
         control,
         t,
         writer_id=SERVICES_WRITER_ID,

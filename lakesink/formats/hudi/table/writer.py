@@ -12,8 +12,9 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Literal
+from typing import IO, TYPE_CHECKING, Any, Literal
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -27,7 +28,7 @@ from lakesink.formats.hudi.table.avro_schema import (
     with_meta_columns,
 )
 from lakesink.formats.hudi.table.config import TableConfig
-from lakesink.formats.hudi.table.files import base_file_name, new_file_id
+from lakesink.formats.hudi.table.files import base_file_name, new_file_id, write_token
 from lakesink.formats.hudi.table.hudi_table import HudiTable
 from lakesink.formats.hudi.table.markers import create_marker
 from lakesink.formats.hudi.table.rollback import is_rolled_back
@@ -35,7 +36,17 @@ from lakesink.protocol.instant import InstantTime
 from lakesink.protocol.write_status import FileWrite
 from lakesink.storage import Storage
 
-__all__ = ["BaseFileWriter", "PartitionedWriter", "avro_schema_for", "record_keys"]
+if TYPE_CHECKING:
+    from lakesink.formats.task import TaskAttempt
+
+__all__ = [
+    "BaseFileWriter",
+    "HudiTaskTarget",
+    "HudiTaskWriter",
+    "PartitionedWriter",
+    "avro_schema_for",
+    "record_keys",
+]
 
 log = logging.getLogger(__name__)
 
@@ -536,3 +547,40 @@ class PartitionedWriter:
         for w in self._writers.values():
             out.extend(w.abort())
         return sorted(out)
+
+
+@dataclass(frozen=True, slots=True)
+class HudiTaskTarget:
+    """Where Spark tasks write on a Hudi table (a `lakesink.formats.task.TaskTarget`): the table
+    and the instant their base files belong to."""
+
+    storage: Storage
+    config: TableConfig
+    instant_time: str
+    target_file_size: int
+
+    def open(self, attempt: TaskAttempt) -> HudiTaskWriter:
+        return HudiTaskWriter(
+            PartitionedWriter(
+                self.storage,
+                InstantTime(self.instant_time),
+                write_token(attempt.partition, attempt.stage, attempt.number),
+                target_file_size_bytes=self.target_file_size,
+                config=self.config,
+            )
+        )
+
+
+class HudiTaskWriter:
+    """A task attempt's `PartitionedWriter`; its status carries the Avro schema of the rows
+    written (`schema`), which the commit records."""
+
+    def __init__(self, writer: PartitionedWriter) -> None:
+        self.writer = writer
+
+    def write(self, batch: pa.RecordBatch) -> None:
+        self.writer.write(batch)
+
+    def close(self) -> tuple[list[FileWrite], dict[str, Any]]:
+        schema = self.writer.avro_schema
+        return self.writer.close(), ({"schema": schema} if schema else {})

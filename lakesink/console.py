@@ -1,4 +1,5 @@
-"""How the CLI prints: readable tables on a terminal, JSON with --json, plain progress lines."""
+"""How lakesink prints to a terminal (the command line and each format's own commands): readable
+tables, JSON with --json, plain progress lines. Imports nothing of lakesink."""
 
 from __future__ import annotations
 

@@ -1,0 +1,168 @@
+"""The commit coordinator over a Hudi table: the engine's `Coordinator` with what a Hudi writer
+keeps beside its instants. An instant is visible on the timeline from `begin`, so other
+writers' lazy rollback must be told whose it is (an intent) and that it is durably
+pre-committed (a mark); at start the writer claims its id (fencing older incarnations) and
+rolls back its failed instants, and deletes markers a crash left after a publish.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Mapping, Sequence
+
+from lakesink.config import LakesinkConfig
+from lakesink.engine.coordinator import Coordinator
+from lakesink.engine.transaction import PostCommitHook
+from lakesink.formats.hudi import writer_state as keys
+from lakesink.formats.hudi.control import CommitControl
+from lakesink.formats.hudi.format import HudiFormat
+from lakesink.formats.hudi.recovery import (
+    intent_key,
+    is_precommitted,
+    precommitted_key,
+    recover_failed_writes,
+)
+from lakesink.formats.hudi.services.inline import inline_services_hook
+from lakesink.formats.hudi.table.hudi_table import HudiTable
+from lakesink.formats.hudi.table.markers import delete_completed_markers
+from lakesink.formats.hudi.table.timeline import Timeline
+from lakesink.metrics import IngestionMetrics
+from lakesink.protocol.conflicts import ConflictStrategy, strategy_named
+from lakesink.protocol.instant import Instant, InstantTime
+from lakesink.protocol.offsets import OffsetRange, WriterOffsets
+
+__all__ = ["HudiCoordinator"]
+
+
+class HudiCoordinator(Coordinator):
+    """One writer on one Hudi table, through the commit engine (`HudiFormat`)."""
+
+    control: CommitControl
+
+    def __init__(
+        self,
+        table: HudiTable,
+        writer_id: str,
+        *,
+        query_id: str = "",
+        control: CommitControl,
+        conflict_strategy: ConflictStrategy | None = None,
+        publish_delay_s: float = 0.0,
+        allow_data_loss: bool = False,
+        topic_ids: Callable[[Iterable[str]], Mapping[str, str]] | None = None,
+        metrics: IngestionMetrics | None = None,
+        post_commit: Sequence[PostCommitHook] = (),
+    ) -> None:
+        super().__init__(
+            HudiFormat(table),
+            writer_id,
+            query_id=query_id,
+            control=control,
+            conflict_strategy=conflict_strategy,
+            publish_delay_s=publish_delay_s,
+            allow_data_loss=allow_data_loss,
+            topic_ids=topic_ids,
+            metrics=metrics,
+            post_commit=post_commit,
+        )
+        self.table = table
+        # The timeline recovery read, for the first `committed` after it (one LIST at start)
+        self._recovered: Timeline | None = None
+
+    @classmethod
+    def from_config(
+        cls,
+        cfg: LakesinkConfig,
+        table: HudiTable,
+        control: CommitControl,
+        *,
+        query_id: str,
+        publish_delay_s: float = 0.0,
+        topic_ids: Callable[[Iterable[str]], Mapping[str, str]] | None = None,
+        metrics: IngestionMetrics | None = None,
+    ) -> HudiCoordinator:
+        """The writer's coordinator of `table`, with the configured conflict rules and the
+        inline table services as its post-commit hook."""
+        return cls(
+            table,
+            cfg.writer_id,
+            query_id=query_id,
+            control=control,
+            conflict_strategy=strategy_named(cfg["table.services.conflict.strategy"]),
+            publish_delay_s=publish_delay_s,
+            allow_data_loss=not cfg["kafka.fail.on.data.loss"],
+            topic_ids=topic_ids,
+            metrics=metrics,
+            post_commit=(inline_services_hook(table, cfg, control),),
+        )
+
+    def _transaction_format(self) -> HudiFormat:
+        """One per transaction: a `HudiFormat` keeps the timeline it listed under the lock
+        between its calls, which a batch committed in the background must not share with
+        the next batch's begin."""
+        return HudiFormat(self.table)
+
+    def _side_files(self, t: InstantTime) -> list[str]:
+        return [intent_key(t), precommitted_key(t)]
+
+    # --- start-up ----------------------------------------------------------------------------
+    def start(self, keep: frozenset[InstantTime] = frozenset()) -> None:
+        """Claim this writer id (fencing older incarnations) and roll back its failed instants
+        (except those in `keep`: pre-committed epochs the async committer publishes)."""
+        self.control.claim(self.table, self.writer_id)
+        self.recover(keep)
+
+    def recover(self, keep: frozenset[InstantTime] = frozenset()) -> list[Instant]:
+        """Roll back this writer's unfinished instants, and other writers' whose heartbeat
+        expired — except those in `keep` and others' pre-committed ones (published later)."""
+        timeline = self.table.timeline()
+        rolled = recover_failed_writes(
+            self.table,
+            self.control,
+            self.writer_id,
+            keep=keep,
+            metrics=self.metrics,
+            crash=self._crash,
+            timeline=timeline,
+        )
+        # A crash between a publish and the deletion of its markers (after the lock) left them
+        delete_completed_markers(
+            self.table.storage, lambda t: (i := timeline.get(t)) is not None and i.is_completed
+        )
+        # Rollbacks remove pending instants only: the completed commits this writer's offsets
+        # come from are as that timeline shows them (the writer id is claimed: no other
+        # incarnation completes one).
+        self._committed, self._recovered = None, timeline
+        return rolled
+
+    @property
+    def committed(self) -> WriterOffsets:
+        if self._committed is None:
+            timeline, self._recovered = self._recovered, None
+            self._committed = keys.committed_offsets(self.table, self.writer_id, timeline)
+        return self._committed
+
+    def table_offsets(self) -> WriterOffsets:
+        return keys.committed_offsets(self.table, self.writer_id)
+
+    # --- pre-commit marks and intents --------------------------------------------------------
+    def mark_precommitted(self, t: InstantTime) -> None:
+        """Tell other writers' lazy rollback that instant `t` is durably pre-committed: its owner
+        publishes it at restart, so it must not be rolled back even if its heartbeat expires."""
+        self.table.storage.write(precommitted_key(t), b"")
+
+    def is_precommitted(self, t: InstantTime) -> bool:
+        return is_precommitted(self.table, t)
+
+    def _write_intent(self, t: InstantTime, batch_id: int, ranges: Sequence[OffsetRange]) -> None:
+        self.table.storage.write(
+            intent_key(t),
+            json.dumps(
+                {
+                    "writer_id": self.writer_id,
+                    "query_id": self.query_id,
+                    "batch_id": batch_id,
+                    "ranges": [[r.partition.key(), r.start, r.end] for r in ranges],
+                }
+            ).encode(),
+        )

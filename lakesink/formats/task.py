@@ -1,0 +1,54 @@
+"""The task side of a table format: what a Spark task writes into one table, whatever the format.
+
+The driver gets a `TaskTarget` from the format's plugin (`FormatPlugin.task_target`) and pickles
+it into the tasks; each task attempt opens it (`open`) and feeds the writer its Arrow batches.
+What is Spark's (the task context, retries, per-topic counts) stays in lakesink.spark; this
+module imports nothing of the formats, so the task path loads only the format it writes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from lakesink.protocol.write_status import FileWrite
+
+
+@dataclass(frozen=True, slots=True)
+class TaskAttempt:
+    """One attempt of a Spark task: its partition, stage and attempt numbers, and its name
+    (`stage.partition.attempt` in Spark, unique outside it)."""
+
+    partition: int
+    stage: int
+    number: int
+    name: str
+
+
+class TableWriter(Protocol):
+    """One task attempt's writer on one table."""
+
+    def write(self, batch: pa.RecordBatch) -> None:
+        """Write `batch` (rows of the table, non-empty)."""
+        ...
+
+    def close(self) -> tuple[list[FileWrite], dict[str, Any]]:
+        """Finish the files; the files written and the format's `WriteStatus.extra`."""
+        ...
+
+
+class TaskTarget(Protocol):
+    """Where tasks write on one table for one instant: made on the driver, pickled into the
+    tasks (small: no open table, no client)."""
+
+    @property
+    def instant_time(self) -> str:
+        """The instant (Hudi) or transaction (Iceberg) the files belong to."""
+        ...
+
+    def open(self, attempt: TaskAttempt) -> TableWriter:
+        """The writer of this task attempt (its files carry names of the attempt's own)."""
+        ...
