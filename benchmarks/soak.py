@@ -721,7 +721,7 @@ class Soak:
 
         assert self.producer is not None
         bootstrap = self.broker.bootstrap_servers
-        table = open_iceberg_table(load_config(self.writers[0].config), create=False)
+        table = open_iceberg_table(load_config(self.writers[0].config).settings, create=False)
         rows = table.pyiceberg.scan(
             selected_fields=("kafka_topic", "kafka_partition", "kafka_offset", "event_id")
         ).to_arrow()

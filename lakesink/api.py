@@ -190,7 +190,8 @@ class IngestionHandle:
 
         stats = self._result
         progress = self._last_progress
-        committed = plugin_of(self.config).committed_offsets(self.config).to_json()
+        settings = self.config.settings
+        committed = plugin_of(settings).committed_offsets(settings).to_json()
         return IngestionStatus(
             writer_id=self.writer_id,
             table_path=self.table_path,

@@ -1,9 +1,9 @@
 """Kafka security settings and secrets: values that are used but never printed.
 
-The `kafka.security.*`, `kafka.sasl.*` and `kafka.ssl.*` configuration keys (registered in
-lakesink.config) map onto librdkafka settings that EVERY client lakesink creates gets: planning
+The `kafka.security.*`, `kafka.sasl.*` and `kafka.ssl.*` configuration keys (registered by the
+configuration) map onto librdkafka settings that EVERY client lakesink creates gets: planning
 and admin clients on the driver, readers in Spark tasks, the dead-letter producer, the audit and
-`lakesink status` (`LakesinkConfig.kafka_client_config`).
+`lakesink status` (`KafkaSettings.client_config` in lakesink.settings).
 
 Secrets: a secret-typed key (e.g. `kafka.sasl.password`) takes one of:
 - `env:NAME`: the value of environment variable NAME, read when the configuration is loaded;
@@ -297,7 +297,8 @@ def _optional_str(v: Any) -> str | None:
 
 @dataclass(frozen=True, slots=True)
 class KeySpec:
-    """A configuration key of this module; lakesink.config registers each as a Key."""
+    """A configuration key of this module; the configuration registry registers each as a
+    Key."""
 
     name: str
     parse: Callable[[Any], Any]

@@ -51,6 +51,11 @@ t0=$SECONDS
 # Spark's start cache (the class archive the first run writes) in the work folder, not the
 # user's home: each check's venv is new, so is its archive
 export LAKESINK_SPARK_START_CACHE_DIR="$work/spark-start"
+# the demo's and the examples' Spark drivers live for a minute or two, side by side on what may be
+# a 2-core machine: the JIT's first tier and the serial collector spend far less CPU on them than
+# the full tiered compiler (as for the suite's CLI runs: tests/integration/conftest.py); the
+# semantics are the JVM's either way, and a SPARK_SUBMIT_OPTS of the caller's own wins
+export SPARK_SUBMIT_OPTS="${SPARK_SUBMIT_OPTS:--XX:TieredStopAtLevel=1 -XX:+UseSerialGC}"
 # the API examples in the background, beside the demo
 (cd "$work" && PATH="$work/venv/bin:$PATH" "$work/venv/bin/python" "$repo/scripts/wheel_examples.py" \
   "$repo/examples" > "$work/examples.log" 2>&1) &

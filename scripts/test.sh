@@ -2,20 +2,66 @@
 # The README's second command: install what the tests need, then lint, type-check and run the
 # whole suite (unit, property and integration: real broker, real Spark, real PostgreSQL), build
 # the docs site strictly, and prove the packaging (the wheel in a clean venv, the oldest pins).
+# The cached environments (Maven and pip downloads, mostly waiting on the network) are built in
+# the background while ruff, mypy, the docs site and the oldest pins (which need none of them)
+# run; each background step's output is printed when it ends, and a failed one fails the run.
+# The wheel check runs after them (its demo and examples keep both cores busy), then pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 EXTRAS=test bash scripts/setup-venv.sh
 bash scripts/install-postgres.sh
-bash scripts/setup-kafka.sh
-bash scripts/setup-interop.sh   # Java Hudi (pyspark 3.5, Hudi Spark bundle) for the interop tests
-bash scripts/setup-iceberg-reader.sh   # Java Iceberg (pyspark 4.1, Iceberg Spark runtime) for its reader test
-bash scripts/setup-iceberg-rest.sh     # Apache Iceberg's REST catalog server for the REST catalog tests
+logs="$(mktemp -d)"
+cleanup() {  # on an early exit, the background steps that still run go too (Maven included)
+  for pidfile in "$logs"/*.pid; do
+    [ -e "$pidfile" ] && kill -- "-$(cat "$pidfile")" 2>/dev/null || true
+  done
+  rm -rf "$logs"
+}
+trap cleanup EXIT
+# in_background NAME COMMAND: run COMMAND in a process group of its own, its output in NAME's log
+in_background() {
+  local name="$1"; shift
+  setsid -w "$@" > "$logs/$name.log" 2>&1 &
+  echo "$!" > "$logs/$name.pid"
+}
+# finish NAME [optional]: wait for NAME, print its output; exit with its status when it failed
+# (an optional step's failure is only reported)
+finish() {
+  local name="$1" status=0
+  wait "$(cat "$logs/$name.pid")" || status=$?
+  rm "$logs/$name.pid"
+  cat "$logs/$name.log"
+  [ "$status" -eq 0 ] && return 0
+  echo "test.sh: $name failed (exit $status)" >&2
+  [ "${2:-}" = optional ] || exit "$status"
+}
+# Apache Kafka, Java Iceberg (pyspark 4.1, Iceberg Spark runtime) for its reader test and Apache
+# Iceberg's REST catalog server share Maven's local repository ($LAKESINK_CACHE/maven): one
+# after another, since Maven 3.8 does not lock it against a second Maven
+in_background jars bash -c 'bash scripts/setup-kafka.sh && bash scripts/setup-iceberg-reader.sh \
+  && bash scripts/setup-iceberg-rest.sh'
+# Java Hudi (pyspark 3.5, Hudi Spark bundle) for the interop tests: a Maven repository of its own
+in_background interop bash scripts/setup-interop.sh
 . .venv/bin/activate
+# the Spark driver's class-data archive the test session maps (tests/integration/conftest.py
+# spark_start makes it before the first Spark start when it is missing, as on a fresh clone: a
+# Spark start and a small job), made here beside the lint on the whole run; optional, as there:
+# without it Spark starts slower
+if [ $# -eq 0 ]; then
+  in_background spark-archive env \
+    SPARK_SUBMIT_OPTS="${SPARK_SUBMIT_OPTS:--XX:TieredStopAtLevel=1 -XX:+UseSerialGC}" \
+    python -m lakesink.spark.prepare "${LAKESINK_CACHE:-$PWD/.cache}/spark-start"
+fi
 echo "== ruff"; ruff check lakesink tests benchmarks; ruff format --check lakesink tests benchmarks
 echo "== mypy"; mypy lakesink
 echo "== docs site"; bash scripts/build-docs.sh
 if [ $# -eq 0 ]; then   # the whole run (CI); with pytest arguments only the tests asked for
-  echo "== wheel"; bash scripts/check-wheel.sh       # build, install in a clean venv, run the demo
   echo "== oldest pins"; bash scripts/check-oldest.sh # lower bounds: unit tests + a real ingestion
+fi
+echo "== Kafka, Java Iceberg and Iceberg REST jars"; finish jars
+echo "== interop environment"; finish interop
+if [ $# -eq 0 ]; then
+  echo "== wheel"; bash scripts/check-wheel.sh       # build, install in a clean venv, run the demo
+  echo "== Spark class-data archive"; finish spark-archive optional
 fi
 echo "== pytest"; python -m pytest -q -p no:cacheprovider --durations=25 "$@"

@@ -100,7 +100,9 @@ def main() -> None:
         found = distinct_offsets(table)
         if found != EVENTS:
             sys.exit(f"wheel examples: hudi-rs reads {found} rows from {table}, not {EVENTS}")
-    print(f"wheel examples: notebook.py and spark_submit_app.py ingested {EVENTS} records once each")
+    print(
+        f"wheel examples: notebook.py and spark_submit_app.py ingested {EVENTS} records once each"
+    )
 
 
 if __name__ == "__main__":

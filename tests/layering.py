@@ -263,6 +263,14 @@ class Rule:
 # TYPE_CHECKING count here too: a type is a dependency.
 FORMATS = ("formats.hudi", "formats.iceberg")
 ABOVE_FORMATS = ("spark", "cli", "api")
+# The configuration registry (`config`: keys, parsers, LakesinkConfig) is read at the edge only;
+# everything below it takes the typed settings the edge builds (`settings`). Every top-level
+# module of the package is one or the other (tests/unit/test_layering.py checks the split).
+CONFIG_READERS = ("config", "spark", "cli", "api")
+BELOW_THE_EDGE = (
+    "errors", "protocol", "storage", "kafka", "engine", "formats",
+    "settings", "security", "metrics", "console", "extras", "faults",
+)  # fmt: skip
 RULES: tuple[Rule, ...] = (
     Rule("errors", "errors imports nothing of the package", ("errors",), allowed=()),
     Rule(
@@ -288,6 +296,9 @@ RULES: tuple[Rule, ...] = (
     Rule("registry", "spark and cli reach a format only through the registry (lakesink.formats)",
          ("spark", "cli"), forbidden=FORMATS),
     Rule("spark", "spark imports nothing of cli", ("spark",), forbidden=("cli",)),
+    Rule("config", "only spark, cli and the API (and config itself) import the configuration "
+         "registry; below them the layers take lakesink.settings",
+         BELOW_THE_EDGE, forbidden=("config",)),
 )  # fmt: skip
 
 

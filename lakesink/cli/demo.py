@@ -110,7 +110,7 @@ def run_demo(args: argparse.Namespace) -> int:
 
 
 def show_table(cfg: LakesinkConfig) -> None:
-    rows, reader, what = plugin_of(cfg).read_back(cfg)
+    rows, reader, what = plugin_of(cfg.settings).read_back(cfg.settings)
     say(f"\n{reader} reads {rows.num_rows:,} rows{what}")
     summarize(rows, reader)
 

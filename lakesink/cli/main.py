@@ -176,7 +176,7 @@ def run(args: argparse.Namespace) -> int:
     plugin = plugin_with_command(args.command)
     if plugin is None:
         raise AssertionError(args.command)
-    return plugin.run_cli(args, load(args))
+    return plugin.run_cli(args, load(args).settings)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

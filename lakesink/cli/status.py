@@ -21,8 +21,8 @@ def collect_status(cfg: LakesinkConfig) -> dict[str, Any]:
     def add_metrics(out: dict[str, Any]) -> None:
         out["metrics_source"], out["metrics"] = status_metrics(cfg, out)
 
-    return plugin_of(cfg).status(
-        cfg, high_watermarks=lambda: high_watermarks(cfg), add_metrics=add_metrics
+    return plugin_of(cfg.settings).status(
+        cfg.settings, high_watermarks=lambda: high_watermarks(cfg), add_metrics=add_metrics
     )
 
 
@@ -80,5 +80,5 @@ def run_status(cfg: LakesinkConfig, *, as_json: bool, watch_s: float | None = No
     if as_json:
         emit_json(st)
     else:
-        plugin_of(cfg).print_status(st)
+        plugin_of(cfg.settings).print_status(st)
     return 0

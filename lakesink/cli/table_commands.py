@@ -4,12 +4,12 @@ by the plugin of the format of the table at the path given, and `lakesink backfi
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lakesink.console import emit_json, say
-from lakesink.errors import ConfigError
-from lakesink.formats import plugin_of
+
+if TYPE_CHECKING:
+    from lakesink.formats.backfill import BackfillResult
 
 
 def add_parser(sub: Any) -> None:
@@ -87,28 +87,20 @@ def add_backfill_parser(sub: Any) -> None:
 
 
 def run_backfill_command(args: argparse.Namespace) -> int:
-    if not (args.config or args.set):
-        return _hudi_backfill(args, None)
-    from lakesink.config import load_config
-
-    overrides = dict(kv.split("=", 1) for kv in args.set if "=" in kv)
-    cfg = load_config(args.config, {**overrides, "table.path": args.table})
-    return _BACKFILL_OF_FORMAT[plugin_of(cfg).name](args, cfg)
-
-
-def _hudi_backfill(args: argparse.Namespace, cfg: Any) -> int:
-    """`backfill` into the Hudi table at `--table` (`cfg`: its configuration, when given)."""
-    from lakesink.config import SparkStart
-    from lakesink.formats import plugin_at, plugin_for
-    from lakesink.spark.backfill import run_backfill
+    """`backfill` into the table at `--table` (an Iceberg table: `--config` names its catalog,
+    `--table` its warehouse); the table's format decides how it commits."""
+    from lakesink.config import LakesinkConfig, SparkStart, load_config, storage_access_from_env
+    from lakesink.spark.backfill import backfill_plugin, run_backfill
     from lakesink.spark.session import get_spark
 
-    if plugin_at(args.table).name == "iceberg":
-        raise ConfigError(
-            f"backfill: {args.table} is an Iceberg table; give the configuration of its catalog "
-            "(--config with table.format=iceberg, --table the warehouse)"
-        )
-    control = plugin_for("hudi").backfill_control(args, cfg)
+    cfg: LakesinkConfig | None = None
+    if args.config or args.set:
+        overrides = dict(kv.split("=", 1) for kv in args.set if "=" in kv)
+        cfg = load_config(args.config, {**overrides, "table.path": args.table})
+    # refuses what the format cannot honour (an Iceberg table without its catalog, lock options)
+    control = backfill_plugin(args.table, cfg).backfill_control(
+        args, cfg.settings if cfg is not None else None, storage_access_from_env()
+    )
     spark = get_spark(
         cfg["spark.master"] if cfg is not None else args.spark_master,
         start=cfg.spark_start if cfg is not None else SparkStart.from_env(),
@@ -118,34 +110,14 @@ def _hudi_backfill(args: argparse.Namespace, cfg: Any) -> int:
         args.table,
         args.source,
         fmt=args.format,
-        control=control,
         cfg=cfg,
+        control=control,
         writer_id=args.writer_id,
     )
     return _say_backfill(result, args.json)
 
 
-def _iceberg_backfill(args: argparse.Namespace, cfg: Any) -> int:
-    """`backfill` into the Iceberg table of `cfg` (`--table`: its warehouse, as table.path)."""
-    from lakesink.spark.iceberg_backfill import run_iceberg_backfill
-    from lakesink.spark.session import get_spark
-
-    plugin_of(cfg).backfill_control(args, cfg)  # refuses the lock options
-    spark = get_spark(cfg["spark.master"], start=cfg.spark_start)
-    result = run_iceberg_backfill(
-        spark, cfg, args.source, fmt=args.format, writer_id=args.writer_id
-    )
-    return _say_backfill(result, args.json)
-
-
-# The Spark backfill of each format (Spark code stays in spark/, which a format cannot import)
-_BACKFILL_OF_FORMAT: dict[str, Callable[[argparse.Namespace, Any], int]] = {
-    "hudi": _hudi_backfill,
-    "iceberg": _iceberg_backfill,
-}
-
-
-def _say_backfill(result: Any, as_json: bool) -> int:
+def _say_backfill(result: BackfillResult, as_json: bool) -> int:
     if as_json:
         emit_json(result.to_json())
     elif result.already_committed:
@@ -165,7 +137,9 @@ def _say_backfill(result: Any, as_json: bool) -> int:
 
 def run(args: argparse.Namespace) -> int:
     """Run a `table` command with the format of the table at its path (`create`: Hudi's)."""
+    from lakesink.config import storage_access_from_env
     from lakesink.formats import default_plugin, plugin_at
 
-    plugin = default_plugin() if args.table_command == "create" else plugin_at(args.path)
-    return plugin.run_table_command(args)
+    access = storage_access_from_env()
+    plugin = default_plugin() if args.table_command == "create" else plugin_at(args.path, access)
+    return plugin.run_table_command(args, access)

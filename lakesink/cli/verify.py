@@ -13,10 +13,10 @@ def audit_config(cfg: LakesinkConfig, *, spark: bool = False) -> AuditResult:
     accounted for (errors.tolerance=all), never as missing. `spark`: an Iceberg table is also
     read by Spark with Iceberg's Java runtime, in its own environment (a subprocess that starts
     Spark: seconds; `lakesink verify` and the demo ask for it)."""
-    plugin = plugin_of(cfg)
+    plugin = plugin_of(cfg.settings)
     dead: DeadLetters | None = None
     if cfg["errors.deadletter.table"]:
-        dead = plugin.dead_letter_table_records(cfg)
+        dead = plugin.dead_letter_table_records(cfg.settings)
     elif cfg["errors.deadletter.topic"]:
         from lakesink.errors import (
             KafkaAuthenticationError,
@@ -38,7 +38,7 @@ def audit_config(cfg: LakesinkConfig, *, spark: bool = False) -> AuditResult:
             sent = set()  # no dead-letter topic yet: nothing was dead-lettered
         dead = DeadLetters(tuple(sorted(sent)), exactly_once=False)
     kept = _kept_by_transform(cfg)
-    return plugin.audit(cfg, dead_letters=dead, kept_by_transform=kept, spark=spark)
+    return plugin.audit(cfg.settings, dead_letters=dead, kept_by_transform=kept, spark=spark)
 
 
 def _kept_by_transform(cfg: LakesinkConfig) -> KeptByTransform | None:
@@ -56,7 +56,7 @@ def _not_applied_transform(cfg: LakesinkConfig) -> str | None:
 
 
 def print_report(cfg: LakesinkConfig, report: AuditResult) -> None:
-    for line in plugin_of(cfg).audit_lines(report):
+    for line in plugin_of(cfg.settings).audit_lines(report):
         say(line)
 
 

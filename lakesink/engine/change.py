@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Self
 
+from lakesink.engine.schema import NO_SCHEMA, TableSchema
 from lakesink.errors import CorruptTableError
 from lakesink.protocol.write_status import FileWrite
 
@@ -34,16 +35,18 @@ def _frozen_map(m: Mapping[str, Any]) -> Mapping[str, Any]:
 @dataclass(frozen=True)
 class TableChange:
     """What one commit changes: the files it wrote, the file groups it replaced (partition ->
-    file ids), the schema of its rows (a format's text: Avro JSON for Hudi, pyiceberg JSON or
-    "" for Iceberg) and the writer's state."""
+    file ids), the schema of its rows (lakesink.engine.schema: the Arrow schema, the format's
+    field ids and its encoded text) and the writer's state. A schema given as text (a
+    format's encoding read back from disk) is taken as `TableSchema.from_text`."""
 
     operation_type: str
     writes: tuple[FileWrite, ...] = ()
     replaced_file_ids: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
-    schema: str = ""
+    schema: TableSchema = NO_SCHEMA
     extra: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "schema", TableSchema.of(self.schema))
         object.__setattr__(self, "writes", tuple(self.writes))
         object.__setattr__(
             self,
@@ -60,7 +63,7 @@ class TableChange:
         """`extra` with the schema under `SCHEMA_KEY` (when there is one)."""
         out = dict(self.extra)
         if self.schema:
-            out[SCHEMA_KEY] = self.schema
+            out[SCHEMA_KEY] = self.schema.encode()
         return out
 
     def write_stats(self, *, legacy_fields: bool = True) -> dict[str, list[dict[str, Any]]]:
@@ -150,7 +153,7 @@ class TableChange:
                 operation_type=str(d.get("operationType") or "UNKNOWN"),
                 writes=tuple(writes),
                 replaced_file_ids=replaced,
-                schema=schema,
+                schema=TableSchema.from_text(schema),
                 extra=extra,
             )
         except (KeyError, TypeError, ValueError, AttributeError) as e:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from lakesink.engine import writer_state as keys
+from lakesink.engine.batch_state import BatchState, OpenBatch
 from lakesink.engine.change import TableChange
 from lakesink.engine.format import CommitControl, TableFormat
 from lakesink.engine.requirements import (
@@ -26,7 +27,9 @@ from lakesink.engine.requirements import (
     Requirement,
     WriterStillLive,
 )
+from lakesink.engine.schema import TableSchema
 from lakesink.engine.transaction import PostCommitHook, TableTransaction, TxState
+from lakesink.errors import InternalError
 from lakesink.faults import crash_point
 from lakesink.metrics import IngestionMetrics
 from lakesink.protocol.commit import Verdict, classify_batch, decide
@@ -81,7 +84,9 @@ class Coordinator:
 
     What a format keeps beside its commits is the subclass's (Hudi's intents, recovery and
     pre-commit marks: lakesink.formats.hudi.coordinator); by default nothing durable precedes a
-    commit, so there is nothing to recover and pre-commits are remembered in this process."""
+    commit, so there is nothing to recover and pre-commits are remembered in this process.
+    Each batch it holds is an `OpenBatch` (lakesink.engine.batch_state): its transaction and
+    its checked state."""
 
     def __init__(
         self,
@@ -114,9 +119,9 @@ class Coordinator:
         # Run after each published commit (inline table services, handed in by the pipeline)
         self.post_commit: tuple[PostCommitHook, ...] = tuple(post_commit)
         self._committed: WriterOffsets | None = None
-        self._open: dict[str, TableTransaction] = {}
-        # instants durable in the pending store (by default remembered here only)
-        self._precommitted: set[str] = set()
+        # the batches begun or pre-committed and not yet over, by instant time; the writer's
+        # thread adds them, the async committer's thread ends them (one dict operation each)
+        self._batches: dict[str, OpenBatch] = {}
 
     @property
     def name(self) -> str:
@@ -136,12 +141,13 @@ class Coordinator:
             crash=self._crash,
         )
 
-    def _resumed_transaction(self, t: InstantTime) -> TableTransaction:
+    def _resumed_transaction(self, t: InstantTime, state: TxState) -> TableTransaction:
         return TableTransaction.resume(
             self._transaction_format(),
             self.control,
             t,
             writer_id=self.writer_id,
+            state=state,
             metrics=self.metrics,
             crash=self._crash,
         )
@@ -151,15 +157,33 @@ class Coordinator:
         default)."""
         return []
 
-    def _transaction(self, t: InstantTime, *, hooks: bool = False) -> TableTransaction:
-        """The transaction of instant `t`: the one this coordinator began, or a resumed one
-        (an epoch pre-committed before a restart)."""
-        tx = self._open.get(t.value)
-        if tx is None:
-            tx = self._resumed_transaction(t)
+    def _batch(self, t: InstantTime, *, unknown: BatchState) -> OpenBatch:
+        """The batch of instant `t`: the one this coordinator holds, else one taken up in
+        state `unknown` (PRECOMMITTED: an epoch pre-committed before a restart; BEGUN: an
+        instant another coordinator object began), with a resumed transaction."""
+        batch = self._batches.get(t.value)
+        if batch is None:
+            tx_state = TxState.STAGED if unknown is BatchState.PRECOMMITTED else TxState.ACTIVE
+            batch = OpenBatch(t, self._resumed_transaction(t, tx_state), unknown)
+            self._batches[t.value] = batch
+        return batch
+
+    def _transaction(self, batch: OpenBatch, *, hooks: bool = False) -> TableTransaction:
+        tx = batch.transaction
         tx.hooks = self.post_commit if hooks else ()
-        tx.side_files = self._side_files(t)
+        tx.side_files = self._side_files(batch.instant_time)
         return tx
+
+    def _end(self, batch: OpenBatch, state: BatchState) -> None:
+        """The batch is over (published or aborted): its record goes."""
+        batch.move(state)
+        self._batches.pop(batch.instant_time.value, None)
+
+    def batch_state(self, t: InstantTime) -> BatchState | None:
+        """Where the batch of instant `t` is, if this coordinator holds it (None: it never
+        did, or the batch is over)."""
+        batch = self._batches.get(t.value)
+        return batch.state if batch is not None else None
 
     # --- start-up ----------------------------------------------------------------------------
     def start(self, keep: frozenset[InstantTime] = frozenset()) -> None:
@@ -232,7 +256,7 @@ class Coordinator:
             return None
         tx = self._new_transaction()
         t = tx.begin(intent=lambda t: self._write_intent(t, batch_id, ranges))
-        self._open[t.value] = tx
+        self._batches[t.value] = OpenBatch(t, tx)
         log.info(
             "table %s writer %s: batch %s began instant %s",
             self.name,
@@ -248,7 +272,7 @@ class Coordinator:
         batch_id: int,
         ranges: Sequence[OffsetRange],
         statuses: Sequence[WriteStatus],
-        schema: str,
+        schema: TableSchema,
         *,
         lost: Sequence[OffsetRange] = (),
     ) -> BatchOutcome:
@@ -264,13 +288,15 @@ class Coordinator:
         batch_id: int,
         ranges: Sequence[OffsetRange],
         statuses: Sequence[WriteStatus],
-        schema: str,
+        schema: TableSchema,
         *,
         lost: Sequence[OffsetRange] = (),
     ) -> PreparedCommit:
         """The pre-commit of the two-phase commit: storage reconciled (orphans deleted) and
-        the commit metadata final, everything a commit needs. `lost`: spans cut off the batch
-        because the broker's log end had moved back below them, recorded in the commit."""
+        the commit metadata final, everything a commit needs (BEGUN → PREPARED). `schema`:
+        what the commit records (the plugin's `commit_schema`). `lost`: spans cut off the
+        batch because the broker's log end had moved back below them, recorded in the
+        commit."""
         crash_point("after-write")
         base, skipped = self._base_for(ranges, warn=True)
         decision = decide(base, ranges, statuses)
@@ -279,8 +305,9 @@ class Coordinator:
             if self.topic_ids is not None and decision.next_offsets.next_offsets
             else {}
         )
-        tx = self._transaction(instant_time)
-        kept = self._stage(tx, decision.statuses)
+        batch = self._batch(instant_time, unknown=BatchState.BEGUN)
+        batch.check_move(BatchState.PREPARED)
+        kept = self._stage(self._transaction(batch), decision.statuses)
         crash_point("after-reconcile")
         metadata = TableChange(
             operation_type="INSERT",
@@ -314,7 +341,7 @@ class Coordinator:
                 **self._format_extra(decision.next_offsets, decision.statuses),
             },
         )
-        return PreparedCommit(
+        prepared = PreparedCommit(
             instant_time=instant_time,
             batch_id=batch_id,
             metadata=metadata,
@@ -323,18 +350,26 @@ class Coordinator:
             records=sum(s.records_written for s in decision.statuses),
             files=len(kept),
         )
+        batch.move(BatchState.PREPARED)
+        return prepared
 
     def commit(self, prepared: PreparedCommit, *, run_hooks: bool = True) -> BatchOutcome:
         """The commit of the two-phase commit: the batch's transaction publishes under the
         lock with its requirements (writer live, offsets unchanged, the conflict rules), then
         the post-commit hooks run. Idempotent: a commit already on the table (same instant)
-        is not published twice. `run_hooks=False`: the caller runs them (`run_post_commit`)."""
+        is not published twice. `run_hooks=False`: the caller runs them (`run_post_commit`).
+        A batch this coordinator does not hold is a pre-committed one of an earlier process."""
         t = prepared.instant_time
-        tx = self._transaction(t, hooks=run_hooks)
-        result = tx.commit(
-            prepared.metadata, self._requirements(prepared), delay_s=self.publish_delay_s
-        )
-        self._open.pop(t.value, None)
+        batch = self._batch(t, unknown=BatchState.PRECOMMITTED)
+        batch.check_move(BatchState.PUBLISHED)
+        tx = self._transaction(batch, hooks=run_hooks)
+        try:
+            result = tx.commit(
+                prepared.metadata, self._requirements(prepared), delay_s=self.publish_delay_s
+            )
+        finally:
+            if tx.state is TxState.COMMITTED:  # also when a step after the publish failed
+                self._end(batch, BatchState.PUBLISHED)
         if not result.published:
             return BatchOutcome(prepared.batch_id, Verdict.ALREADY_COMMITTED, t)
         log.info(
@@ -365,23 +400,34 @@ class Coordinator:
                 log.exception("table %s: post-commit hook after %s failed", self.name, t)
 
     def mark_precommitted(self, t: InstantTime) -> None:
-        """The batch of instant `t` is durable in the pending store: its owner publishes it at
-        restart, so nothing may roll it back."""
-        self._precommitted.add(t.value)
+        """The batch of instant `t` is durable in the pending store (PREPARED → PRECOMMITTED):
+        its owner publishes it at restart, so nothing may roll it back."""
+        batch = self._batches.get(t.value)
+        if batch is None:
+            raise InternalError(f"table {self.name}: no pre-commit of instant {t} to mark")
+        batch.check_move(BatchState.PRECOMMITTED)
+        self._write_precommitted_mark(t)
+        batch.move(BatchState.PRECOMMITTED)
+
+    def _write_precommitted_mark(self, t: InstantTime) -> None:
+        """Say durably, beside the table, that `t` is pre-committed (nothing by default: only
+        this process could roll it back)."""
 
     def is_precommitted(self, t: InstantTime) -> bool:
-        return t.value in self._precommitted
+        return self.batch_state(t) is BatchState.PRECOMMITTED
 
     def accept_offsets(self, offsets: WriterOffsets) -> None:
         """Positions after a pre-committed (not yet published) batch, for replay detection."""
         self._committed = offsets
 
     def abort(self, instant_time: InstantTime) -> None:
-        """Roll back an instant whose batch failed (best effort; recovery repeats it)."""
-        tx = self._transaction(instant_time)
+        """Roll back an instant whose batch failed (best effort; recovery repeats it). A
+        pre-committed batch is never aborted (InternalError): its owner publishes it."""
+        batch = self._batch(instant_time, unknown=BatchState.BEGUN)
+        batch.check_move(BatchState.ABORTED)
+        tx = self._transaction(batch)
         tx.side_files = self._side_files(instant_time)[:1]
-        tx.state = TxState.ACTIVE
-        self._open.pop(instant_time.value, None)
+        self._end(batch, BatchState.ABORTED)
         if tx.abort() and self.metrics is not None:
             self.metrics.record_rollback("batch_failed")
 

@@ -90,8 +90,10 @@ class TableFormat(Protocol):
     def view(self, instant_time: InstantTime) -> TableView:
         """The table's current state for the requirements (read fresh, under the lock)."""
 
-    def is_published(self, instant_time: InstantTime) -> bool:
-        """Whether the commit is on the table already (a replay or a retry that landed)."""
+    def is_published(self, instant_time: InstantTime, commit_id: str = "") -> bool:
+        """Whether the commit is on the table already (a replay or a retry that landed).
+        `commit_id`: the change's commit id (writer_state.COMMIT_ID_KEY) where known, for a
+        format whose transaction ids may repeat across writers and processes."""
 
     def prepare_publish(
         self, action: Action, instant_time: InstantTime, change: TableChange

@@ -49,9 +49,11 @@ def run_commit(
     resolve: Callable[[], T | None],
     policy: RetryPolicy = DEFAULT_RETRY,
     what: str = "commit",
+    sleep: Callable[[float], None] = time.sleep,
 ) -> T:
     """Run `attempt` until it succeeds. `resolve` re-reads the table after an unknown outcome:
-    the result of the commit that landed, or None when it did not land."""
+    the result of the commit that landed, or None when it did not land. `sleep` waits out the
+    backoff (tests pass a faster one)."""
     delay = policy.backoff_s
     for n in range(1, policy.attempts + 1):
         try:
@@ -68,6 +70,6 @@ def run_commit(
             if not (e.retriable and isinstance(e, policy.retry_on)) or n == policy.attempts:
                 raise
             log.warning("%s failed (%s); attempt %d of %d", what, e, n + 1, policy.attempts)
-        time.sleep(delay)
+        sleep(delay)
         delay *= 2
     raise AssertionError("unreachable")  # pragma: no cover

@@ -27,6 +27,10 @@ clean — is one transaction, and every rollback of a failed one goes through `a
   hook never fails the commit).
 - abort: the heartbeat stops and the instant is rolled back (its files deleted by markers).
 
+Every move between states is checked (`_NEXT_TX_STATES`): an illegal one (committing an aborted
+transaction, beginning one twice) is a bug, an InternalError naming both states, raised before
+the step touches the table.
+
 As a context manager the transaction always stops its heartbeat, and aborts when the block
 raised before the commit. A streaming batch begins in one call and commits in a later one (or
 after a restart, from the pending store): `TableTransaction.resume` picks it up by instant
@@ -50,7 +54,7 @@ from lakesink.engine.format import CommitControl, TableFormat
 from lakesink.engine.requirements import Requirement
 from lakesink.engine.retry import DEFAULT_RETRY, RetryPolicy, run_commit
 from lakesink.engine.writer_state import COMMIT_ID_KEY
-from lakesink.errors import CommitError
+from lakesink.errors import CommitError, InternalError
 from lakesink.metrics import IngestionMetrics
 from lakesink.protocol.instant import Action, Instant, InstantTime
 
@@ -61,11 +65,23 @@ PostCommitHook = Callable[[InstantTime], object]
 
 
 class TxState(enum.Enum):
+    """Where a transaction is (the diagram at the top of the module)."""
+
     NEW = "new"
     ACTIVE = "active"  # begun: inflight on the timeline, heartbeat beating
     STAGED = "staged"  # files reconciled; ready to commit
     COMMITTED = "committed"
     ABORTED = "aborted"
+
+
+_NEXT_TX_STATES: dict[TxState, frozenset[TxState]] = {
+    TxState.NEW: frozenset({TxState.ACTIVE, TxState.ABORTED}),
+    # ACTIVE → COMMITTED: a change that stages no files (a clean, a replayed commit)
+    TxState.ACTIVE: frozenset({TxState.STAGED, TxState.COMMITTED, TxState.ABORTED}),
+    TxState.STAGED: frozenset({TxState.COMMITTED, TxState.ABORTED}),
+    TxState.COMMITTED: frozenset(),
+    TxState.ABORTED: frozenset(),
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,6 +151,18 @@ class TableTransaction:
         if self.crash is not None:
             self.crash(point)
 
+    def _check_move(self, to: TxState) -> None:
+        """InternalError unless the transaction may go from its state to `to`."""
+        if to not in _NEXT_TX_STATES[self.state]:
+            raise InternalError(
+                f"table {self.name}: the transaction of instant {self._time} cannot go from "
+                f"{self.state.value} to {to.value}"
+            )
+
+    def _move(self, to: TxState) -> None:
+        self._check_move(to)
+        self.state = to
+
     # --- the lock ----------------------------------------------------------------------------
     @contextlib.contextmanager
     def locked(self) -> Iterator[Any]:
@@ -171,14 +199,13 @@ class TableTransaction:
     ) -> InstantTime:
         """With the lock held: a unique instant time, `intent(t)` (lakesink's files that say
         whose instant it is), the heartbeat, then requested → inflight."""
-        if self.state is not TxState.NEW:
-            raise CommitError(f"cannot begin a transaction that is {self.state.value}")
+        self._check_move(TxState.ACTIVE)
         t = self.format.next_instant_time(self.control)
         self._time = t
         if intent is not None:
             intent(t)
         self.format.start_heartbeat(self.control, t)
-        self.state = TxState.ACTIVE
+        self._move(TxState.ACTIVE)
         self.format.begin(self.action, t, requested_content=requested_content)
         return t
 
@@ -186,8 +213,9 @@ class TableTransaction:
     def stage(self, files: Collection[str]) -> set[str]:
         """Reconcile the reported files with the markers (orphans deleted, missing files an
         error); returns the files kept."""
+        self._check_move(TxState.STAGED)
         kept = self.format.stage(self.instant_time, files)
-        self.state = TxState.STAGED
+        self._move(TxState.STAGED)
         return kept
 
     # --- commit ------------------------------------------------------------------------------
@@ -201,21 +229,20 @@ class TableTransaction:
         """Validate the requirements and publish under the lock, then finish and run the hooks.
         Idempotent: a commit already on the table is recognised, not published twice."""
         t = self.instant_time
-        if self.state not in (TxState.ACTIVE, TxState.STAGED):
-            raise CommitError(f"cannot commit instant {t}: the transaction is {self.state.value}")
+        self._check_move(TxState.COMMITTED)
         self.format.prepare_publish(self.action, t, change)  # what needs no lock, before it
         started = time.perf_counter()
         if delay_s:
             time.sleep(delay_s)  # commit.publish.delay.s: benchmarks only
         with self.locked():
             view = self.format.view(t)  # read now, under the lock
-            if self.format.is_published(t):
+            commit_id = change.extra.get(COMMIT_ID_KEY, "")
+            if self.format.is_published(t, commit_id):
                 log.info("table %s: instant %s is already published", self.name, t)
-                self.state = TxState.COMMITTED
+                self._move(TxState.COMMITTED)
                 return CommitResult(t, published=False)
             for requirement in requirements:
                 requirement.validate(view)
-            commit_id = change.extra.get(COMMIT_ID_KEY, "")
             done = run_commit(
                 lambda: self.format.publish(self.action, t, change),
                 resolve=lambda: self._landed(commit_id),
@@ -223,7 +250,7 @@ class TableTransaction:
                 what=f"publish of {t}",
             )
         publish_s = time.perf_counter() - started
-        self.state = TxState.COMMITTED
+        self._move(TxState.COMMITTED)
         if self.metrics is not None:
             self.metrics.record_commit(publish_s, time.time())
         self._crash("after-publish")
@@ -242,8 +269,9 @@ class TableTransaction:
 
     def complete(self, content: bytes) -> object:
         """Complete a non-data instant (a clean) with its content, then finish."""
+        self._check_move(TxState.COMMITTED)
         done = self.format.complete(self.action, self.instant_time, content)
-        self.state = TxState.COMMITTED
+        self._move(TxState.COMMITTED)
         self._finish()
         return done
 
@@ -264,21 +292,23 @@ class TableTransaction:
     def abort(self) -> bool:
         """Stop the heartbeat and roll the instant back (its files deleted by markers). True
         when there was a pending instant to roll back."""
+        self._check_move(TxState.ABORTED)
         if self._time is None:
-            self.state = TxState.ABORTED
+            self._move(TxState.ABORTED)
             return False
         t = self._time
         self.stop_heartbeat()
         rolled = self.format.rollback(t)
         self.format.delete_side_files(self.side_files)
-        self.state = TxState.ABORTED
+        self._move(TxState.ABORTED)
         return rolled
 
     def roll_back_pending(self, current: Instant) -> None:
         """Recovery's rollback of a pending instant found on the timeline (the caller holds
         the lock and checked that nobody publishes it); the heartbeat is not ours to stop."""
+        self._check_move(TxState.ABORTED)
         self.format.roll_back_pending(current)
-        self.state = TxState.ABORTED
+        self._move(TxState.ABORTED)
 
     def stop_heartbeat(self) -> None:
         if self._time is not None:

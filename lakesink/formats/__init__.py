@@ -9,7 +9,7 @@ Plugins are imported on first use: importing this package imports no format (and
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from lakesink.errors import ConfigError
@@ -17,16 +17,18 @@ from lakesink.errors import ConfigError
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from lakesink.config import LakesinkConfig
     from lakesink.engine.coordinator import Coordinator
     from lakesink.engine.format import CommitControl, TableFormat
+    from lakesink.engine.schema import TableSchema
     from lakesink.formats.audit import DeadLetters, KeptByTransform
+    from lakesink.formats.backfill import Backfill
     from lakesink.formats.task import TaskTarget
     from lakesink.metrics import IngestionMetrics
     from lakesink.protocol.offsets import TopicPartition, WriterOffsets
+    from lakesink.settings import Settings, StorageAccess
     from lakesink.storage import Storage
 
-# The configuration key that names the format (defined and validated in lakesink.config).
+# The configuration key that names the format (defined and validated by the configuration).
 FORMAT_KEY = "table.format"
 
 
@@ -57,37 +59,43 @@ class FormatPlugin(Protocol):
         markers under a table config and an Avro schema per commit (Hudi)."""
         ...
 
-    def check_options(self, cfg: LakesinkConfig) -> None:
+    @property
+    def task_modules(self) -> tuple[str, ...]:
+        """The modules a Spark task imports to write the format's files (the task target's),
+        which Spark's Python workers import ahead of the first batch (spark/worker_warmup.py)."""
+        ...
+
+    def check_options(self, settings: Settings) -> None:
         """Refuse (ConfigError) options the format cannot honour, before anything is written."""
         ...
 
-    def record_key_columns(self, cfg: LakesinkConfig) -> tuple[str, ...]:
+    def record_key_columns(self, settings: Settings) -> tuple[str, ...]:
         """The columns the table keys records by, which a transformation must keep as given."""
         ...
 
-    def liveness_key(self, cfg: LakesinkConfig) -> str:
+    def liveness_key(self, settings: Settings) -> str:
         """Where the writer's liveness file is on the table's storage."""
         ...
 
-    def committed_offsets(self, cfg: LakesinkConfig) -> WriterOffsets:
+    def committed_offsets(self, settings: Settings) -> WriterOffsets:
         """The writer's committed offsets, read from the table."""
         ...
 
-    def committed_topic_ids(self, cfg: LakesinkConfig) -> dict[str, str]:
+    def committed_topic_ids(self, settings: Settings) -> dict[str, str]:
         """The Kafka topic ids the writer's newest commit recorded (none when not recorded)."""
         ...
 
-    def commit_schema(self, rows: pa.Schema, table_name: str) -> str:
+    def commit_schema(self, rows: pa.Schema, table_name: str) -> TableSchema:
         """The schema a commit of rows of schema `rows` records in the table `table_name`."""
         ...
 
-    def dead_letter_table_records(self, cfg: LakesinkConfig) -> DeadLetters:
+    def dead_letter_table_records(self, settings: Settings) -> DeadLetters:
         """The records in the writer's dead-letter table (errors.deadletter.table)."""
         ...
 
     def audit(
         self,
-        cfg: LakesinkConfig,
+        settings: Settings,
         *,
         dead_letters: DeadLetters | None,
         kept_by_transform: KeptByTransform | None,
@@ -101,9 +109,35 @@ class FormatPlugin(Protocol):
         """`report` (of this plugin's `audit`) as `lakesink verify` prints it."""
         ...
 
-    def read_back(self, cfg: LakesinkConfig) -> tuple[pa.Table, str, str]:
+    def read_back(self, settings: Settings) -> tuple[pa.Table, str, str]:
         """Every row of the table as a reader of the format's own ecosystem reads it (the demo
         shows them): the rows, the reader's name and what it read (" of <table> ..." or "")."""
+        ...
+
+    def writer_control(self, settings: Settings) -> CommitControl:
+        """The writer's concurrency control as configured, which its coordinator commits under
+        (Hudi: the table lock, heartbeats and fencing; Iceberg: none of its own)."""
+        ...
+
+    def open_table(
+        self,
+        settings: Settings,
+        *,
+        partition_fields: Sequence[str],
+        rows: Callable[[], pa.Schema],
+    ) -> object:
+        """The writer's table (the format's table object, for `open_coordinator`), created on
+        first use, partitioned by `partition_fields` (table.partition.by and the date column)
+        where the format takes them from the writer. `rows`: the Arrow schema of the rows the
+        writer commits, asked for only by a format whose table keeps its own schema."""
+        ...
+
+    def open_dead_letter_coordinator(
+        self, settings: Settings, *, rows: Callable[[], pa.Schema], query_id: str
+    ) -> Coordinator:
+        """The commit coordinator of errors.deadletter.table (not started), its table created on
+        first use: the writer `<writer.id>.deadletters`, committing the main table's ranges.
+        `rows`: the dead-letter rows' Arrow schema, as for `open_table`."""
         ...
 
     def table_format(self, table: object) -> TableFormat:
@@ -113,7 +147,7 @@ class FormatPlugin(Protocol):
 
     def open_coordinator(
         self,
-        cfg: LakesinkConfig,
+        settings: Settings,
         table: object,
         control: CommitControl,
         *,
@@ -123,8 +157,9 @@ class FormatPlugin(Protocol):
         metrics: IngestionMetrics | None = None,
     ) -> Coordinator:
         """The writer's commit coordinator over `table` (the format's table object, as the
-        pipeline opened it for `cfg`), under `control`, with the configured conflict rules and
-        the format's post-commit hooks (Hudi: inline table services; Iceberg: maintenance)."""
+        pipeline opened it for `settings`), under `control`, with the configured conflict rules
+        and the format's post-commit hooks (Hudi: inline table services; Iceberg:
+        maintenance)."""
         ...
 
     def table_partition_fields(self, coordinator: Coordinator) -> tuple[str, ...] | None:
@@ -159,13 +194,13 @@ class FormatPlugin(Protocol):
         """Add `cli_commands` to the subparsers `sub`."""
         ...
 
-    def run_cli(self, args: argparse.Namespace, cfg: LakesinkConfig) -> int:
+    def run_cli(self, args: argparse.Namespace, settings: Settings) -> int:
         """Run one of the commands `add_cli_commands` added; the exit code."""
         ...
 
     def status(
         self,
-        cfg: LakesinkConfig,
+        settings: Settings,
         *,
         high_watermarks: Callable[[], Mapping[TopicPartition, int]],
         add_metrics: Callable[[dict[str, Any]], None],
@@ -179,20 +214,39 @@ class FormatPlugin(Protocol):
         """`status`'s data as text."""
         ...
 
-    def recognizes_table(self, path: str) -> bool:
+    def recognizes_table(self, path: str, access: StorageAccess) -> bool:
         """Whether `path` holds a table (or a warehouse) of this format that another format's
         `table` commands must not open. The default format answers False: it takes the paths
         no format recognizes (and says when no table is there)."""
         ...
 
-    def run_table_command(self, args: argparse.Namespace) -> int:
+    def run_table_command(self, args: argparse.Namespace, access: StorageAccess) -> int:
         """Run `lakesink table <command> <path>` (lakesink.cli.table_commands parses it) on a
         table of this format; the exit code."""
         ...
 
-    def backfill_control(self, args: argparse.Namespace, cfg: LakesinkConfig | None) -> Any:
-        """The commit control of `lakesink backfill` (`args`: its lock options; `cfg`: the
-        configuration given, if any); ConfigError for options the format cannot honour."""
+    def backfill_control(
+        self, args: argparse.Namespace, settings: Settings | None, access: StorageAccess
+    ) -> Any:
+        """The commit control of `lakesink backfill` (`args`: its lock options; `settings`: of
+        the configuration given, if any; `access`: how to reach the table by its path);
+        ConfigError for options the format cannot honour."""
+        ...
+
+    def open_backfill(
+        self,
+        settings: Settings | None,
+        table: str,
+        control: object,
+        *,
+        writer_id: str | None,
+        backfill_id: str,
+        sources: Sequence[str],
+    ) -> Backfill:
+        """A backfill (lakesink.formats.backfill) of the source files `sources`, whose digest
+        is `backfill_id`, into the table at `table` (the configuration's `settings`, if any, say
+        more), committed under `control` (`backfill_control`'s) by `writer_id` (None:
+        `backfill-<backfill_id>`)."""
         ...
 
 
@@ -222,9 +276,9 @@ def plugin_for(name: str) -> FormatPlugin:
     return loader()
 
 
-def plugin_of(cfg: LakesinkConfig) -> FormatPlugin:
-    """The plugin of the configuration's table format."""
-    return plugin_for(str(cfg[FORMAT_KEY]))
+def plugin_of(settings: Settings) -> FormatPlugin:
+    """The plugin of the configured table format."""
+    return plugin_for(settings.table.format)
 
 
 def all_plugins() -> tuple[FormatPlugin, ...]:
@@ -242,6 +296,7 @@ def default_plugin() -> FormatPlugin:
     return plugin_for(FORMAT_NAMES[0])
 
 
-def plugin_at(path: str) -> FormatPlugin:
-    """The plugin of the table at `path`: the format that recognizes it, else the default."""
-    return next((p for p in all_plugins() if p.recognizes_table(path)), default_plugin())
+def plugin_at(path: str, access: StorageAccess) -> FormatPlugin:
+    """The plugin of the table at `path` (reached by `access`): the format that recognizes it,
+    else the default."""
+    return next((p for p in all_plugins() if p.recognizes_table(path, access)), default_plugin())

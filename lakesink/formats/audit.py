@@ -104,3 +104,47 @@ class DeadLetters:
                 f"{len(both)} records are both in the table and dead-lettered, e.g. {both[:3]}"
             )
         return set(counts)
+
+
+@dataclass(frozen=True, slots=True)
+class KafkaComparison:
+    """What `compare_with_kafka` counted (each format's report keeps these numbers)."""
+
+    kafka_records: int  # records Kafka holds in the committed spans, from the log start on
+    rows_below_log_start: int  # rows whose records Kafka deleted since: not checked
+    dead_letters: int  # records of the spans the writer dead-lettered
+    filtered: int  # records of the spans the transformation drops
+
+
+def compare_with_kafka(
+    rows: set[Coordinate],
+    spans: Mapping[TopicPartition, tuple[int, int]],
+    *,
+    bootstrap: str,
+    isolation_level: str,
+    consumer_config: Mapping[str, str],
+    dead_letters: DeadLetters | None,
+    kept_by_transform: KeptByTransform | None,
+    problems: list[str],
+) -> KafkaComparison:
+    """The table's `rows` against the records Kafka holds in the writer's committed `spans`:
+    every record is a row, dead-lettered or filtered out by the transformation (else it is
+    missing), and every row is a record (else it is extra) unless Kafka deleted it since (below
+    the log start). Each failure goes into `problems`."""
+    lows: dict[TopicPartition, int] = {}
+    expected = kafka_offsets(bootstrap, spans, isolation_level, consumer_config, lows)
+    gone = {c for c in rows if c[2] < lows.get(TopicPartition(c[0], c[1]), 0)}
+    dead = dead_letters.check(rows, problems) & expected if dead_letters else set()
+    filtered = filtered_out(kept_by_transform, spans, lows, expected, dead)
+    missing = expected - rows - dead - filtered
+    if missing:
+        problems.append(
+            f"{len(missing)} Kafka records of committed ranges are not in the table, "
+            f"e.g. {sorted(missing)[:3]}"
+        )
+    extra = rows - expected - gone
+    if extra:
+        problems.append(
+            f"{len(extra)} table rows are not records in Kafka, e.g. {sorted(extra)[:3]}"
+        )
+    return KafkaComparison(len(expected), len(gone), len(dead), len(filtered))

@@ -7,29 +7,29 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from lakesink.config import LakesinkConfig
     from lakesink.engine.pending.store import PendingCommitStore
+    from lakesink.settings import CommitSettings
 
 
-def pending_store_for(cfg: LakesinkConfig) -> PendingCommitStore:
+def pending_store_for(commit: CommitSettings) -> PendingCommitStore:
     """The pending-commit store that `commit.pending.store` names, for this table."""
     from lakesink.engine.pending.factory import make_pending_store
 
-    path = cfg.pending_store_path
-    if cfg["commit.pending.store"] == "sqlite":
+    path = commit.pending_store_path
+    if commit.pending_store == "sqlite":
         path.parent.mkdir(parents=True, exist_ok=True)
-    return make_pending_store(cfg["commit.pending.store"], path=str(path), dsn=cfg["postgres.dsn"])
+    return make_pending_store(commit.pending_store, path=str(path), dsn=commit.postgres_dsn)
 
 
-def add_pending(cfg: LakesinkConfig, out: dict[str, Any]) -> None:
+def add_pending(commit: CommitSettings, out: dict[str, Any]) -> None:
     """With `commit.mode=async`, the writer's pending epochs and commit lag as `out["pending"]`."""
-    if cfg["commit.mode"] != "async":
+    if commit.mode != "async":
         return
     from lakesink.engine.async_commit import pending_summary
 
-    store = pending_store_for(cfg)
+    store = pending_store_for(commit)
     try:
-        out["pending"] = pending_summary(store, cfg.writer_id)
+        out["pending"] = pending_summary(store, commit.writer_id)
     finally:
         store.close()
 

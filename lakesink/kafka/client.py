@@ -45,7 +45,7 @@ def consumer_config(
 ) -> dict[str, Any]:
     """The consumer configuration lakesink uses: assign-only, no commits, errors on lost offsets.
 
-    `extra` (e.g. `LakesinkConfig.consumer_config`) may hold security settings and Secrets;
+    `extra` (e.g. `KafkaSettings.consumer_config`) may hold security settings and Secrets;
     `lakesink.kafka.security.client_config` reveals them when the consumer is created."""
     config: dict[str, Any] = {
         "bootstrap.servers": bootstrap,

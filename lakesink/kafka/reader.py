@@ -101,7 +101,7 @@ def read_range(
     and/or produces it to `dead_letter_topic` (flushed before the iterator ends: a dead letter the
     broker did not acknowledge raises KafkaError). `consumer_config` adds librdkafka settings
     of the consumer, `producer_config` those of the dead-letter producer (security settings
-    belong in both: `LakesinkConfig.consumer_config` and `.kafka_client_config`).
+    belong in both: `KafkaSettings.consumer_config` and `.client_config`).
 
     Raises KafkaError when no progress is made for `stall_timeout_s` (the message names the
     partition, the range and the offset reached), DataLossError when offsets of the range were

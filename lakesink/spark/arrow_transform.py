@@ -162,7 +162,8 @@ def plan_arrow_transform(
     if twice:
         raise ConfigError(f"{KEY}={spec!r} returns the column(s) {', '.join(twice)} twice")
     kept = list(KEPT_COLUMNS)
-    kept += [c for c in plugin_of(cfg).record_key_columns(cfg) if c not in kept]
+    keys = plugin_of(cfg.settings).record_key_columns(cfg.settings)
+    kept += [c for c in keys if c not in kept]
     lost = [
         c
         for c in kept

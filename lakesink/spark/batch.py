@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 from lakesink.engine.async_commit import AsyncCommitter
 from lakesink.engine.coordinator import BatchOutcome, Coordinator
+from lakesink.engine.schema import TableSchema
 from lakesink.faults import crash_point
 from lakesink.protocol.instant import InstantTime
 from lakesink.protocol.offsets import OffsetRange
@@ -93,7 +94,7 @@ class BatchTables:
         ranges: Sequence[OffsetRange],
         instants: Instants,
         statuses: Mapping[str, Sequence[WriteStatus]],
-        schema_of: Callable[[str, Sequence[WriteStatus]], str],
+        schema_of: Callable[[str, Sequence[WriteStatus]], TableSchema],
         *,
         lost: Sequence[OffsetRange] = (),
     ) -> dict[str, BatchOutcome]:
@@ -139,7 +140,7 @@ class BatchTables:
         batch_id: int,
         ranges: Sequence[OffsetRange],
         statuses: Sequence[WriteStatus],
-        schema: str,
+        schema: TableSchema,
         lost: Sequence[OffsetRange],
     ) -> BatchOutcome:
         coordinator = table.coordinator

@@ -285,7 +285,7 @@ def write_direct_batch(
     from lakesink.spark.batch import DEAD_LETTERS, ROWS
     from lakesink.spark.source import encode_config, encode_secrets
 
-    plugin = plugin_of(cfg)
+    plugin = plugin_of(cfg.settings)
 
     def target(role: str) -> TaskTarget | None:
         instant = instants.get(role)

@@ -13,7 +13,7 @@ def liveness_key(cfg: LakesinkConfig) -> str:
     """`.hoodie/.lakesink/liveness/<writer>.json` in a Hudi table,
     `.lakesink/liveness/<namespace>.<table>/<writer>.json` in an Iceberg warehouse (the
     format's plugin decides)."""
-    return plugin_of(cfg).liveness_key(cfg)
+    return plugin_of(cfg.settings).liveness_key(cfg.settings)
 
 
 def writer_liveness(cfg: LakesinkConfig) -> WriterLiveness:

@@ -10,7 +10,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
@@ -18,18 +18,15 @@ from pyspark.sql.streaming.query import StreamingQuery
 from lakesink.config import LakesinkConfig
 from lakesink.engine.async_commit import AsyncCommitter
 from lakesink.engine.coordinator import BatchOutcome, Coordinator
+from lakesink.engine.format import CommitControl
 from lakesink.engine.liveness import WriterLiveness
 from lakesink.errors import FencedError, LakesinkError
 from lakesink.formats import plugin_of
-from lakesink.formats.hudi import writer_state
-from lakesink.formats.hudi.control import CommitControl, WriterCommitControl
-from lakesink.formats.hudi.table.config import TableConfig
-from lakesink.formats.hudi.table.hudi_table import HudiTable
 from lakesink.formats.status import pending_store_for
 from lakesink.kafka.client import TopicIds
 from lakesink.metrics import IngestionMetrics
 from lakesink.protocol.offsets import TopicPartition, WriterOffsets
-from lakesink.spark.direct import uses_direct_path
+from lakesink.spark.direct import spark_arrow_schema, uses_direct_path
 from lakesink.spark.liveness_file import writer_liveness
 from lakesink.spark.monitoring import LagMonitor
 from lakesink.spark.sink import CommittingSink, analyze_rows
@@ -42,10 +39,6 @@ from lakesink.spark.source import (
 )
 from lakesink.spark.task_writer import DATE_PARTITION_COLUMN
 from lakesink.spark.worker_warmup import WorkerWarmup
-from lakesink.storage import Storage
-
-if TYPE_CHECKING:
-    from lakesink.formats.iceberg.coordinator import IcebergCoordinator
 
 log = logging.getLogger(__name__)
 
@@ -82,16 +75,11 @@ class IngestionResult:
     only_empty_ranges: bool = False
 
 
-def table_config_for(cfg: LakesinkConfig) -> TableConfig:
-    partition_fields = tuple(cfg["table.partition.by"])
-    if cfg["table.partition.date.from"]:
-        partition_fields += (DATE_PARTITION_COLUMN,)
-    return TableConfig(
-        name=re.sub(r"[^A-Za-z0-9_]", "_", cfg.table_name),
-        version=cfg["table.version"],
-        record_key_fields=tuple(cfg["table.record.key.fields"]),
-        partition_fields=partition_fields,
-    )
+def partition_columns(cfg: LakesinkConfig) -> tuple[str, ...]:
+    """The columns the writer partitions its rows by: table.partition.by, then the date column
+    of table.partition.date.from."""
+    date = (DATE_PARTITION_COLUMN,) if cfg["table.partition.date.from"] else ()
+    return (*cfg["table.partition.by"], *date)
 
 
 def check_kafka(cfg: LakesinkConfig) -> list[TopicPartition]:
@@ -187,34 +175,35 @@ class Ingestion:
         # analyzes it over an empty DataFrame); only then is the table created. `partitions`:
         # what check_kafka(cfg) returned just before (the caller checked already).
         self.partitions = check_kafka(cfg) if partitions is None else partitions
-        table_config = table_config_for(cfg)
-        self.output_schema = analyze_rows(cfg, spark, table_config.partition_fields)
+        partition_fields = partition_columns(cfg)
+        self.output_schema = analyze_rows(cfg, spark, partition_fields)
         self.direct = uses_direct_path(cfg)  # the direct task path, or Spark's DataFrame
         self.control = control or make_control(cfg)
         self.on_progress = on_progress
         self._stop = threading.Event()
-        self.plugin = plugin_of(cfg)
-        self.plugin.check_options(cfg)
-        # the table keeps its own schema and partitioning (Iceberg): no Hudi table to create
-        self.iceberg = self.plugin.tasks_write_data_files
-        self.table = (
-            None if self.iceberg else HudiTable.create(open_table_storage(cfg), table_config)
+        self.plugin = plugin_of(cfg.settings)
+        self.plugin.check_options(cfg.settings)
+        table = self.plugin.open_table(
+            cfg.settings,
+            partition_fields=partition_fields,
+            rows=lambda: spark_arrow_schema(spark, self.output_schema),
         )
+        if not cfg.table_storage.is_local:
+            log.info(
+                "table %s is on an object store; Spark's checkpoint stays local at %s (the "
+                "table holds the committed offsets, a lost checkpoint loses nothing)",
+                cfg["table.path"],
+                cfg.checkpoint_location,
+            )
         self.metrics = IngestionMetrics(
             writer_id=cfg.writer_id,
             table=str(cfg["table.path"]),
             topics=",".join(cfg["kafka.topics"]) or str(cfg["kafka.topic.pattern"]),
         )
         topic_ids = TopicIds(cfg["kafka.bootstrap.servers"], cfg.kafka_client_config)
-        opened: object = self.table
-        if opened is None:
-            from lakesink.formats.iceberg.format import open_iceberg_table
-            from lakesink.spark.direct import spark_arrow_schema
-
-            opened = open_iceberg_table(cfg, spark_arrow_schema(spark, self.output_schema))
         self.coordinator: Coordinator = self.plugin.open_coordinator(
-            cfg,
-            opened,
+            cfg.settings,
+            table,
             self.control,
             query_id=str(uuid.uuid4()),
             publish_delay_s=cfg["commit.publish.delay.s"],
@@ -346,7 +335,11 @@ class Ingestion:
                 return self._result(IngestionResult(nothing_new=True), started)
         sink = self.make_sink(committer, direct=self.direct)
         result = IngestionResult()
-        warmup = WorkerWarmup.start(self.spark) if self.cfg["spark.python.workers.warmup"] else None
+        warmup = (
+            WorkerWarmup.start(self.spark, self.plugin.task_modules)
+            if self.cfg["spark.python.workers.warmup"]
+            else None
+        )
 
         def on_batch(outcome: BatchOutcome) -> None:
             elapsed = time.monotonic() - started
@@ -435,11 +428,7 @@ class Ingestion:
 
     def _result(self, result: IngestionResult, started: float) -> IngestionResult:
         result.elapsed_s = time.monotonic() - started
-        result.committed = (
-            writer_state.committed_offsets(self.table, self.cfg.writer_id)
-            if self.table is not None
-            else self._iceberg_coordinator().format.committed_offsets(self.cfg.writer_id)
-        ).to_json()
+        result.committed = self.coordinator.format.committed_offsets(self.cfg.writer_id).to_json()
         # Dead letters sent to a topic are not counted here: only a table's are.
         result.only_empty_ranges = (
             result.batches > 0
@@ -457,53 +446,21 @@ class Ingestion:
             )
         return result
 
-    def _iceberg_coordinator(self) -> IcebergCoordinator:
-        from lakesink.formats.iceberg.coordinator import IcebergCoordinator
-
-        assert isinstance(self.coordinator, IcebergCoordinator)
-        return self.coordinator
-
     def _dead_letter_coordinator(self) -> Coordinator | None:
         """errors.deadletter.table: a second table, committed by its own coordinator with the
         same offset ranges as the main table (so each is exactly once on its own)."""
-        path = self.cfg["errors.deadletter.table"]
-        if not path:
+        if not self.cfg["errors.deadletter.table"]:
             return None
-        if self.iceberg:
-            return self._iceberg_dead_letter_coordinator()
-        cfg = self.cfg.with_overrides(
-            {"table.path": path, "writer.id": self.cfg.dead_letter_writer_id}
-        )
-        table = HudiTable.create(
-            open_table_storage(cfg),
-            TableConfig(
-                name=re.sub(r"[^A-Za-z0-9_]", "_", cfg.table_name),
-                version=self.cfg["table.version"],
-                record_key_fields=("kafka_topic", "kafka_partition", "kafka_offset"),
-            ),
-        )
-        coordinator = self.plugin.open_coordinator(
-            cfg, table, make_control(cfg), query_id=self.coordinator.query_id
-        )
-        coordinator.start()
-        return coordinator
-
-    def _iceberg_dead_letter_coordinator(self) -> Coordinator:
-        """The Iceberg dead-letter table (same catalog, iceberg.namespace), committed by its own
-        writer `<writer.id>.deadletters` with the main table's ranges: its snapshots carry
-        that writer's offsets, so a replayed batch appends no dead letter twice."""
         from pyspark.sql.pandas.types import from_arrow_schema
 
-        from lakesink.formats.iceberg.coordinator import IcebergCoordinator
-        from lakesink.formats.iceberg.format import IcebergFormat, open_dead_letter_table
-        from lakesink.spark.direct import dead_letter_rows, spark_arrow_schema
+        from lakesink.spark.direct import dead_letter_rows
 
-        rows = spark_arrow_schema(self.spark, from_arrow_schema(dead_letter_rows(self.cfg)))
-        coordinator = IcebergCoordinator(
-            IcebergFormat(open_dead_letter_table(self.cfg, rows)),
-            self.cfg.dead_letter_writer_id,
+        coordinator = self.plugin.open_dead_letter_coordinator(
+            self.cfg.settings,
+            rows=lambda: spark_arrow_schema(
+                self.spark, from_arrow_schema(dead_letter_rows(self.cfg))
+            ),
             query_id=self.coordinator.query_id,
-            allow_data_loss=not self.cfg["kafka.fail.on.data.loss"],
         )
         coordinator.start()
         return coordinator
@@ -591,30 +548,15 @@ def make_committer(cfg: LakesinkConfig, coordinator: Coordinator) -> AsyncCommit
         return None
     return AsyncCommitter(
         coordinator,
-        pending_store_for(cfg),
+        pending_store_for(cfg.settings.commit),
         max_pending=cfg["commit.max.pending"],
     )
 
 
-def make_control(cfg: LakesinkConfig) -> WriterCommitControl:
-    """The writer's lock, heartbeats and fencing as configured."""
-    return WriterCommitControl.from_config(cfg)
+def make_control(cfg: LakesinkConfig) -> CommitControl:
+    """The writer's concurrency control as configured (Hudi: lock, heartbeats and fencing)."""
+    return plugin_of(cfg.settings).writer_control(cfg.settings)
 
 
 def committed_offsets(cfg: LakesinkConfig) -> dict[str, int]:
-    return plugin_of(cfg).committed_offsets(cfg).to_json()
-
-
-def open_table_storage(cfg: LakesinkConfig) -> Storage:
-    """The storage of cfg's table.path, probed once: a store that is unreachable, refuses the
-    credentials or cannot do conditional writes stops the start with one clear line."""
-    storage = cfg.table_storage
-    storage.probe()
-    if not storage.is_local:
-        log.info(
-            "table %s is on an object store; Spark's checkpoint stays local at %s (the table "
-            "holds the committed offsets, a lost checkpoint loses nothing)",
-            storage.uri,
-            cfg.checkpoint_location,
-        )
-    return storage
+    return plugin_of(cfg.settings).committed_offsets(cfg.settings).to_json()

@@ -19,6 +19,7 @@ from pyspark.sql.types import StructType
 from lakesink.config import LakesinkConfig
 from lakesink.engine.async_commit import AsyncCommitter
 from lakesink.engine.coordinator import BatchOutcome, Coordinator
+from lakesink.engine.schema import TableSchema
 from lakesink.errors import ConfigError, LakesinkError
 from lakesink.formats import plugin_of
 from lakesink.metrics import IngestionMetrics
@@ -241,11 +242,12 @@ class CommittingSink:
         self.current_batch: int | None = None
         self.in_batch = False  # a batch is running now
         self.metrics: IngestionMetrics | None = coordinator.metrics
-        self.plugin = plugin_of(cfg)
-        # an Iceberg table (lakesink.formats.iceberg.coordinator): its tasks write data files
+        self.plugin = plugin_of(cfg.settings)
+        # an Iceberg table (the plugin's tasks_write_data_files): its tasks write data files
         # (spark/direct.py), its coordinator keeps the table's schema and partition spec
         self.writes_iceberg = self.plugin.tasks_write_data_files
         self._rows_by_topic: dict[str, tuple[int, int]] = {}
+        self._rows_arrow: Any = None  # the rows' declared Arrow schema (`rows_arrow_schema`)
         # Spans cut off this batch at a restart, the broker's log end having moved back below
         # them (spark/replay_check.py): recorded in the main table's commit
         self.lost: tuple[OffsetRange, ...] = ()
@@ -274,20 +276,29 @@ class CommittingSink:
             self.output_schema = analyze_rows(self.cfg, spark, self.partition_fields)
         return tuple(f.name for f in self.output_schema.fields if not f.nullable)
 
-    def avro_schema_of(self, df: DataFrame) -> str:
-        """The Avro schema of rows as written, for a batch whose tasks wrote no rows: the
-        table's latest schema, else the DataFrame's."""
+    def rows_arrow_schema(self, df: DataFrame) -> Any:
+        """The rows' Arrow schema: declared nullability; timestamps as Spark hands them to
+        mapInArrow (the session's zone, UTC in lakesink's sessions). A zone is always given:
+        without one pyspark refuses timestamp columns. Derived once when the rows' schema is
+        declared (`output_schema`), else from each batch's DataFrame."""
         from pyspark.sql.pandas.types import to_arrow_schema
 
+        if self._rows_arrow is not None:
+            return self._rows_arrow
+        zone = df.sparkSession.conf.get("spark.sql.session.timeZone") or "UTC"
+        arrow = to_arrow_schema(self.output_schema or df.schema, timezone=zone)
+        if self.output_schema is not None:
+            self._rows_arrow = arrow
+        return arrow
+
+    def avro_schema_of(self, df: DataFrame) -> TableSchema:
+        """The schema of rows as written, for a batch whose tasks wrote no rows: the table's
+        latest (its text only), else the declared rows' (a first batch of gaps only:
+        compacted or aborted records)."""
         latest = self.coordinator.format.schema()
         if latest:
-            return latest
-        # declared nullability; timestamps as Spark hands them to mapInArrow (the session's
-        # zone, UTC in lakesink's sessions). A zone is always given: without one pyspark refuses
-        # timestamp columns (a first batch of gaps only: compacted or aborted records).
-        zone = df.sparkSession.conf.get("spark.sql.session.timeZone") or "UTC"
-        arrow: Any = to_arrow_schema(self.output_schema or df.schema, timezone=zone)
-        return self.plugin.commit_schema(arrow, self.coordinator.name)
+            return TableSchema.from_text(latest)
+        return self.plugin.commit_schema(self.rows_arrow_schema(df), self.coordinator.name)
 
     def __call__(self, batch_df: DataFrame, batch_id: int) -> None:
         """Runs the batch; a failure is kept in `self.failure` and Spark gets a short stand-in.
@@ -409,19 +420,22 @@ class CommittingSink:
             cached.unpersist()
         return statuses
 
-    def _schema_for(self, role: str, statuses: Sequence[WriteStatus], df: DataFrame) -> str:
-        """The schema a table's commit records: Hudi's Avro schema of the rows as written (the
-        main table's from its tasks, else the table's latest or the declared rows'); an
-        Iceberg table keeps its own ("")."""
+    def _schema_for(self, role: str, statuses: Sequence[WriteStatus], df: DataFrame) -> TableSchema:
+        """The schema a table's commit records (the plugin's `commit_schema`): of the dead
+        letters, or of the rows; for Hudi with the Avro text of the rows as written (the main
+        table's from its tasks, else the table's latest or the declared rows'); an Iceberg
+        table's has no text (the table keeps its own)."""
         from lakesink.kafka.dead_letters import DEAD_LETTER_SCHEMA
 
-        if self.writes_iceberg:
-            return ""
         if role == DEAD_LETTERS:
             name = self.tables[DEAD_LETTERS].coordinator.name
             return self.plugin.commit_schema(DEAD_LETTER_SCHEMA, name)
+        if self.writes_iceberg:
+            return self.plugin.commit_schema(self.rows_arrow_schema(df), self.coordinator.name)
         written = next((s.extra["schema"] for s in statuses if s.extra.get("schema")), None)
-        return str(written) if written else self.avro_schema_of(df)
+        if written:  # the tasks' text, of the declared rows (Hudi has no field ids)
+            return TableSchema(str(written), self.rows_arrow_schema(df))
+        return self.avro_schema_of(df)
 
     def _count_dead_letters(
         self, statuses: Sequence[WriteStatus], ranges: list[OffsetRange]

@@ -195,7 +195,7 @@ class KafkaStreamReader(DataSourceStreamReader):
             extra=self.cfg.kafka_client_config,
         )
         if self._topic_ids is None:
-            self._topic_ids = plugin_of(self.cfg).committed_topic_ids(self.cfg)
+            self._topic_ids = plugin_of(self.cfg.settings).committed_topic_ids(self.cfg.settings)
         for topic, now in sorted(current.items()):
             before = self._topic_ids.get(topic)
             if before is not None and before != now:
@@ -210,7 +210,7 @@ class KafkaStreamReader(DataSourceStreamReader):
     def _table_offsets(self) -> WriterOffsets:
         from lakesink.formats import plugin_of
 
-        return plugin_of(self.cfg).committed_offsets(self.cfg)
+        return plugin_of(self.cfg.settings).committed_offsets(self.cfg.settings)
 
     def _starts(
         self, known: Mapping[TopicPartition, int], partitions: Sequence[TopicPartition]

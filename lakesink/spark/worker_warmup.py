@@ -15,10 +15,11 @@ that stopping Spark never kills a worker mid-task.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import logging
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -27,7 +28,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 JOB_GROUP = "lakesink-worker-warmup"
-# What a direct-path task and the source's reader import (spark/direct.py, spark/source.py)
+# What a direct-path task and the source's reader import (spark/direct.py, spark/source.py);
+# the table format's own task modules come from its plugin (FormatPlugin.task_modules)
 TASK_MODULES = (
     "pyarrow.parquet",
     "confluent_kafka",
@@ -36,16 +38,17 @@ TASK_MODULES = (
     "lakesink.spark.source",
     "lakesink.spark.direct",
     "lakesink.spark.task_writer",
-    "lakesink.formats.hudi.table.writer",  # what a Hudi task target opens (HudiTaskTarget)
 )
 _STOP_WAIT_S = 10.0
 _warmed: set[str] = set()  # Spark applications whose workers were warmed (or are being)
 _lock = threading.Lock()
 
 
-def import_task_modules(_partition: Iterable[int]) -> Iterator[int]:
+def import_task_modules(
+    _partition: Iterable[int], modules: Sequence[str] = TASK_MODULES
+) -> Iterator[int]:
     """The warm-up task: import the task modules in this worker (kept for reuse)."""
-    for name in TASK_MODULES:
+    for name in modules:
         importlib.import_module(name)
     yield 1
 
@@ -53,19 +56,21 @@ def import_task_modules(_partition: Iterable[int]) -> Iterator[int]:
 class WorkerWarmup:
     """The warm-up job of one Spark application, run in a daemon thread."""
 
-    def __init__(self, spark: SparkSession) -> None:
+    def __init__(self, spark: SparkSession, modules: Sequence[str] = TASK_MODULES) -> None:
         self.spark = spark
+        self.modules = tuple(modules)
         self.thread = threading.Thread(target=self._run, name=JOB_GROUP, daemon=True)
 
     @classmethod
-    def start(cls, spark: SparkSession) -> WorkerWarmup | None:
-        """Start the warm-up unless this application already had one (None then)."""
+    def start(cls, spark: SparkSession, format_modules: Sequence[str] = ()) -> WorkerWarmup | None:
+        """Start the warm-up unless this application already had one (None then);
+        `format_modules`: what the table format's task target imports, besides TASK_MODULES."""
         app = spark.sparkContext.applicationId
         with _lock:
             if app in _warmed:
                 return None
             _warmed.add(app)
-        warmup = cls(spark)
+        warmup = cls(spark, (*TASK_MODULES, *format_modules))
         warmup.thread.start()
         return warmup
 
@@ -74,7 +79,8 @@ class WorkerWarmup:
         try:
             slots = max(1, sc.defaultParallelism)
             sc.setJobGroup(JOB_GROUP, "lakesink: start Python workers", interruptOnCancel=True)
-            sc.parallelize(range(slots), slots).mapPartitions(import_task_modules).collect()
+            task = functools.partial(import_task_modules, modules=self.modules)
+            sc.parallelize(range(slots), slots).mapPartitions(task).collect()
         except Exception as e:  # cancelled, a stopped session, a cluster without lakesink
             log.debug("Python worker warm-up did not finish: %s", e)
 

@@ -6,6 +6,11 @@
 Each holds two commits into two partitions (`day=2024-01-01`, `day=2024-01-02`), one
 replacecommit clustering `day=2024-01-01`, and one rolled-back instant. Rows: ids 1-6.
 Run: `python tests/golden/build_golden.py` (rewrites both tables).
+
+Beside them: `iceberg/`, an Iceberg warehouse (SQLite catalog and one table) written by lakesink
+before issue 28, built by `build_iceberg_golden.py` against a worktree of that commit. Its
+metadata holds absolute paths: it reads from /tmp/lakesink-golden-iceberg/warehouse only, where
+tests/integration/test_golden_resume.py copies it (see that script).
 """
 
 from __future__ import annotations

@@ -89,7 +89,7 @@ def _table(cfg: LakesinkConfig) -> pa.Table:
     if cfg["table.format"] == "iceberg":
         from lakesink.formats.iceberg.format import open_iceberg_table
 
-        table = open_iceberg_table(cfg, create=False).pyiceberg.scan().to_arrow()
+        table = open_iceberg_table(cfg.settings, create=False).pyiceberg.scan().to_arrow()
     else:
         import hudi
 
@@ -111,7 +111,7 @@ def _committed(cfg: LakesinkConfig) -> dict[str, int]:
     if cfg["table.format"] == "iceberg":
         from lakesink.formats.iceberg.format import committed_offsets_of
 
-        return dict(committed_offsets_of(cfg).to_json())
+        return dict(committed_offsets_of(cfg.settings).to_json())
     from lakesink.formats.hudi.writer_state import committed_offsets_at
 
     return dict(committed_offsets_at(cfg["table.path"], cfg.writer_id).to_json())
@@ -186,7 +186,9 @@ def test_arrow_transform_lands_the_reference_rows_once_on_the_direct_path_as_on_
     else:
         from lakesink.formats.iceberg.format import open_iceberg_table
 
-        schemas = [open_iceberg_table(c, create=False).pyiceberg.schema() for c in (direct, frame)]
+        schemas = [
+            open_iceberg_table(c.settings, create=False).pyiceberg.schema() for c in (direct, frame)
+        ]
         assert schemas[0] == schemas[1]
 
 

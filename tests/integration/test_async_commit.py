@@ -47,7 +47,7 @@ def async_config(
 
 
 def pending_epochs(cfg: LakesinkConfig) -> list[int]:
-    store = pending_store_for(cfg)
+    store = pending_store_for(cfg.settings.commit)
     try:
         return [e.epoch for e in store.pending(cfg.writer_id)]
     finally:
@@ -252,7 +252,7 @@ def _iceberg_chain(
 
 
 def _pending_entries(cfg: LakesinkConfig) -> list[Any]:
-    store = pending_store_for(cfg)
+    store = pending_store_for(cfg.settings.commit)
     try:
         return list(store.pending(cfg.writer_id))
     finally:
@@ -266,7 +266,7 @@ def _iceberg_rows(cfg: LakesinkConfig) -> int:
 
 
 def _snapshot_commit_ids(cfg: LakesinkConfig) -> list[str]:
-    table = open_iceberg_table(cfg, create=False)
+    table = open_iceberg_table(cfg.settings, create=False)
     table.refresh()
     return [
         s.summary.additional_properties.get(KEY_COMMIT_ID, "")

@@ -27,7 +27,7 @@ from lakesink.formats.hudi.table.reader import TableReader
 from lakesink.kafka.producer import produce_sample_events
 from lakesink.protocol.instant import Action
 from lakesink.spark.backfill import run_backfill
-from lakesink.spark.pipeline import Ingestion, table_config_for
+from lakesink.spark.pipeline import Ingestion
 
 pytestmark = pytest.mark.integration
 
@@ -102,10 +102,10 @@ def test_streaming_and_backfill_together_land_every_row_once(
         kafka__max__records__per__batch=100,
         trigger__interval__s=0.5,
     )
-    HudiTable.create(cfg["table.path"], table_config_for(cfg))
     errors: list[BaseException] = []
     # a continuous writer, stopped only once it committed records produced after the backfill
-    # committed: the two writers' commits interleave however fast either one runs
+    # committed: the two writers' commits interleave however fast either one runs (the
+    # ingestion creates the table before its thread starts)
     ingestion = Ingestion(cfg, spark)
 
     def stream() -> None:
@@ -191,7 +191,6 @@ def test_backfill_into_an_iceberg_table_appends_once_beside_the_streaming_writer
 
     from lakesink.cli.main import main
     from lakesink.formats.iceberg.format import open_iceberg_table
-    from lakesink.spark.iceberg_backfill import run_iceberg_backfill
 
     live, hist = topic_factory("ice-live"), topic_factory("ice-hist")
     produce_sample_events(kafka_bootstrap, live, 200, 2)
@@ -199,11 +198,11 @@ def test_backfill_into_an_iceberg_table_appends_once_beside_the_streaming_writer
         kafka_bootstrap, live, tmp_path / "wh", table__format="iceberg", table__name="events"
     )
     assert run_ingestion(cfg, spark).records == 200
-    table = open_iceberg_table(cfg, create=False)
+    table = open_iceberg_table(cfg.settings, create=False)
     source = tmp_path / "history"
     _history_files(table.schema(), hist, source, 90)
 
-    result = run_iceberg_backfill(spark, cfg, source)
+    result = run_backfill(spark, cfg["table.path"], source, cfg=cfg)
     assert (result.records, result.already_committed) == (90, False), result
     assert result.snapshot_id is not None and result.writer_id == f"backfill-{result.backfill_id}"
     table.refresh()
@@ -216,7 +215,9 @@ def test_backfill_into_an_iceberg_table_appends_once_beside_the_streaming_writer
     args = ["backfill", "--config", conf, "--table", str(tmp_path / "wh"), "--from", str(source)]
     assert main(args) == 0
     assert f"backfill {result.backfill_id} was committed before" in capsys.readouterr().out
-    assert run_iceberg_backfill(spark, cfg, source, writer_id="other").already_committed
+    assert run_backfill(
+        spark, cfg["table.path"], source, cfg=cfg, writer_id="other"
+    ).already_committed
 
     produce_sample_events(kafka_bootstrap, live, 40, 2, first_event_id=200, create=False)
     assert run_ingestion(cfg, spark).records == 40

@@ -146,7 +146,7 @@ def _dead_letter_offsets(cfg: Any, fmt: str) -> list[int]:
     if fmt == "iceberg":
         from lakesink.formats.iceberg.format import dead_letter_coordinates_of
 
-        return [o for _, _, o in dead_letter_coordinates_of(cfg)]
+        return [o for _, _, o in dead_letter_coordinates_of(cfg.settings)]
     from lakesink.formats.hudi.audit import dead_letter_table_coordinates
 
     return [o for _, _, o in dead_letter_table_coordinates(cfg["errors.deadletter.table"])]

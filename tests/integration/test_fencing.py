@@ -125,7 +125,7 @@ def say(**kw):
     with open(status, "a") as f:
         f.write(json.dumps(kw) + "\n")
 table = HudiTable.create(table_path, TABLE_CONFIG)
-services = WriterCommitControl.from_config(config(Path(table_path), writer_id))
+services = WriterCommitControl.for_writer(config(Path(table_path), writer_id).settings)
 coordinator = HudiCoordinator(table, writer_id, query_id=mode, control=services)
 coordinator.start()
 ranges = [OffsetRange(TopicPartition(topic, 0), int(start), int(end))]
@@ -288,7 +288,9 @@ def test_lazy_rollback_racing_the_publish_of_a_resumed_writer_never_loses_commit
     are gone would be a loss (and a table no reader can read)."""
     path = tmp_path / "t"
     table = HudiTable.create(path, TABLE_CONFIG)
-    a_services = WriterCommitControl.from_config(config(path, "wa", **{"lock.timeout.s": 3}))
+    a_services = WriterCommitControl.for_writer(
+        config(path, "wa", **{"lock.timeout.s": 3}).settings
+    )
     a = HudiCoordinator(table, "wa", control=a_services)
     a.start()
     ranges = [OffsetRange(TopicPartition("ta", 0), 0, 20)]
@@ -320,7 +322,9 @@ def test_lazy_rollback_racing_the_publish_of_a_resumed_writer_never_loses_commit
         return original(self, *args, **kwargs)
 
     monkeypatch.setattr(Timeline, "complete_rollback", complete_rollback)
-    b = HudiCoordinator(table, "wb", control=WriterCommitControl.from_config(config(path, "wb")))
+    b = HudiCoordinator(
+        table, "wb", control=WriterCommitControl.for_writer(config(path, "wb").settings)
+    )
     b.start()
     monkeypatch.setattr(Timeline, "complete_rollback", original)
     assert racer, "B did not roll back A's expired instant"
@@ -345,11 +349,15 @@ def test_zombie_tasks_writing_after_their_instant_was_rolled_back_leave_no_files
     path = tmp_path / "t"
     table = HudiTable.create(path, TABLE_CONFIG)
     ranges = [OffsetRange(TopicPartition("ta", 0), 0, 20)]
-    a = HudiCoordinator(table, "w", control=WriterCommitControl.from_config(config(path, "w")))
+    a = HudiCoordinator(
+        table, "w", control=WriterCommitControl.for_writer(config(path, "w").settings)
+    )
     a.start()
     t_a = a.begin_batch(0, ranges)
     assert t_a is not None
-    b = HudiCoordinator(table, "w", control=WriterCommitControl.from_config(config(path, "w")))
+    b = HudiCoordinator(
+        table, "w", control=WriterCommitControl.for_writer(config(path, "w").settings)
+    )
     b.start()  # fences A, rolls A's instant back
     t_b = b.begin_batch(0, ranges)
     assert t_b is not None

@@ -192,7 +192,7 @@ def _config(
 
 
 def _pending(cfg: LakesinkConfig) -> list[bytes]:
-    store = pending_store_for(cfg)
+    store = pending_store_for(cfg.settings.commit)
     try:
         return [e.metadata for e in store.pending(cfg.writer_id)]
     finally:
@@ -206,7 +206,7 @@ def _audited_rows(cfg: LakesinkConfig) -> int:
 
 
 def _snapshot_commit_ids(cfg: LakesinkConfig) -> list[str]:
-    return _commit_ids(open_iceberg_table(cfg, create=False))
+    return _commit_ids(open_iceberg_table(cfg.settings, create=False))
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -235,7 +235,7 @@ def test_async_ingest_into_iceberg_is_exactly_once_and_leaves_nothing_pending(
     ids = _snapshot_commit_ids(cfg)
     assert len(ids) == result.batches >= 4  # one snapshot per batch, none twice
     assert len({i.split("-")[0] for i in ids}) == len(ids)
-    store = pending_store_for(cfg)
+    store = pending_store_for(cfg.settings.commit)
     try:
         assert store.latest_committed_epoch(cfg.writer_id) == int(max(ids).split("-")[0])
     finally:

@@ -152,7 +152,7 @@ def test_zombie_ingest_process_is_fenced_and_the_table_holds_every_record_once(
             assert not zombie.done(), zombie.result().stdout[-3000:]
             assert time.monotonic() < deadline, "the zombie never wrote its batch"
             try:
-                table = open_iceberg_table(cfg, create=False)
+                table = open_iceberg_table(cfg.settings, create=False)
             except LakesinkError:
                 table = None
             if table is not None and table.writer_incarnation(cfg.writer_id) == 1:

@@ -44,7 +44,7 @@ def _audited_rows(cfg: LakesinkConfig) -> int:
 
 
 def _summaries(cfg: LakesinkConfig) -> list[dict[str, str]]:
-    table = open_iceberg_table(cfg, create=False)
+    table = open_iceberg_table(cfg.settings, create=False)
     return [
         dict(s.summary.additional_properties)
         for s in table.pyiceberg.metadata.snapshots
@@ -96,7 +96,7 @@ def test_two_writers_share_one_iceberg_table_and_each_finds_its_own_offsets(
     assert run_ingestion(b, spark).nothing_new
     writers = [s.get(KEY_WRITER_ID) for s in _summaries(a)]
     assert writers.count("writer-a") == 2 and writers.count("writer-b") == 1, writers
-    table = open_iceberg_table(a, create=False)
+    table = open_iceberg_table(a.settings, create=False)
     assert table.pyiceberg.scan().to_arrow().num_rows == 260
 
 
@@ -129,7 +129,7 @@ def test_retried_tasks_commit_only_the_successful_attempts_files(
     run = cli(["ingest", "--config", str(conf), "--once"], env={"LAKESINK_FAIL_TASK_ATTEMPTS": "1"})
     assert run.returncode == 0, run.stdout[-3000:]
     assert _audited_rows(cfg) == 90
-    table = open_iceberg_table(cfg, create=False)
+    table = open_iceberg_table(cfg.settings, create=False)
     referenced = {t.file.file_path for t in table.pyiceberg.scan().plan_files()}
     written = {p.as_uri() for p in Path(table.location.removeprefix("file://")).rglob("*.parquet")}
     # the failed first attempts' files stay unreferenced (orphans for remove-orphan-files)

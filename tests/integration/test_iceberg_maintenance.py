@@ -309,7 +309,7 @@ def test_inline_hook_runs_the_configured_actions_every_n_commits(local: Backend)
             "table.services.inline": "cluster",
         },
     )
-    hook = maint.iceberg_maintenance_hook(table, cfg)
+    hook = maint.iceberg_maintenance_hook(table, cfg.settings)
     ran = [hook(ingest(table, "wa", [R(P0, i * 2, i * 2 + 2)])) for i in range(4)]
     assert [r is not None for r in ran] == [False, True, False, True]
     # two small files, then the rewritten one and two new ones

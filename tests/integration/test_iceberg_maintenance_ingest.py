@@ -99,7 +99,7 @@ def test_maintenance_commands_while_an_ingest_process_commits_lose_and_duplicate
     cfg = _config(kafka_bootstrap, topic, wh, kafka__max__records__per__batch=30, **small)
     conf = write_config_file(cfg, tmp_path / "c.toml")
     # a file no snapshot references, older than the safety window (a failed attempt's, long ago)
-    table = open_iceberg_table(cfg, create=False)
+    table = open_iceberg_table(cfg.settings, create=False)
     stale = Path(table.location.removeprefix("file://")) / "data" / "stale-attempt.parquet"
     stale.write_bytes(b"PAR1 left by a task attempt that failed long ago")
     os.utime(stale, (time.time() - 86_400, time.time() - 86_400))
@@ -144,7 +144,7 @@ def test_maintenance_commands_while_an_ingest_process_commits_lose_and_duplicate
         assert cli(args).returncode == 0
     assert _audited_rows(cfg) == 900
     assert _audited_rows(other) == 30
-    fresh = open_iceberg_table(cfg, create=False)
+    fresh = open_iceberg_table(cfg.settings, create=False)
     assert {tp.key(): n for tp, n in fresh.committed_offsets(cfg.writer_id).next_offsets.items()} \
         == {tp.key(): n for tp, n in counts.items()}  # fmt: skip
     assert sum(fresh.committed_offsets("other").next_offsets.values()) == 30
@@ -173,7 +173,7 @@ def test_inline_maintenance_after_every_commit_keeps_every_record_once_and_no_or
     first = run_ingestion(cfg, spark)
     assert first.records == 30 and first.batches == 1
     # a file no snapshot references (a task attempt that failed)
-    table = open_iceberg_table(cfg, create=False)
+    table = open_iceberg_table(cfg.settings, create=False)
     stray = Path(table.location.removeprefix("file://")) / "data" / "failed-attempt.parquet"
     stray.write_bytes(b"PAR1 left by a failed task attempt")
     produce_sample_events(kafka_bootstrap, topic, 210, 3)
@@ -219,7 +219,7 @@ def test_inline_orphan_removal_spares_the_writers_batch_in_flight(tmp_path: Path
     )
     fmt = IcebergFormat(table)
     ran: list[MaintenanceRun | None] = []
-    hook = iceberg_maintenance_hook(table, cfg, in_flight=fmt.in_flight_files)
+    hook = iceberg_maintenance_hook(table, cfg.settings, in_flight=fmt.in_flight_files)
     p0, p1 = TopicPartition("events", 0), TopicPartition("events", 1)
 
     def begin(ranges: list[OffsetRange]) -> TableTransaction:
@@ -291,7 +291,7 @@ def test_inline_rewrite_that_keeps_losing_gives_up_without_failing_the_batch(
         raise CommitFailedException("Table has been updated by another process")
 
     monkeypatch.setattr(maint, "replace_files", always_beaten)
-    hook = iceberg_maintenance_hook(table, cfg)
+    hook = iceberg_maintenance_hook(table, cfg.settings)
     p0 = TopicPartition("events", 0)
     fmt = IcebergFormat(table)
     runs: list[MaintenanceRun | None] = []

@@ -244,7 +244,7 @@ def test_ingest_through_the_rest_catalog_lands_every_record_once_across_reruns(
     assert TOKEN not in run.stdout
     assert _audited_rows(cfg) == 450
     _scan_against_kafka(rest_server, namespace, dict(counts))
-    table = open_iceberg_table(cfg, create=False)
+    table = open_iceberg_table(cfg.settings, create=False)
     # the server decides where a new table goes: its own warehouse
     assert table.location.startswith(rest_server.warehouse.as_uri())
     assert len(table.pyiceberg.metadata.snapshots) >= 3  # batches of at most 200 records
@@ -285,7 +285,7 @@ def test_two_writers_share_one_table_through_the_rest_catalog(
     produce_sample_events(kafka_bootstrap, a_topic, 60, 2)
     assert run_ingestion(a, spark).records == 60
     assert run_ingestion(b, spark).nothing_new
-    table = open_iceberg_table(a, create=False)
+    table = open_iceberg_table(a.settings, create=False)
     writers = [
         s.summary.additional_properties.get(KEY_WRITER_ID)
         for s in table.pyiceberg.metadata.snapshots

@@ -151,7 +151,7 @@ def test_audit_with_spark_passes_on_a_table_of_kafka_records(
         kafka_bootstrap, topic, tmp_path / "wh", table__format="iceberg",
         table__name="events", iceberg__catalog__name=name,
     )  # fmt: skip
-    table = open_iceberg_table(cfg, ROWS)
+    table = open_iceberg_table(cfg.settings, ROWS)
     p0, p1 = TopicPartition(topic, 0), TopicPartition(topic, 1)
     ingest(table, cfg.writer_id, [OffsetRange(p0, 0, 4), OffsetRange(p1, 0, counts[p1])])
     ingest(table, cfg.writer_id, [OffsetRange(p0, 4, counts[p0])])

@@ -30,7 +30,9 @@ P0, P1 = TopicPartition("events", 0), TopicPartition("events", 1)
 WRITER = "w1"
 
 
-def _metadata(ranges: list[OffsetRange], files: list[DataFileDescription]) -> CommitMetadata:
+def _metadata(
+    ranges: list[OffsetRange], files: list[DataFileDescription], commit_id: str = ""
+) -> CommitMetadata:
     return CommitMetadata(
         operation_type="INSERT",
         writes=(),
@@ -38,7 +40,7 @@ def _metadata(ranges: list[OffsetRange], files: list[DataFileDescription]) -> Co
         schema="",
         extra={
             keys.WRITER_ID_KEY: WRITER,
-            keys.COMMIT_ID_KEY: str(uuid.uuid4()),
+            keys.COMMIT_ID_KEY: commit_id or str(uuid.uuid4()),
             keys.RANGES_KEY: json.dumps([[r.partition.key(), r.start, r.end] for r in ranges]),
         },
     )
@@ -72,9 +74,19 @@ def test_iceberg_transaction_appends_each_batch_once_with_the_writers_offsets(
     assert tx.state is TxState.COMMITTED
     assert fmt.committed_offsets(WRITER) == WriterOffsets({P0: 5, P1: 3})
     assert fmt.is_published(tx.instant_time)
-    # the same transaction again: recognised on the table, not appended twice
+    # the same transaction again (its change, with its commit id, as the pending store keeps
+    # it): recognised on the table, not appended twice
+    landed = fmt.table.last_commit(WRITER)
+    assert landed is not None
+    commit_id = landed.commit_id.removeprefix(f"{tx.instant_time}-")
     again = TableTransaction.resume(fmt, CommitControl(), tx.instant_time, writer_id=WRITER)
-    assert not again.commit(_metadata(first, []), ()).published
+    assert not again.commit(_metadata(first, [], commit_id), ()).published
+    # another change under the same transaction id (another process of the writer began in
+    # the same millisecond) is not taken for the published one: its append is refused
+    other = TableTransaction.resume(fmt, CommitControl(), tx.instant_time, writer_id=WRITER)
+    with pytest.raises(CommitError, match="committed by another commit"):
+        other.commit(_metadata(first, []), ())
+    assert fmt.committed_offsets(WRITER) == WriterOffsets({P0: 5, P1: 3})
 
     second = [OffsetRange(P0, 5, 9)]
     tx2 = _batch(fmt, second)

@@ -71,7 +71,7 @@ def _kafka_values(bootstrap: str, topic: str, partitions: int) -> dict[Coordinat
 
 
 def _table_rows(cfg: LakesinkConfig) -> list[dict[str, Any]]:
-    return open_iceberg_table(cfg, create=False).pyiceberg.scan().to_arrow().to_pylist()
+    return open_iceberg_table(cfg.settings, create=False).pyiceberg.scan().to_arrow().to_pylist()
 
 
 def _replay_last_batch(cfg: LakesinkConfig) -> None:
@@ -108,7 +108,7 @@ def test_sql_transformation_lands_every_record_once_with_the_reference_values(
         run_ingestion(changed, spark, RUN_TIMEOUT_S)
 
     rows = _table_rows(cfg)
-    table = open_iceberg_table(cfg, create=False)
+    table = open_iceberg_table(cfg.settings, create=False)
     assert [f.name for f in table.pyiceberg.spec().fields] == ["kind"]
     assert set(rows[0]) == {
         "kafka_topic", "kafka_partition", "kafka_offset", "kafka_timestamp",
@@ -150,7 +150,7 @@ def test_retried_tasks_on_the_dataframe_path_commit_only_the_successful_attempts
     assert report.ok, report.problems
     rows = _table_rows(cfg)
     assert sorted(r["event_id"] for r in rows) == list(range(90))
-    table = open_iceberg_table(cfg, create=False)
+    table = open_iceberg_table(cfg.settings, create=False)
     referenced = {t.file.file_path for t in table.pyiceberg.scan().plan_files()}
     written = {p.as_uri() for p in Path(table.location.removeprefix("file://")).rglob("*.parquet")}
     # the failed first attempts' files stay unreferenced (orphans for remove-orphan-files)
@@ -189,12 +189,12 @@ def test_bad_records_land_in_the_iceberg_dead_letter_table_exactly_once(
     _replay_last_batch(cfg)
     replayed = run_ingestion(cfg, spark, RUN_TIMEOUT_S)
     assert replayed.dead_letters == 0 and replayed.records == 0
-    dead = open_dead_letter_table(cfg, create=False)
+    dead = open_dead_letter_table(cfg.settings, create=False)
     assert dead.name == "lakesink.events_dead_letters"
     letters = dead.pyiceberg.scan().to_arrow().to_pylist()
     assert sorted(r["kafka_offset"] for r in letters) == list(BAD_AT)
     assert all(r["kafka_value"] == values[r["kafka_offset"]] and r["error"] for r in letters)
-    assert dead_letter_coordinates_of(cfg) == sorted((topic, 0, at) for at in BAD_AT)
+    assert dead_letter_coordinates_of(cfg.settings) == sorted((topic, 0, at) for at in BAD_AT)
     shown = collect_status(cfg)["dead_letter_table"]
     assert (shown["name"], shown["records"]) == (dead.name, len(BAD_AT)), shown
     assert shown["committed"] == {f"{topic}:0": len(GOOD)}, shown  # the main table's ranges

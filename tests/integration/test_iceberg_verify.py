@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 from iceberg_tables import ROWS, ingest, write
-from integration.conftest import ingest_config, write_config_file
+from integration.conftest import ingest_config, run_side_by_side, write_config_file
 from rich.console import Console
 
 from lakesink.cli.status import collect_status
@@ -51,7 +51,7 @@ def test_verify_passes_on_every_record_once_and_fails_on_duplicate_and_gap(
     p0, p1 = TopicPartition(topic, 0), TopicPartition(topic, 1)
     n0, n1 = counts[p0], counts[p1]
     good = _config(kafka_bootstrap, topic, tmp_path / "wh", "good")
-    table = open_iceberg_table(good, ROWS)
+    table = open_iceberg_table(good.settings, ROWS)
     ingest(table, good.writer_id, [OffsetRange(p0, 0, 7), OffsetRange(p1, 0, 5)])
     ingest(table, "other-writer", [OffsetRange(TopicPartition("elsewhere", 0), 0, 3)])
     ingest(table, good.writer_id, [OffsetRange(p0, 7, n0), OffsetRange(p1, 5, n1)])
@@ -64,7 +64,7 @@ def test_verify_passes_on_every_record_once_and_fails_on_duplicate_and_gap(
     assert any("Spark" in why for why in js["not_run"])
 
     dup = _config(kafka_bootstrap, topic, tmp_path / "wh", "dup")
-    dtable = open_iceberg_table(dup, ROWS)
+    dtable = open_iceberg_table(dup.settings, ROWS)
     ingest(dtable, dup.writer_id, [OffsetRange(p0, 0, n0), OffsetRange(p1, 0, n1)])
     ingest(dtable, "other-writer", [OffsetRange(p0, 2, 4)])  # the same records again
     report = audit_config(dup)
@@ -72,7 +72,7 @@ def test_verify_passes_on_every_record_once_and_fails_on_duplicate_and_gap(
     assert any("pyiceberg: 2 duplicated records" in p for p in report.problems), report.problems
 
     gap = _config(kafka_bootstrap, topic, tmp_path / "wh", "gap")
-    gtable = open_iceberg_table(gap, ROWS)
+    gtable = open_iceberg_table(gap.settings, ROWS)
     ingest(gtable, gap.writer_id, [OffsetRange(p0, 0, 3), OffsetRange(p1, 0, n1)])
     append = gtable.begin(gap.writer_id, [OffsetRange(p0, 3, n0)])
     append.stage(write(gtable, [OffsetRange(p0, 3, 5)]))  # offsets 5.. never written
@@ -93,16 +93,39 @@ def test_cli_verify_status_and_table_commands_on_an_iceberg_table(
     topic, counts = produced
     p0, p1 = TopicPartition(topic, 0), TopicPartition(topic, 1)
     cfg = _config(kafka_bootstrap, topic, tmp_path / "wh", "events")
-    table = open_iceberg_table(cfg, ROWS)
+    table = open_iceberg_table(cfg.settings, ROWS)
     ingest(table, cfg.writer_id, [OffsetRange(p0, 0, counts[p0]), OffsetRange(p1, 0, 4)])
     conf = str(write_config_file(cfg, tmp_path / "ingest.toml"))
+    # every command below only reads the table: the verify (a Spark start in the Iceberg
+    # reader environment, the longest by far) runs beside the others
+    run_side_by_side(
+        {
+            "verify": lambda: _verify_reads_with_spark(cli, conf, counts[p0] + 4),
+            "status and table commands": lambda: _status_and_table_commands(
+                cli, cfg, conf, table, (p0, p1), counts, tmp_path
+            ),
+        }
+    )
 
+
+def _verify_reads_with_spark(cli: Callable[..., Any], conf: str, rows: int) -> None:
     verify = cli(["verify", "-c", conf])
     assert verify.returncode == 0, verify.stdout  # partition 1's committed range: [0, 4)
     # Spark with Iceberg's Java runtime reads it too, in the Iceberg reader environment
-    assert f"rows read by spark:{' ' * 17}{counts[p0] + 4:,}" in verify.stdout, verify.stdout
+    assert f"rows read by spark:{' ' * 17}{rows:,}" in verify.stdout, verify.stdout
     assert "PASS (pyiceberg, duckdb, spark)" in verify.stdout, verify.stdout
 
+
+def _status_and_table_commands(
+    cli: Callable[..., Any],
+    cfg: LakesinkConfig,
+    conf: str,
+    table: Any,
+    partitions: tuple[TopicPartition, TopicPartition],
+    counts: dict[TopicPartition, int],
+    tmp_path: Path,
+) -> None:
+    p0, p1 = partitions
     status = cli(["status", "-c", conf, "--json"])
     assert status.returncode == 0, status.stdout
     st = json.loads(status.stdout)
@@ -179,7 +202,7 @@ def test_verify_names_a_snapshot_summary_of_another_layout(
     topic, _ = produced
     p0 = TopicPartition(topic, 0)
     cfg = _config(kafka_bootstrap, topic, tmp_path / "wh", "layout")
-    table = open_iceberg_table(cfg, ROWS)
+    table = open_iceberg_table(cfg.settings, ROWS)
     ingest(table, cfg.writer_id, [OffsetRange(p0, 0, 3)])
     table.pyiceberg.append(
         rows(p0, 3, 5),
@@ -225,7 +248,7 @@ def test_verify_reads_with_spark_from_a_postgres_catalog_and_an_s3_warehouse(
         kafka_bootstrap, topic, warehouse, table__format="iceberg", table__name="events",
         **{k.replace(".", "__"): v for k, v in overrides.items()},
     )  # fmt: skip
-    table = open_iceberg_table(cfg, ROWS)
+    table = open_iceberg_table(cfg.settings, ROWS)
     ingest(table, cfg.writer_id, [OffsetRange(p0, 0, counts[p0]), OffsetRange(p1, 0, 6)])
     report = audit_config(cfg, spark=True)
     assert report.ok, report.problems

@@ -1,13 +1,17 @@
-"""State machine over the table layer and the Coordinator (no Spark, no Kafka): two writers on one
-table, each with a Kafka log modelled as offsets, a Spark checkpoint (planned batches and batch
-ids) and a Coordinator with fake services (clock, lock, heartbeats, incarnations).
+"""State machine over the table layer and the Coordinator (no Spark, no Kafka), one machine run
+over each table format: two writers on one table, each with a Kafka log modelled as offsets, a
+Spark checkpoint (planned batches and batch ids) and a Coordinator in a process with fake
+services (clock, lock, heartbeats, incarnations).
 
 Random interleavings of produce, begin, write (with failed and duplicate task attempts),
 complete, crashes at every commit step (the process dies; a new Coordinator recovers), Spark
-replays, deleted checkpoints, a zombie incarnation of the same writer id, stalls past the
-heartbeat tolerance, crashed lock holders, clean and clustering. After every step the table is
-read with lakesink's reader and checked against DESIGN.md's invariants; hudi-rs reads it every
-few steps and at the end.
+replays, deleted checkpoints and a zombie incarnation of the same writer id, over both formats;
+over Hudi also stalls past the heartbeat tolerance, crashed lock holders, clean and clustering
+(an Iceberg writer has no lock, no heartbeat and no table service in its commit path). After every
+step the table is read back and checked against DESIGN.md's invariants: every committed range's
+records once, each writer's committed offsets. Hudi: lakesink's reader, hudi-rs every few steps
+and at the end. Iceberg: pyiceberg's scan, each writer's offsets in its newest snapshot summary,
+no commit id in two snapshots. How each format is driven: property/formats.py.
 """
 
 from __future__ import annotations
@@ -29,10 +33,14 @@ from hypothesis.stateful import (
     invariant,
     precondition,
     rule,
+    run_state_machine_as_test,
 )
 from property.fakes import Crash, FakeServices, World
+from property.formats import FormatUnderTest, HudiUnderTest, IcebergUnderTest
 
 import lakesink.engine.coordinator as coordinator_module
+from lakesink.engine.coordinator import Coordinator
+from lakesink.engine.schema import TableSchema
 from lakesink.errors import (
     CommitConflictError,
     CommitError,
@@ -41,13 +49,10 @@ from lakesink.errors import (
     HeartbeatExpiredError,
     LockError,
 )
-from lakesink.formats.hudi import writer_state as commit_state
-from lakesink.formats.hudi.audit import read_with_hudi_rs
-from lakesink.formats.hudi.coordinator import HudiCoordinator
-from lakesink.formats.hudi.table.config import TableConfig
 from lakesink.formats.hudi.table.hudi_table import HudiTable
-from lakesink.formats.hudi.table.reader import TableReader
-from lakesink.formats.hudi.table.writer import PartitionedWriter
+from lakesink.formats.iceberg.coordinator import IcebergCoordinator
+from lakesink.formats.iceberg.format import IcebergFormat
+from lakesink.protocol.commit import Verdict
 from lakesink.protocol.instant import InstantTime
 from lakesink.protocol.offsets import OffsetRange, TopicPartition, WriterOffsets
 from lakesink.protocol.write_status import WriteStatus
@@ -63,7 +68,6 @@ except ImportError:  # pragma: no cover - built by another engineer
 WRITERS = ("w1", "w2")
 PARTITIONS = 2
 MAX_BATCH = 6
-COORDS = ["kafka_topic", "kafka_partition", "kafka_offset"]
 # Errors a writer may get when it must not publish (fenced, expired, lock lost or held by a
 # dead process, its instant rolled back under it): never anything else, never a publish.
 REFUSALS = (FencedError, HeartbeatExpiredError, LockError, CommitError, CorruptTableError)
@@ -73,7 +77,7 @@ REFUSALS = (FencedError, HeartbeatExpiredError, LockError, CommitError, CorruptT
 class Proc:
     """One incarnation of a writer: a Coordinator in a process, and where its batch stands."""
 
-    coordinator: HudiCoordinator
+    coordinator: Coordinator
     services: FakeServices
     stage: str = "idle"  # idle | begun | written
     instant: InstantTime | None = None
@@ -119,7 +123,14 @@ def _rows(topic: str, ranges: tuple[OffsetRange, ...]) -> pa.Table:
     )
 
 
+def hudi_only(rule_body: object) -> object:
+    """A rule about Hudi's lock, heartbeats or table services (no Iceberg writer has them)."""
+    return precondition(lambda self: self.side.has_lock_and_heartbeats)(rule_body)
+
+
 class CoordinatorMachine(RuleBasedStateMachine):
+    """The machine over a Hudi table; `IcebergCoordinatorMachine` runs it over Iceberg."""
+
     def __init__(self) -> None:
         super().__init__()
         self.tmp = Path(tempfile.mkdtemp(prefix="lakesink-prop-"))
@@ -130,13 +141,13 @@ class CoordinatorMachine(RuleBasedStateMachine):
         self.steps = 0
         self._saved_crash_point = coordinator_module.crash_point
         coordinator_module.crash_point = self.world.crash_point  # type: ignore[assignment]
-        self.table: HudiTable | None = None
+        self.table: FormatUnderTest | None = None
         self.service_procs = 0
 
     def teardown(self) -> None:
         try:
             if self.table is not None:
-                self.check_with_hudi_rs()
+                self.side.check_at_end()
         finally:
             coordinator_module.crash_point = self._saved_crash_point  # type: ignore[assignment]
             shutil.rmtree(self.tmp, ignore_errors=True)
@@ -145,19 +156,28 @@ class CoordinatorMachine(RuleBasedStateMachine):
 
     @initialize(version=st.sampled_from([6, 8]))
     def create_table(self, version: int) -> None:
-        config = TableConfig(name="prop", record_key_fields=tuple(COORDS), version=version)  # type: ignore[arg-type]
-        self.table = HudiTable.create(self.tmp / "table", config)
+        """The table (`version`: Hudi's table version; Iceberg has one layout)."""
+        self.table = self.make_table(version)
+
+    def make_table(self, version: int) -> FormatUnderTest:
+        return HudiUnderTest(self.tmp, version)
+
+    @property
+    def side(self) -> FormatUnderTest:
+        assert self.table is not None
+        return self.table
 
     @property
     def t(self) -> HudiTable:
-        assert self.table is not None
-        return self.table
+        """The Hudi table (for the rules about its lock, heartbeats and services)."""
+        assert isinstance(self.table, HudiUnderTest)
+        return self.table.table
 
     def new_proc(self, m: WriterModel) -> Proc:
         services = FakeServices(
             self.world, f"{m.writer_id}#{self.world.incarnations.get(m.writer_id, 0) + 1}"
         )
-        return Proc(HudiCoordinator(self.t, m.writer_id, query_id="q", control=services), services)
+        return Proc(self.side.coordinator(m.writer_id, services), services)
 
     def crash(self, m: WriterModel, proc: Proc) -> None:
         proc.services.die()
@@ -303,18 +323,18 @@ class CoordinatorMachine(RuleBasedStateMachine):
                 continue
             attempts = failed_attempts + 1 + (1 if duplicate else 0)
             for attempt in range(attempts):
-                writer = PartitionedWriter(self.t, proc.instant, f"{task}-1-{attempt}")
                 try:
-                    writer.write(_rows(m.topic, (r,)))
-                    files = writer.close()
-                except CommitError as e:  # the instant was rolled back under the task
+                    files, written_schema, extra = self.side.write_attempt(
+                        proc.coordinator, proc.instant, task, attempt, _rows(m.topic, (r,))
+                    )
+                except CommitError as e:  # the instant was rolled back under the task (Hudi)
                     assert "rolled back" in str(e), e
                     event("task found its instant rolled back")
                     with contextlib.suppress(*REFUSALS):
                         proc.coordinator.abort(proc.instant)
                     self.crash(m, proc)  # the batch fails; the query stops
                     return
-                schema = writer.avro_schema or schema
+                schema = written_schema or schema
                 if attempt < failed_attempts:
                     continue  # this attempt failed after writing: its files are orphans
                 statuses.append(
@@ -322,9 +342,10 @@ class CoordinatorMachine(RuleBasedStateMachine):
                         instant_time=proc.instant.value,
                         task_attempt=f"1.{task}.{attempt}",
                         offset_range=r if ranged else None,
-                        files=tuple(files),
+                        files=files,
                         records_read=r.span,
                         records_written=sum(f.num_writes for f in files),
+                        extra=extra,
                     )
                 )
                 if not ranged:
@@ -341,7 +362,11 @@ class CoordinatorMachine(RuleBasedStateMachine):
         self.world.crash_at = crash
         try:
             outcome = proc.coordinator.complete_batch(
-                proc.instant, batch_id, list(ranges), proc.statuses, proc.schema
+                proc.instant,
+                batch_id,
+                list(ranges),
+                proc.statuses,
+                TableSchema.from_text(proc.schema),
             )
         except Crash as c:
             event(f"crash {c}")
@@ -420,6 +445,7 @@ class CoordinatorMachine(RuleBasedStateMachine):
         event("second incarnation fenced the first")
         m.zombie, m.proc = old, new
 
+    @hudi_only
     @rule(w=st.sampled_from(WRITERS), seconds=st.floats(11, 60))
     def stall(self, w: str, seconds: float) -> None:
         """The writer's process is paused past the heartbeat tolerance while others go on; when
@@ -434,6 +460,7 @@ class CoordinatorMachine(RuleBasedStateMachine):
         """Time passes for everybody alive (dead lock holders' leases run out)."""
         self.world.advance(seconds)
 
+    @hudi_only
     @rule(w=st.sampled_from(WRITERS))
     def crash_holding_the_lock(self, w: str) -> None:
         """The process dies right after taking the lock (its lease stays until it expires)."""
@@ -449,6 +476,7 @@ class CoordinatorMachine(RuleBasedStateMachine):
 
     # -- table services ----------------------------------------------------------------------
 
+    @hudi_only
     @precondition(lambda self: HAVE_SERVICES)
     @rule(retain=st.integers(1, 3))
     def run_clean(self, retain: int) -> None:
@@ -463,6 +491,7 @@ class CoordinatorMachine(RuleBasedStateMachine):
             services.die()
         self.doom_rolled_back()
 
+    @hudi_only
     @precondition(lambda self: HAVE_SERVICES)
     @rule()
     def run_clustering(self) -> None:
@@ -488,7 +517,9 @@ class CoordinatorMachine(RuleBasedStateMachine):
 
     def doom_rolled_back(self) -> None:
         """Writers whose instant a lazy rollback removed may no longer publish."""
-        live = {i.time for i in self.t.timeline().inflight_or_requested()}
+        live = self.side.live_instants()
+        if live is None:
+            return
         for m in self.writers.values():
             for proc in (m.proc, m.zombie):
                 if proc is not None and proc.instant is not None and proc.instant not in live:
@@ -514,35 +545,101 @@ class CoordinatorMachine(RuleBasedStateMachine):
             f"extra {sorted(set(coords) - expected)[:5]}"
         )
         for m in self.writers.values():
-            offsets = commit_state.committed_offsets(self.t, m.writer_id)
+            offsets = self.side.committed_offsets(m.writer_id)
             want = WriterOffsets({m.tp(p): e for p, e in enumerate(m.committed) if e > 0})
             got = WriterOffsets({tp: e for tp, e in offsets.next_offsets.items() if e > 0})
             assert got == want, (m.writer_id, got, want)
         self.steps += 1
-        if self.steps % 8 == 0:
-            self.check_with_hudi_rs()
+        self.side.check_commits(WRITERS, self.steps)
 
     def read_coordinates(self) -> list[tuple[str, int, int]]:
-        if not self.t.timeline().completed_data_instants():
-            return []
-        rows = TableReader(self.t).snapshot(columns=COORDS)
-        return list(zip(*(rows.column(c).to_pylist() for c in COORDS), strict=True))
-
-    def check_with_hudi_rs(self) -> None:
-        if not self.t.timeline().completed_data_instants():
-            return
-        theirs = read_with_hudi_rs(str(self.t.base_path))
-        a = sorted(self.read_coordinates())
-        b = sorted(zip(*(theirs.column(c).to_pylist() for c in COORDS), strict=True))
-        assert a == b, f"hudi-rs reads {len(b)} rows, lakesink {len(a)}"
+        return self.side.read_coordinates()
 
 
-CoordinatorMachine.TestCase.settings = settings(
-    max_examples=30,
-    stateful_step_count=30,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
-)
-test_coordinator_state_machine = pytest.mark.filterwarnings("ignore::ResourceWarning")(
-    CoordinatorMachine.TestCase
-)
+class IcebergCoordinatorMachine(CoordinatorMachine):
+    """The same machine over an Iceberg table (its Hudi-only rules never run)."""
+
+    def make_table(self, version: int) -> FormatUnderTest:
+        return IcebergUnderTest(self.tmp, self.world)
+
+
+MACHINES: dict[str, type[CoordinatorMachine]] = {
+    "hudi": CoordinatorMachine,
+    "iceberg": IcebergCoordinatorMachine,
+}
+SETTINGS = {
+    "hudi": settings(
+        max_examples=30,
+        stateful_step_count=30,
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+    ),
+    # each Iceberg commit writes a manifest, a manifest list and the table metadata: fewer
+    # examples keep the run near 30 s
+    "iceberg": settings(
+        max_examples=15,
+        stateful_step_count=30,
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+    ),
+}
+
+
+@pytest.mark.filterwarnings("ignore::ResourceWarning")
+@pytest.mark.parametrize("table_format", ["hudi", "iceberg"])
+def test_coordinator_state_machine(table_format: str) -> None:
+    run_state_machine_as_test(MACHINES[table_format], settings=SETTINGS[table_format])
+
+
+def test_iceberg_writers_beginning_in_one_millisecond_each_commit_their_own_rows(
+    tmp_path: Path,
+) -> None:
+    """Two writers begin their batches in the same millisecond, so their transactions share an
+    id: each batch must still land once, with its own rows (a transaction is published only by
+    its own writer's snapshot, and task files carry a per-transaction token)."""
+    world = World(now_s=1_700_000_000.0)
+    side = IcebergUnderTest(tmp_path, world)
+    batches = {}
+    for w in WRITERS:
+        fmt = IcebergFormat(side.open_table(), clock_ms=world.now_ms)  # lakesink's own ids
+        coordinator = IcebergCoordinator(fmt, w, query_id="q")
+        coordinator.start()
+        r = OffsetRange(TopicPartition(f"topic-{w}", 0), 0, 3)
+        t = coordinator.begin_batch(0, [r])
+        assert t is not None
+        batches[w] = (coordinator, t, r)
+    for w, (coordinator, t, r) in batches.items():
+        files, _, extra = side.write_attempt(coordinator, t, 0, 0, _rows(f"topic-{w}", (r,)))
+        status = WriteStatus(t.value, "1.0.0", r, files, r.span, r.span, extra=extra)
+        coordinator.complete_batch(t, 0, [r], [status], TableSchema())
+    expected = {(f"topic-{w}", 0, o) for w in WRITERS for o in range(3)}
+    assert sorted(side.read_coordinates()) == sorted(expected)
+    for w in WRITERS:
+        assert side.committed_offsets(w) == WriterOffsets({TopicPartition(f"topic-{w}", 0): 3})
+
+
+def test_iceberg_writer_restarted_never_begins_its_published_transaction_id_again(
+    tmp_path: Path,
+) -> None:
+    """The clock that issues transaction ids runs ahead of the snapshots' times (the id came
+    from another host's clock, or before a clock step) and stands still: each restarted
+    process of the writer still begins past the id its published snapshot carries, so no
+    snapshot is taken for a new transaction and each batch lands once."""
+    world = World(now_s=time.time() + 3600)  # ids an hour past the snapshots' times
+    side = IcebergUnderTest(tmp_path, world)
+    tp = TopicPartition("topic-w1", 0)
+    begun = []
+    for batch_id, r in enumerate((OffsetRange(tp, 0, 3), OffsetRange(tp, 3, 5))):
+        coordinator = side.coordinator("w1", FakeServices(world, f"w1#{batch_id + 1}"))
+        coordinator.start()  # a new process: it has issued no id yet
+        t = coordinator.begin_batch(batch_id, [r])
+        assert t is not None
+        begun.append(t)
+        files, _, extra = side.write_attempt(coordinator, t, 0, 0, _rows(tp.topic, (r,)))
+        status = WriteStatus(t.value, "1.0.0", r, files, r.span, r.span, extra=extra)
+        outcome = coordinator.complete_batch(t, batch_id, [r], [status], TableSchema())
+        assert outcome.verdict is Verdict.PUBLISH and outcome.records == r.span, outcome
+    assert begun[0] < begun[1]
+    side.check_commits(("w1",), 0)
+    assert sorted(side.read_coordinates()) == [(tp.topic, 0, o) for o in range(5)]
+    assert side.committed_offsets("w1") == WriterOffsets({tp: 5})

@@ -17,7 +17,9 @@ from lakesink.protocol.offsets import OffsetRange, TopicPartition, WriterOffsets
 
 
 def _coordinator(table: HudiTable, path: Path) -> HudiCoordinator:
-    return HudiCoordinator(table, "w1", control=WriterCommitControl.from_config(config(path, "w1")))
+    return HudiCoordinator(
+        table, "w1", control=WriterCommitControl.for_writer(config(path, "w1").settings)
+    )
 
 
 def _commit(c: HudiCoordinator, table: HudiTable, batch: int, r: OffsetRange) -> WriterOffsets:

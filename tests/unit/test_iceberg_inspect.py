@@ -9,6 +9,7 @@ import pytest
 
 from lakesink.errors import ConfigError
 from lakesink.formats.iceberg.inspection import iceberg_kind, newest_metadata, refuse_iceberg
+from lakesink.settings import StorageAccess
 from lakesink.storage import open_storage
 
 
@@ -33,11 +34,11 @@ def test_iceberg_kind_tells_table_warehouse_hudi_and_object_store_apart(tmp_path
     hudi = tmp_path / "hudi"
     (hudi / ".hoodie").mkdir(parents=True)
     _table(hudi, "00001-x.metadata.json")
-    assert iceberg_kind(str(table)) == "table"
-    assert iceberg_kind(f"file://{table}") == "table"
-    assert iceberg_kind(str(tmp_path / "wh")) == "warehouse"
-    assert iceberg_kind(str(hudi)) is None
-    assert iceberg_kind(str(tmp_path / "missing")) is None
+    assert iceberg_kind(str(table), StorageAccess()) == "table"
+    assert iceberg_kind(f"file://{table}", StorageAccess()) == "table"
+    assert iceberg_kind(str(tmp_path / "wh"), StorageAccess()) == "warehouse"
+    assert iceberg_kind(str(hudi), StorageAccess()) is None
+    assert iceberg_kind(str(tmp_path / "missing"), StorageAccess()) is None
     # object-store locations are read through lakesink's storage: the S3 integration tests
 
 

@@ -91,10 +91,10 @@ def test_options_come_from_the_table_services_keys() -> None:
             }
         ),
     )
-    options = IcebergMaintenanceOptions.from_config(cfg)
+    options = IcebergMaintenanceOptions.from_settings(cfg.settings)
     assert options.expire_older_than_hours == 6.0
     assert options.rewrite == RewriteOptions(1000, 5000, 3)
-    unset = IcebergMaintenanceOptions.from_config(load_config(None, base_config()))
+    unset = IcebergMaintenanceOptions.from_settings(load_config(None, base_config()).settings)
     assert unset.expire_older_than_hours == DEFAULT_EXPIRE_HOURS
 
 

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 from layering import (
+    BELOW_THE_EDGE,
+    CONFIG_READERS,
     PENDING,
     REPO_ROOT,
     RULES,
@@ -118,7 +120,10 @@ CLEAN = {
     "spark/sink.py": "from lakesink.formats import registry\n"
     "from lakesink.engine import transaction\n",
     "cli/main.py": "from lakesink.spark import sink\n"
-    "from lakesink.formats.registry import plugin\n",
+    "from lakesink.formats.registry import plugin\n"
+    "from lakesink import config\n",
+    "settings.py": "from lakesink.storage import local\n",
+    "config.py": "from lakesink import settings\n",
 }
 
 
@@ -138,8 +143,8 @@ PLANTED = [
      "lakesink.engine.transaction"),
     # protocol: a typing-only import counts for the rules too.
     ("protocol", "protocol/commit.py",
-     "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import lakesink.config\n",
-     "lakesink.config"),
+     "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import lakesink.metrics\n",
+     "lakesink.metrics"),
     # storage: anything but errors and extras, here through a relative import.
     ("storage", "storage/objectstore.py", "from ..kafka import reader\n", "lakesink.kafka.reader"),
     ("kafka", "kafka/planning.py", "from lakesink.engine.transaction import x\n",
@@ -164,6 +169,13 @@ PLANTED = [
     ("registry", "cli/status.py", "def f():\n    import lakesink.formats.iceberg.plugin\n",
      "lakesink.formats.iceberg.plugin"),
     ("spark", "spark/pipeline.py", "from lakesink.cli import main\n", "lakesink.cli.main"),
+    # the configuration registry stays at the edge: not even a format's type hints read it ...
+    ("config", "formats/hudi/plugin.py",
+     "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from lakesink.config import C\n",
+     "lakesink.config"),
+    # ... nor the typed settings built from it, nor kafka lazily, nor the protocol.
+    ("config", "settings.py", "from lakesink import config\n", "lakesink.config"),
+    ("config", "kafka/reader.py", "def f():\n    import lakesink.config\n", "lakesink.config"),
 ]  # fmt: skip
 
 
@@ -181,6 +193,14 @@ def test_rule_finds_a_planted_violation(
     assert _pairs(_rule(rule_id).violations(graph)) == {(importer, imported)}
     assert {r.id for r in RULES if r.violations(graph)} == {rule_id}
     assert graph.unresolved == ()
+
+
+def test_every_top_level_module_is_either_a_config_reader_or_below_the_edge(
+    lakesink_graph: ImportGraph,
+) -> None:
+    top = {m.split(".")[1] for m in lakesink_graph.modules if "." in m}
+    assert top == set(CONFIG_READERS) | set(BELOW_THE_EDGE)
+    assert not set(CONFIG_READERS) & set(BELOW_THE_EDGE)
 
 
 def test_every_layer_rule_is_proven_by_a_planted_violation() -> None:

@@ -31,9 +31,8 @@ from lakesink.formats.audit import (
     Coordinate,
     DeadLetters,
     KeptByTransform,
+    compare_with_kafka,
     coordinates_in,
-    filtered_out,
-    kafka_offsets,
 )
 from lakesink.formats.hudi.table.hudi_table import HudiTable
 from lakesink.formats.hudi.table.metadata import CommitMetadata
@@ -230,26 +229,20 @@ def audit(
             f"{len(outside)} rows lie outside committed ranges, e.g. {sorted(outside)[:3]}"
         )
     if bootstrap is not None:
-        lows: dict[TopicPartition, int] = {}
-        expected = kafka_offsets(bootstrap, spans, isolation_level, consumer_config or {}, lows)
-        gone = {c for c in set_rs if c[2] < lows.get(TopicPartition(c[0], c[1]), 0)}
-        report.rows_below_log_start = len(gone)
-        report.kafka_records = len(expected)
-        dead = dead_letters.check(set_rs, report.problems) & expected if dead_letters else set()
-        report.dead_letters = len(dead)
-        filtered = filtered_out(kept_by_transform, spans, lows, expected, dead)
-        report.filtered = len(filtered)
-        missing = expected - set_rs - dead - filtered
-        if missing:
-            report.problems.append(
-                f"{len(missing)} Kafka records of committed ranges are not in the table, "
-                f"e.g. {sorted(missing)[:3]}"
-            )
-        extra = set_rs - expected - gone
-        if extra:
-            report.problems.append(
-                f"{len(extra)} table rows are not records in Kafka, e.g. {sorted(extra)[:3]}"
-            )
+        found = compare_with_kafka(
+            set_rs,
+            spans,
+            bootstrap=bootstrap,
+            isolation_level=isolation_level,
+            consumer_config=consumer_config or {},
+            dead_letters=dead_letters,
+            kept_by_transform=kept_by_transform,
+            problems=report.problems,
+        )
+        report.kafka_records = found.kafka_records
+        report.rows_below_log_start = found.rows_below_log_start
+        report.dead_letters = found.dead_letters
+        report.filtered = found.filtered
     return report
 
 

@@ -7,17 +7,16 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from lakesink.config import LakesinkConfig
 from lakesink.console import emit_json, say, table
+from lakesink.settings import Settings, StorageAccess
 
 
-def control_of(args: argparse.Namespace) -> Any:
+def control_of(args: argparse.Namespace, access: StorageAccess) -> Any:
     """The commit control that a command's lock options (--lock-provider, ...) describe."""
-    from lakesink.config import table_storage_at
     from lakesink.formats.hudi.control import LockedCommitControl
 
     return LockedCommitControl(
-        table_storage_at(args.path if hasattr(args, "path") else args.table),
+        access.open(args.path if hasattr(args, "path") else args.table),
         lock_provider=args.lock_provider or ("postgres" if args.postgres_dsn else "filesystem"),
         postgres_dsn=args.postgres_dsn,
         lock_timeout_s=args.lock_timeout_s,
@@ -26,29 +25,33 @@ def control_of(args: argparse.Namespace) -> Any:
     )
 
 
-def backfill_control(args: argparse.Namespace, cfg: LakesinkConfig | None) -> Any:
+def backfill_control(
+    args: argparse.Namespace, settings: Settings | None, access: StorageAccess
+) -> Any:
     """The commit control of `lakesink backfill` into the Hudi table at `--table`: the lock and
-    heartbeat of the configuration `cfg`, unless the command line names a lock."""
-    if cfg is not None and args.lock_provider is None and not args.postgres_dsn:
+    heartbeat of the configuration's `settings`, unless the command line names a lock."""
+    if settings is not None and args.lock_provider is None and not args.postgres_dsn:
         from lakesink.formats.hudi.control import ControlSettings, LockedCommitControl
 
-        return LockedCommitControl.from_settings(args.table, ControlSettings.from_config(cfg))
-    return control_of(args)
+        return LockedCommitControl.from_settings(
+            args.table, ControlSettings.from_settings(settings.commit)
+        )
+    return control_of(args, access)
 
 
 def _split(text: str) -> tuple[str, ...]:
     return tuple(x.strip() for x in text.split(",") if x.strip())
 
 
-def run_table_command(args: argparse.Namespace) -> int:
-    """Run the `table` command `args` names on the Hudi table at its path."""
-    from lakesink.config import table_storage_at
+def run_table_command(args: argparse.Namespace, access: StorageAccess) -> int:
+    """Run the `table` command `args` names on the Hudi table at its path (reached by
+    `access`)."""
     from lakesink.formats.hudi.table.config import TableConfig
     from lakesink.formats.hudi.table.hudi_table import HudiTable
 
     if args.table_command == "create":
         t = HudiTable.create(
-            table_storage_at(args.path),
+            access.open(args.path),
             TableConfig(
                 name=args.name,
                 version=args.table_version,
@@ -58,9 +61,9 @@ def run_table_command(args: argparse.Namespace) -> int:
         )
         say(f"created {t.config.name} (version {t.config.version}) at {t.uri}")
         return 0
-    tbl = HudiTable.open(table_storage_at(args.path))
+    tbl = HudiTable.open(access.open(args.path))
     if args.table_command in ("clean", "cluster", "archive", "rollback"):
-        return _service(tbl, args)
+        return _service(tbl, args, access)
     if args.table_command == "show":
         return _show(tbl, args.json)
     if args.table_command == "timeline":
@@ -158,8 +161,8 @@ def _files(tbl: Any, as_json: bool) -> int:
     return 0
 
 
-def _service(tbl: Any, args: argparse.Namespace) -> int:
-    control = control_of(args)
+def _service(tbl: Any, args: argparse.Namespace, access: StorageAccess) -> int:
+    control = control_of(args, access)
     cmd = args.table_command
     info: dict[str, Any]
     if cmd == "clean":

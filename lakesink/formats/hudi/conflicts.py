@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, MutableMapping
 from typing import Any
 
 from lakesink.errors import CorruptTableError
@@ -78,11 +78,14 @@ def completed_after(
     began: InstantTime,
     other: Instant,
     began_mtime: Callable[[], float | None] | None = None,
+    mtimes: MutableMapping[str, float] | None = None,
 ) -> bool:
     """Whether `other` completed after the instant `began` was begun (by completion time,
     and for recent ones by the times their timeline files were written). `began_mtime`: when
     `began`'s requested file was written, asked for only when needed (one HEAD on an object
-    store, shared by every instant compared with it)."""
+    store, shared by every instant compared with it). `mtimes`: the times of completed files
+    read before, by file key (a completed file is never rewritten; a writer keeps them across
+    its commits: `MtimeCache`)."""
     if completed_since(began, other.time, other.completion_time):
         return True
     recent = other.completion_time is None or (
@@ -91,8 +94,34 @@ def completed_after(
     if not recent:
         return False
     ours = began_mtime() if began_mtime is not None else _requested_mtime(timeline, began)
-    theirs = _mtime(timeline, other)
+    theirs = _completed_mtime(timeline, other, mtimes)
     return ours is None or theirs is None or theirs >= ours
+
+
+class MtimeCache(dict[str, float]):
+    """The write times of completed timeline files a writer has read, by file key, kept
+    across its commits (each commit compares itself with every completed instant of the last
+    minute); cleared when it grows past `limit` entries."""
+
+    def __init__(self, limit: int = 10_000) -> None:
+        super().__init__()
+        self.limit = limit
+
+
+def _completed_mtime(
+    timeline: Timeline, instant: Instant, mtimes: MutableMapping[str, float] | None
+) -> float | None:
+    if mtimes is None or not instant.is_completed:
+        return _mtime(timeline, instant)
+    key = timeline.key_of(instant)
+    found = mtimes.get(key)
+    if found is None:
+        found = _mtime(timeline, instant)
+        if found is not None:
+            if isinstance(mtimes, MtimeCache) and len(mtimes) >= mtimes.limit:
+                mtimes.clear()
+            mtimes[key] = found
+    return found
 
 
 def _requested_mtime(timeline: Timeline, began: InstantTime) -> float | None:
@@ -115,9 +144,14 @@ def pending_clustering_groups(
 
 
 def concurrent_operations(
-    table: HudiTable, began: InstantTime, *, timeline: Timeline | None = None
+    table: HudiTable,
+    began: InstantTime,
+    *,
+    timeline: Timeline | None = None,
+    mtimes: MutableMapping[str, float] | None = None,
 ) -> list[Operation]:
-    """Every data instant other than `began` that completed since it began or is pending."""
+    """Every data instant other than `began` that completed since it began or is pending
+    (`mtimes`: see `completed_after`)."""
     tl = timeline or table.timeline()
     out: list[Operation] = []
     known: list[float | None] = []
@@ -140,7 +174,7 @@ def concurrent_operations(
             done = inst.completion_time
             if t < began_value and done is not None and done.value <= old_before:
                 continue
-            if completed_after(tl, began, inst, began_mtime):
+            if completed_after(tl, began, inst, began_mtime, mtimes):
                 out.append(operation_of(inst, tl.commit_metadata(inst)))
         elif inst.action is Action.REPLACE_COMMIT:
             out.append(
@@ -166,12 +200,13 @@ def check_operation(
     strategy: ConflictStrategy,
     *,
     timeline: Timeline | None = None,
+    mtimes: MutableMapping[str, float] | None = None,
 ) -> None:
     """Under the lock, right before publishing: CommitConflictError if `strategy` forbids
     `operation` against the operations concurrent with it. `timeline`: a snapshot listed under
-    the same lock hold (saves a LIST)."""
+    the same lock hold (saves a LIST); `mtimes`: see `completed_after`."""
     check(
         strategy,
         operation,
-        concurrent_operations(table, operation.instant_time, timeline=timeline),
+        concurrent_operations(table, operation.instant_time, timeline=timeline, mtimes=mtimes),
     )

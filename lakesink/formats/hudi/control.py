@@ -20,9 +20,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from lakesink.config import LakesinkConfig
 from lakesink.engine.format import CommitControl as EngineControl
-from lakesink.errors import CommitError, FencedError
+from lakesink.errors import FencedError, InternalError
 from lakesink.formats.hudi.concurrency.factory import make_lock_provider
 from lakesink.formats.hudi.concurrency.heartbeat import (
     Heartbeat,
@@ -35,6 +34,7 @@ from lakesink.formats.hudi.concurrency.lock import LockLease, LockProvider
 from lakesink.formats.hudi.table.hudi_table import HudiTable
 from lakesink.formats.hudi.table.timeline import Timeline
 from lakesink.protocol.instant import InstantTime
+from lakesink.settings import CommitSettings, Settings
 from lakesink.storage import Storage
 
 SERVICES_WRITER_ID = "lakesink-table-services"
@@ -53,14 +53,14 @@ class ControlSettings:
     heartbeat_tolerance_s: float = 60.0
 
     @classmethod
-    def from_config(cls, cfg: LakesinkConfig) -> ControlSettings:
+    def from_settings(cls, commit: CommitSettings) -> ControlSettings:
         return cls(
-            lock_provider=cfg["lock.provider"],
-            postgres_dsn=cfg["postgres.dsn"],
-            lock_timeout_s=cfg["lock.timeout.s"],
-            lock_lease_s=cfg["lock.lease.s"],
-            heartbeat_interval_s=cfg["heartbeat.interval.s"],
-            heartbeat_tolerance_s=cfg["heartbeat.tolerance.s"],
+            lock_provider=commit.lock_provider,
+            postgres_dsn=commit.postgres_dsn,
+            lock_timeout_s=commit.lock_timeout_s,
+            lock_lease_s=commit.lock_lease_s,
+            heartbeat_interval_s=commit.heartbeat_interval_s,
+            heartbeat_tolerance_s=commit.heartbeat_tolerance_s,
         )
 
     def options(self) -> dict[str, Any]:
@@ -110,9 +110,10 @@ class CommitControl:
 
 
 def hudi_control(control: EngineControl) -> CommitControl:
-    """The engine hands back the control it was given: for a Hudi table it is one of these."""
+    """The engine hands back the control it was given: for a Hudi table it is one of these
+    (another is a bug: InternalError)."""
     if not isinstance(control, CommitControl):
-        raise CommitError(f"a Hudi table commits under Hudi's commit control, not {control!r}")
+        raise InternalError(f"a Hudi table commits under Hudi's commit control, not {control!r}")
     return control
 
 
@@ -213,8 +214,12 @@ class WriterCommitControl(LockedCommitControl):
         self.incarnation: WriterIncarnation | None = None
 
     @classmethod
-    def from_config(cls, cfg: LakesinkConfig) -> WriterCommitControl:
-        return cls(cfg.table_storage, ControlSettings.from_config(cfg), writer_id=cfg.writer_id)
+    def for_writer(cls, settings: Settings) -> WriterCommitControl:
+        return cls(
+            settings.table_storage(),
+            ControlSettings.from_settings(settings.commit),
+            writer_id=settings.writer_id,
+        )
 
     def claim(self, table: HudiTable, writer_id: str) -> None:
         self.incarnation = claim_writer(table.storage, writer_id)

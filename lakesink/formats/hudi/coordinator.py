@@ -10,10 +10,10 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
-from lakesink.config import LakesinkConfig
 from lakesink.engine.coordinator import Coordinator
 from lakesink.engine.transaction import PostCommitHook
 from lakesink.formats.hudi import writer_state as keys
+from lakesink.formats.hudi.conflicts import MtimeCache
 from lakesink.formats.hudi.control import CommitControl
 from lakesink.formats.hudi.format import HudiFormat
 from lakesink.formats.hudi.recovery import (
@@ -30,6 +30,7 @@ from lakesink.metrics import IngestionMetrics
 from lakesink.protocol.conflicts import ConflictStrategy, strategy_named
 from lakesink.protocol.instant import Instant, InstantTime
 from lakesink.protocol.offsets import OffsetRange, WriterOffsets
+from lakesink.settings import Settings
 
 __all__ = ["HudiCoordinator"]
 
@@ -53,8 +54,10 @@ class HudiCoordinator(Coordinator):
         metrics: IngestionMetrics | None = None,
         post_commit: Sequence[PostCommitHook] = (),
     ) -> None:
+        # the write times of completed timeline files, for every transaction's conflict check
+        self._mtimes = MtimeCache()
         super().__init__(
-            HudiFormat(table),
+            HudiFormat(table, control, mtimes=self._mtimes),
             writer_id,
             query_id=query_id,
             control=control,
@@ -70,9 +73,9 @@ class HudiCoordinator(Coordinator):
         self._recovered: Timeline | None = None
 
     @classmethod
-    def from_config(
+    def from_settings(
         cls,
-        cfg: LakesinkConfig,
+        settings: Settings,
         table: HudiTable,
         control: CommitControl,
         *,
@@ -85,22 +88,22 @@ class HudiCoordinator(Coordinator):
         inline table services as its post-commit hook."""
         return cls(
             table,
-            cfg.writer_id,
+            settings.writer_id,
             query_id=query_id,
             control=control,
-            conflict_strategy=strategy_named(cfg["table.services.conflict.strategy"]),
+            conflict_strategy=strategy_named(settings.services.conflict_strategy),
             publish_delay_s=publish_delay_s,
-            allow_data_loss=not cfg["kafka.fail.on.data.loss"],
+            allow_data_loss=not settings.kafka.fail_on_data_loss,
             topic_ids=topic_ids,
             metrics=metrics,
-            post_commit=(inline_services_hook(table, cfg, control),),
+            post_commit=(inline_services_hook(table, settings, control),),
         )
 
     def _transaction_format(self) -> HudiFormat:
         """One per transaction: a `HudiFormat` keeps the timeline it listed under the lock
         between its calls, which a batch committed in the background must not share with
         the next batch's begin."""
-        return HudiFormat(self.table)
+        return HudiFormat(self.table, self.control, mtimes=self._mtimes)
 
     def _side_files(self, t: InstantTime) -> list[str]:
         return [intent_key(t), precommitted_key(t)]
@@ -146,12 +149,15 @@ class HudiCoordinator(Coordinator):
         return keys.committed_offsets(self.table, self.writer_id)
 
     # --- pre-commit marks and intents --------------------------------------------------------
-    def mark_precommitted(self, t: InstantTime) -> None:
+    def _write_precommitted_mark(self, t: InstantTime) -> None:
         """Tell other writers' lazy rollback that instant `t` is durably pre-committed: its owner
-        publishes it at restart, so it must not be rolled back even if its heartbeat expires."""
+        publishes it at restart, so it must not be rolled back even if its heartbeat expires.
+        Written before the batch's state moves to PRECOMMITTED, so that the state never says
+        more than the mark."""
         self.table.storage.write(precommitted_key(t), b"")
 
     def is_precommitted(self, t: InstantTime) -> bool:
+        """The mark on storage (also for a batch an earlier process pre-committed)."""
         return is_precommitted(self.table, t)
 
     def _write_intent(self, t: InstantTime, batch_id: int, ranges: Sequence[OffsetRange]) -> None:

@@ -5,7 +5,7 @@ the commit metadata's extra map (lakesink.formats.hudi.writer_state)."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING
@@ -14,7 +14,8 @@ from lakesink.engine.change import TableChange
 from lakesink.engine.format import CommitControl
 from lakesink.errors import CommitError, CommitStateUnknownError, CorruptTableError
 from lakesink.formats.hudi import writer_state
-from lakesink.formats.hudi.conflicts import check_operation
+from lakesink.formats.hudi.conflicts import MtimeCache, check_operation
+from lakesink.formats.hudi.control import CommitControl as HudiControl
 from lakesink.formats.hudi.control import hudi_control
 from lakesink.formats.hudi.instants import complete_instant
 from lakesink.formats.hudi.table.archive import is_archived_completed
@@ -48,10 +49,19 @@ def _missing(storage: Storage, keys: list[str]) -> list[str]:
 class HudiView:
     """The Hudi table under the lock: one timeline snapshot, read when the view was made."""
 
-    def __init__(self, table: HudiTable, timeline: Timeline, instant_time: InstantTime) -> None:
+    def __init__(
+        self,
+        table: HudiTable,
+        timeline: Timeline,
+        instant_time: InstantTime,
+        narrow: Callable[[CommitControl], HudiControl] = hudi_control,
+        mtimes: MtimeCache | None = None,
+    ) -> None:
         self.table = table
         self.timeline = timeline
         self.instant_time = instant_time
+        self._narrow = narrow  # the engine's control as Hudi's (`HudiFormat._hudi`)
+        self._mtimes = mtimes  # completed files' write times read before (conflicts)
 
     def committed_offsets(self, writer_id: str) -> WriterOffsets:
         return writer_state.committed_offsets(self.table, writer_id, self.timeline)
@@ -60,10 +70,12 @@ class HudiView:
         return writer_state.backfill_committed(self.table, backfill_id, self.timeline)
 
     def check_conflicts(self, operation: Operation, strategy: ConflictStrategy) -> None:
-        check_operation(self.table, operation, strategy, timeline=self.timeline)
+        check_operation(
+            self.table, operation, strategy, timeline=self.timeline, mtimes=self._mtimes
+        )
 
     def check_alive(self, control: CommitControl, instant_time: InstantTime) -> None:
-        hudi_control(control).check_alive(self.table, instant_time)
+        self._narrow(control).check_alive(self.table, instant_time)
 
 
 class HudiFormat:
@@ -72,8 +84,20 @@ class HudiFormat:
     requirements, `is_published` and `publish` share the view's. Nothing is reused across lock
     holds: another writer may add instants in between."""
 
-    def __init__(self, table: HudiTable) -> None:
+    def __init__(
+        self,
+        table: HudiTable,
+        control: HudiControl | None = None,
+        *,
+        mtimes: MtimeCache | None = None,
+    ) -> None:
         self.table = table
+        # Hudi's control of the writer, when the format is made for one (a coordinator's):
+        # the engine hands it back to every call, so no call narrows it at runtime
+        self.control = control
+        # the write times of completed timeline files, kept by the writer across its
+        # transactions: each conflict check compares with every instant of the last minute
+        self.mtimes = mtimes
         self._view: HudiView | None = None
         # the snapshot `next_instant_time` listed under the lock, for the `begin` that follows
         self._begin_snapshot: Timeline | None = None
@@ -85,20 +109,26 @@ class HudiFormat:
     def name(self) -> str:
         return self.table.config.name
 
+    def _hudi(self, control: CommitControl) -> HudiControl:
+        """The engine's `control` as Hudi's: the format's own when it is that one, else
+        checked at runtime (another format's control is a bug: InternalError)."""
+        own = self.control
+        return own if control is own and own is not None else hudi_control(control)
+
     def lock(self, control: CommitControl) -> AbstractContextManager[object]:
-        lock: AbstractContextManager[object] = hudi_control(control).locked(self.table)
+        lock: AbstractContextManager[object] = self._hudi(control).locked(self.table)
         return lock
 
     def start_heartbeat(self, control: CommitControl, instant_time: InstantTime) -> None:
-        hudi_control(control).start_heartbeat(self.table, instant_time)
+        self._hudi(control).start_heartbeat(self.table, instant_time)
 
     def stop_heartbeat(self, control: CommitControl, instant_time: InstantTime) -> None:
-        hudi_control(control).stop_heartbeat(self.table, instant_time)
+        self._hudi(control).stop_heartbeat(self.table, instant_time)
 
     def next_instant_time(self, control: CommitControl) -> InstantTime:
         # called under the lock, right before `begin` (TableTransaction.begin_locked)
         self._begin_snapshot = self.table.timeline()
-        return hudi_control(control).next_instant_time(self.table, self._begin_snapshot)
+        return self._hudi(control).next_instant_time(self.table, self._begin_snapshot)
 
     def begin(self, action: Action, instant_time: InstantTime, *, requested_content: bytes) -> None:
         snapshot, self._begin_snapshot = self._begin_snapshot, None
@@ -129,7 +159,9 @@ class HudiFormat:
         return kept
 
     def view(self, instant_time: InstantTime) -> HudiView:
-        self._view = HudiView(self.table, self.table.timeline(), instant_time)
+        self._view = HudiView(
+            self.table, self.table.timeline(), instant_time, self._hudi, self.mtimes
+        )
         return self._view
 
     def _fresh_view(self, instant_time: InstantTime) -> HudiView | None:
@@ -137,7 +169,8 @@ class HudiFormat:
         view, self._view = self._view, None
         return view if view is not None and view.instant_time == instant_time else None
 
-    def is_published(self, instant_time: InstantTime) -> bool:
+    def is_published(self, instant_time: InstantTime, commit_id: str = "") -> bool:
+        # a Hudi instant time is unique on its timeline: `commit_id` adds nothing
         view = self._view
         fresh = view is not None and view.instant_time == instant_time
         timeline = view.timeline if view is not None and fresh else self.table.timeline()

@@ -4,17 +4,21 @@ modules are imported when a method runs, so looking the plugin up costs nothing.
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
+
+from lakesink.errors import InternalError
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from lakesink.config import LakesinkConfig
     from lakesink.engine.coordinator import Coordinator
     from lakesink.engine.format import CommitControl
+    from lakesink.engine.schema import TableSchema
     from lakesink.formats.audit import DeadLetters, KeptByTransform
     from lakesink.formats.hudi.audit import AuditReport
+    from lakesink.formats.hudi.backfill import HudiBackfill
+    from lakesink.formats.hudi.control import WriterCommitControl
     from lakesink.formats.hudi.coordinator import HudiCoordinator
     from lakesink.formats.hudi.format import HudiFormat
     from lakesink.formats.hudi.table.hudi_table import HudiTable
@@ -22,6 +26,7 @@ if TYPE_CHECKING:
     from lakesink.formats.hudi.table.writer import HudiTaskTarget
     from lakesink.metrics import IngestionMetrics
     from lakesink.protocol.offsets import TopicPartition, WriterOffsets
+    from lakesink.settings import Settings, StorageAccess
     from lakesink.storage import Storage
 
 
@@ -32,42 +37,45 @@ class HudiPlugin:
     name = "hudi"
     tasks_write_data_files = False
     cli_commands: tuple[str, ...] = ()
+    task_modules = ("lakesink.formats.hudi.table.writer",)  # HudiTaskTarget's writer
 
-    def check_options(self, cfg: LakesinkConfig) -> None:
-        """Nothing beyond lakesink.config's own checks."""
+    def check_options(self, settings: Settings) -> None:
+        """Nothing beyond the configuration's own checks."""
 
-    def record_key_columns(self, cfg: LakesinkConfig) -> tuple[str, ...]:
-        return tuple(cfg["table.record.key.fields"])
+    def record_key_columns(self, settings: Settings) -> tuple[str, ...]:
+        return tuple(settings.table.record_key_fields)
 
-    def liveness_key(self, cfg: LakesinkConfig) -> str:
-        return f".hoodie/.lakesink/liveness/{cfg.writer_id}.json"
+    def liveness_key(self, settings: Settings) -> str:
+        return f".hoodie/.lakesink/liveness/{settings.writer_id}.json"
 
-    def committed_offsets(self, cfg: LakesinkConfig) -> WriterOffsets:
+    def committed_offsets(self, settings: Settings) -> WriterOffsets:
         from lakesink.formats.hudi.writer_state import committed_offsets_at
 
-        return committed_offsets_at(cfg.table_storage, cfg.writer_id)
+        return committed_offsets_at(settings.table_storage(), settings.writer_id)
 
-    def committed_topic_ids(self, cfg: LakesinkConfig) -> dict[str, str]:
+    def committed_topic_ids(self, settings: Settings) -> dict[str, str]:
         from lakesink.formats.hudi.writer_state import committed_topic_ids_at
 
-        return committed_topic_ids_at(cfg.table_storage, cfg.writer_id)
+        return committed_topic_ids_at(settings.table_storage(), settings.writer_id)
 
-    def commit_schema(self, rows: pa.Schema, table_name: str) -> str:
-        """The Avro schema of the rows with Hudi's meta columns, as Hudi's readers expect."""
+    def commit_schema(self, rows: pa.Schema, table_name: str) -> TableSchema:
+        """The rows' schema, encoded as Hudi's readers expect it: the Avro schema with Hudi's
+        meta columns (Hudi has no field ids)."""
+        from lakesink.engine.schema import TableSchema
         from lakesink.formats.hudi.table.avro_schema import avro_schema_for, with_meta_columns
 
-        return avro_schema_for(with_meta_columns(rows), f"{table_name}_record")
+        return TableSchema(avro_schema_for(with_meta_columns(rows), f"{table_name}_record"), rows)
 
-    def dead_letter_table_records(self, cfg: LakesinkConfig) -> DeadLetters:
+    def dead_letter_table_records(self, settings: Settings) -> DeadLetters:
         from lakesink.formats.audit import DeadLetters
         from lakesink.formats.hudi.audit import dead_letter_table_coordinates
 
-        table = cfg.storage_for(cfg["errors.deadletter.table"])
+        table = settings.storage_for(str(settings.dead_letters.table))
         return DeadLetters(tuple(dead_letter_table_coordinates(table)), exactly_once=True)
 
     def audit(
         self,
-        cfg: LakesinkConfig,
+        settings: Settings,
         *,
         dead_letters: DeadLetters | None,
         kept_by_transform: KeptByTransform | None,
@@ -77,11 +85,11 @@ class HudiPlugin:
         from lakesink.formats.hudi.audit import audit
 
         return audit(
-            cfg.table_storage,
-            cfg.writer_id,
-            bootstrap=cfg["kafka.bootstrap.servers"],
-            isolation_level=cfg["kafka.isolation.level"],
-            consumer_config=cfg.consumer_config,
+            settings.table_storage(),
+            settings.writer_id,
+            bootstrap=settings.kafka.bootstrap_servers,
+            isolation_level=settings.kafka.isolation_level,
+            consumer_config=settings.kafka.consumer_config,
             dead_letters=dead_letters,
             kept_by_transform=kept_by_transform,
         )
@@ -104,14 +112,14 @@ class HudiPlugin:
             lines.extend(f"    - {p}" for p in report.problems)
         return lines
 
-    def read_back(self, cfg: LakesinkConfig) -> tuple[pa.Table, str, str]:
+    def read_back(self, settings: Settings) -> tuple[pa.Table, str, str]:
         """With hudi-rs, the reader the audit trusts besides lakesink's own."""
         import pyarrow as pa
 
         from lakesink.extras import require
 
         hudi = require("hudi", "lakesink demo (it reads the table back with hudi-rs)")
-        path = str(cfg["table.path"])
+        path = str(settings.table.path)
         return (
             pa.Table.from_batches(hudi.HudiTableBuilder.from_base_uri(path).build().read()),
             "hudi-rs",
@@ -121,14 +129,12 @@ class HudiPlugin:
     def table_format(self, table: object) -> HudiFormat:
         """`table`: a `HudiTable`."""
         from lakesink.formats.hudi.format import HudiFormat
-        from lakesink.formats.hudi.table.hudi_table import HudiTable
 
-        assert isinstance(table, HudiTable)
-        return HudiFormat(table)
+        return HudiFormat(_hudi_table(table))
 
     def open_coordinator(
         self,
-        cfg: LakesinkConfig,
+        settings: Settings,
         table: object,
         control: CommitControl,
         *,
@@ -140,12 +146,10 @@ class HudiPlugin:
         """`table`: the `HudiTable` created at table.path; `control`: a Hudi commit control."""
         from lakesink.formats.hudi.control import hudi_control
         from lakesink.formats.hudi.coordinator import HudiCoordinator
-        from lakesink.formats.hudi.table.hudi_table import HudiTable
 
-        assert isinstance(table, HudiTable)
-        return HudiCoordinator.from_config(
-            cfg,
-            table,
+        return HudiCoordinator.from_settings(
+            settings,
+            _hudi_table(table),
             hudi_control(control),
             query_id=query_id,
             publish_delay_s=publish_delay_s,
@@ -154,20 +158,15 @@ class HudiPlugin:
         )
 
     def table_partition_fields(self, coordinator: Coordinator) -> tuple[str, ...]:
-        from lakesink.formats.hudi.coordinator import HudiCoordinator
-
-        assert isinstance(coordinator, HudiCoordinator)
-        return coordinator.table.config.partition_fields
+        return _hudi_coordinator(coordinator).table.config.partition_fields
 
     def task_target(
         self, coordinator: Coordinator, instant_time: str, target_file_size: int
     ) -> HudiTaskTarget:
         """The table's storage and config: tasks write base files with markers."""
-        from lakesink.formats.hudi.coordinator import HudiCoordinator
         from lakesink.formats.hudi.table.writer import HudiTaskTarget
 
-        assert isinstance(coordinator, HudiCoordinator)
-        table = coordinator.table
+        table = _hudi_coordinator(coordinator).table
         return HudiTaskTarget(table.storage, table.config, instant_time, target_file_size)
 
     def snapshot_files(self, storage: Storage, as_of: str | None) -> list[str]:
@@ -192,12 +191,12 @@ class HudiPlugin:
     ) -> None:
         """None: Hudi's commands are the `table` commands (`run_table_command`)."""
 
-    def run_cli(self, args: argparse.Namespace, cfg: LakesinkConfig) -> int:
-        raise AssertionError(f"the Hudi plugin has no command {args.command!r}")
+    def run_cli(self, args: argparse.Namespace, settings: Settings) -> int:
+        raise InternalError(f"the Hudi plugin has no command {args.command!r}")
 
     def status(
         self,
-        cfg: LakesinkConfig,
+        settings: Settings,
         *,
         high_watermarks: Callable[[], Mapping[TopicPartition, int]],
         add_metrics: Callable[[dict[str, Any]], None],
@@ -205,27 +204,99 @@ class HudiPlugin:
         """The table's files and timeline, and the offsets its commits passed over."""
         from lakesink.formats.hudi.status import collect_status
 
-        return collect_status(cfg, high_watermarks=high_watermarks, add_metrics=add_metrics)
+        return collect_status(settings, high_watermarks=high_watermarks, add_metrics=add_metrics)
 
     def print_status(self, st: dict[str, Any]) -> None:
         from lakesink.formats.hudi.status import print_status
 
         print_status(st)
 
-    def recognizes_table(self, path: str) -> bool:
+    def recognizes_table(self, path: str, access: StorageAccess) -> bool:
         """False: Hudi is the default format, which takes the paths no format recognizes."""
         return False
 
-    def run_table_command(self, args: argparse.Namespace) -> int:
+    def run_table_command(self, args: argparse.Namespace, access: StorageAccess) -> int:
         from lakesink.formats.hudi.cli import run_table_command
 
-        return run_table_command(args)
+        return run_table_command(args, access)
 
-    def backfill_control(self, args: argparse.Namespace, cfg: LakesinkConfig | None) -> Any:
-        """The table's lock and heartbeat (of `cfg`, or of the lock options)."""
+    def backfill_control(
+        self, args: argparse.Namespace, settings: Settings | None, access: StorageAccess
+    ) -> Any:
+        """The table's lock and heartbeat (of `settings`, or of the lock options)."""
         from lakesink.formats.hudi.cli import backfill_control
 
-        return backfill_control(args, cfg)
+        return backfill_control(args, settings, access)
+
+    def open_backfill(
+        self,
+        settings: Settings | None,
+        table: str,
+        control: object,
+        *,
+        writer_id: str | None,
+        backfill_id: str,
+        sources: Sequence[str],
+    ) -> HudiBackfill:
+        """A backfill into the Hudi table at `table` under `control` (`backfill_control`'s)."""
+        from lakesink.formats.hudi.backfill import HudiBackfill
+
+        return HudiBackfill.open(
+            settings,
+            table,
+            control,
+            writer_id=writer_id,
+            backfill_id=backfill_id,
+            sources=sources,
+        )
+
+    def writer_control(self, settings: Settings) -> WriterCommitControl:
+        """The table lock, heartbeats and the writer's fencing, as configured."""
+        from lakesink.formats.hudi.control import WriterCommitControl
+
+        return WriterCommitControl.for_writer(settings)
+
+    def open_table(
+        self,
+        settings: Settings,
+        *,
+        partition_fields: Sequence[str],
+        rows: Callable[[], pa.Schema],
+    ) -> HudiTable:
+        """The table at table.path, created partitioned by `partition_fields` (an existing
+        table keeps its own config); `rows` goes unused: each commit records its schema."""
+        from lakesink.formats.hudi.tables import create_writer_table
+
+        return create_writer_table(settings, partition_fields)
+
+    def open_dead_letter_coordinator(
+        self, settings: Settings, *, rows: Callable[[], pa.Schema], query_id: str
+    ) -> HudiCoordinator:
+        """The Hudi table at errors.deadletter.table (keyed by the Kafka coordinates), written
+        by `<writer.id>.deadletters` under its own lock, heartbeats and fencing."""
+        from lakesink.formats.hudi.tables import create_dead_letter_table
+
+        dead = settings.dead_letters.table_settings
+        if dead is None:
+            raise InternalError("no Hudi dead-letter table is configured (errors.deadletter.table)")
+        table = create_dead_letter_table(dead)
+        return self.open_coordinator(dead, table, self.writer_control(dead), query_id=query_id)
+
+
+def _hudi_table(table: object) -> HudiTable:
+    from lakesink.formats.hudi.table.hudi_table import HudiTable
+
+    if not isinstance(table, HudiTable):
+        raise InternalError(f"the Hudi plugin was handed {table!r}, not a HudiTable")
+    return table
+
+
+def _hudi_coordinator(coordinator: Coordinator) -> HudiCoordinator:
+    from lakesink.formats.hudi.coordinator import HudiCoordinator
+
+    if not isinstance(coordinator, HudiCoordinator):
+        raise InternalError(f"the Hudi plugin was handed {coordinator!r}, not a HudiCoordinator")
+    return coordinator
 
 
 def _table_and_view(storage: Storage, as_of: str | None) -> tuple[HudiTable, FileSystemView]:

@@ -7,27 +7,27 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from lakesink.config import LakesinkConfig
 from lakesink.console import say, table
 from lakesink.errors import TableNotFoundError
 from lakesink.formats.hudi.writer_state import LOST_KEY, SKIPPED_KEY
 from lakesink.formats.status import add_pending, print_head
 from lakesink.protocol.offsets import TopicPartition
+from lakesink.settings import Settings
 
 
 def collect_status(
-    cfg: LakesinkConfig,
+    settings: Settings,
     *,
     high_watermarks: Callable[[], Mapping[TopicPartition, int]],
     add_metrics: Callable[[dict[str, Any]], None],
 ) -> dict[str, Any]:
-    """The status of the writer of `cfg` and its table (HudiPlugin.status)."""
+    """The status of the writer of `settings` and its table (HudiPlugin.status)."""
     from lakesink.formats.hudi.table.archive import load_archived_view
     from lakesink.formats.hudi.table.hudi_table import HudiTable
     from lakesink.formats.hudi.table.view import FileSystemView
     from lakesink.formats.hudi.writer_state import committed_offsets_at
 
-    committed = committed_offsets_at(cfg.table_storage, cfg.writer_id)
+    committed = committed_offsets_at(settings.table_storage(), settings.writer_id)
     marks = high_watermarks()
     partitions = []
     for tp in sorted(set(marks) | set(committed.next_offsets)):
@@ -37,16 +37,16 @@ def collect_status(
         partitions.append(
             {"partition": tp.key(), "committed": pos, "high_watermark": hi, "lag": lag}
         )
-    out: dict[str, Any] = {"writer_id": cfg.writer_id, "partitions": partitions}
-    add_pending(cfg, out)
+    out: dict[str, Any] = {"writer_id": settings.writer_id, "partitions": partitions}
+    add_pending(settings.commit, out)
     add_metrics(out)
     try:
-        tbl = HudiTable.open(cfg.table_storage)
+        tbl = HudiTable.open(settings.table_storage())
     except TableNotFoundError:
         out["table"] = None
         return out
-    out["skipped"] = skipped_spans(tbl, cfg.writer_id)
-    out["lost"] = skipped_spans(tbl, cfg.writer_id, key=LOST_KEY)
+    out["skipped"] = skipped_spans(tbl, settings.writer_id)
+    out["lost"] = skipped_spans(tbl, settings.writer_id, key=LOST_KEY)
     timeline = tbl.timeline()
     files = FileSystemView(tbl).latest_base_files()
     archived = load_archived_view(tbl.storage)

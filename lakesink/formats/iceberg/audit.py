@@ -36,9 +36,8 @@ from lakesink.formats.audit import (
     Coordinate,
     DeadLetters,
     KeptByTransform,
+    compare_with_kafka,
     coordinates_in,
-    filtered_out,
-    kafka_offsets,
 )
 from lakesink.formats.iceberg.catalog import SQLITE_FILE, CatalogSettings, warehouse_uri
 from lakesink.formats.iceberg.snapshots import WriterCommit, lineage
@@ -366,24 +365,18 @@ def audit_iceberg(
             tp: (0 if from_log_start else min(starts.get(tp, end), end), end)
             for tp, end in ends.items()
         }
-        lows: dict[TopicPartition, int] = {}
-        expected = kafka_offsets(bootstrap, spans, isolation_level, consumer_config or {}, lows)
-        gone = {c for c in base if c[2] < lows.get(TopicPartition(c[0], c[1]), 0)}
-        report.rows_below_log_start = len(gone)
-        report.kafka_records = len(expected)
-        dead = dead_letters.check(base, report.problems) & expected if dead_letters else set()
-        report.dead_letters = len(dead)
-        filtered = filtered_out(kept_by_transform, spans, lows, expected, dead)
-        report.filtered = len(filtered)
-        missing = expected - base - dead - filtered
-        if missing:
-            report.problems.append(
-                f"{len(missing)} Kafka records of committed ranges are not in the table, "
-                f"e.g. {sorted(missing)[:3]}"
-            )
-        extra = base - expected - gone
-        if extra:
-            report.problems.append(
-                f"{len(extra)} table rows are not records in Kafka, e.g. {sorted(extra)[:3]}"
-            )
+        found = compare_with_kafka(
+            base,
+            spans,
+            bootstrap=bootstrap,
+            isolation_level=isolation_level,
+            consumer_config=consumer_config or {},
+            dead_letters=dead_letters,
+            kept_by_transform=kept_by_transform,
+            problems=report.problems,
+        )
+        report.kafka_records = found.kafka_records
+        report.rows_below_log_start = found.rows_below_log_start
+        report.dead_letters = found.dead_letters
+        report.filtered = found.filtered
     return report

@@ -7,6 +7,7 @@ import argparse
 from typing import Any
 
 from lakesink.console import emit_json, say
+from lakesink.settings import Settings
 
 HELP = {
     "expire-snapshots": "expire old snapshots, keeping each writer's newest commit (its offsets)",
@@ -58,15 +59,14 @@ def add_parser(sub: Any, add_config_args: Any) -> None:
             )
 
 
-def run(args: argparse.Namespace, cfg: Any) -> int:
+def run(args: argparse.Namespace, settings: Settings) -> int:
     from dataclasses import replace
 
     from lakesink.formats.iceberg import services as m
     from lakesink.formats.iceberg.format import open_iceberg_table
-    from lakesink.storage import options_from_config
 
-    options = m.IcebergMaintenanceOptions.from_config(cfg)
-    table = open_iceberg_table(cfg, create=False)
+    options = m.IcebergMaintenanceOptions.from_settings(settings)
+    table = open_iceberg_table(settings, create=False)
     cmd = args.iceberg_command
     info: dict[str, Any]
     if cmd == "expire-snapshots":
@@ -112,7 +112,7 @@ def run(args: argparse.Namespace, cfg: Any) -> int:
             if args.older_than_hours is not None
             else options.orphan_older_than_hours
         )
-        o = m.remove_orphan_files(table, hours, storage_options=options_from_config(cfg.values))
+        o = m.remove_orphan_files(table, hours, storage_options=settings.storage)
         info = {"table": table.name, "older_than_hours": hours, "deleted": list(o.deleted)}
         text = f"remove-orphan-files: deleted {len(o.deleted)} files"
     if args.json:

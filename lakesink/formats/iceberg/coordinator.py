@@ -21,6 +21,7 @@ from dataclasses import replace
 from lakesink.engine.coordinator import BatchOutcome, Coordinator, PreparedCommit
 from lakesink.engine.format import CommitControl
 from lakesink.engine.requirements import OffsetsUnchanged, Requirement, WriterStillLive
+from lakesink.engine.schema import TableSchema
 from lakesink.engine.transaction import PostCommitHook, TableTransaction
 from lakesink.formats.iceberg.datafiles import FILES_KEY, MAX_TS_KEY, DataFileDescription
 from lakesink.formats.iceberg.format import VTTS_KEY, IcebergFormat
@@ -76,6 +77,7 @@ class IcebergCoordinator(Coordinator):
             metrics=metrics,
             post_commit=post_commit,
         )
+        table_format.writer_id = writer_id  # its transactions are this writer's
         self.incarnation: int | None = None  # claimed by start()
 
     # --- start-up: claim the writer id; nothing to roll back --------------------------------
@@ -124,12 +126,14 @@ class IcebergCoordinator(Coordinator):
         batch_id: int,
         ranges: Sequence[OffsetRange],
         statuses: Sequence[WriteStatus],
-        schema: str,
+        schema: TableSchema,
         *,
         lost: Sequence[OffsetRange] = (),
     ) -> PreparedCommit:
-        """The engine's pre-commit, with the data file descriptions the snapshot will add
-        (the pending entry must hold them: the format keeps them in this process only)."""
+        """The engine's pre-commit, with the table's field ids in the schema and the data
+        file descriptions the snapshot will add (the pending entry must hold them: the
+        format keeps them in this process only)."""
+        schema = TableSchema.of(schema).with_field_ids(self.format.field_ids())
         prepared = super().precommit(instant_time, batch_id, ranges, statuses, schema, lost=lost)
         described = tuple(d.to_json() for d in self.format.files(instant_time))
         return replace(prepared, data_files=described)
@@ -138,11 +142,10 @@ class IcebergCoordinator(Coordinator):
         """The engine's commit. A batch this process did not begin (a Pending epoch of an
         earlier process, at recovery) gets its data files back from the prepared commit."""
         t = prepared.instant_time
-        if t.value not in self._open:
+        if self.batch_state(t) is None:
             self.format.restore_files(
                 t, [DataFileDescription.from_json(d) for d in prepared.data_files]
             )
         outcome = super().commit(prepared, run_hooks=run_hooks)
         self.format.finish(t)  # also when the snapshot was there already (nothing published)
-        self._precommitted.discard(t.value)
         return outcome

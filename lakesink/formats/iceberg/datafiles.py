@@ -194,6 +194,10 @@ class IcebergTarget:
 
     context: WriteContext
     instant_time: str
+    # Made once on the driver, so every task attempt of one transaction shares it: file names
+    # stay apart across writers (and incarnations) whose transactions began in the same
+    # millisecond, while a retried attempt name still writes the same names.
+    token: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
 
     def open(self, attempt: TaskAttempt) -> IcebergTaskWriter:
         return IcebergTaskWriter(self, attempt)
@@ -223,7 +227,7 @@ class IcebergTaskWriter:
             write_data_files(
                 self.target.context,
                 pa.Table.from_batches(self.batches),
-                attempt_id=f"{self.target.instant_time}-{self.attempt.name}",
+                attempt_id=f"{self.target.instant_time}-{self.target.token}-{self.attempt.name}",
             )
             if self.batches
             else []

@@ -6,7 +6,7 @@ the table is searched for the commit id first."""
 
 from __future__ import annotations
 
-from lakesink.errors import ConfigError, CorruptTableError, TableError
+from lakesink.errors import CommitError, ConfigError, CorruptTableError, TableError
 
 
 class CatalogError(TableError):
@@ -31,3 +31,9 @@ class PartitionSpecError(ConfigError):
 
 class SummaryLayoutError(CorruptTableError):
     """A snapshot summary carries lakesink's keys in a layout this version does not read."""
+
+
+class LostToConcurrentCommitError(CommitError):
+    """A maintenance commit (a rewrite's REPLACE, an expiry) did not land: a concurrent commit
+    changed what it was planned on. Nothing of it is visible; planning it again on the fresh
+    metadata may succeed (`lakesink.formats.iceberg.replan`)."""

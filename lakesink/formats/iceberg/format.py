@@ -11,11 +11,11 @@ import json
 import logging
 import re
 import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from contextlib import AbstractContextManager
+from types import MappingProxyType
 from typing import TYPE_CHECKING
 
-from lakesink.config import LakesinkConfig, parse_kv
 from lakesink.engine import writer_state as keys
 from lakesink.engine.change import TableChange
 from lakesink.engine.format import CommitControl
@@ -23,12 +23,17 @@ from lakesink.errors import CommitError, ConfigError, CorruptTableError
 from lakesink.formats.iceberg.catalog import CatalogSettings, open_catalog
 from lakesink.formats.iceberg.datafiles import DataFileDescription
 from lakesink.formats.iceberg.schema import PartitionFieldSetting, parse_partition_spec
-from lakesink.formats.iceberg.snapshots import KEY_COMMIT_ID, KEY_LOST, AppendRequirement
+from lakesink.formats.iceberg.snapshots import (
+    KEY_COMMIT_ID,
+    KEY_LOST,
+    KEY_WRITER_ID,
+    AppendRequirement,
+)
 from lakesink.formats.iceberg.table import AppendResult, CommitOutcome, IcebergTable, snapshot_infos
 from lakesink.protocol.conflicts import ConflictStrategy, Operation
 from lakesink.protocol.instant import Action, Instant, InstantTime
 from lakesink.protocol.offsets import OffsetRange, TopicPartition, WriterOffsets
-from lakesink.storage import options_from_config
+from lakesink.settings import Settings, parse_kv
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -56,46 +61,46 @@ def _revealed(value: object) -> str | None:
     return str(reveal()) if callable(reveal) else str(value)
 
 
-def catalog_settings_for(cfg: LakesinkConfig, *, create: bool = True) -> CatalogSettings:
-    """The catalog of `cfg`: `iceberg.catalog.*` with `table.path` as the warehouse and the
+def catalog_settings_for(settings: Settings, *, create: bool = True) -> CatalogSettings:
+    """The catalog of `settings`: `iceberg.catalog.*` with `table.path` as the warehouse and the
     `storage.*` settings to reach it. `create=False`: a missing SQLite catalog is an error
     (readers, status, audit)."""
-    if cfg["table.format"] != "iceberg":
-        raise ConfigError(f"table.format={cfg['table.format']}: this needs table.format=iceberg")
+    if settings.table.format != "iceberg":
+        raise ConfigError(f"table.format={settings.table.format}: this needs table.format=iceberg")
     return CatalogSettings(
-        warehouse=str(cfg["table.path"]),
-        kind=cfg["iceberg.catalog.kind"],
-        uri=_revealed(cfg["iceberg.catalog.uri"]),
-        name=str(cfg["iceberg.catalog.name"] or "lakesink"),
+        warehouse=settings.table.path,
+        kind=settings.iceberg.catalog_kind,
+        uri=_revealed(settings.iceberg.catalog_uri),
+        name=settings.iceberg.catalog_name,
         create=create,
-        storage=options_from_config(cfg.values),
-        properties=parse_kv(_revealed(cfg["iceberg.catalog.properties"])),
+        storage=settings.storage,
+        properties=parse_kv(_revealed(settings.iceberg.catalog_properties)),
     )
 
 
-def iceberg_identifier(cfg: LakesinkConfig) -> tuple[str, ...]:
+def iceberg_identifier(settings: Settings) -> tuple[str, ...]:
     """`iceberg.namespace` . `table.name` as a catalog identifier."""
-    namespace = tuple(p for p in str(cfg["iceberg.namespace"] or "lakesink").split(".") if p)
-    return (*namespace, cfg.table_name)
+    namespace = tuple(p for p in settings.iceberg.namespace.split(".") if p)
+    return (*namespace, settings.table.name)
 
 
-def iceberg_partition_fields(cfg: LakesinkConfig) -> tuple[PartitionFieldSetting, ...]:
+def iceberg_partition_fields(settings: Settings) -> tuple[PartitionFieldSetting, ...]:
     """`iceberg.partition.spec`, or identity fields of `table.partition.by`."""
-    texts: Sequence[str] = cfg["iceberg.partition.spec"] or cfg["table.partition.by"]
+    texts: Sequence[str] = settings.iceberg.partition_spec or settings.table.partition_by
     return parse_partition_spec(texts)
 
 
 def open_iceberg_table(
-    cfg: LakesinkConfig, rows: pa.Schema | None = None, *, create: bool = True
+    settings: Settings, rows: pa.Schema | None = None, *, create: bool = True
 ) -> IcebergTable:
-    """The Iceberg table of `cfg`, created on first use from the decoded `rows` schema and the
+    """The Iceberg table of `settings`, created on first use from the decoded `rows` schema and the
     partition fields when `create` (TableNotFoundError otherwise)."""
-    catalog = open_catalog(catalog_settings_for(cfg, create=create))
+    catalog = open_catalog(catalog_settings_for(settings, create=create))
     return IcebergTable.open(
         catalog,
-        iceberg_identifier(cfg),
+        iceberg_identifier(settings),
         rows,
-        iceberg_partition_fields(cfg),
+        iceberg_partition_fields(settings),
         create=create,
     )
 
@@ -103,37 +108,37 @@ def open_iceberg_table(
 DEAD_LETTER_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
-def dead_letter_identifier(cfg: LakesinkConfig) -> tuple[str, ...]:
+def dead_letter_identifier(settings: Settings) -> tuple[str, ...]:
     """`iceberg.namespace` . `errors.deadletter.table`: with table.format=iceberg the dead-letter
     table is a table of the same catalog, named by the key (ConfigError for a path or an
     invalid name)."""
-    name = str(cfg["errors.deadletter.table"] or "")
+    name = str(settings.dead_letters.table or "")
     if not DEAD_LETTER_NAME.fullmatch(name):
         raise ConfigError(
             f"errors.deadletter.table={name!r}: with table.format=iceberg it names the "
             "dead-letter table in iceberg.namespace of the same catalog (letters, digits and "
             "_, e.g. events_dead_letters), not a path"
         )
-    return (*iceberg_identifier(cfg)[:-1], name)
+    return (*iceberg_identifier(settings)[:-1], name)
 
 
 def open_dead_letter_table(
-    cfg: LakesinkConfig, rows: pa.Schema | None = None, *, create: bool = True
+    settings: Settings, rows: pa.Schema | None = None, *, create: bool = True
 ) -> IcebergTable:
-    """The Iceberg dead-letter table of `cfg` (unpartitioned), created on first use from the
+    """The Iceberg dead-letter table of `settings` (unpartitioned), created on first use from the
     dead-letter `rows` schema when `create`."""
-    catalog = open_catalog(catalog_settings_for(cfg, create=create))
-    return IcebergTable.open(catalog, dead_letter_identifier(cfg), rows, (), create=create)
+    catalog = open_catalog(catalog_settings_for(settings, create=create))
+    return IcebergTable.open(catalog, dead_letter_identifier(settings), rows, (), create=create)
 
 
-def dead_letter_coordinates_of(cfg: LakesinkConfig) -> list[tuple[str, int, int]]:
+def dead_letter_coordinates_of(settings: Settings) -> list[tuple[str, int, int]]:
     """The Kafka coordinates of the records in the Iceberg dead-letter table, one per row
     (sorted; none if it or its catalog does not exist yet)."""
     from lakesink.errors import TableNotFoundError
     from lakesink.formats.iceberg.errors import CatalogNotFoundError
 
     try:
-        table = open_dead_letter_table(cfg, create=False)
+        table = open_dead_letter_table(settings, create=False)
     except (CatalogNotFoundError, TableNotFoundError):
         return []
     rows = (
@@ -146,21 +151,36 @@ def dead_letter_coordinates_of(cfg: LakesinkConfig) -> list[tuple[str, int, int]
     )
 
 
-def committed_offsets_of(cfg: LakesinkConfig) -> WriterOffsets:
+def committed_offsets_of(settings: Settings) -> WriterOffsets:
     """The configured writer's committed offsets in the configured Iceberg table (from the
     current snapshot's lineage); empty when the table or its catalog does not exist yet."""
     from lakesink.errors import TableNotFoundError
     from lakesink.formats.iceberg.errors import CatalogNotFoundError
 
     try:
-        table = open_iceberg_table(cfg, create=False)
+        table = open_iceberg_table(settings, create=False)
     except (CatalogNotFoundError, TableNotFoundError):
         return WriterOffsets.empty()
-    return table.committed_offsets(cfg.writer_id)
+    return table.committed_offsets(settings.writer_id)
 
 
 VTTS_KEY = "lakesink.vtts_ms"
 """The batch's valid-through timestamp (ms) in the commit metadata's extra map (Iceberg)."""
+
+
+_TRANSACTION_ID = re.compile(r"(\d{17})-")
+
+
+def _transaction_ms(summary: Mapping[str, str]) -> int:
+    """The transaction id (ms) a snapshot's commit id starts with (`IcebergFormat.commit_id`);
+    0 for a snapshot without one (a backfill's or another engine's commit)."""
+    found = _TRANSACTION_ID.match(summary.get(KEY_COMMIT_ID, ""))
+    if found is None:
+        return 0
+    try:
+        return InstantTime(found.group(1)).to_epoch_ms()
+    except CorruptTableError:  # 17 digits, not a date: no id of lakesink's
+        return 0
 
 
 def _ranges(metadata: TableChange) -> tuple[OffsetRange, ...]:
@@ -208,11 +228,17 @@ class IcebergFormat:
         self._files: dict[str, list[DataFileDescription]] = {}
         self._last_issued = 0  # ms of the newest transaction id handed out
         self.claimed: tuple[str, int] | None = None  # (writer id, incarnation) after claim()
+        # The writer whose transactions this format commits (set by its coordinator): two
+        # writers may begin in the same millisecond, so a transaction id alone does not say
+        # whose snapshot it is.
+        self.writer_id: str | None = None
+        self._field_ids: tuple[int, Mapping[str, int]] | None = None  # (schema id, ids)
 
     def claim(self, writer_id: str) -> int:
         """Claim the next incarnation of `writer_id` in the table (fencing older ones)."""
         n = self.table.claim_incarnation(writer_id)
         self.claimed = (writer_id, n)
+        self.writer_id = writer_id
         return n
 
     def in_flight_files(self) -> list[str]:
@@ -242,9 +268,18 @@ class IcebergFormat:
     def next_instant_time(self, control: CommitControl) -> InstantTime:
         """Past the newest snapshot and past every id handed out before: with
         commit.mode=async a batch begins before the previous one's snapshot exists, and the
-        ids are the pending store's epochs (strictly increasing per writer)."""
+        ids are the pending store's epochs (strictly increasing per writer).
+
+        Also past every transaction id a snapshot's commit id carries: a snapshot's time is the
+        committing process's clock when it committed, which may be behind the id it carries
+        (the id came from this writer's clock, e.g. on another host, or before a clock step).
+        A restarted writer (`_last_issued` is 0 again) must still never begin the id of one
+        of its published transactions again: `is_published` would take that snapshot for the
+        new transaction, and the pending store's epochs would go back."""
         snaps, _ = snapshot_infos(self.table.pyiceberg.metadata)
-        latest = max((s.timestamp_ms for s in snaps.values()), default=0)
+        latest = max(
+            (max(s.timestamp_ms, _transaction_ms(s.summary)) for s in snaps.values()), default=0
+        )
         ms = max(self._clock_ms(), latest + 1, self._last_issued + 1)
         self._last_issued = ms
         return InstantTime.from_epoch_ms(ms)
@@ -295,10 +330,21 @@ class IcebergFormat:
         self.table.refresh()
         return IcebergView(self.table, self.claimed)
 
-    def is_published(self, instant_time: InstantTime) -> bool:
-        prefix = f"{instant_time.value}-"
+    def is_published(self, instant_time: InstantTime, commit_id: str = "") -> bool:
+        """Whether a snapshot carries this transaction: its exact commit id when `commit_id` is
+        given, else its transaction id from this writer (`writer_id`, when set). Transaction
+        ids are milliseconds: two writers, or two processes of one writer, may begin in the
+        same one, and another's snapshot is not this transaction's."""
         snaps, _ = snapshot_infos(self.table.pyiceberg.metadata)
-        return any(s.summary.get(KEY_COMMIT_ID, "").startswith(prefix) for s in snaps.values())
+        if commit_id:
+            full = self.commit_id(instant_time, commit_id)
+            return any(s.summary.get(KEY_COMMIT_ID) == full for s in snaps.values())
+        prefix = f"{instant_time.value}-"
+        return any(
+            s.summary.get(KEY_COMMIT_ID, "").startswith(prefix)
+            and (self.writer_id is None or s.summary.get(KEY_WRITER_ID) == self.writer_id)
+            for s in snaps.values()
+        )
 
     def prepare_publish(
         self, action: Action, instant_time: InstantTime, metadata: TableChange
@@ -335,7 +381,7 @@ class IcebergFormat:
 
     def commit_landed(self, instant_time: InstantTime, commit_id: str) -> bool:
         self.table.refresh()
-        return self.is_published(instant_time)
+        return self.is_published(instant_time, commit_id)
 
     def published_record(self, instant_time: InstantTime) -> InstantTime:
         return instant_time
@@ -367,6 +413,16 @@ class IcebergFormat:
 
     def schema(self) -> str | None:
         return self.table.pyiceberg.schema().model_dump_json()
+
+    def field_ids(self) -> Mapping[str, int]:
+        """The table's field ids by column name (nested ones dotted), of its current schema
+        as last loaded (computed once per schema)."""
+        from pyiceberg.schema import index_by_name
+
+        schema = self.table.pyiceberg.schema()
+        if self._field_ids is None or self._field_ids[0] != schema.schema_id:
+            self._field_ids = (schema.schema_id, MappingProxyType(index_by_name(schema)))
+        return self._field_ids[1]
 
 
 if TYPE_CHECKING:  # mypy proves the Iceberg side implements the engine's format interface

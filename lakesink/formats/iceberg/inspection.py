@@ -14,11 +14,11 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from lakesink.config import LakesinkConfig, storage_settings, table_storage_at
 from lakesink.console import emit_json, say, table
 from lakesink.errors import ConfigError, TableNotFoundError
 from lakesink.formats.status import add_pending, print_head
 from lakesink.protocol.offsets import TopicPartition
+from lakesink.settings import Settings, StorageAccess
 from lakesink.storage import Storage
 
 ICEBERG_MAINTENANCE = "lakesink iceberg expire-snapshots|rewrite-data-files|remove-orphan-files"
@@ -48,7 +48,7 @@ def newest_metadata(storage: Storage) -> str | None:
     return max(found)[2] if found else None
 
 
-def iceberg_kind(path: str) -> str | None:
+def iceberg_kind(path: str, access: StorageAccess) -> str | None:
     """ "table" for an Iceberg table location (local or on an object store), "warehouse" for a
     local folder with `catalog.db`, None for anything else (a Hudi table, no table)."""
     local = local_path(path)
@@ -56,7 +56,7 @@ def iceberg_kind(path: str) -> str | None:
         return "warehouse"
     if local is not None and (not local.is_dir() or (local / ".hoodie").exists()):
         return None
-    storage = table_storage_at(path)
+    storage = access.open(path)
     if local is None and storage.exists(".hoodie/hoodie.properties"):
         return None
     if newest_metadata(storage) is not None:
@@ -64,30 +64,27 @@ def iceberg_kind(path: str) -> str | None:
     return None
 
 
-def warehouse_tables(path: Path) -> list[Path]:
+def warehouse_tables(path: Path, access: StorageAccess) -> list[Path]:
     """The Iceberg table locations under a warehouse folder (namespace.db/table/metadata)."""
     return sorted(
-        m.parent
-        for m in path.glob("*/*/metadata")
-        if newest_metadata(table_storage_at(str(m.parent)))
+        m.parent for m in path.glob("*/*/metadata") if newest_metadata(access.open(str(m.parent)))
     )
 
 
-def open_static(path: str) -> Any:
+def open_static(path: str, access: StorageAccess) -> Any:
     """The pyiceberg table at an Iceberg table location, read from its newest metadata; on an
     object store with the storage.* settings of the environment (LAKESINK_STORAGE_S3_...)."""
     from pyiceberg.table import StaticTable
 
     from lakesink.formats.iceberg.catalog import file_io_properties
-    from lakesink.storage import options_from_config
 
-    storage = table_storage_at(path)
+    storage = access.open(path)
     key = newest_metadata(storage)
     if key is None:
         raise TableNotFoundError(f"no Iceberg metadata under {path}/metadata")
     if storage.is_local:
         return StaticTable.from_metadata(str(Path(storage.uri.removeprefix("file://")) / key))
-    properties = file_io_properties(options_from_config(storage_settings()))
+    properties = file_io_properties(access.options)
     return StaticTable.from_metadata(f"{storage.uri}/{key}", properties)
 
 
@@ -124,17 +121,17 @@ def _when(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
 
 
-def run_table_command(command: str, path: str, as_json: bool) -> int:
+def run_table_command(command: str, path: str, as_json: bool, access: StorageAccess) -> int:
     """`table show|files|timeline` of an Iceberg table location or warehouse."""
-    if iceberg_kind(path) == "warehouse":
+    if iceberg_kind(path, access) == "warehouse":
         local = local_path(path)
         assert local is not None
-        found = [str(p) for p in warehouse_tables(local)]
+        found = [str(p) for p in warehouse_tables(local, access)]
         raise ConfigError(
             f"table {command}: {path} is an Iceberg warehouse; give one table's location: "
             + (", ".join(found) if found else "(no tables in it yet)")
         )
-    tbl = open_static(path)
+    tbl = open_static(path, access)
     if command == "show":
         return _show(tbl, path, as_json)
     if command == "timeline":
@@ -210,7 +207,7 @@ def _show(tbl: Any, path: str, as_json: bool) -> int:
 
 
 def collect_iceberg_status(
-    cfg: LakesinkConfig,
+    settings: Settings,
     *,
     high_watermarks: Callable[[], Mapping[TopicPartition, int]],
     add_metrics: Callable[[dict[str, Any]], None],
@@ -221,10 +218,10 @@ def collect_iceberg_status(
     from lakesink.formats.iceberg.format import open_iceberg_table
 
     try:
-        tbl = open_iceberg_table(cfg, create=False)
+        tbl = open_iceberg_table(settings, create=False)
     except (TableNotFoundError, CatalogNotFoundError):  # nothing ingested yet
         tbl = None
-    committed = tbl.committed_offsets(cfg.writer_id).to_json() if tbl is not None else {}
+    committed = tbl.committed_offsets(settings.writer_id).to_json() if tbl is not None else {}
     marks = {tp.key(): hi for tp, hi in high_watermarks().items()}
     partitions = []
     for key in sorted(set(marks) | set(committed)):
@@ -232,13 +229,13 @@ def collect_iceberg_status(
         lag = None if hi is None else hi - (pos or 0)
         partitions.append({"partition": key, "committed": pos, "high_watermark": hi, "lag": lag})
     out: dict[str, Any] = {
-        "writer_id": cfg.writer_id,
+        "writer_id": settings.writer_id,
         "format": "iceberg",
         "partitions": partitions,
     }
-    add_pending(cfg, out)
-    if cfg["errors.deadletter.table"]:
-        out["dead_letter_table"] = _dead_letter_status(cfg)
+    add_pending(settings.commit, out)
+    if settings.dead_letters.table:
+        out["dead_letter_table"] = _dead_letter_status(settings)
     if tbl is None:
         out["table"] = None
         add_metrics(out)
@@ -259,19 +256,19 @@ def collect_iceberg_status(
     return out
 
 
-def _dead_letter_status(cfg: LakesinkConfig) -> dict[str, Any] | None:
+def _dead_letter_status(settings: Settings) -> dict[str, Any] | None:
     """The Iceberg dead-letter table's name, records and snapshots, and the offsets its writer
     (`<writer id>.deadletters`) has committed; None while it does not exist yet."""
     from lakesink.formats.iceberg.errors import CatalogNotFoundError
     from lakesink.formats.iceberg.format import open_dead_letter_table
 
     try:
-        dead = open_dead_letter_table(cfg, create=False)
+        dead = open_dead_letter_table(settings, create=False)
     except (TableNotFoundError, CatalogNotFoundError):
         return None
     current = dead.pyiceberg.current_snapshot()
     summary = dict(current.summary.additional_properties) if current and current.summary else {}
-    writer = cfg.dead_letter_writer_id
+    writer = settings.dead_letters.writer_id
     return {
         "name": dead.name,
         "records": int(summary.get("total-records", 0)),

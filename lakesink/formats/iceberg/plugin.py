@@ -5,24 +5,27 @@ nothing and needs no `iceberg` extra."""
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from lakesink.errors import ConfigError
+from lakesink.errors import ConfigError, InternalError
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from lakesink.config import LakesinkConfig
     from lakesink.engine.coordinator import Coordinator
     from lakesink.engine.format import CommitControl
+    from lakesink.engine.schema import TableSchema
     from lakesink.formats.audit import DeadLetters, KeptByTransform
     from lakesink.formats.iceberg.audit import IcebergAuditReport
-    from lakesink.formats.iceberg.coordinator import IcebergCoordinator
+    from lakesink.formats.iceberg.backfill import IcebergBackfill
+    from lakesink.formats.iceberg.coordinator import CatalogControl, IcebergCoordinator
     from lakesink.formats.iceberg.datafiles import IcebergTarget
     from lakesink.formats.iceberg.format import IcebergFormat
+    from lakesink.formats.iceberg.table import IcebergTable
     from lakesink.metrics import IngestionMetrics
     from lakesink.protocol.offsets import TopicPartition, WriterOffsets
+    from lakesink.settings import Settings, StorageAccess
     from lakesink.storage import Storage
 
 
@@ -33,45 +36,49 @@ class IcebergPlugin:
     name = "iceberg"
     tasks_write_data_files = True
     cli_commands = ("iceberg",)
+    task_modules = ("lakesink.formats.iceberg.datafiles",)  # IcebergTarget's writer
 
-    def check_options(self, cfg: LakesinkConfig) -> None:
+    def check_options(self, settings: Settings) -> None:
         """A dead-letter table must be a table name (of the same catalog), not a path."""
-        if cfg["errors.deadletter.table"]:
+        if settings.dead_letters.table:
             from lakesink.formats.iceberg.format import dead_letter_identifier
 
-            dead_letter_identifier(cfg)  # a table name in iceberg.namespace, not a path
+            dead_letter_identifier(settings)  # a table name in iceberg.namespace, not a path
 
-    def record_key_columns(self, cfg: LakesinkConfig) -> tuple[str, ...]:
+    def record_key_columns(self, settings: Settings) -> tuple[str, ...]:
         """None: an Iceberg table is append-only, unkeyed."""
         return ()
 
-    def liveness_key(self, cfg: LakesinkConfig) -> str:
+    def liveness_key(self, settings: Settings) -> str:
         """Per table under the warehouse: one warehouse holds many tables."""
-        namespace = str(cfg["iceberg.namespace"] or "lakesink")
-        return f".lakesink/liveness/{namespace}.{cfg.table_name}/{cfg.writer_id}.json"
+        table = f"{settings.iceberg.namespace}.{settings.table.name}"
+        return f".lakesink/liveness/{table}/{settings.writer_id}.json"
 
-    def committed_offsets(self, cfg: LakesinkConfig) -> WriterOffsets:
+    def committed_offsets(self, settings: Settings) -> WriterOffsets:
         from lakesink.formats.iceberg.format import committed_offsets_of
 
-        return committed_offsets_of(cfg)
+        return committed_offsets_of(settings)
 
-    def committed_topic_ids(self, cfg: LakesinkConfig) -> dict[str, str]:
+    def committed_topic_ids(self, settings: Settings) -> dict[str, str]:
         """None: snapshots do not record topic ids."""
         return {}
 
-    def commit_schema(self, rows: pa.Schema, table_name: str) -> str:
-        """None (""): the table's metadata keeps its schema, with field ids."""
-        return ""
+    def commit_schema(self, rows: pa.Schema, table_name: str) -> TableSchema:
+        """The rows' schema with no text (the table's metadata keeps its schema); the field
+        ids are the table's, added by its coordinator (IcebergCoordinator.precommit)."""
+        from lakesink.engine.schema import TableSchema
 
-    def dead_letter_table_records(self, cfg: LakesinkConfig) -> DeadLetters:
+        return TableSchema("", rows)
+
+    def dead_letter_table_records(self, settings: Settings) -> DeadLetters:
         from lakesink.formats.audit import DeadLetters
         from lakesink.formats.iceberg.format import dead_letter_coordinates_of
 
-        return DeadLetters(tuple(dead_letter_coordinates_of(cfg)), exactly_once=True)
+        return DeadLetters(tuple(dead_letter_coordinates_of(settings)), exactly_once=True)
 
     def audit(
         self,
-        cfg: LakesinkConfig,
+        settings: Settings,
         *,
         dead_letters: DeadLetters | None,
         kept_by_transform: KeptByTransform | None,
@@ -83,15 +90,17 @@ class IcebergPlugin:
         from lakesink.formats.iceberg.format import catalog_settings_for, open_iceberg_table
 
         return audit_iceberg(
-            open_iceberg_table(cfg, create=False),
-            cfg.writer_id,
-            bootstrap=cfg["kafka.bootstrap.servers"],
-            isolation_level=cfg["kafka.isolation.level"],
-            consumer_config=cfg.consumer_config,
+            open_iceberg_table(settings, create=False),
+            settings.writer_id,
+            bootstrap=settings.kafka.bootstrap_servers,
+            isolation_level=settings.kafka.isolation_level,
+            consumer_config=settings.kafka.consumer_config,
             dead_letters=dead_letters,
-            from_log_start=cfg["kafka.starting.offsets"] == "earliest",
+            from_log_start=settings.kafka.starting_offsets == "earliest",
             extra_readers=(
-                {"spark": spark_reader(catalog_settings_for(cfg, create=False))} if spark else {}
+                {"spark": spark_reader(catalog_settings_for(settings, create=False))}
+                if spark
+                else {}
             ),
             kept_by_transform=kept_by_transform,
         )
@@ -119,11 +128,11 @@ class IcebergPlugin:
             lines.extend(f"    - {p}" for p in report.problems)
         return lines
 
-    def read_back(self, cfg: LakesinkConfig) -> tuple[pa.Table, str, str]:
+    def read_back(self, settings: Settings) -> tuple[pa.Table, str, str]:
         """With pyiceberg, from the current snapshot."""
         from lakesink.formats.iceberg.format import open_iceberg_table
 
-        table = open_iceberg_table(cfg, create=False)
+        table = open_iceberg_table(settings, create=False)
         rows = table.pyiceberg.scan().to_arrow()
         snapshots = len(table.pyiceberg.metadata.snapshots)
         return rows, "pyiceberg", f" of {table.name} ({snapshots} snapshots)"
@@ -133,12 +142,13 @@ class IcebergPlugin:
         from lakesink.formats.iceberg.format import IcebergFormat
         from lakesink.formats.iceberg.table import IcebergTable
 
-        assert isinstance(table, IcebergTable)
+        if not isinstance(table, IcebergTable):
+            raise InternalError(f"the Iceberg plugin was handed {table!r}, not an IcebergTable")
         return IcebergFormat(table)
 
     def open_coordinator(
         self,
-        cfg: LakesinkConfig,
+        settings: Settings,
         table: object,
         control: CommitControl,
         *,
@@ -155,13 +165,13 @@ class IcebergPlugin:
 
         table_format = self.table_format(table)
         maintenance = iceberg_maintenance_hook(
-            table_format.table, cfg, in_flight=table_format.in_flight_files
+            table_format.table, settings, in_flight=table_format.in_flight_files
         )
         return IcebergCoordinator(
             table_format,
-            cfg.writer_id,
+            settings.writer_id,
             query_id=query_id,
-            allow_data_loss=not cfg["kafka.fail.on.data.loss"],
+            allow_data_loss=not settings.kafka.fail_on_data_loss,
             topic_ids=topic_ids,
             metrics=metrics,
             post_commit=(maintenance,),
@@ -180,7 +190,10 @@ class IcebergPlugin:
         from lakesink.formats.iceberg.coordinator import IcebergCoordinator
         from lakesink.formats.iceberg.datafiles import IcebergTarget
 
-        assert isinstance(coordinator, IcebergCoordinator)
+        if not isinstance(coordinator, IcebergCoordinator):
+            raise InternalError(
+                f"the Iceberg plugin was handed {coordinator!r}, not an IcebergCoordinator"
+            )
         return IcebergTarget(coordinator.format.table.write_context(), instant_time)
 
     def snapshot_files(self, storage: Storage, as_of: str | None) -> list[str]:
@@ -197,14 +210,14 @@ class IcebergPlugin:
 
         cli.add_parser(sub, add_config_args)
 
-    def run_cli(self, args: argparse.Namespace, cfg: LakesinkConfig) -> int:
+    def run_cli(self, args: argparse.Namespace, settings: Settings) -> int:
         from lakesink.formats.iceberg import cli
 
-        return cli.run(args, cfg)
+        return cli.run(args, settings)
 
     def status(
         self,
-        cfg: LakesinkConfig,
+        settings: Settings,
         *,
         high_watermarks: Callable[[], Mapping[TopicPartition, int]],
         add_metrics: Callable[[dict[str, Any]], None],
@@ -212,34 +225,101 @@ class IcebergPlugin:
         """The recent snapshots, and the dead-letter table's state."""
         from lakesink.formats.iceberg.inspection import collect_iceberg_status
 
-        return collect_iceberg_status(cfg, high_watermarks=high_watermarks, add_metrics=add_metrics)
+        return collect_iceberg_status(
+            settings, high_watermarks=high_watermarks, add_metrics=add_metrics
+        )
 
     def print_status(self, st: dict[str, Any]) -> None:
         from lakesink.formats.iceberg.inspection import print_iceberg_status
 
         print_iceberg_status(st)
 
-    def recognizes_table(self, path: str) -> bool:
+    def recognizes_table(self, path: str, access: StorageAccess) -> bool:
         """An Iceberg table location (local or on an object store), or a local warehouse."""
         from lakesink.formats.iceberg.inspection import iceberg_kind
 
-        return iceberg_kind(path) is not None
+        return iceberg_kind(path, access) is not None
 
-    def run_table_command(self, args: argparse.Namespace) -> int:
+    def run_table_command(self, args: argparse.Namespace, access: StorageAccess) -> int:
         """`show`, `timeline` and `files`; the Hudi table services refuse, naming Iceberg's."""
         from lakesink.formats.iceberg.inspection import refuse_iceberg, run_table_command
 
         if args.table_command in ("clean", "cluster", "archive", "rollback"):
             raise refuse_iceberg(f"table {args.table_command}")
-        return run_table_command(args.table_command, args.path, args.json)
+        return run_table_command(args.table_command, args.path, args.json, access)
 
-    def backfill_control(self, args: argparse.Namespace, cfg: LakesinkConfig | None) -> None:
-        """None: the catalog orders the commits; the lock options are refused."""
+    def backfill_control(
+        self, args: argparse.Namespace, settings: Settings | None, access: StorageAccess
+    ) -> None:
+        """None: the catalog orders the commits. Refused: a backfill without the catalog's
+        configuration, and the lock options."""
+        from lakesink.formats.iceberg.backfill import catalog_settings
+
+        catalog_settings(args.table, settings)
         if args.lock_provider is not None or args.postgres_dsn:
             raise ConfigError(
                 "backfill: --lock-provider and --postgres-dsn are for Hudi tables; an Iceberg "
                 "table's catalog orders its commits"
             )
+
+    def open_backfill(
+        self,
+        settings: Settings | None,
+        table: str,
+        control: object,
+        *,
+        writer_id: str | None,
+        backfill_id: str,
+        sources: Sequence[str],
+    ) -> IcebergBackfill:
+        """A backfill into the Iceberg table of `settings` (`table`: its warehouse); `control` goes
+        unused: the catalog's commit is the fence."""
+        from lakesink.formats.iceberg.backfill import IcebergBackfill
+
+        return IcebergBackfill.open(
+            settings,
+            table,
+            writer_id=writer_id,
+            backfill_id=backfill_id,
+            sources=sources,
+        )
+
+    def writer_control(self, settings: Settings) -> CatalogControl:
+        """None of its own: the catalog's commit is the fence (the coordinator claims the
+        writer's incarnation in the table)."""
+        from lakesink.formats.iceberg.coordinator import CatalogControl
+
+        return CatalogControl(settings.writer_id)
+
+    def open_table(
+        self,
+        settings: Settings,
+        *,
+        partition_fields: Sequence[str],
+        rows: Callable[[], pa.Schema],
+    ) -> IcebergTable:
+        """The table `table.name` of the catalog, created from the `rows` schema with the
+        partition fields of iceberg.partition.spec (or table.partition.by)."""
+        from lakesink.formats.iceberg.format import open_iceberg_table
+
+        return open_iceberg_table(settings, rows())
+
+    def open_dead_letter_coordinator(
+        self, settings: Settings, *, rows: Callable[[], pa.Schema], query_id: str
+    ) -> IcebergCoordinator:
+        """The dead-letter table (same catalog, iceberg.namespace), created from the `rows`
+        schema, committed by its own writer `<writer.id>.deadletters` with the main table's
+        ranges: its snapshots carry that writer's offsets, so a replayed batch appends no dead
+        letter twice."""
+        from lakesink.formats.iceberg.coordinator import IcebergCoordinator
+        from lakesink.formats.iceberg.format import IcebergFormat, open_dead_letter_table
+
+        return IcebergCoordinator(
+            IcebergFormat(open_dead_letter_table(settings, rows())),
+            settings.dead_letters.writer_id,
+            query_id=query_id,
+            allow_data_loss=not settings.kafka.fail_on_data_loss,
+        )
 
 
 _NOT_BY_PATH = (

@@ -32,12 +32,13 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from lakesink.config import LakesinkConfig
 from lakesink.errors import CommitError, ConfigError
+from lakesink.formats.iceberg.errors import LostToConcurrentCommitError
+from lakesink.formats.iceberg.replan import commit_replanned
 from lakesink.formats.iceberg.rewrite import RewriteOptions, plan_rewrite, replace_files
 from lakesink.formats.iceberg.snapshots import KEY_LAYOUT, KEY_MAINTENANCE, LAYOUT
 from lakesink.protocol.instant import InstantTime
-from lakesink.storage import options_from_config
+from lakesink.settings import Settings
 
 if TYPE_CHECKING:
     from lakesink.formats.iceberg.table import AppendResult, IcebergTable
@@ -87,16 +88,16 @@ class IcebergMaintenanceOptions:
                 raise ConfigError(f"{name} must be >= 0 hours, got {getattr(self, name)}")
 
     @classmethod
-    def from_config(cls, cfg: LakesinkConfig) -> IcebergMaintenanceOptions:
+    def from_settings(cls, settings: Settings) -> IcebergMaintenanceOptions:
         """The defaults of the `table.services.*` keys and `table.target.file.size.bytes`."""
-        hours = cfg["table.services.clean.retain.hours"]
+        hours = settings.services.clean_retain_hours
         return cls(
             expire_older_than_hours=float(hours) if hours is not None else DEFAULT_EXPIRE_HOURS,
-            orphan_older_than_hours=float(cfg["table.services.orphans.retain.hours"]),
+            orphan_older_than_hours=float(settings.services.orphans_retain_hours),
             rewrite=RewriteOptions(
-                small_file_bytes=cfg["table.services.clustering.small.file.bytes"],
-                target_file_bytes=cfg["table.target.file.size.bytes"],
-                min_files=max(2, cfg["table.services.clustering.min.files"]),
+                small_file_bytes=settings.services.clustering_small_file_bytes,
+                target_file_bytes=settings.table.target_file_size_bytes,
+                min_files=max(2, settings.services.clustering_min_files),
             ),
         )
 
@@ -152,48 +153,64 @@ def rewrite_data_files(
     """Rewrite the table's small data files into target-size ones in one REPLACE snapshot.
 
     Planned on fresh metadata; when a file it replaces was deleted or rewritten concurrently,
-    its new files are deleted and it plans again (up to `max_attempts`; CommitError after)."""
+    its new files are deleted and it plans again (lakesink.formats.iceberg.replan: up to
+    `max_attempts`; CommitError after)."""
+    attempts = 0
+
+    def attempt() -> RewriteResult:
+        nonlocal attempts
+        attempts += 1
+        return _rewrite_once(table, options, attempts)
+
+    try:
+        return commit_replanned(
+            attempt, attempts=max_attempts, what=f"table {table.name}: {REWRITE}", sleep=sleep
+        )
+    except LostToConcurrentCommitError as e:
+        log.warning(
+            "table %s: rewrite-data-files gave up after losing to concurrent commits %d times; "
+            "nothing was replaced (the rows are untouched)", table.name, max_attempts,
+        )  # fmt: skip
+        raise CommitError(
+            f"table {table.name}: rewrite-data-files lost to concurrent commits {max_attempts} "
+            "times; run it again"
+        ) from e
+
+
+def _rewrite_once(table: IcebergTable, options: RewriteOptions, attempt: int) -> RewriteResult:
+    """One attempt of `rewrite_data_files`: plan on fresh metadata, rewrite, commit."""
     from pyiceberg.exceptions import CommitFailedException, ValidationException
 
-    for attempt in range(1, max_attempts + 1):
-        if attempt > 1:
-            sleep(min(0.05 * 2**attempt, 2.0))
-        table.refresh()
-        groups = plan_rewrite(table.pyiceberg, options)
-        if not groups:
-            log.info("table %s: rewrite-data-files: nothing to do", table.name)
-            return RewriteResult(None, 0, 0, 0, attempt)
-        before = sum(len(g.files) for g in groups)
-        summary = {
-            KEY_LAYOUT: LAYOUT,
-            KEY_MAINTENANCE: REWRITE,
-            "lakesink.rewrite.small-file-bytes": str(options.small_file_bytes),
-            "lakesink.rewrite.target-file-bytes": str(options.target_file_bytes),
-        }
-        try:
-            out = replace_files(table.pyiceberg, groups, options, summary)
-        except (ValidationException, CommitFailedException) as e:
-            log.info(
-                "table %s: rewrite-data-files lost to a concurrent commit (%s); planning again",
-                table.name,
-                str(e).splitlines()[0] if str(e) else type(e).__name__,
-            )
-            continue
-        table.refresh()
+    table.refresh()
+    groups = plan_rewrite(table.pyiceberg, options)
+    if not groups:
+        log.info("table %s: rewrite-data-files: nothing to do", table.name)
+        return RewriteResult(None, 0, 0, 0, attempt)
+    before = sum(len(g.files) for g in groups)
+    summary = {
+        KEY_LAYOUT: LAYOUT,
+        KEY_MAINTENANCE: REWRITE,
+        "lakesink.rewrite.small-file-bytes": str(options.small_file_bytes),
+        "lakesink.rewrite.target-file-bytes": str(options.target_file_bytes),
+    }
+    try:
+        out = replace_files(table.pyiceberg, groups, options, summary)
+    except (ValidationException, CommitFailedException) as e:
         log.info(
-            "table %s: rewrite-data-files replaced %d files by %d (%d rows) in snapshot %s",
-            table.name, before, len(out.added), out.rows, out.snapshot_id,
-        )  # fmt: skip
-        return RewriteResult(
-            out.snapshot_id, before, len(out.added), out.rows, attempt, out.removed, out.added
+            "table %s: rewrite-data-files lost to a concurrent commit (%s); planning again",
+            table.name,
+            str(e).splitlines()[0] if str(e) else type(e).__name__,
         )
-    log.warning(
-        "table %s: rewrite-data-files gave up after losing to concurrent commits %d times; "
-        "nothing was replaced (the rows are untouched)", table.name, max_attempts,
+        raise LostToConcurrentCommitError(
+            f"table {table.name}: rewrite-data-files lost to a concurrent commit"
+        ) from e
+    table.refresh()
+    log.info(
+        "table %s: rewrite-data-files replaced %d files by %d (%d rows) in snapshot %s",
+        table.name, before, len(out.added), out.rows, out.snapshot_id,
     )  # fmt: skip
-    raise CommitError(
-        f"table {table.name}: rewrite-data-files lost to concurrent commits {max_attempts} "
-        "times; run it again"
+    return RewriteResult(
+        out.snapshot_id, before, len(out.added), out.rows, attempt, out.removed, out.added
     )
 
 
@@ -269,7 +286,7 @@ def run_iceberg_maintenance(
 
 def iceberg_maintenance_hook(
     table: IcebergTable,
-    cfg: LakesinkConfig,
+    settings: Settings,
     *,
     in_flight: Callable[[], Collection[str]] | None = None,
 ) -> Callable[[AppendResult | InstantTime], MaintenanceRun | None]:
@@ -281,10 +298,10 @@ def iceberg_maintenance_hook(
     raises; None when nothing ran."""
     from lakesink.formats.iceberg.table import CommitOutcome
 
-    every = cfg["table.services.inline.every.commits"]
-    which = inline_actions(tuple(cfg["table.services.inline"]))
-    options = IcebergMaintenanceOptions.from_config(cfg)
-    storage = options_from_config(cfg.values)
+    every = settings.services.inline_every_commits
+    which = inline_actions(tuple(settings.services.inline))
+    options = IcebergMaintenanceOptions.from_settings(settings)
+    storage = settings.storage
     count = 0
 
     def hook(result: AppendResult | InstantTime) -> MaintenanceRun | None:

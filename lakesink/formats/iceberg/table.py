@@ -41,8 +41,9 @@ from lakesink.errors import (
 )
 from lakesink.extras import require
 from lakesink.formats.iceberg.datafiles import DataFileDescription, WriteContext, to_data_file
-from lakesink.formats.iceberg.errors import CatalogUnavailableError
+from lakesink.formats.iceberg.errors import CatalogUnavailableError, LostToConcurrentCommitError
 from lakesink.formats.iceberg.maintenance import referenced_files, remove_orphans
+from lakesink.formats.iceberg.replan import commit_replanned
 from lakesink.formats.iceberg.schema import (
     PartitionFieldSetting,
     check_compatible,
@@ -602,52 +603,63 @@ class IcebergTable:
         """Expire snapshots older than `older_than_ms` (epoch ms), except the current one and
         each writer's newest commit (so its offsets stay readable), in one catalog commit that
         also records `summary` (what ran) in the table property `lakesink.maintenance.last-expire`.
-        Decided on fresh metadata and again after a concurrent commit. Returns the expired ids.
-        Only metadata changes; files no snapshot references go with orphan removal."""
+        Decided on fresh metadata and again after a concurrent commit (lakesink.formats.iceberg.
+        replan). Returns the expired ids. Only metadata changes; files no snapshot references go
+        with orphan removal."""
         require("pyiceberg", "Iceberg tables")
+        try:
+            return commit_replanned(
+                lambda: self._expire_once(older_than_ms, summary),
+                attempts=self._max_attempts,
+                what=f"table {self.name}: expire-snapshots",
+                sleep=self._sleep,
+            )
+        except LostToConcurrentCommitError as e:
+            raise CommitError(
+                f"table {self.name}: expiring snapshots lost to concurrent commits "
+                f"{self._max_attempts} times; run it again"
+            ) from e
+
+    def _expire_once(self, older_than_ms: int, summary: dict[str, str] | None) -> list[int]:
+        """One attempt of `expire_snapshots`, planned on fresh metadata."""
         import json
 
         from pyiceberg.exceptions import CommitFailedException
         from pyiceberg.table.update import RemoveSnapshotsUpdate
 
-        for attempt in range(1, self._max_attempts + 1):
-            if attempt > 1:
-                self._sleep(min(0.05 * 2**attempt, 2.0))
-            self.refresh()
-            snaps, current = snapshot_infos(self._table.metadata)
-            keep = set(last_commit_by_writer(snaps, current).values())
-            keep.update(ref.snapshot_id for ref in self._table.metadata.refs.values())
-            if current is not None:
-                keep.add(current)
-            doomed = sorted(
-                s.snapshot_id
-                for s in snaps.values()
-                if s.timestamp_ms < older_than_ms and s.snapshot_id not in keep
-            )
-            if not doomed:
-                return []
-            record = {**(summary or {}), "expired": str(len(doomed))}
-            try:
-                tx = self._table.transaction()
-                # one update staged directly: pyiceberg's ExpireSnapshots.by_ids deep-copies the
-                # whole metadata twice per id (minutes for 1,000 snapshots); branch and tag heads
-                # are kept above as it would keep them
-                tx._stage((RemoveSnapshotsUpdate.model_validate({"snapshot-ids": doomed}),))
-                tx.set_properties(
-                    {"lakesink.maintenance.last-expire": json.dumps(record, sort_keys=True)}
-                )
-                tx.commit_transaction()
-            except (CommitFailedException, ValueError) as e:
-                # a concurrent commit (or a concurrent expiry that removed one of ours)
-                log.info("table %s: expiry lost to a concurrent commit (%s)", self.name, e)
-                continue
-            self.refresh()
-            log.info("table %s: expired %d snapshots", self.name, len(doomed))
-            return doomed
-        raise CommitError(
-            f"table {self.name}: expiring snapshots lost to concurrent commits "
-            f"{self._max_attempts} times; run it again"
+        self.refresh()
+        snaps, current = snapshot_infos(self._table.metadata)
+        keep = set(last_commit_by_writer(snaps, current).values())
+        keep.update(ref.snapshot_id for ref in self._table.metadata.refs.values())
+        if current is not None:
+            keep.add(current)
+        doomed = sorted(
+            s.snapshot_id
+            for s in snaps.values()
+            if s.timestamp_ms < older_than_ms and s.snapshot_id not in keep
         )
+        if not doomed:
+            return []
+        record = {**(summary or {}), "expired": str(len(doomed))}
+        try:
+            tx = self._table.transaction()
+            # one update staged directly: pyiceberg's ExpireSnapshots.by_ids deep-copies the
+            # whole metadata twice per id (minutes for 1,000 snapshots); branch and tag heads
+            # are kept above as it would keep them
+            tx._stage((RemoveSnapshotsUpdate.model_validate({"snapshot-ids": doomed}),))
+            tx.set_properties(
+                {"lakesink.maintenance.last-expire": json.dumps(record, sort_keys=True)}
+            )
+            tx.commit_transaction()
+        except (CommitFailedException, ValueError) as e:
+            # a concurrent commit (or a concurrent expiry that removed one of ours)
+            log.info("table %s: expiry lost to a concurrent commit (%s)", self.name, e)
+            raise LostToConcurrentCommitError(
+                f"table {self.name}: expiry lost to a concurrent commit"
+            ) from e
+        self.refresh()
+        log.info("table %s: expired %d snapshots", self.name, len(doomed))
+        return doomed
 
     def remove_orphan_files(
         self,

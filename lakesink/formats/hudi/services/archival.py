@@ -220,7 +220,7 @@ def _table_schema(timeline: Timeline, entries: Sequence[Entry], previous: str | 
     metadata = {i: md for i, md in entries if md is not None}
     for inst in reversed(timeline.in_completion_order(list(metadata))):
         if metadata[inst].schema:
-            return metadata[inst].schema
+            return metadata[inst].schema.encode()
     return previous
 
 

@@ -20,6 +20,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from lakesink.engine.requirements import NoConflicts, WriterStillLive
+from lakesink.engine.schema import TableSchema
 from lakesink.engine.transaction import TableTransaction, TxState
 from lakesink.errors import LakesinkError
 from lakesink.formats.hudi.conflicts import (
@@ -253,7 +254,7 @@ def execute_clustering(
                 operation_type="CLUSTER",
                 writes=tuple(writes),
                 replaced_file_ids={p: tuple(ids) for p, ids in replaced.items()},
-                schema=schema or (tx.format.schema() or ""),
+                schema=TableSchema.from_text(schema or (tx.format.schema() or "")),
                 extra={WRITER_ID_KEY: SERVICES_WRITER_ID},
             )
             done = tx.commit(metadata, (WriterStillLive(control, t), NoConflicts(ours, rules)))

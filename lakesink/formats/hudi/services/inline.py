@@ -11,7 +11,6 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from lakesink.config import LakesinkConfig
 from lakesink.errors import ConfigError, LakesinkError
 from lakesink.formats.hudi.control import CommitControl
 from lakesink.formats.hudi.instants import SERVICES_DIR
@@ -21,6 +20,7 @@ from lakesink.formats.hudi.services.clustering import ClusteringOptions, Cluster
 from lakesink.formats.hudi.table.hudi_table import HudiTable
 from lakesink.protocol.conflicts import strategy_named
 from lakesink.protocol.instant import Action, InstantTime
+from lakesink.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -38,27 +38,27 @@ class InlineResult:
     errors: list[str] = field(default_factory=list)
 
 
-def retain_policy(cfg: LakesinkConfig) -> RetainPolicy:
+def retain_policy(settings: Settings) -> RetainPolicy:
     return RetainPolicy(
-        cfg["table.services.clean.retain.commits"], cfg["table.services.clean.retain.hours"]
+        settings.services.clean_retain_commits, settings.services.clean_retain_hours
     )
 
 
-def clustering_options(cfg: LakesinkConfig) -> ClusteringOptions:
+def clustering_options(settings: Settings) -> ClusteringOptions:
     return ClusteringOptions(
-        small_file_bytes=cfg["table.services.clustering.small.file.bytes"],
-        target_file_bytes=cfg["table.target.file.size.bytes"],
-        min_files=cfg["table.services.clustering.min.files"],
+        small_file_bytes=settings.services.clustering_small_file_bytes,
+        target_file_bytes=settings.table.target_file_size_bytes,
+        min_files=settings.services.clustering_min_files,
     )
 
 
-def archive_policy(cfg: LakesinkConfig) -> ArchivePolicy:
+def archive_policy(settings: Settings) -> ArchivePolicy:
     try:
         return ArchivePolicy(
-            cfg["table.services.archive.min.instants"],
-            cfg["table.services.archive.max.instants"],
-            cfg["table.services.archive.pack.files"],
-            cfg["table.services.archive.pack.fan.in"],
+            settings.services.archive_min_instants,
+            settings.services.archive_max_instants,
+            settings.services.archive_pack_files,
+            settings.services.archive_pack_fan_in,
         )
     except ValueError as e:
         raise ConfigError(f"table.services.archive.*: {e}") from e
@@ -66,22 +66,22 @@ def archive_policy(cfg: LakesinkConfig) -> ArchivePolicy:
 
 def run_inline_services(
     table: HudiTable,
-    cfg: LakesinkConfig,
+    settings: Settings,
     control: CommitControl,
     *,
     which: tuple[str, ...] | None = None,
 ) -> InlineResult:
     """Run the configured services once, in order; each failure is recorded, not raised."""
     result = InlineResult()
-    for name in which if which is not None else tuple(cfg["table.services.inline"]):
+    for name in which if which is not None else tuple(settings.services.inline):
         try:
             if name == "clean":
-                result.clean = clean(table, control, retain_policy(cfg))
+                result.clean = clean(table, control, retain_policy(settings))
             elif name == "cluster":
-                strategy = strategy_named(cfg["table.services.conflict.strategy"])
-                result.clustering = cluster(table, control, clustering_options(cfg), strategy)
+                strategy = strategy_named(settings.services.conflict_strategy)
+                result.clustering = cluster(table, control, clustering_options(settings), strategy)
             elif name == "archive":
-                result.archive = archive(table, control, archive_policy(cfg))
+                result.archive = archive(table, control, archive_policy(settings))
             else:
                 raise ConfigError(
                     f"table.services.inline names {name!r}; valid: {', '.join(SERVICE_NAMES)}"
@@ -112,27 +112,27 @@ def commits_since_last_run(table: HudiTable) -> int:
 
 
 def after_commit(
-    table: HudiTable, cfg: LakesinkConfig, control: CommitControl, instant_time: InstantTime
+    table: HudiTable, settings: Settings, control: CommitControl, instant_time: InstantTime
 ) -> InlineResult | None:
     """After the writer published `instant_time`: run the services when N commits passed since
     the last run. Never raises."""
     try:
-        every = cfg["table.services.inline.every.commits"]
+        every = settings.services.inline_every_commits
         if every <= 0 or commits_since_last_run(table) < every:
             return None
         table.storage.write(str(LAST_RUN_FILE), instant_time.value.encode())
-        return run_inline_services(table, cfg, control)
+        return run_inline_services(table, settings, control)
     except Exception:  # never fail a published commit
         log.exception("table %s: inline services after %s failed", table.config.name, instant_time)
         return None
 
 
 def inline_services_hook(
-    table: HudiTable, cfg: LakesinkConfig, control: CommitControl
+    table: HudiTable, settings: Settings, control: CommitControl
 ) -> Callable[[InstantTime], InlineResult | None]:
     """The post-commit hook a writer's commits run: `after_commit` with this table's config."""
 
     def hook(instant_time: InstantTime) -> InlineResult | None:
-        return after_commit(table, cfg, control, instant_time)
+        return after_commit(table, settings, control, instant_time)
 
     return hook

@@ -400,7 +400,7 @@ class Timeline:
         for inst in reversed(self.in_completion_order(self.completed_data_instants())):
             schema = self.commit_metadata(inst).schema
             if schema:
-                return schema
+                return schema.encode()
         archived = load_archived_view(self.storage)
         return archived.table_schema if archived is not None else None
 

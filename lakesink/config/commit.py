@@ -1,0 +1,75 @@
+"""The writer and commit keys: writer id, write path, commit mode and pending store, lock,
+heartbeats."""
+
+from __future__ import annotations
+
+from lakesink.config.parsers import (
+    Key,
+    choice,
+    optional_str,
+    positive_float,
+    positive_int,
+    writer_id,
+)
+
+COMMIT_KEYS: tuple[Key, ...] = (
+    Key(
+        "writer.id",
+        writer_id,
+        None,
+        "This writer's id in commit metadata (default: derived from table name and topics).",
+    ),
+    Key(
+        "write.path",
+        choice("auto", "direct", "dataframe"),
+        "auto",
+        "How tasks write: direct (each task reads its Kafka range, decodes and writes its base "
+        "files in one Python worker, no rows through the JVM), dataframe (through a Spark "
+        "DataFrame, needed by transform.sql and transform.python), or auto (direct unless "
+        "transform.sql or transform.python is set or table.partition.date.from names a column "
+        "that is not a timestamp or date; transform.arrow runs on either path).",
+    ),
+    Key(
+        "commit.mode",
+        choice("sync", "async"),
+        "sync",
+        "sync: publish before Spark records the batch; async: pre-commit to the pending store.",
+    ),
+    Key(
+        "commit.pending.store",
+        choice("sqlite", "postgres"),
+        "sqlite",
+        "Pending-commit store for commit.mode=async.",
+    ),
+    Key(
+        "commit.pending.store.path",
+        optional_str,
+        None,
+        "SQLite file of the pending store (default: <table.path>/.hoodie/.lakesink/"
+        "pending-commits.sqlite; with table.format=iceberg <warehouse>/.lakesink/pending/"
+        "<iceberg.namespace>.<table.name>.sqlite).",
+    ),
+    Key("commit.max.pending", positive_int, 4, "Most unpublished epochs before the writer waits."),
+    Key(
+        "commit.publish.delay.s",
+        float,
+        0.0,
+        "Benchmarks only: seconds to sleep inside each table commit, to model slow commits.",
+    ),
+    Key(
+        "lock.provider",
+        choice("filesystem", "postgres", "none"),
+        "filesystem",
+        "Lock taken around each commit: filesystem lease, PostgreSQL, or none (single writer).",
+    ),
+    Key("lock.timeout.s", positive_float, 60.0, "Seconds to wait for the table lock."),
+    Key("lock.lease.s", positive_float, 30.0, "Seconds a filesystem lock lease lasts unrenewed."),
+    Key("postgres.dsn", optional_str, None, "PostgreSQL connection string for lock and store."),
+    Key("heartbeat.interval.s", positive_float, 5.0, "Seconds between heartbeats of an instant."),
+    Key(
+        "heartbeat.tolerance.s",
+        positive_float,
+        60.0,
+        "An inflight instant whose heartbeat is older than this is a failed write.",
+    ),
+)

@@ -1,0 +1,52 @@
+"""The Iceberg keys (iceberg.*, table.format=iceberg): namespace, catalog, partition spec."""
+
+from __future__ import annotations
+
+from lakesink.config.parsers import Key, choice, optional_secret, optional_str, str_list
+
+ICEBERG_KEYS: tuple[Key, ...] = (
+    Key(
+        "iceberg.namespace",
+        optional_str,
+        "lakesink",
+        "Iceberg: the namespace of the table (dots nest namespaces); created on first use.",
+    ),
+    Key(
+        "iceberg.catalog.kind",
+        choice("sql", "rest"),
+        "sql",
+        "Iceberg catalog: sql (a SQLite file or PostgreSQL database) or rest (a REST catalog "
+        "server).",
+    ),
+    Key(
+        "iceberg.catalog.uri",
+        optional_secret,
+        None,
+        "Iceberg catalog location: sqlite:////abs/catalog.db or "
+        "postgresql://user:password@host:port/db for kind sql (default: catalog.db in a local "
+        "warehouse), the server's http(s) URL for kind rest; env:NAME and file:/path work.",
+        secret=True,
+    ),
+    Key(
+        "iceberg.catalog.name",
+        optional_str,
+        "lakesink",
+        "Iceberg catalog name (the SQL catalog keeps it in every row; readers must use it).",
+    ),
+    Key(
+        "iceberg.catalog.properties",
+        optional_secret,
+        None,
+        "Further pyiceberg catalog properties, key=value comma-separated (e.g. a REST "
+        "catalog's token=...); env:NAME and file:/path work.",
+        secret=True,
+    ),
+    Key(
+        "iceberg.partition.spec",
+        str_list,
+        (),
+        "Iceberg partition fields, comma-separated: col or identity(col), day(ts), hour(ts), "
+        "`bucket[N](col)`. Used when the table is created; default: identity fields of "
+        "table.partition.by.",
+    ),
+)

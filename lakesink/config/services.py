@@ -1,0 +1,102 @@
+"""The table services keys (table.services.*): clean, orphan files, clustering, archival,
+inline runs, the conflict rule."""
+
+from __future__ import annotations
+
+from lakesink.config.parsers import (
+    Key,
+    choice,
+    non_negative_float,
+    non_negative_int,
+    optional_positive_float,
+    positive_int,
+    str_list,
+)
+
+SERVICE_KEYS: tuple[Key, ...] = (
+    Key(
+        "table.services.clean.retain.commits",
+        positive_int,
+        30,
+        "The cleaner keeps file versions needed by this many latest commits.",
+    ),
+    Key(
+        "table.services.clean.retain.hours",
+        optional_positive_float,
+        None,
+        "The cleaner also keeps file versions needed by commits of this many last hours.",
+    ),
+    Key(
+        "table.services.orphans.retain.hours",
+        non_negative_float,
+        72.0,
+        "Iceberg tables: remove-orphan-files (inline, in `clean`) keeps unreferenced files "
+        "younger than this many hours, so files of batches other writers are still writing "
+        "or committing survive: keep it longer than any writer's batch takes.",
+    ),
+    Key(
+        "table.services.inline.every.commits",
+        non_negative_int,
+        0,
+        "Run table services (clean, cluster, archive) after every N commits; 0: never inline. "
+        "Iceberg tables run their maintenance (table.services.inline) the same way.",
+    ),
+    Key(
+        "table.services.inline",
+        str_list,
+        ("clean", "cluster", "archive"),
+        "Which services run inline, in this order: clean, cluster, archive. Iceberg tables: "
+        "clean = expire-snapshots then remove-orphan-files, cluster = rewrite-data-files "
+        "(archive is skipped), or Iceberg's own action names.",
+    ),
+    Key(
+        "table.services.clustering.small.file.bytes",
+        positive_int,
+        100 * 1024 * 1024,
+        "Clustering rewrites base files smaller than this (into table.target.file.size.bytes).",
+    ),
+    Key(
+        "table.services.clustering.min.files",
+        positive_int,
+        2,
+        "Clustering rewrites a partition only if it has at least this many small files.",
+    ),
+    Key(
+        "table.services.archive.min.instants",
+        positive_int,
+        20,
+        "Archival keeps at least this many completed instants in the active timeline. Time "
+        "travel and incremental reads reach back to the oldest active instant; older instants "
+        "are kept under .hoodie/.lakesink/archive/ (the audit still reads them).",
+    ),
+    Key(
+        "table.services.archive.max.instants",
+        positive_int,
+        30,
+        "Archival runs when the active timeline holds more completed instants than this. It "
+        "waits for pending instants and for the cleaner to delete files hudi-rs would "
+        "otherwise read (failed writes, replaced file groups).",
+    ),
+    Key(
+        "table.services.archive.pack.files",
+        positive_int,
+        600,
+        "Archival gathers the archived timeline files (3 per instant) into one Parquet pack "
+        "under .hoodie/.lakesink/archive/timeline/ once this many are loose, so an old table's "
+        "archive stays a few dozen files.",
+    ),
+    Key(
+        "table.services.archive.pack.fan.in",
+        positive_int,
+        10,
+        "Archival merges this many packs of one level into one pack of the next level "
+        "(size-tiered); at least 2.",
+    ),
+    Key(
+        "table.services.conflict.strategy",
+        choice("file-group", "ingestion-first"),
+        "file-group",
+        "Conflict rule at commit: file-group overlap fails the later commit; ingestion-first "
+        "lets ingestion win over clustering.",
+    ),
+)

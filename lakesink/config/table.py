@@ -1,0 +1,54 @@
+"""The table keys (table.* but the services): where the table is, its format, name, version,
+partitioning, record key and file size."""
+
+from __future__ import annotations
+
+from lakesink.config.parsers import (
+    Key,
+    choice,
+    optional_str,
+    positive_int,
+    str_list,
+    table_uri,
+    table_version,
+)
+
+TABLE_KEYS: tuple[Key, ...] = (
+    Key(
+        "table.path",
+        table_uri,
+        None,
+        "Where the Hudi table is (created if missing): a local path, file:///path, "
+        "s3://bucket/prefix, gs://bucket/prefix or abfss://container@account/prefix.",
+        required=True,
+    ),
+    Key(
+        "table.format",
+        choice("hudi", "iceberg"),
+        "hudi",
+        "The table format lakesink writes: hudi (table.path is the table) or iceberg "
+        "(table.path is the warehouse; the table is iceberg.namespace.table.name in the "
+        "iceberg.catalog.* catalog).",
+    ),
+    Key("table.name", optional_str, None, "Table name (default: the last folder of table.path)."),
+    Key("table.version", table_version, 8, "Hudi table version to create: 6 or 8."),
+    Key("table.partition.by", str_list, (), "Columns to partition by, comma-separated."),
+    Key(
+        "table.partition.date.from",
+        optional_str,
+        None,
+        "A timestamp column; rows are partitioned by its UTC date in column 'dt'.",
+    ),
+    Key(
+        "table.record.key.fields",
+        str_list,
+        ("kafka_topic", "kafka_partition", "kafka_offset"),
+        "Columns forming the Hudi record key.",
+    ),
+    Key(
+        "table.target.file.size.bytes",
+        positive_int,
+        128 * 1024 * 1024,
+        "Base files roll over at about this size.",
+    ),
+)

@@ -1,0 +1,56 @@
+"""The Hudi tables an ingestion writes, created on first use: the table at table.path and the
+dead-letter table at errors.deadletter.table (keyed by the Kafka coordinates, unpartitioned)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from lakesink.formats.hudi.table.config import TableConfig
+from lakesink.formats.hudi.table.hudi_table import HudiTable
+from lakesink.settings import Settings
+from lakesink.storage import Storage
+
+DEAD_LETTER_RECORD_KEY = ("kafka_topic", "kafka_partition", "kafka_offset")
+
+
+def table_config_for(settings: Settings, partition_fields: Sequence[str]) -> TableConfig:
+    """The config of the writer's table: its name, version and record key as configured,
+    partitioned by `partition_fields` (table.partition.by and the date column)."""
+    return TableConfig(
+        name=_table_name(settings),
+        version=settings.table.version,
+        record_key_fields=tuple(settings.table.record_key_fields),
+        partition_fields=tuple(partition_fields),
+    )
+
+
+def probed(storage: Storage) -> Storage:
+    """`storage`, probed once: a store that is unreachable, refuses the credentials or cannot do
+    conditional writes stops the start with one clear line."""
+    storage.probe()
+    return storage
+
+
+def create_writer_table(settings: Settings, partition_fields: Sequence[str]) -> HudiTable:
+    """The table at table.path (created unless it exists: an existing one keeps its config)."""
+    return HudiTable.create(
+        probed(settings.table_storage()), table_config_for(settings, partition_fields)
+    )
+
+
+def create_dead_letter_table(settings: Settings) -> HudiTable:
+    """The dead-letter table of `settings`, whose table.path is errors.deadletter.table already
+    (the plugin's dead-letter configuration)."""
+    return HudiTable.create(
+        probed(settings.table_storage()),
+        TableConfig(
+            name=_table_name(settings),
+            version=settings.table.version,
+            record_key_fields=DEAD_LETTER_RECORD_KEY,
+        ),
+    )
+
+
+def _table_name(settings: Settings) -> str:
+    return re.sub(r"[^A-Za-z0-9_]", "_", settings.table.name)

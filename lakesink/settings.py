@@ -1,0 +1,233 @@
+"""Typed settings: what the layers below spark/ read of lakesink's configuration.
+
+The configuration registry (the `config` package) parses and validates the keys; the edge (spark/,
+cli/, lakesink.api) builds one `Settings` from it (`LakesinkConfig.settings`) and hands it, or
+one of its parts, down. The formats, the engine, storage and kafka never read a configuration:
+they read these frozen values, each field documented once here (its key in brackets).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from lakesink.errors import ConfigError
+from lakesink.security import Secret, split_settings
+from lakesink.storage import (
+    ObjectStoreOptions,
+    Storage,
+    StorageError,
+    open_storage,
+)
+from lakesink.storage.local import TMP_FOLDER
+
+TableFormatName = Literal["hudi", "iceberg"]
+HudiTableVersion = Literal[6, 8]
+CommitMode = Literal["sync", "async"]
+PendingStoreKind = Literal["sqlite", "postgres"]
+LockProviderName = Literal["filesystem", "postgres", "none"]
+ConflictStrategyName = Literal["file-group", "ingestion-first"]
+
+
+def parse_kv(text: str | None) -> dict[str, str]:
+    """A 'k=v,k=v' setting list (commas inside a value are kept: security.split_settings)."""
+    out: dict[str, str] = {}
+    for item in split_settings(text):
+        k, sep, v = item.partition("=")
+        if not sep:
+            raise ConfigError(f"{item!r} is not of the form key=value")
+        out[k.strip()] = v.strip()
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class TableSettings:
+    """The table a writer writes (table.*)."""
+
+    path: str
+    """Where the table (Hudi) or the warehouse (Iceberg) is: a path or an object-store URI
+    [table.path]."""
+    format: TableFormatName
+    """The table format [table.format]."""
+    name: str
+    """The table's name: table.name, or the last folder of table.path."""
+    version: HudiTableVersion
+    """The Hudi table version to create [table.version]."""
+    partition_by: tuple[str, ...]
+    """Columns to partition by [table.partition.by]."""
+    partition_date_from: str | None
+    """A timestamp column partitioned by its UTC date [table.partition.date.from]."""
+    record_key_fields: tuple[str, ...]
+    """Columns forming the Hudi record key [table.record.key.fields]."""
+    target_file_size_bytes: int
+    """Base files roll over at about this size [table.target.file.size.bytes]."""
+    staging_folder: str = TMP_FOLDER
+    """Where a local table root stages whole-object writes: a folder its format's readers never
+    look into (`.hoodie/...` for Hudi, `.lakesink/tmp` in an Iceberg warehouse)."""
+
+
+@dataclass(frozen=True, slots=True)
+class IcebergSettings:
+    """The Iceberg catalog and table of table.format=iceberg (iceberg.*)."""
+
+    namespace: str
+    """The table's namespace, dots nesting [iceberg.namespace; default lakesink]."""
+    catalog_kind: Literal["sql", "rest"]
+    """The catalog kind [iceberg.catalog.kind]."""
+    catalog_uri: Secret | None
+    """The catalog's location, a secret [iceberg.catalog.uri]."""
+    catalog_name: str
+    """The catalog's name [iceberg.catalog.name; default lakesink]."""
+    catalog_properties: Secret | None
+    """Further pyiceberg catalog properties 'k=v,k=v', a secret [iceberg.catalog.properties]."""
+    partition_spec: tuple[str, ...]
+    """Partition fields used when the table is created [iceberg.partition.spec]."""
+
+
+@dataclass(frozen=True, slots=True)
+class KafkaSettings:
+    """How the writer reads Kafka (kafka.*)."""
+
+    bootstrap_servers: str
+    """The brokers [kafka.bootstrap.servers]."""
+    topics: tuple[str, ...]
+    """Topics to ingest [kafka.topics]."""
+    topic_pattern: str | None
+    """A regular expression of topics to ingest [kafka.topic.pattern]."""
+    starting_offsets: str
+    """Where a writer with no committed offsets starts [kafka.starting.offsets]."""
+    isolation_level: Literal["read_committed", "read_uncommitted"]
+    """[kafka.isolation.level]."""
+    fail_on_data_loss: bool
+    """Fail on offsets deleted before ingestion or lost by the broker [kafka.fail.on.data.loss]."""
+    client_config: Mapping[str, Any] = field(repr=False)
+    """librdkafka settings every client gets (security keys, kafka.client.config); secrets
+    stay `Secret` objects until a client is built."""
+    consumer_config: Mapping[str, Any] = field(repr=False)
+    """librdkafka settings of the consumers: client_config, then kafka.consumer.config."""
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetterSettings:
+    """Where bad records go (errors.*)."""
+
+    tolerance: Literal["none", "all"]
+    """none: a bad record fails the batch; all: it goes to a dead-letter target
+    [errors.tolerance]."""
+    topic: str | None
+    """The dead-letter topic [errors.deadletter.topic]."""
+    table: str | None
+    """The dead-letter table: a path (Hudi) or a name in the namespace (Iceberg)
+    [errors.deadletter.table]."""
+    writer_id: str
+    """The writer that commits the dead-letter table: the main writer's id + `.deadletters`."""
+    table_settings: Settings | None = field(default=None, repr=False)
+    """A Hudi dead-letter table as a table of its own: these settings with table.path =
+    errors.deadletter.table and writer.id = `writer_id` (None without a Hudi dead-letter
+    table)."""
+
+
+@dataclass(frozen=True, slots=True)
+class CommitSettings:
+    """How a writer commits: its id, the commit mode and pending store, lock and heartbeats."""
+
+    writer_id: str
+    """This writer's id in commit metadata [writer.id, or derived from table and topics]."""
+    mode: CommitMode
+    """[commit.mode]."""
+    pending_store: PendingStoreKind
+    """The pending-commit store of commit.mode=async [commit.pending.store]."""
+    pending_store_path: Path
+    """The SQLite file of the pending store [commit.pending.store.path, or beside the table]."""
+    max_pending: int
+    """Most unpublished epochs before the writer waits [commit.max.pending]."""
+    publish_delay_s: float
+    """Benchmarks only: seconds to sleep inside each table commit [commit.publish.delay.s]."""
+    lock_provider: LockProviderName
+    """[lock.provider]."""
+    lock_timeout_s: float
+    """Seconds to wait for the table lock [lock.timeout.s]."""
+    lock_lease_s: float
+    """Seconds a filesystem lock lease lasts unrenewed [lock.lease.s]."""
+    postgres_dsn: str | None = field(repr=False)
+    """PostgreSQL connection string of the lock and the pending store [postgres.dsn]."""
+    heartbeat_interval_s: float
+    """Seconds between heartbeats of an instant [heartbeat.interval.s]."""
+    heartbeat_tolerance_s: float
+    """An inflight instant with an older heartbeat is a failed write [heartbeat.tolerance.s]."""
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceSettings:
+    """Table services: clean, orphan files, clustering, archival, inline runs
+    (table.services.*)."""
+
+    clean_retain_commits: int
+    """The cleaner keeps what this many latest commits need [...clean.retain.commits]."""
+    clean_retain_hours: float | None
+    """The cleaner also keeps what commits of this many hours need [...clean.retain.hours]."""
+    orphans_retain_hours: float
+    """Iceberg: unreferenced files younger than this survive [...orphans.retain.hours]."""
+    inline_every_commits: int
+    """Run the inline services after every N commits; 0: never [...inline.every.commits]."""
+    inline: tuple[str, ...]
+    """Which services run inline, in order [table.services.inline]."""
+    clustering_small_file_bytes: int
+    """Clustering rewrites base files smaller than this [...clustering.small.file.bytes]."""
+    clustering_min_files: int
+    """A partition needs this many small files to be clustered [...clustering.min.files]."""
+    archive_min_instants: int
+    """[table.services.archive.min.instants]."""
+    archive_max_instants: int
+    """[table.services.archive.max.instants]."""
+    archive_pack_files: int
+    """[table.services.archive.pack.files]."""
+    archive_pack_fan_in: int
+    """[table.services.archive.pack.fan.in]."""
+    conflict_strategy: ConflictStrategyName
+    """The conflict rule at commit [table.services.conflict.strategy]."""
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """Everything below spark/ reads of one configuration, built once at the edge."""
+
+    table: TableSettings
+    iceberg: IcebergSettings
+    kafka: KafkaSettings
+    dead_letters: DeadLetterSettings
+    commit: CommitSettings
+    services: ServiceSettings
+    storage: ObjectStoreOptions
+    """How to reach an object store (storage.*); secrets revealed, never in repr."""
+
+    @property
+    def writer_id(self) -> str:
+        return self.commit.writer_id
+
+    def table_storage(self) -> Storage:
+        """The storage of table.path (builds no client yet), staging local writes in the
+        table's `staging_folder`."""
+        return open_storage(self.table.path, self.storage, tmp_folder=self.table.staging_folder)
+
+    def storage_for(self, path: str) -> Storage:
+        """The storage of another table (a dead-letter table) with the same storage options."""
+        return open_storage(path, self.storage)
+
+
+@dataclass(frozen=True, slots=True)
+class StorageAccess:
+    """How a command reaches tables it is given by path (`lakesink table ...`, `backfill`): the
+    storage.* options, which the edge reads from the environment when no configuration is
+    given (`storage_access_from_env` of the configuration registry)."""
+
+    options: ObjectStoreOptions = field(default_factory=ObjectStoreOptions)
+
+    def open(self, path: str, *, tmp_folder: str = TMP_FOLDER) -> Storage:
+        """The storage of a table path or URI; ConfigError for one lakesink cannot open."""
+        try:
+            return open_storage(path, self.options, tmp_folder=tmp_folder)
+        except StorageError as e:
+            raise ConfigError(str(e)) from None
