@@ -38,6 +38,10 @@ import pytest
 PASSWORD = "lakesink-test-secret"
 RUN_AS = "postgres"
 
+LOGICAL_DECODING: dict[str, str] = {"wal_level": "logical"}
+"""Server settings for a change-data-capture source (Debezium's pgoutput): logical decoding.
+The superuser `postgres` may replicate, and initdb's pg_hba.conf lets it from loopback."""
+
 
 def postgres_bin_dir() -> Path:
     """The directory of `initdb` and `pg_ctl`: $LAKESINK_PG_BIN, the newest Debian
@@ -83,6 +87,8 @@ class PostgresServer:
     bin_dir: Path
     external_dsn: str | None = None
     password: str = PASSWORD
+    settings: dict[str, str] = field(default_factory=dict)
+    """Server settings given at start (`-c name=value`), e.g. LOGICAL_DECODING."""
     running: bool = field(default=False, init=False)
 
     @property
@@ -140,6 +146,7 @@ class PostgresServer:
 
     def start(self) -> None:
         opts = f"-p {self.port} -k {self.socket_dir} -c listen_addresses=127.0.0.1"
+        opts += "".join(f" -c {name}={value}" for name, value in self.settings.items())
         self._run(
             "pg_ctl", "-D", str(self.data_dir), "-l", str(self.log_file), "-w", "-t", "60",
             "-o", opts, "start",
@@ -165,11 +172,14 @@ class PostgresServer:
                 time.sleep(0.1)
 
 
-def start_postgres(base_dir: Path | None = None) -> PostgresServer:
-    """Create and start a fresh cluster (retrying on a port taken in the meantime)."""
+def start_postgres(
+    base_dir: Path | None = None, *, settings: dict[str, str] | None = None
+) -> PostgresServer:
+    """Create and start a fresh cluster (retrying on a port taken in the meantime), with
+    server `settings` (LOGICAL_DECODING for a change-data-capture source)."""
     base = Path(base_dir) if base_dir else Path(tempfile.mkdtemp(prefix="lakesink-pg-"))
     os.chmod(base, 0o755)
-    server = PostgresServer(base, free_port(), postgres_bin_dir())
+    server = PostgresServer(base, free_port(), postgres_bin_dir(), settings=dict(settings or {}))
     server.init()
     for attempt in range(3):
         try:
