@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from lakesink.errors import ConfigError
+from lakesink.errors import ConfigError, RecordError
+from lakesink.protocol.mutation import SOURCE_POSITION_COLUMN, RowOperation
 from lakesink.security import Secret, split_settings
 from lakesink.storage import (
     ObjectStoreOptions,
@@ -29,6 +30,12 @@ CommitMode = Literal["sync", "async"]
 PendingStoreKind = Literal["sqlite", "postgres"]
 LockProviderName = Literal["filesystem", "postgres", "none"]
 ConflictStrategyName = Literal["file-group", "ingestion-first"]
+WriteOperation = Literal["append", "upsert", "cdc"]
+CdcFormat = Literal["debezium", "field"]
+
+DEFAULT_OP_VALUES = "I=insert,U=update,D=delete"
+"""The default of cdc.op.values: the one-letter operation codes of AWS DMS's `Op` column and
+Oracle GoldenGate's `op_type`."""
 
 
 def parse_kv(text: str | None) -> dict[str, str]:
@@ -39,6 +46,27 @@ def parse_kv(text: str | None) -> dict[str, str]:
         if not sep:
             raise ConfigError(f"{item!r} is not of the form key=value")
         out[k.strip()] = v.strip()
+    return out
+
+
+def parse_op_values(text: str) -> dict[str, RowOperation]:
+    """cdc.op.values, 'value=operation,...' (`I=insert,U=update,D=delete`): which value of the
+    operation field means which operation. Values are matched exactly (case included), each
+    given once; ConfigError names the bad item."""
+    out: dict[str, RowOperation] = {}
+    for item in (i for i in text.split(",") if i.strip()):  # no operation holds a comma
+        value, sep, operation = item.partition("=")
+        value = value.strip()
+        if not sep or not value:
+            raise ConfigError(f"{item!r} is not of the form value=operation")
+        if value in out:
+            raise ConfigError(f"value {value!r} is mapped twice")
+        try:
+            out[value] = RowOperation.parse(operation)
+        except RecordError as e:
+            raise ConfigError(str(e)) from None
+    if not out:
+        raise ConfigError("no value is mapped to an operation")
     return out
 
 
@@ -66,6 +94,48 @@ class TableSettings:
     staging_folder: str = TMP_FOLDER
     """Where a local table root stages whole-object writes: a folder its format's readers never
     look into (`.hoodie/...` for Hudi, `.lakesink/tmp` in an Iceberg warehouse)."""
+
+
+@dataclass(frozen=True, slots=True)
+class MutationSettings:
+    """How the records change the table's rows (write.operation, table.ordering.field, cdc.*,
+    table.bucket.count). The default, append, writes every record as a row of its own."""
+
+    operation: WriteOperation = "append"
+    """append: every record a new row; upsert: every record the new version of its key; cdc:
+    the record says insert, update or delete [write.operation]."""
+    ordering_field: str | None = None
+    """The value column whose higher value wins between two versions of a key, ties going to
+    the later Kafka offset [table.ordering.field]."""
+    cdc_format: CdcFormat = "debezium"
+    """How a cdc record carries its operation: a Debezium envelope or a field [cdc.format]."""
+    op_field: str = "op"
+    """The operation field of cdc.format=field [cdc.op.field]."""
+    op_values: Mapping[str, RowOperation] = field(
+        default_factory=lambda: parse_op_values(DEFAULT_OP_VALUES)
+    )
+    """Which value of the operation field means which operation [cdc.op.values]."""
+    bucket_count: int = 8
+    """Buckets (file groups) per partition of a table created for upsert or cdc; fixed when
+    the table is created [table.bucket.count]."""
+
+    @property
+    def mutates(self) -> bool:
+        """Whether rows change by key (upsert or cdc) rather than only being appended."""
+        return self.operation != "append"
+
+    @property
+    def ordering_column(self) -> str | None:
+        """The column that orders two versions of a key: table.ordering.field, else the source
+        position that a Debezium stream's rows carry (SOURCE_POSITION_COLUMN), else None (the
+        later Kafka offset wins). None for append."""
+        if not self.mutates:
+            return None
+        if self.ordering_field is not None:
+            return self.ordering_field
+        if self.operation == "cdc" and self.cdc_format == "debezium":
+            return SOURCE_POSITION_COLUMN
+        return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,6 +272,8 @@ class Settings:
     services: ServiceSettings
     storage: ObjectStoreOptions
     """How to reach an object store (storage.*); secrets revealed, never in repr."""
+    mutation: MutationSettings = field(default_factory=MutationSettings)
+    """How records change rows: append, upsert or cdc, and their ordering and buckets."""
 
     @property
     def writer_id(self) -> str:

@@ -40,8 +40,9 @@ finish() {
 # after another, since Maven 3.8 does not lock it against a second Maven
 in_background jars bash -c 'bash scripts/setup-kafka.sh && bash scripts/setup-iceberg-reader.sh \
   && bash scripts/setup-iceberg-rest.sh'
-# Java Hudi (pyspark 3.5, Hudi Spark bundle) for the interop tests: a Maven repository of its own
-in_background interop bash scripts/setup-interop.sh
+# Java Hudi (pyspark 3.5, Hudi Spark bundle) for the interop tests, then Kafka Connect with
+# Debezium's PostgreSQL connector for the change-data-capture tests: Maven repositories of their own
+in_background interop bash -c 'bash scripts/setup-interop.sh && bash scripts/setup-debezium.sh'
 . .venv/bin/activate
 # the Spark driver's class-data archive the test session maps (tests/integration/conftest.py
 # spark_start makes it before the first Spark start when it is missing, as on a fresh clone: a
@@ -59,7 +60,7 @@ if [ $# -eq 0 ]; then   # the whole run (CI); with pytest arguments only the tes
   echo "== oldest pins"; bash scripts/check-oldest.sh # lower bounds: unit tests + a real ingestion
 fi
 echo "== Kafka, Java Iceberg and Iceberg REST jars"; finish jars
-echo "== interop environment"; finish interop
+echo "== interop environment and Debezium"; finish interop
 if [ $# -eq 0 ]; then
   echo "== wheel"; bash scripts/check-wheel.sh       # build, install in a clean venv, run the demo
   echo "== Spark class-data archive"; finish spark-archive optional

@@ -67,6 +67,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="the table format to ingest into (iceberg: a warehouse with a SQLite catalog)",
     )
     demo.add_argument("--keep-broker", action="store_true", help="leave the broker's data dir")
+    demo.add_argument(
+        "--cdc",
+        action="store_true",
+        help="a change stream instead (Debezium events of an accounts table: creates, updates, "
+        "deletes, key changes) landed as a current-state Hudi table (write.operation=cdc)",
+    )
+    demo.add_argument(
+        "--changes", type=int, default=20_000, help="with --cdc: changes after the creates"
+    )
 
     ingest = sub.add_parser("ingest", help="run the streaming ingestion")
     _add_config_args(ingest)

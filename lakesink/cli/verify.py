@@ -5,7 +5,7 @@ from __future__ import annotations
 from lakesink.config import LakesinkConfig
 from lakesink.console import emit_json, say
 from lakesink.formats import AuditResult, plugin_of
-from lakesink.formats.audit import DeadLetters, KeptByTransform
+from lakesink.formats.audit import DeadLetters, FoldAudit, KeptByTransform
 
 
 def audit_config(cfg: LakesinkConfig, *, spark: bool = False) -> AuditResult:
@@ -38,7 +38,23 @@ def audit_config(cfg: LakesinkConfig, *, spark: bool = False) -> AuditResult:
             sent = set()  # no dead-letter topic yet: nothing was dead-lettered
         dead = DeadLetters(tuple(sorted(sent)), exactly_once=False)
     kept = _kept_by_transform(cfg)
-    return plugin.audit(cfg.settings, dead_letters=dead, kept_by_transform=kept, spark=spark)
+    return plugin.audit(
+        cfg.settings, dead_letters=dead, kept_by_transform=kept, spark=spark, fold=fold_audit(cfg)
+    )
+
+
+def fold_audit(cfg: LakesinkConfig) -> FoldAudit | None:
+    """How a table whose rows change by key (write.operation upsert or cdc) is audited: the
+    records decoded as the writer decodes them, folded by key under the ordering rule."""
+    if cfg["write.operation"] == "append":
+        return None
+    from lakesink.protocol.mutation import SOURCE_POSITION_COLUMN
+    from lakesink.spark.source import value_deserializer
+
+    ordering = cfg["table.ordering.field"]
+    if ordering is None and cfg["write.operation"] == "cdc" and cfg["cdc.format"] == "debezium":
+        ordering = SOURCE_POSITION_COLUMN
+    return FoldAudit(value_deserializer(cfg), tuple(cfg["table.record.key.fields"]), ordering)
 
 
 def _kept_by_transform(cfg: LakesinkConfig) -> KeptByTransform | None:

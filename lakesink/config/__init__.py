@@ -6,10 +6,11 @@ and `--set key=value` overrides. Every key is documented in docs/configuration.m
 from this registry by `lakesink config docs`.
 
 The keys are defined one module per domain (`kafka`, `records`, `dead_letters`, `table`,
-`iceberg`, `transform`, `commit`, `standby`, `spark`, `storage`, `metrics`, `services`), with
-their parsers in `parsers`; `registry` assembles them and holds `LakesinkConfig`. Only the edge
-(spark/, cli/, lakesink.api) reads a `LakesinkConfig`: everything below it takes the typed
-settings it builds once (`LakesinkConfig.settings`, lakesink.settings).
+`mutation`, `iceberg`, `transform`, `commit`, `standby`, `spark`, `storage`, `metrics`,
+`services`), with their parsers in `parsers`; `registry` assembles them and holds
+`LakesinkConfig`. Only the edge (spark/, cli/, lakesink.api) reads a `LakesinkConfig`:
+everything below it takes the typed settings it builds once (`LakesinkConfig.settings`,
+lakesink.settings).
 """
 
 from lakesink.config.kafka import SECURITY_KEYS

@@ -19,6 +19,7 @@ from lakesink.config.dead_letters import DEAD_LETTER_KEYS
 from lakesink.config.iceberg import ICEBERG_KEYS
 from lakesink.config.kafka import KAFKA_KEYS
 from lakesink.config.metrics import METRICS_KEYS
+from lakesink.config.mutation import MUTATION_KEYS, check_mutation
 from lakesink.config.parsers import Key
 from lakesink.config.records import RECORD_KEYS
 from lakesink.config.services import SERVICE_KEYS
@@ -34,11 +35,13 @@ from lakesink.settings import (
     DeadLetterSettings,
     IcebergSettings,
     KafkaSettings,
+    MutationSettings,
     ServiceSettings,
     Settings,
     StorageAccess,
     TableSettings,
     parse_kv,
+    parse_op_values,
 )
 from lakesink.storage import (
     LAKESINK_TMP_FOLDER,
@@ -56,6 +59,7 @@ KEYS: tuple[Key, ...] = (
     *RECORD_KEYS,
     *DEAD_LETTER_KEYS,
     *TABLE_KEYS,
+    *MUTATION_KEYS,
     *ICEBERG_KEYS,
     *TRANSFORM_KEYS,
     *COMMIT_KEYS,
@@ -273,6 +277,14 @@ def settings_of(cfg: LakesinkConfig, *, with_dead_letter_table: bool = True) -> 
             conflict_strategy=cfg["table.services.conflict.strategy"],
         ),
         storage=options_from_config(cfg.values),
+        mutation=MutationSettings(
+            operation=cfg["write.operation"],
+            ordering_field=cfg["table.ordering.field"],
+            cdc_format=cfg["cdc.format"],
+            op_field=cfg["cdc.op.field"],
+            op_values=parse_op_values(cfg["cdc.op.values"]),
+            bucket_count=cfg["table.bucket.count"],
+        ),
     )
 
 
@@ -395,6 +407,7 @@ def _check_combinations(cfg: LakesinkConfig) -> None:
         raise ConfigError(
             "lock.provider=postgres or commit.pending.store=postgres needs postgres.dsn"
         )
+    check_mutation(cfg.values)
 
 
 def flatten_keys(data: Mapping[str, Any]) -> dict[str, Any]:

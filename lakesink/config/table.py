@@ -43,7 +43,9 @@ TABLE_KEYS: tuple[Key, ...] = (
         "table.record.key.fields",
         str_list,
         ("kafka_topic", "kafka_partition", "kafka_offset"),
-        "Columns forming the Hudi record key.",
+        "Columns forming the Hudi record key; with write.operation upsert or cdc, the columns "
+        "that identify a row (required: the default, the Kafka coordinates, makes every "
+        "record its own key).",
     ),
     Key(
         "table.target.file.size.bytes",

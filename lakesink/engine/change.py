@@ -76,8 +76,8 @@ class TableChange:
                 "path": w.path,
                 "prevCommit": w.prev_commit,
                 "numWrites": w.num_writes,
-                "numDeletes": 0,
-                "numUpdateWrites": 0,
+                "numDeletes": w.num_deletes,
+                "numUpdateWrites": w.num_update_writes,
                 "numInserts": w.num_inserts,
                 "totalWriteBytes": w.total_write_bytes,
                 "totalWriteErrors": 0,
@@ -135,6 +135,8 @@ class TableChange:
                             prev_commit=s.get("prevCommit") or "null",
                             num_inserts=int(s.get("numInserts") or 0),
                             total_write_bytes=int(s.get("totalWriteBytes") or 0),
+                            num_update_writes=int(s.get("numUpdateWrites") or 0),
+                            num_deletes=int(s.get("numDeletes") or 0),
                         )
                     )
             extra = {k: v for k, v in dict(d.get("extraMetadata") or {}).items() if v is not None}

@@ -118,6 +118,9 @@ class Coordinator:
         self.metrics = metrics
         # Run after each published commit (inline table services, handed in by the pipeline)
         self.post_commit: tuple[PostCommitHook, ...] = tuple(post_commit)
+        # What the commits say they did (Hudi's operationType): INSERT for appends, UPSERT
+        # when the table's rows change by key (the plugin sets it from the table's config)
+        self.operation_type = "INSERT"
         self._committed: WriterOffsets | None = None
         # the batches begun or pre-committed and not yet over, by instant time; the writer's
         # thread adds them, the async committer's thread ends them (one dict operation each)
@@ -310,7 +313,7 @@ class Coordinator:
         kept = self._stage(self._transaction(batch), decision.statuses)
         crash_point("after-reconcile")
         metadata = TableChange(
-            operation_type="INSERT",
+            operation_type=self.operation_type,
             writes=tuple(f for s in decision.statuses for f in s.files),
             replaced_file_ids={},
             schema=schema,

@@ -40,10 +40,18 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from lakesink.errors import RecordError
-from lakesink.protocol.mutation import RowOperation
+from lakesink.protocol.mutation import OPERATION_COLUMN, UNAVAILABLE_COLUMN, RowOperation
 
-OPERATION_COLUMN = "_lakesink_op"
-UNAVAILABLE_COLUMN = "_lakesink_unavailable"
+__all__ = [
+    "OFFSET_COLUMN",
+    "OPERATION_COLUMN",
+    "PARTITION_COLUMN",
+    "UNAVAILABLE_COLUMN",
+    "FoldColumns",
+    "fold_by_key",
+    "fold_by_key_reference",
+    "merge_over",
+]
 PARTITION_COLUMN = "kafka_partition"
 OFFSET_COLUMN = "kafka_offset"
 _DELETE = RowOperation.DELETE.code

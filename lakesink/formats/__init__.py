@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from lakesink.engine.coordinator import Coordinator
     from lakesink.engine.format import CommitControl, TableFormat
     from lakesink.engine.schema import TableSchema
-    from lakesink.formats.audit import DeadLetters, KeptByTransform
+    from lakesink.formats.audit import DeadLetters, FoldAudit, KeptByTransform
     from lakesink.formats.backfill import Backfill
     from lakesink.formats.task import TaskTarget
     from lakesink.metrics import IngestionMetrics
@@ -100,6 +100,7 @@ class FormatPlugin(Protocol):
         dead_letters: DeadLetters | None,
         kept_by_transform: KeptByTransform | None,
         spark: bool,
+        fold: FoldAudit | None = None,
     ) -> AuditResult:
         """The exactly-once audit of the writer; `spark`: read the table with Spark as well,
         where the format has such a reader."""

@@ -8,10 +8,15 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from lakesink.protocol.offsets import OffsetRange, TopicPartition
+
+if TYPE_CHECKING:
+    from lakesink.kafka.decoded import Deserializer
 
 COORDINATES = ["kafka_topic", "kafka_partition", "kafka_offset"]
 Coordinate = tuple[str, int, int]
@@ -148,3 +153,139 @@ def compare_with_kafka(
             f"{len(extra)} table rows are not records in Kafka, e.g. {sorted(extra)[:3]}"
         )
     return KafkaComparison(len(expected), len(gone), len(dead), len(filtered))
+
+
+@dataclass(frozen=True, slots=True)
+class FoldAudit:
+    """What a table whose rows change by key (write.operation upsert or cdc) is audited with:
+    the deserializer its records were decoded with (a change stream's carries the operation),
+    its record key and ordering columns. The table must equal the fold of the committed
+    records by key under the ordering rule (lakesink.engine.fold)."""
+
+    deserializer: Deserializer
+    key: tuple[str, ...]
+    ordering: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class FoldComparison:
+    """What `compare_with_fold` counted."""
+
+    kafka_records: int  # records Kafka holds in the committed spans (tombstones included)
+    versions: int  # of them, the versions of keys (the decoded records)
+    keys: int  # keys the fold leaves (deleted keys not counted)
+    wrong_keys: int  # keys missing from the table, extra in it, or holding other values
+    dead_letters: int  # records that did not decode: dead letters, not versions
+
+
+def folded_versions(
+    audit: FoldAudit,
+    spans: Mapping[TopicPartition, tuple[int, int]],
+    *,
+    bootstrap: str,
+    isolation_level: str,
+    consumer_config: Mapping[str, str],
+    problems: list[str],
+) -> tuple[pa.Table | None, int, int, int]:
+    """The fold of every record Kafka holds in `spans`, decoded as the writer decoded them:
+    (one row per live key or None when there were no versions, records read, versions, records
+    that failed to decode). A span whose first records Kafka has deleted cannot be folded: it is
+    named in `problems`."""
+    from lakesink.engine.fold import fold_by_key
+    from lakesink.kafka.client import watermarks
+    from lakesink.kafka.reader import RangeReadStats, read_range
+    from lakesink.protocol.mutation import CHANGE_COLUMNS, OPERATION_COLUMN, RowOperation
+
+    marks = watermarks(bootstrap, list(spans), isolation_level, extra=dict(consumer_config))
+    pieces: list[pa.Table] = []
+    read = failed = 0
+    for tp, (start, end) in sorted(spans.items()):
+        if marks[tp][0] > start:
+            problems.append(
+                f"{tp}: Kafka deleted records from {start} to {marks[tp][0]} since they were "
+                "committed; the fold of the table's records cannot be rebuilt"
+            )
+            continue
+        if start >= end:
+            continue
+        stats = RangeReadStats()
+        failures: list[object] = []
+        for batch in read_range(
+            bootstrap,
+            OffsetRange(tp, start, end),
+            deserializer=audit.deserializer,
+            isolation_level=isolation_level,
+            consumer_config=dict(consumer_config),
+            errors_tolerance="all",
+            on_dead_letter=failures.append,
+            stats=stats,
+        ):
+            pieces.append(pa.Table.from_batches([batch]))
+        read += stats.records_read
+        failed += len(failures)
+    if not pieces:
+        return None, read, 0, failed
+    versions = pa.concat_tables(pieces, promote_options="default")
+    if OPERATION_COLUMN not in versions.column_names:  # upserts: every record a new version
+        versions = versions.append_column(
+            OPERATION_COLUMN,
+            pa.array([RowOperation.UPDATE.code] * versions.num_rows, pa.int8()),
+        )
+    folded = fold_by_key(versions, audit.key, audit.ordering)
+    live = folded.filter(pc.not_equal(folded.column(OPERATION_COLUMN), RowOperation.DELETE.code))
+    kept = [c for c in live.column_names if c not in CHANGE_COLUMNS]
+    return live.select(kept), read, versions.num_rows, failed
+
+
+def compare_with_fold(
+    rows: pa.Table | None,
+    spans: Mapping[TopicPartition, tuple[int, int]],
+    audit: FoldAudit,
+    *,
+    bootstrap: str,
+    isolation_level: str,
+    consumer_config: Mapping[str, str],
+    problems: list[str],
+) -> FoldComparison:
+    """The table's `rows` (every column, as one reader read them) against the fold of the
+    records Kafka holds in the writer's committed `spans`: the same keys, and for each key the
+    same value in every column the fold has (the Kafka coordinates of the winning version
+    included). Each failure goes into `problems`, with a few keys as examples."""
+    expected, read, versions, failed = folded_versions(
+        audit,
+        spans,
+        bootstrap=bootstrap,
+        isolation_level=isolation_level,
+        consumer_config=consumer_config,
+        problems=problems,
+    )
+    want = _by_key(expected, audit.key) if expected is not None else {}
+    columns = list(expected.column_names) if expected is not None else []
+    if rows is None:  # nothing committed yet
+        rows = expected.schema.empty_table() if expected is not None else pa.table({})
+    missing = [c for c in columns if c not in rows.column_names]
+    if missing:
+        problems.append(f"the table has no column {', '.join(map(repr, missing))}")
+        return FoldComparison(read, versions, len(want), len(want), failed)
+    got = _by_key(rows.select(columns), audit.key) if columns else {}
+    wrong = sorted((k for k in want.keys() | got.keys() if want.get(k) != got.get(k)), key=repr)
+    if len(got) != rows.num_rows:
+        problems.append(f"{rows.num_rows - len(got)} rows repeat a key another row holds")
+    if wrong:
+        examples = "; ".join(
+            f"key {k!r}: expected {want.get(k)!r}, table {got.get(k)!r}" for k in wrong[:3]
+        )
+        problems.append(
+            f"{len(wrong)} of {len(want)} keys differ from the fold of the committed Kafka "
+            f"records ({len(set(got) - set(want))} extra, {len(set(want) - set(got))} "
+            f"missing): {examples}"
+        )
+    return FoldComparison(read, versions, len(want), len(wrong), failed)
+
+
+def _by_key(rows: pa.Table, key: tuple[str, ...]) -> dict[tuple[Any, ...], tuple[Any, ...]]:
+    names = rows.column_names
+    out: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+    for row in rows.to_pylist():
+        out[tuple(row[k] for k in key)] = tuple(row[n] for n in names)
+    return out

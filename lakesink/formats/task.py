@@ -9,7 +9,7 @@ module imports nothing of the formats, so the task path loads only the format it
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -51,4 +51,16 @@ class TaskTarget(Protocol):
 
     def open(self, attempt: TaskAttempt) -> TableWriter:
         """The writer of this task attempt (its files carry names of the attempt's own)."""
+        ...
+
+
+@runtime_checkable
+class KeyedTaskTarget(TaskTarget, Protocol):
+    """A target whose rows must reach their writer grouped: every row of one group (Hudi: one
+    file group, a partition's bucket) in one task, since that task rewrites the group's file.
+    The Spark side shuffles the rows by `group_ids` before handing them to `open`'s writer."""
+
+    def group_ids(self, batch: pa.RecordBatch) -> pa.Array:
+        """The group of each row of `batch` (int32, the same for every row of a group, in
+        every task and attempt)."""
         ...

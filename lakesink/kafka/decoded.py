@@ -12,11 +12,14 @@ import pyarrow as pa
 
 @dataclass(frozen=True, slots=True)
 class Decoded:
-    """The result of decoding N values: `table` holds the N - len(failures) good rows in input
-    order; `failures` maps the index of each bad value to the reason."""
+    """The result of decoding N values: `table` holds the N - len(failures) - len(skipped) good
+    rows in input order; `failures` maps the index of each bad value to the reason; `skipped`
+    holds the indexes of values that intentionally carry no row (a change stream's tombstone
+    after a delete): neither rows nor failures, never dead-lettered."""
 
     table: pa.Table
     failures: dict[int, str] = field(default_factory=dict)
+    skipped: frozenset[int] = frozenset()
 
 
 @runtime_checkable

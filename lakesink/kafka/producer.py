@@ -82,7 +82,8 @@ def encode_event(event: Mapping[str, Any]) -> bytes:
     return json.dumps(event, separators=(",", ":")).encode()
 
 
-def _producer(bootstrap: str, extra: Mapping[str, Any] | None = None) -> Any:
+def make_producer(bootstrap: str, extra: Mapping[str, Any] | None = None) -> Any:
+    """An idempotent producer (acks=all) with `extra` settings over lakesink's defaults."""
     from confluent_kafka import Producer
 
     config: dict[str, Any] = {
@@ -127,7 +128,7 @@ def produce_sample_events(
     raises KafkaError if any delivery failed."""
     if create:
         create_topic(bootstrap, topic, partitions)
-    producer = _producer(bootstrap, producer_config)
+    producer = make_producer(bootstrap, producer_config)
     delivery = _Delivery([])
     counts = {TopicPartition(topic, p): 0 for p in range(partitions)}
     produce = producer.produce
@@ -168,7 +169,7 @@ def produce_values(
     timeout_s: float = 30.0,
 ) -> None:
     """Produce the given raw values, in order, to one partition (tests with hand-made records)."""
-    producer = _producer(bootstrap, {"linger.ms": 5})
+    producer = make_producer(bootstrap, {"linger.ms": 5})
     delivery = _Delivery([])
     for n, value in enumerate(values):
         kwargs: dict[str, Any] = {"partition": partition, "on_delivery": delivery}

@@ -7,7 +7,9 @@ Kafka metadata columns, then the deserialized value columns.
 
 Records that fail to deserialize: with errors_tolerance="none" a RecordError names topic,
 partition, offset and reason; with "all" they leave the data batches and go to `on_dead_letter`
-as FailedRecords (counted in `RangeReadStats.dead_letters`, never silently dropped).
+as FailedRecords (counted in `RangeReadStats.dead_letters`, never silently dropped). Records the
+deserializer skips by design (`Decoded.skipped`: a change stream's tombstones) leave without a
+row and without a dead letter, counted in `RangeReadStats.records_skipped`.
 """
 
 from __future__ import annotations
@@ -71,6 +73,9 @@ class RangeReadStats:
     records_read: int = 0
     records_emitted: int = 0
     dead_letters: int = 0
+    records_skipped: int = 0
+    """Records that intentionally carry no row (a change stream's tombstones): read, neither
+    emitted nor dead-lettered."""
     batches: int = 0
     position: int = -1
     elapsed_s: float = 0.0
@@ -330,14 +335,19 @@ class _RangeReader:
         headers = list(map(_headers, msgs))
         decoded = self.deserializer.decode(values)
         failures = decoded.failures
+        skipped = decoded.skipped
         table = decoded.table
         unreadable = [i for i, h in enumerate(headers) if h is _UNREADABLE]
         if unreadable:
-            failures, table = _fail_unreadable_headers(unreadable, failures, table, n)
+            failures, table = _fail_unreadable_headers(unreadable, failures, table, n, skipped)
+            skipped = skipped - failures.keys()
         self.stats.records_read += n
         if failures:
             self._handle_failures(msgs, headers, failures)
-            keep = [i for i in range(n) if i not in failures]
+        if failures or skipped:
+            # skipped records leave like failures, but no dead letter: they carry no row by design
+            self.stats.records_skipped += len(skipped)
+            keep = [i for i in range(n) if i not in failures and i not in skipped]
             msgs = [msgs[i] for i in keep]
             offsets = [offsets[i] for i in keep]
             headers = [headers[i] for i in keep]
@@ -410,15 +420,21 @@ def _headers(m: Any) -> Any:
 
 
 def _fail_unreadable_headers(
-    unreadable: list[int], failures: dict[int, str], table: pa.Table, n: int
+    unreadable: list[int],
+    failures: dict[int, str],
+    table: pa.Table,
+    n: int,
+    skipped: frozenset[int] = frozenset(),
 ) -> tuple[dict[int, str], pa.Table]:
-    """Add the records with unreadable headers to the failures and drop their decoded rows."""
+    """Add the records with unreadable headers to the failures (a skipped one too: its
+    record is bad all the same) and drop their decoded rows."""
     out = dict(failures)
-    drop = [i for i in unreadable if i not in failures]
+    drop = [i for i in unreadable if i not in failures and i not in skipped]
     for i in unreadable:
         out[i] = UNREADABLE_HEADERS
     if drop:
         dropped = set(drop)
-        rows = [i for i in range(n) if i not in failures]  # row k of `table` is value rows[k]
+        # row k of `table` is value rows[k]
+        rows = [i for i in range(n) if i not in failures and i not in skipped]
         table = table.filter(pa.array([i not in dropped for i in rows], pa.bool_()))
     return out, table

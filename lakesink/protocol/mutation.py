@@ -20,6 +20,19 @@ from lakesink.errors import RecordError
 # What an ordering value may be: it must compare with the other versions of its key.
 Ordering = int | float | str | bytes | Decimal
 
+OPERATION_COLUMN = "_lakesink_op"
+"""The rows of a change stream carry each version's operation here (int8, `RowOperation.code`);
+the writer drops the column (a winning delete removes its key). Rows without it are upserts."""
+UNAVAILABLE_COLUMN = "_lakesink_unavailable"
+"""Optional list<string>: the columns whose value a version did not carry (PostgreSQL's
+unchanged TOAST values); the writer keeps the stored value and drops the column."""
+SOURCE_POSITION_COLUMN = "_source_position"
+"""The ordering column of a Debezium stream when `table.ordering.field` names none: the
+source's position of the change (PostgreSQL: source.sequence / lsn, as fixed-width hex text,
+so text order is the source's order). A table column: Hudi's readers order versions by it."""
+CHANGE_COLUMNS = (OPERATION_COLUMN, UNAVAILABLE_COLUMN)
+"""Columns of a change stream's rows that are never written to the table."""
+
 
 class RowOperation(enum.Enum):
     """What a change does to its key. `code` is the value of the operation column (int8) in

@@ -21,6 +21,10 @@ class FileWrite:
     prev_commit: str = "null"
     num_inserts: int = 0
     total_write_bytes: int = 0
+    num_update_writes: int = 0
+    """Rows of the file that a version of this write changed (an upsert's merge)."""
+    num_deletes: int = 0
+    """Rows of the previous slice that this write deleted."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -32,11 +36,17 @@ class FileWrite:
             "prev_commit": self.prev_commit,
             "num_inserts": self.num_inserts,
             "total_write_bytes": self.total_write_bytes,
+            "num_update_writes": self.num_update_writes,
+            "num_deletes": self.num_deletes,
         }
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> FileWrite:
-        return cls(**{k: d[k] for k in cls.__dataclass_fields__})
+        # statuses of older releases have no update and delete counts: they default to 0
+        return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d or k not in _SINCE})
+
+
+_SINCE = frozenset({"num_update_writes", "num_deletes"})
 
 
 @dataclass(frozen=True, slots=True)

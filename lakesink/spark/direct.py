@@ -66,6 +66,11 @@ def uses_direct_path(cfg: LakesinkConfig) -> bool:
 def _direct_path_obstacle(cfg: LakesinkConfig) -> str | None:
     if cfg["transform.sql"] or cfg["transform.python"]:
         return "transform.sql and transform.python run on a Spark DataFrame"
+    if cfg["write.operation"] != "append":
+        return (
+            f"write.operation={cfg['write.operation']} rewrites each bucket in one task, so the "
+            "rows of all Kafka partitions are shuffled by bucket on a Spark DataFrame"
+        )
     date_from = cfg["table.partition.date.from"]
     if date_from:
         from lakesink.spark.arrow_transform import plan_arrow_transform

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
@@ -20,9 +21,11 @@ from lakesink.config import LakesinkConfig
 from lakesink.engine.async_commit import AsyncCommitter
 from lakesink.engine.coordinator import BatchOutcome, Coordinator
 from lakesink.engine.schema import TableSchema
-from lakesink.errors import ConfigError, LakesinkError
+from lakesink.errors import CommitConflictError, ConfigError, InternalError, LakesinkError
 from lakesink.formats import plugin_of
+from lakesink.formats.task import KeyedTaskTarget
 from lakesink.metrics import IngestionMetrics
+from lakesink.protocol.mutation import CHANGE_COLUMNS
 from lakesink.protocol.offsets import OffsetRange
 from lakesink.protocol.write_status import WriteStatus
 from lakesink.spark.arrow_transform import (
@@ -287,6 +290,8 @@ class CommittingSink:
             return self._rows_arrow
         zone = df.sparkSession.conf.get("spark.sql.session.timeZone") or "UTC"
         arrow = to_arrow_schema(self.output_schema or df.schema, timezone=zone)
+        # a change stream's operation and unavailable columns are never table columns
+        arrow = pa.schema([f for f in arrow if f.name not in CHANGE_COLUMNS])
         if self.output_schema is not None:
             self._rows_arrow = arrow
         return arrow
@@ -348,6 +353,20 @@ class CommittingSink:
     ) -> BatchOutcome | None:
         """The batch over its tables (spark/batch.py): begin, write, commit in order; the main
         table's outcome, or None when it had nothing to publish (a replayed batch)."""
+        for attempt in range(1, CONFLICT_ATTEMPTS + 1):
+            try:
+                return self._commit_batch_once(batch_df, batch_id, ranges)
+            except CommitConflictError as e:
+                # an upsert batch rewrote a bucket another writer rewrote since it began: its
+                # instant is rolled back; written again over that writer's files, it wins
+                if self.coordinator.operation_type != "UPSERT" or attempt == CONFLICT_ATTEMPTS:
+                    raise
+                log.warning("batch %s: %s; writing it again (attempt %d)", batch_id, e, attempt + 1)
+        raise InternalError("unreachable: the last attempt returns or raises")
+
+    def _commit_batch_once(
+        self, batch_df: DataFrame, batch_id: int, ranges: list[OffsetRange]
+    ) -> BatchOutcome | None:
         instants = self.tables.begin(batch_id, ranges)
         if not any(instants.values()):
             return None
@@ -453,8 +472,32 @@ class CommittingSink:
         required: tuple[str, ...] = (),
     ) -> list[WriteStatus]:
         size = self.cfg["table.target.file.size.bytes"]
-        writer = TaskWriter(self.plugin.task_target(coordinator, instant.value, size), required)
+        target = self.plugin.task_target(coordinator, instant.value, size)
+        if isinstance(target, KeyedTaskTarget):
+            df = grouped_for(df, target)
+        writer = TaskWriter(target, required)
         return parse_statuses(df.mapInArrow(writer, STATUS_SCHEMA).collect())
+
+
+GROUP_COLUMN = "_lakesink_group"
+CONFLICT_ATTEMPTS = 5
+"""How often an upsert batch that lost a file group to a concurrent writer is written again."""
+
+
+def grouped_for(df: DataFrame, target: KeyedTaskTarget) -> DataFrame:
+    """`df` shuffled so that every row of one of `target`'s groups (a Hudi bucket) reaches the
+    same task: the group of each row computed in the tasks (`target.group_ids`), then hash
+    partitioned by it into as many partitions as the cluster has cores."""
+    from pyspark.sql.types import IntegerType, StructField
+
+    def with_group(batches: Iterator[Any]) -> Iterator[Any]:
+        for batch in batches:
+            yield batch.append_column(GROUP_COLUMN, target.group_ids(batch))
+
+    schema = StructType([*df.schema.fields, StructField(GROUP_COLUMN, IntegerType(), False)])
+    tasks = max(1, df.sparkSession.sparkContext.defaultParallelism)
+    grouped = df.mapInArrow(with_group, schema).repartition(tasks, GROUP_COLUMN)
+    return grouped.drop(GROUP_COLUMN)
 
 
 def _dead_letters_of(rows: DataFrame) -> DataFrame:

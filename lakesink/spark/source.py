@@ -151,7 +151,24 @@ def _dead_letter_rows(schema: pa.Schema, failed: list[Any]) -> pa.RecordBatch:
 
 def value_deserializer(cfg: LakesinkConfig) -> Any:
     """The deserializer of the record values `cfg` declares (imported lazily: a task that
-    never decodes pays nothing)."""
+    never decodes pays nothing): with write.operation=cdc, the change-stream deserializer, whose
+    rows carry the operation (lakesink.kafka.changes)."""
+    if cfg["write.operation"] == "cdc":
+        from lakesink.kafka.changes import ChangeDeserializer
+
+        mutation = cfg.settings.mutation
+        return ChangeDeserializer.configured(
+            value_format=cfg["value.format"],
+            schema=cfg["value.schema"],
+            schema_file=cfg["value.schema.file"],
+            key_columns=cfg.settings.table.record_key_fields,
+            cdc_format=mutation.cdc_format,
+            ordering_field=mutation.ordering_field,
+            op_field=mutation.op_field,
+            op_values=mutation.op_values,
+            avro_wire_format=cfg["value.avro.wire.format"],
+            avro_schema_ids=cfg["value.avro.schema.ids"],
+        )
     from lakesink.kafka.deserializers import make_deserializer
 
     return make_deserializer(

@@ -200,7 +200,8 @@ def postgres_server() -> Iterator[PostgresServer]:
     if external:
         yield PostgresServer(Path("."), 0, Path("."), external_dsn=external)
         return
-    server = start_postgres()
+    # logical decoding on: the change-data-capture tests' Debezium connectors read this server
+    server = start_postgres(settings=LOGICAL_DECODING)
     try:
         yield server
     finally:

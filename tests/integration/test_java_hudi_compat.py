@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -30,10 +31,14 @@ from lakesink.formats.hudi.table.config import TableConfig
 from lakesink.formats.hudi.table.files import write_token
 from lakesink.formats.hudi.table.hudi_table import HudiTable
 from lakesink.formats.hudi.table.metadata import CommitMetadata
+from lakesink.formats.hudi.table.reader import TableReader
+from lakesink.formats.hudi.table.upsert import HudiUpsertTaskTarget
 from lakesink.formats.hudi.table.writer import PartitionedWriter
+from lakesink.formats.task import TaskAttempt
 from lakesink.protocol.instant import Action
+from lakesink.protocol.mutation import OPERATION_COLUMN, RowOperation
 from lakesink.protocol.offsets import OffsetRange, TopicPartition
-from lakesink.protocol.write_status import WriteStatus
+from lakesink.protocol.write_status import FileWrite, WriteStatus
 
 pytestmark = pytest.mark.integration
 
@@ -48,6 +53,8 @@ TABLES = [
     "backfill_v8",
     "unpartitioned_v8",
     "two_levels_v6",
+    "upsert_v6",
+    "upsert_v8",
 ]
 LIGHT = {"unpartitioned_v8", "two_levels_v6"}  # incremental reads from the start only
 
@@ -109,6 +116,108 @@ def _layout_table(path: Path, version: int, partition_fields: tuple[str, ...]) -
         table.timeline().publish(inst, md)
 
 
+def _upsert_table(path: Path, version: int) -> None:
+    """Four batches of inserts, updates and deletes written by key into a bucket-indexed table
+    (version 6: one partition column, the later Kafka record wins; version 8: two partition
+    columns, so the record keys are `id:<value>`, and the higher `ts` wins, a stale update
+    losing), one bucket of one partition deleted whole (an empty slice). Checked against a
+    dict fold of every version."""
+    ordering = "ts" if version == 8 else None
+    partitions = ("day", "hour") if version == 8 else ("day",)
+    cfg = TableConfig(
+        path.name,
+        ("id",),
+        partitions,
+        version=version,  # type: ignore[arg-type]
+        ordering_field=ordering,
+        bucket_count=4,
+    )
+    table = HudiTable.create(path, cfg)
+    clock = _Clock()
+    offset = 0
+    state: dict[int, dict[str, Any]] = {}
+
+    def version_of(key: int, op: RowOperation, ts: int) -> dict[str, Any]:
+        nonlocal offset
+        offset += 1
+        return {
+            "id": key,
+            "day": f"d{key % 3}",
+            "hour": key % 2,
+            "ts": ts,
+            "name": f"n{key}-{offset}",
+            "kafka_topic": "orders",
+            "kafka_partition": 0,
+            "kafka_offset": offset,
+            OPERATION_COLUMN: op.code,
+        }
+
+    insert, update, delete = RowOperation.INSERT, RowOperation.UPDATE, RowOperation.DELETE
+    first = [version_of(k, insert, 1) for k in range(240)]
+    second = [version_of(k, update, 2) for k in range(100)]
+    second += [version_of(k, insert, 2) for k in range(240, 300)]
+    second += [version_of(k, delete, 2) for k in range(200, 220)]
+    # one bucket of one partition emptied: every key of ("d0", hour 0) in the bucket of key 0
+    probe = HudiUpsertTaskTarget.for_table(table, clock.next().value, 1 << 20)
+    keys = pa.Table.from_pylist([version_of(k, insert, 0) for k in range(300)])
+    group = probe.group_ids(keys.to_batches()[0]).to_pylist()
+    emptied = [k for k in range(300) if group[k] == group[0]]
+    third = [version_of(k, delete, 3) for k in emptied]
+    third += [version_of(k, update, 3) for k in range(100, 130) if k not in emptied]
+    # stale under ts ordering
+    third += [version_of(k, update, 0) for k in range(130, 140) if k not in emptied]
+    fourth = [version_of(k, update, 4) for k in range(290, 300) if k not in emptied]
+    sizes: list[int] = []
+    for batch in (first, second, third, fourth):
+        t = clock.next()
+        inst = table.timeline().begin(Action.COMMIT, t)
+        target = HudiUpsertTaskTarget.for_table(table, t.value, 1 << 20)
+        rows = pa.Table.from_pylist(batch).combine_chunks().to_batches()[0]
+        ids = target.group_ids(rows).to_pylist()
+        writes: list[FileWrite] = []
+        schema = ""
+        for task in range(3):
+            writer = target.open(TaskAttempt(task, 1, 0, f"1.{task}.0"))
+            mine = [i % 3 == task for i in ids]
+            if any(mine):
+                writer.write(rows.filter(pa.array(mine)))
+            files, extra = writer.close()
+            writes += files
+            sizes += [f.num_writes for f in files]
+            schema = schema or extra.get("schema", "")
+        table.timeline().publish(inst, CommitMetadata("UPSERT", tuple(writes), schema=schema))
+        for v in batch:  # the reference: per key the highest version under the rule
+            key = v["id"]
+            held = state.get(key)
+            newer = held is None or (
+                ordering is None
+                or (v["ts"], v["kafka_offset"]) > (held["ts"], held["kafka_offset"])
+            )
+            if newer:
+                state[key] = v
+        state = {k: v for k, v in state.items() if v[OPERATION_COLUMN] != delete.code}
+    want = sorted(
+        ({c: v for c, v in row.items() if c != OPERATION_COLUMN} for row in state.values()),
+        key=lambda r: r["id"],
+    )
+    got = (
+        TableReader(table)
+        .snapshot()
+        .drop_columns(
+            [
+                "_hoodie_commit_time",
+                "_hoodie_commit_seqno",
+                "_hoodie_record_key",
+                "_hoodie_partition_path",
+                "_hoodie_file_name",
+            ]
+        )
+    )
+    assert sorted(got.to_pylist(), key=lambda r: r["id"]) == want
+    assert emptied and all(k not in state for k in emptied)
+    assert 0 in sizes  # the emptied bucket's slice
+
+
 def _backfill_table(path: Path) -> None:
     """A backfill that begins before a streaming commit and completes after it (version 8:
     its instant time is older than the commit it completes after)."""
@@ -155,6 +264,9 @@ def built(java_hudi: JavaHudi, tmp_path_factory: pytest.TempPathFactory) -> Buil
     _layout_table(paths["unpartitioned_v8"], 8, ())
     paths["two_levels_v6"] = root / "two_levels_v6"
     _layout_table(paths["two_levels_v6"], 6, ("day", "name"))
+    for v in (6, 8):
+        paths[f"upsert_v{v}"] = root / f"upsert_v{v}"
+        _upsert_table(paths[f"upsert_v{v}"], v)
     queries: dict[str, list[Query]] = {
         name: plan_reads(paths[name], incremental_pairs=name not in LIGHT) for name in TABLES
     }

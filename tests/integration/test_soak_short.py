@@ -47,7 +47,7 @@ def test_short_soak_with_random_faults_loses_and_duplicates_nothing(
 ) -> None:
     result, stdout, returncode = run_soak(
         tmp_path,
-        *("--minutes", "1.5", "--seed", "20240611", "--broker", broker_kind),
+        *("--minutes", "1", "--seed", "20240611", "--broker", broker_kind),
         *("--partitions", "4", "--fault-interval", "3", "7", "--patience-s", "40"),
         *("--broker-restart-gap-s", "8", "--services-every", "3", "--final-timeout-s", "240"),
     )
@@ -56,8 +56,8 @@ def test_short_soak_with_random_faults_loses_and_duplicates_nothing(
     assert result["missing"] == 0
     assert result["acked_events_missing"] == 0
     assert result["records_in_table"] == result["records_in_kafka"] > 0
-    # the producer kept producing through the faults (200 events/s nominal for 90 s)
-    assert result["records_produced"] >= 200 * 90 // 3, stdout[-5000:]
+    # the producer kept producing through the faults (200 events/s nominal for 60 s)
+    assert result["records_produced"] >= 200 * 60 // 3, stdout[-5000:]
     broker_lost = result["acked_events_lost_by_broker"]
     if broker_kind == "kafka":  # Apache Kafka keeps every acknowledged record (acks=all)
         assert result["faults"].get("broker-kill", 0) >= 1, result["faults"]

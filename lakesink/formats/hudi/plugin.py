@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from lakesink.engine.coordinator import Coordinator
     from lakesink.engine.format import CommitControl
     from lakesink.engine.schema import TableSchema
-    from lakesink.formats.audit import DeadLetters, KeptByTransform
+    from lakesink.formats.audit import DeadLetters, FoldAudit, KeptByTransform
     from lakesink.formats.hudi.audit import AuditReport
     from lakesink.formats.hudi.backfill import HudiBackfill
     from lakesink.formats.hudi.control import WriterCommitControl
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from lakesink.formats.hudi.format import HudiFormat
     from lakesink.formats.hudi.table.hudi_table import HudiTable
     from lakesink.formats.hudi.table.view import FileSystemView
-    from lakesink.formats.hudi.table.writer import HudiTaskTarget
+    from lakesink.formats.task import TaskTarget
     from lakesink.metrics import IngestionMetrics
     from lakesink.protocol.offsets import TopicPartition, WriterOffsets
     from lakesink.settings import Settings, StorageAccess
@@ -80,6 +80,7 @@ class HudiPlugin:
         dead_letters: DeadLetters | None,
         kept_by_transform: KeptByTransform | None,
         spark: bool,
+        fold: FoldAudit | None = None,
     ) -> AuditReport:
         """hudi-rs and lakesink's reader read the table (Spark is not needed)."""
         from lakesink.formats.hudi.audit import audit
@@ -92,6 +93,7 @@ class HudiPlugin:
             consumer_config=settings.kafka.consumer_config,
             dead_letters=dead_letters,
             kept_by_transform=kept_by_transform,
+            fold=fold,
         )
 
     def audit_lines(self, report: AuditReport) -> list[str]:
@@ -101,6 +103,17 @@ class HudiPlugin:
             f"  rows read by lakesink reader:  {report.rows_lakesink:,}",
             f"  Kafka records in committed ranges: {report.kafka_records:,}",
         ]
+        if report.keys is not None:  # a table of keys (write.operation upsert or cdc)
+            lines.append(f"  keys in the fold of those records: {report.keys:,}")
+            if report.ok:
+                lines.append(
+                    "  PASS: the table equals the fold of the committed records by key; "
+                    "readers agree"
+                )
+            else:
+                lines.append("  FAIL:")
+                lines.extend(f"    - {p}" for p in report.problems)
+            return lines
         if report.dead_letters:
             lines.append(f"  dead-lettered records:         {report.dead_letters:,}")
         if report.filtered:
@@ -147,26 +160,35 @@ class HudiPlugin:
         from lakesink.formats.hudi.control import hudi_control
         from lakesink.formats.hudi.coordinator import HudiCoordinator
 
-        return HudiCoordinator.from_settings(
+        hudi_table = _hudi_table(table)
+        coordinator = HudiCoordinator.from_settings(
             settings,
-            _hudi_table(table),
+            hudi_table,
             hudi_control(control),
             query_id=query_id,
             publish_delay_s=publish_delay_s,
             topic_ids=topic_ids,
             metrics=metrics,
         )
+        if hudi_table.config.bucket_count is not None:  # rows change by key (write.operation)
+            coordinator.operation_type = "UPSERT"
+        return coordinator
 
     def table_partition_fields(self, coordinator: Coordinator) -> tuple[str, ...]:
         return _hudi_coordinator(coordinator).table.config.partition_fields
 
     def task_target(
         self, coordinator: Coordinator, instant_time: str, target_file_size: int
-    ) -> HudiTaskTarget:
-        """The table's storage and config: tasks write base files with markers."""
+    ) -> TaskTarget:
+        """The table's storage and config: tasks write base files with markers. A table with a
+        bucket index (write.operation upsert or cdc) gets a keyed target: each task rewrites
+        whole buckets over the latest base files as of now."""
+        from lakesink.formats.hudi.table.upsert import HudiUpsertTaskTarget
         from lakesink.formats.hudi.table.writer import HudiTaskTarget
 
         table = _hudi_coordinator(coordinator).table
+        if table.config.bucket_count is not None:
+            return HudiUpsertTaskTarget.for_table(table, instant_time, target_file_size)
         return HudiTaskTarget(table.storage, table.config, instant_time, target_file_size)
 
     def snapshot_files(self, storage: Storage, as_of: str | None) -> list[str]:

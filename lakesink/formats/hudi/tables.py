@@ -16,12 +16,17 @@ DEAD_LETTER_RECORD_KEY = ("kafka_topic", "kafka_partition", "kafka_offset")
 
 def table_config_for(settings: Settings, partition_fields: Sequence[str]) -> TableConfig:
     """The config of the writer's table: its name, version and record key as configured,
-    partitioned by `partition_fields` (table.partition.by and the date column)."""
+    partitioned by `partition_fields` (table.partition.by and the date column); a table whose
+    rows change by key (write.operation upsert or cdc) has a bucket index and its ordering
+    column (Hudi's precombine field)."""
+    mutation = settings.mutation
     return TableConfig(
         name=_table_name(settings),
         version=settings.table.version,
         record_key_fields=tuple(settings.table.record_key_fields),
         partition_fields=tuple(partition_fields),
+        ordering_field=mutation.ordering_column,
+        bucket_count=mutation.bucket_count if mutation.mutates else None,
     )
 
 

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from lakesink.engine.coordinator import Coordinator
     from lakesink.engine.format import CommitControl
     from lakesink.engine.schema import TableSchema
-    from lakesink.formats.audit import DeadLetters, KeptByTransform
+    from lakesink.formats.audit import DeadLetters, FoldAudit, KeptByTransform
     from lakesink.formats.iceberg.audit import IcebergAuditReport
     from lakesink.formats.iceberg.backfill import IcebergBackfill
     from lakesink.formats.iceberg.coordinator import CatalogControl, IcebergCoordinator
@@ -83,12 +83,15 @@ class IcebergPlugin:
         dead_letters: DeadLetters | None,
         kept_by_transform: KeptByTransform | None,
         spark: bool,
+        fold: FoldAudit | None = None,
     ) -> IcebergAuditReport:
         """pyiceberg and DuckDB read the table; with `spark`, Spark with Iceberg's Java runtime
         too, in its own environment (a subprocess that starts Spark: seconds)."""
         from lakesink.formats.iceberg.audit import audit_iceberg, spark_reader
         from lakesink.formats.iceberg.format import catalog_settings_for, open_iceberg_table
 
+        if fold is not None:
+            raise InternalError("an Iceberg table takes appends only: no fold to audit it by")
         return audit_iceberg(
             open_iceberg_table(settings, create=False),
             settings.writer_id,

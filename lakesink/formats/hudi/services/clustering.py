@@ -131,7 +131,15 @@ def schedule_clustering(
     table: HudiTable, control: CommitControl, options: ClusteringOptions
 ) -> ClusteringPlan | None:
     """Under the lock: choose the slices, begin the replacecommit with a heartbeat, store the
-    plan. None when no partition has enough small files."""
+    plan. None when no partition has enough small files, and always for a table with a bucket
+    index: a bucket's file id is its address (writers find a key's file group by the bucket
+    number in its id), so its file groups are never rewritten into others."""
+    if table.config.bucket_count is not None:
+        log.info(
+            "table %s: no clustering: its file groups are the buckets of its bucket index",
+            table.config.name,
+        )
+        return None
     tx = TableTransaction(
         HudiFormat(table), control, writer_id=SERVICES_WRITER_ID, action=Action.REPLACE_COMMIT
     )

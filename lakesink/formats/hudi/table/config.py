@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Literal, cast
 
 from lakesink.errors import CorruptTableError, UnsupportedTableError
+from lakesink.formats.hudi.table.bucket import BucketIndex, BucketIndexProperty
 from lakesink.protocol.instant import TimelineLayout
 
 TableVersion = Literal[6, 8]
@@ -45,6 +46,39 @@ class TableProperty(enum.StrEnum):
     CHECKSUM = "hoodie.table.checksum"
     METADATA_PARTITIONS = "hoodie.table.metadata.partitions"
     CDC_ENABLED = "hoodie.table.cdc.enabled"
+    PRECOMBINE_FIELD = "hoodie.table.precombine.field"
+    """The ordering field of versions 6 and 8 (Hudi 1.2.0's version-9 name,
+    `hoodie.table.ordering.fields`, is read as well; its downgrade to 8 writes this key)."""
+    ORDERING_FIELDS = "hoodie.table.ordering.fields"
+    PAYLOAD_CLASS = "hoodie.compaction.payload.class"
+    RECORD_MERGE_MODE = "hoodie.record.merge.mode"  # version 8
+    RECORD_MERGE_STRATEGY_ID = "hoodie.record.merge.strategy.id"  # version 8
+
+
+class RecordMergeMode(enum.StrEnum):
+    """How Hudi picks between two versions of a key (`hoodie.record.merge.mode`), with the
+    payload class and merge strategy id that Hudi 1.2.0 stores beside it for a version-8 table
+    (`HoodieTableConfig.inferMergingConfigsForPreV9Table`); a version-6 table stores only the
+    payload class."""
+
+    EVENT_TIME_ORDERING = "EVENT_TIME_ORDERING"
+    """The higher ordering value wins (lakesink's rule with an ordering field)."""
+    COMMIT_TIME_ORDERING = "COMMIT_TIME_ORDERING"
+    """The later write wins (lakesink's rule without one: Kafka order)."""
+
+    @property
+    def payload_class(self) -> str:
+        if self is RecordMergeMode.EVENT_TIME_ORDERING:
+            return "org.apache.hudi.common.model.DefaultHoodieRecordPayload"
+        return "org.apache.hudi.common.model.OverwriteWithLatestAvroPayload"
+
+    @property
+    def strategy_id(self) -> str:
+        """`HoodieRecordMerger.EVENT_TIME_BASED_MERGE_STRATEGY_UUID` and
+        `COMMIT_TIME_BASED_MERGE_STRATEGY_UUID`."""
+        if self is RecordMergeMode.EVENT_TIME_ORDERING:
+            return "eeb8d96f-b1e4-49fd-bbf8-28ac514178e5"
+        return "ce9acb64-bde0-424c-9b91-f6ebba25356d"
 
 
 TIMELINE_FOLDER = "timeline"  # layout 2: active timeline under .hoodie/timeline
@@ -77,6 +111,12 @@ class TableConfig:
     """Partition folders named `col=value` (True) or `value` (False)."""
     database: str = "default"
     """Database name, part of the table checksum."""
+    ordering_field: str | None = None
+    """The column whose higher value wins between two versions of a key (Hudi's precombine
+    field); None: the later Kafka record wins. Stored with the merge mode it implies."""
+    bucket_count: int | None = None
+    """Buckets per partition of Hudi's simple bucket index (hashed from the record key): a table
+    whose rows change by key (upserts, change streams). None: an append table, no index."""
 
     def __post_init__(self) -> None:
         if not self.name or not all(c.isalnum() or c == "_" for c in self.name):
@@ -98,6 +138,15 @@ class TableConfig:
         for f in (*self.record_key_fields, *self.partition_fields):
             if not f or "," in f:
                 raise UnsupportedTableError(f"field name {f!r} is not valid in table {self.name!r}")
+        if self.ordering_field is not None and not self.ordering_field:
+            raise UnsupportedTableError(f"table {self.name!r}: the ordering field name is empty")
+        if self.bucket_count is not None:
+            self.bucket_index()  # checks the count and the key field names
+            if self.ordering_field is not None and "," in self.ordering_field:
+                raise UnsupportedTableError(
+                    f"table {self.name!r} orders versions by {self.ordering_field!r}; lakesink "
+                    "writes by key with one ordering field only"
+                )
 
     @property
     def layout(self) -> TimelineLayout:
@@ -106,6 +155,26 @@ class TableConfig:
     @property
     def is_partitioned(self) -> bool:
         return bool(self.partition_fields)
+
+    @property
+    def merge_mode(self) -> RecordMergeMode:
+        if self.ordering_field is None:
+            return RecordMergeMode.COMMIT_TIME_ORDERING
+        return RecordMergeMode.EVENT_TIME_ORDERING
+
+    def bucket_index(self) -> BucketIndex | None:
+        """The table's simple bucket index (hashing every record key field), None without one."""
+        if self.bucket_count is None:
+            return None
+        return BucketIndex(self.bucket_count, self.record_key_fields)
+
+    @property
+    def named_record_keys(self) -> bool:
+        """Whether `_hoodie_record_key` is `field:value` even for one key field: Hudi 1.2.0's
+        ComplexKeyGenerator writes one field so for table versions up to 8 (unless a writer sets
+        `hoodie.write.complex.keygen.new.encoding`), and it is the key generator lakesink
+        declares for one key field with two or more partition fields."""
+        return self._key_generator()[1] == "COMPLEX"
 
     def timeline_folder(self) -> str:
         """The active timeline's folder relative to the base path."""
@@ -140,6 +209,18 @@ class TableConfig:
         }
         if self.partition_fields:
             props[p.PARTITION_FIELDS] = ",".join(self.partition_fields)
+        if self.ordering_field is not None:
+            props[p.PRECOMBINE_FIELD] = self.ordering_field
+        if self.ordering_field is not None or self.bucket_count is not None:
+            # A table written by key: how Java Hudi merges two versions of a key
+            mode = self.merge_mode
+            props[p.PAYLOAD_CLASS] = mode.payload_class
+            if self.layout is TimelineLayout.V2:
+                props[p.RECORD_MERGE_MODE] = mode.value
+                props[p.RECORD_MERGE_STRATEGY_ID] = mode.strategy_id
+        index = self.bucket_index()
+        if index is not None:
+            props.update(index.properties())
         if self.layout is TimelineLayout.V2:
             props[p.INITIAL_VERSION] = str(self.version)
             props[p.TIMELINE_PATH] = TIMELINE_FOLDER
@@ -179,6 +260,8 @@ class TableConfig:
         record_keys = tuple(f for f in props.get(p.RECORD_KEY_FIELDS, "").split(",") if f)
         partitions = tuple(f for f in props.get(p.PARTITION_FIELDS, "").split(",") if f)
         hive = props.get(p.HIVE_STYLE_PARTITIONING, "false").lower() == "true"
+        ordering = props.get(p.ORDERING_FIELDS) or props.get(p.PRECOMBINE_FIELD) or None
+        index = BucketIndex.from_properties(props, record_keys)  # checked by _unsupported
         return cls(
             name=name,
             record_key_fields=record_keys,
@@ -187,6 +270,8 @@ class TableConfig:
             table_type=table_type,
             hive_style_partitioning=hive,
             database=props.get(p.DATABASE_NAME, ""),
+            ordering_field=ordering.strip() if ordering else None,
+            bucket_count=index.num_buckets if index is not None else None,
         )
 
 
@@ -270,7 +355,23 @@ def _unsupported(props: Mapping[str, str], version: int) -> list[str]:
         out.append(
             f"{p.CDC_ENABLED.value}=true is not supported: lakesink does not write change logs"
         )
+    out += _unsupported_index(props, tuple(keys))
     return out
+
+
+def _unsupported_index(props: Mapping[str, str], keys: tuple[str, ...]) -> list[str]:
+    """What lakesink cannot keep of a declared bucket index (Java Hudi keeps no index in
+    `hoodie.properties`; a table lakesink created with one names it there)."""
+    try:
+        index = BucketIndex.from_properties(props, keys)
+    except (UnsupportedTableError, CorruptTableError) as e:
+        return [str(e)]
+    if index is None or set(index.effective_hash_fields) == set(keys):
+        return []
+    return [
+        f"{BucketIndexProperty.HASH_FIELD.value}={props[BucketIndexProperty.HASH_FIELD]!r}: "
+        f"lakesink hashes every record key field ({','.join(keys)})"
+    ]
 
 
 # --- Java properties text (what Hudi reads and writes) --------------------------------------

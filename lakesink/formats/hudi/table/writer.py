@@ -153,15 +153,19 @@ def check_utf8(data: pa.Table, where: str) -> None:
         )
 
 
-def record_keys(table: pa.Table, key_fields: tuple[str, ...]) -> pa.ChunkedArray:
+def record_keys(
+    table: pa.Table, key_fields: tuple[str, ...], *, named: bool = False
+) -> pa.ChunkedArray:
     """`_hoodie_record_key`: the value for one key field, Hudi's complex key
-    `f1:v1,f2:v2` for several (null → `__null__`, empty → `__empty__`)."""
+    `f1:v1,f2:v2` for several (null → `__null__`, empty → `__empty__`). `named`: the complex
+    form `f1:v1` for one key field too, as the table's key generator makes it
+    (`TableConfig.named_record_keys`)."""
     for f in key_fields:
         if f not in table.column_names:
             raise SchemaMismatchError(
                 f"record key column {f!r} is missing; rows have {', '.join(table.column_names)}"
             )
-    if len(key_fields) == 1:
+    if len(key_fields) == 1 and not named:
         return _key_strings(table.column(key_fields[0]), key_fields[0])
     # A field with one value over all the rows (the topic and partition of a Kafka range, in
     # the default key) is rendered once, into the text between the fields that vary.
@@ -293,6 +297,19 @@ class BaseFileWriter:
         ):
             self._flush()
 
+    def write_empty(self, data_schema: pa.Schema) -> None:
+        """Write a file of no rows when nothing was written yet: a file group whose rows were
+        all deleted keeps a slice, so that readers stop reading its previous one."""
+        if self._closed:
+            raise ValueError("writer is closed")
+        if self._done or self._writer is not None or self._buffer:
+            return
+        data = pa.schema([f for f in data_schema if f.name not in META_COLUMNS])
+        self._check_schema(data)
+        if self._schema is None:
+            self._schema = with_meta_columns(data)
+        self._open_file()
+
     def close(self) -> list[FileWrite]:
         """Flush and close; the write stats of every file written (in order)."""
         if not self._closed:
@@ -322,7 +339,8 @@ class BaseFileWriter:
 
     def _with_meta_placeholder(self, data: pa.Table, kept: pa.Table | None) -> pa.Table:
         n = data.num_rows
-        keys = record_keys(data, self.table.config.record_key_fields)
+        config = self.table.config
+        keys = record_keys(data, config.record_key_fields, named=config.named_record_keys)
         if kept is not None and "_hoodie_commit_time" in kept.column_names:
             commit_time = kept.column("_hoodie_commit_time").cast(pa.string())
             seqno = (

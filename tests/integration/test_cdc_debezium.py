@@ -1,0 +1,298 @@
+"""A database's change stream landed as a current-state table: Debezium's PostgreSQL connector
+(Kafka Connect's standalone worker) streams inserts, updates, deletes, TOASTed values left
+alone, a primary-key change and a transaction over two tables from a real PostgreSQL into the
+test's Apache Kafka; lakesink ingests each topic with `write.operation=cdc` into a Hudi
+copy-on-write table, and the table equals `SELECT *` of the database row by row, read with
+hudi-rs and lakesink's own reader, after the first ingestion and again after more changes and
+a restart."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+import uuid
+from collections.abc import Iterator
+from datetime import datetime
+from decimal import Decimal
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pytest
+from integration.conftest import audit_config, ingest_config, run_ingestion
+from integration.debezium_fixture import (
+    ConnectWorker,
+    DebeziumConnector,
+    PostgresSource,
+    debezium_lib_dir,
+)
+
+if TYPE_CHECKING:
+    from pg_fixture import PostgresServer
+
+pytestmark = pytest.mark.integration
+pytest_plugins = ["pg_fixture"]
+
+CUSTOMERS_DDL = (
+    "id INT NOT NULL, name STRING, balance DECIMAL(12,2), updated_at STRING, notes STRING"
+)
+ORDERS_DDL = "id INT NOT NULL, customer_id INT, amount DECIMAL(12,2)"
+LONG_NOTES = ("notes kept out of line by PostgreSQL " * 70)[:2300]  # TOASTed (EXTERNAL)
+
+SETUP = (
+    """CREATE TABLE customers (id integer PRIMARY KEY, name text NOT NULL,
+       balance numeric(12,2), updated_at timestamptz NOT NULL, notes text)""",
+    "ALTER TABLE customers ALTER COLUMN notes SET STORAGE EXTERNAL",
+    """CREATE TABLE orders (id integer PRIMARY KEY, customer_id integer NOT NULL,
+       amount numeric(12,2) NOT NULL)""",
+)
+
+
+def customer(i: int, notes: str | None = None) -> tuple[Any, ...]:
+    return (
+        i,
+        f"customer {i}",
+        Decimal(i) / 4,
+        f"2026-11-27 08:{i // 60:02d}:{i % 60:02d}+00",
+        notes,
+    )
+
+
+FIRST_CHANGES: tuple[tuple[str, tuple[Any, ...]], ...] = (
+    # inserts, two with TOASTed notes
+    *(("INSERT INTO customers VALUES (%s, %s, %s, %s, %s)", customer(i)) for i in range(30, 40)),
+    ("INSERT INTO customers VALUES (%s, %s, %s, %s, %s)", customer(40, LONG_NOTES)),
+    ("INSERT INTO customers VALUES (%s, %s, %s, %s, %s)", customer(41, LONG_NOTES + "!")),
+    # updates, several of one key; one leaves the TOASTed notes alone (the placeholder)
+    *(("UPDATE customers SET balance = balance + 1 WHERE id = %s", (i,)) for i in (1, 2, 2, 30)),
+    ("UPDATE customers SET name = 'renamed', updated_at = now() WHERE id = 40", ()),
+    ("UPDATE customers SET notes = 'short now' WHERE id = 41", ()),
+    # deletes (one of a row from the snapshot, one of a row inserted above)
+    ("DELETE FROM customers WHERE id = %s", (3,)),
+    ("DELETE FROM customers WHERE id = %s", (31,)),
+    # a primary-key change: delete of 4, tombstone, create of 400
+    ("UPDATE customers SET id = 400 WHERE id = 4", ()),
+    ("INSERT INTO orders VALUES (1, 1, 10.00), (2, 400, 20.50)", ()),
+)
+SECOND_CHANGES: tuple[tuple[str, tuple[Any, ...]], ...] = (
+    ("INSERT INTO customers VALUES (%s, %s, %s, %s, %s)", customer(3)),  # a deleted key again
+    ("UPDATE customers SET balance = 0 WHERE id = 400", ()),
+    ("UPDATE customers SET name = 'renamed twice' WHERE id = 40", ()),  # TOAST still alone
+    ("DELETE FROM customers WHERE id BETWEEN 5 AND 9", ()),
+    ("DELETE FROM orders WHERE id = 1", ()),
+    ("UPDATE orders SET amount = 99.99 WHERE id = 2", ()),
+)
+
+
+@pytest.fixture
+def shop(postgres_server: PostgresServer) -> Iterator[tuple[str, PostgresSource]]:
+    """A database of its own in the session's PostgreSQL (wal_level=logical): 20 customers
+    before the connector's snapshot. Its DSN and the connector's view of it."""
+    import psycopg
+
+    name = f"shop_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(postgres_server.dsn, autocommit=True) as admin:
+        admin.execute(f"CREATE DATABASE {name}")
+    dsn = postgres_server.dsn.replace("dbname=postgres", f"dbname={name}")
+    with psycopg.connect(dsn) as conn, conn.transaction():
+        for sql in SETUP:
+            conn.execute(sql)
+        for i in range(1, 21):
+            conn.execute("INSERT INTO customers VALUES (%s, %s, %s, %s, %s)", customer(i))
+    yield (
+        dsn,
+        PostgresSource(
+            "127.0.0.1", postgres_server.port, "postgres", postgres_server.password, name
+        ),
+    )
+    with (
+        psycopg.connect(postgres_server.dsn, autocommit=True) as admin,
+        contextlib.suppress(Exception),
+    ):
+        admin.execute(f"DROP DATABASE {name} WITH (FORCE)")
+
+
+def run_sql(dsn: str, statements: tuple[tuple[str, tuple[Any, ...]], ...], marker: int) -> None:
+    """Each statement its own transaction, but the order insert and the customer update of the
+    last two in one; then a marker customer (`marker`), the last change the topics get."""
+    import psycopg
+
+    with psycopg.connect(dsn) as conn:
+        for sql, params in statements:
+            with conn.transaction():
+                conn.execute(sql, params)
+        with conn.transaction():  # one transaction over both tables
+            conn.execute("UPDATE orders SET amount = amount + 1 WHERE id = 2")
+            conn.execute("UPDATE customers SET balance = balance - 1 WHERE id = 400")
+        with conn.transaction():
+            conn.execute("INSERT INTO customers VALUES (%s, %s, %s, %s, %s)", customer(marker))
+
+
+def wait_for_key(bootstrap: str, topic: str, key: int, timeout_s: float = 120) -> None:
+    """Until a change of customer `key` is in `topic` (every change before it is too)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": uuid.uuid4().hex, "enable.auto.commit": False}
+    )
+    deadline = time.monotonic() + timeout_s
+    try:
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        while time.monotonic() < deadline:
+            msg = consumer.poll(1.0)
+            if msg is None or msg.error() or msg.value() is None:
+                continue
+            payload = json.loads(msg.value()).get("payload") or {}
+            if (payload.get("after") or {}).get("id") == key:
+                return
+    finally:
+        consumer.close()
+    raise AssertionError(f"customer {key} never reached {topic}")
+
+
+def database_rows(dsn: str, table: str) -> dict[int, dict[str, Any]]:
+    import psycopg
+    from psycopg.rows import dict_row
+
+    with psycopg.connect(dsn, row_factory=dict_row) as conn:
+        return {r["id"]: dict(r) for r in conn.execute(f"SELECT * FROM {table}")}
+
+
+def normalized(rows: dict[int, dict[str, Any]], columns: list[str]) -> dict[int, tuple[Any, ...]]:
+    """Rows by key, timestamps as instants (the table keeps Debezium's ISO text)."""
+
+    def value(v: Any) -> Any:
+        if isinstance(v, str) and v[:4].isdigit() and "T" in v and v.endswith("Z"):
+            return datetime.fromisoformat(v)
+        return v
+
+    return {k: tuple(value(r[c]) for c in columns) for k, r in rows.items()}
+
+
+def hudi_rs_rows(table: Path) -> dict[int, dict[str, Any]]:
+    import hudi
+
+    batches = hudi.HudiTableBuilder.from_base_uri(str(table)).build().read()
+    rows = pa.Table.from_batches(batches).to_pylist() if batches else []
+    out = {r["id"]: r for r in rows}
+    assert len(out) == len(rows), "hudi-rs reads two rows of one key"
+    return out
+
+
+def lakesink_rows(table: Path) -> dict[int, dict[str, Any]]:
+    from lakesink.formats.hudi.table.hudi_table import HudiTable
+    from lakesink.formats.hudi.table.reader import TableReader
+
+    rows = TableReader(HudiTable.open(table)).snapshot().to_pylist()
+    out = {r["id"]: r for r in rows}
+    assert len(out) == len(rows), "lakesink's reader reads two rows of one key"
+    return out
+
+
+def assert_table_equals_database(dsn: str, name: str, table: Path, columns: list[str]) -> None:
+    expected = normalized(database_rows(dsn, name), columns)
+    for read in (hudi_rs_rows, lakesink_rows):
+        got = normalized(read(table), columns)
+        wrong = {k for k in expected.keys() | got.keys() if expected.get(k) != got.get(k)}
+        assert not wrong, {k: (expected.get(k), got.get(k)) for k in sorted(wrong)[:5]}
+
+
+def cdc_config(bootstrap: str, topic: str, table: Path, ddl: str, writer: str) -> Any:
+    return ingest_config(
+        bootstrap,
+        topic,
+        table,
+        value__schema=ddl,
+        write__operation="cdc",
+        table__record__key__fields="id",
+        table__bucket__count=4,
+        kafka__max__records__per__batch=20,
+        writer__id=writer,
+    )
+
+
+def test_debezium_change_stream_lands_as_the_databases_current_rows(
+    shop: tuple[str, PostgresSource],
+    kafka_bootstrap: str,
+    spark: Any,
+    tmp_path: Path,
+) -> None:
+    debezium_lib_dir()  # a clear error when scripts/setup-debezium.sh has not run
+    dsn, source = shop
+    prefix = f"cdc{uuid.uuid4().hex[:8]}"  # slot names: at most 63 characters
+    connector = DebeziumConnector(
+        prefix, prefix, tables=("public.customers", "public.orders"), schemas_enable=True
+    )
+    customers_topic, orders_topic = f"{prefix}.public.customers", f"{prefix}.public.orders"
+    customers, orders = tmp_path / "customers", tmp_path / "orders"
+    customer_columns = ["id", "name", "balance", "updated_at", "notes"]
+    with ConnectWorker(tmp_path / "connect", kafka_bootstrap, source, [connector]) as worker:
+        worker.wait_streaming(timeout_s=180)
+        run_sql(dsn, FIRST_CHANGES, marker=900)
+        wait_for_key(kafka_bootstrap, customers_topic, 900)
+        run_ingestion(
+            cdc_config(kafka_bootstrap, customers_topic, customers, CUSTOMERS_DDL, "c"), spark
+        )
+        run_ingestion(cdc_config(kafka_bootstrap, orders_topic, orders, ORDERS_DDL, "o"), spark)
+        assert_table_equals_database(dsn, "customers", customers, customer_columns)
+        assert_table_equals_database(dsn, "orders", orders, ["id", "customer_id", "amount"])
+
+        run_sql(dsn, SECOND_CHANGES, marker=901)
+        wait_for_key(kafka_bootstrap, customers_topic, 901)
+        # a new ingestion of each table: it resumes after the first one's offsets
+        run_ingestion(
+            cdc_config(kafka_bootstrap, customers_topic, customers, CUSTOMERS_DDL, "c"), spark
+        )
+        run_ingestion(cdc_config(kafka_bootstrap, orders_topic, orders, ORDERS_DDL, "o"), spark)
+        assert_table_equals_database(dsn, "customers", customers, customer_columns)
+        assert_table_equals_database(dsn, "orders", orders, ["id", "customer_id", "amount"])
+        assert worker.running
+    # lakesink verify's fold audit: each table equals the fold of its committed records
+    for topic, table, ddl, writer, name in (
+        (customers_topic, customers, CUSTOMERS_DDL, "c", "customers"),
+        (orders_topic, orders, ORDERS_DDL, "o", "orders"),
+    ):
+        report = audit_config(cdc_config(kafka_bootstrap, topic, table, ddl, writer))
+        assert report.ok, report.problems
+        assert report.keys == len(database_rows(dsn, name)) > 0
+        assert report.rows_hudi_rs == report.rows_lakesink == report.keys
+        assert report.commits >= 2
+    assert_the_fold_audit_sees_a_changed_row(
+        cdc_config(kafka_bootstrap, customers_topic, customers, CUSTOMERS_DDL, "c")
+    )
+
+
+def assert_the_fold_audit_sees_a_changed_row(cfg: Any) -> None:
+    """The fold audit's comparison, given the table's rows with one value changed and one row
+    gone, names both keys."""
+    import pyarrow.compute as pc
+
+    from lakesink.cli.verify import fold_audit
+    from lakesink.formats.audit import compare_with_fold
+    from lakesink.formats.hudi.audit import AuditReport, writer_ranges
+    from lakesink.formats.hudi.table.hudi_table import HudiTable
+
+    settings = cfg.settings
+    spans = writer_ranges(
+        HudiTable.open(settings.table_storage()), settings.writer_id, AuditReport("")
+    )
+    fold = fold_audit(cfg)
+    assert fold is not None
+    rows = pa.Table.from_pylist(list(hudi_rs_rows(Path(cfg["table.path"])).values()))
+    ids = sorted(rows.column("id").to_pylist())
+    rows = rows.filter(pc.not_equal(rows.column("id"), ids[0]))
+    names = pc.if_else(pc.equal(rows.column("id"), ids[1]), "tampered", rows.column("name"))
+    rows = rows.set_column(rows.column_names.index("name"), "name", names)
+    problems: list[str] = []
+    found = compare_with_fold(
+        rows,
+        spans,
+        fold,
+        bootstrap=cfg["kafka.bootstrap.servers"],
+        isolation_level="read_committed",
+        consumer_config={},
+        problems=problems,
+    )
+    assert found.wrong_keys == 2, problems
+    assert "2 of" in problems[0] and "(0 extra, 1 missing)" in problems[0], problems
