@@ -108,8 +108,20 @@ def check_mutation(cfg: Mapping[str, Any]) -> None:
         return
     if cfg["table.format"] == "iceberg":
         raise ConfigError(
-            f"write.operation={operation} is not yet available for Iceberg tables (issue 30): "
-            "use table.format=hudi, or write.operation=append"
+            f"write.operation={operation} is not yet available for Iceberg tables: use "
+            "table.format=hudi, or write.operation=append"
+        )
+    if cfg["commit.mode"] == "async":
+        # the next batch would rewrite buckets over slices the pending commit is replacing
+        raise ConfigError(
+            f"write.operation={operation} commits each batch before the next one rewrites its "
+            "buckets: set commit.mode=sync (the default)"
+        )
+    if cfg["write.path"] == "direct":
+        raise ConfigError(
+            f"write.path=direct cannot serve write.operation={operation}: each bucket is "
+            "rewritten by one task, so rows are shuffled on a Spark DataFrame; set "
+            "write.path=auto or dataframe"
         )
     keys = tuple(cfg["table.record.key.fields"])
     if keys == DEFAULT_RECORD_KEY:

@@ -125,6 +125,13 @@ def test_mutations_on_iceberg_tables_are_not_yet_available(operation: str) -> No
     refused(raw, f"write.operation={operation}", "not yet available", "table.format=hudi")
 
 
+@pytest.mark.parametrize("operation", ["upsert", "cdc"])
+def test_mutations_commit_synchronously_on_the_dataframe_path(operation: str) -> None:
+    raw = {**CDC, "write.operation": operation}
+    refused({**raw, "commit.mode": "async"}, f"write.operation={operation}", "commit.mode=sync")
+    refused({**raw, "write.path": "direct"}, "write.path=direct", "write.path=auto or dataframe")
+
+
 def test_an_ordering_field_without_a_mutation_is_refused() -> None:
     refused({**BASE, "table.ordering.field": "version"}, "table.ordering.field", "upsert or cdc")
 
