@@ -3,9 +3,10 @@
 # $LAKESINK_CACHE, else ~/.cache/lakesink, so a fresh clone reuses it) into dist/, fail on any warning of the build, then install the
 # wheel into a new, empty venv with nothing but `pip install dist/lakesink-*.whl[demo,verify]`
 # and run a small `lakesink demo` there, outside the checkout (so nothing is imported from it),
-# then the API examples (examples/notebook.py, examples/spark_submit_app.py under spark-submit)
-# against the embedded broker, with hudi-rs counting what they wrote (scripts/wheel_examples.py);
-# the demo and the examples run side by side, each with its own broker, Spark and folder.
+# then the notebook API example (examples/notebook.py) against the embedded broker, with hudi-rs
+# counting what it wrote (scripts/wheel_examples.py); the demo and the example run side by side,
+# each with its own broker, Spark and folder. (examples/spark_submit_app.py runs under
+# spark-submit on a standalone cluster in the test suite.)
 # (PYTHONDONTWRITEBYTECODE is unset for the build: setuptools warns that it skips byte-compiling.)
 # pip's own cache keeps the second and later installs fast.
 set -euo pipefail

@@ -1,10 +1,11 @@
 """The crash matrix: the driver is killed with SIGKILL at each step of the commit lifecycle
 (its JVM and Python workers die with it); a restart must finish or roll back the inflight
 instant, and the exactly-once audit (hudi-rs and lakesink's reader against Kafka; pyiceberg and
-DuckDB for Iceberg) must pass. On a local Hudi table, a Hudi table on S3 and an Iceberg table
-the steps run as one chain of restarts each, on a table, topic and checkpoint of its own, each
-restart recovering the previous crash before it is killed at the next step; the three chains
-run side by side."""
+DuckDB for Iceberg) must pass. On a local Hudi table, a Hudi table on S3, an Iceberg table and
+a Hudi table of keys fed a change stream (write.operation=cdc: the fold audit, the table equals
+the fold of the committed records by key) the steps run as one chain of restarts each, on a
+table, topic and checkpoint of its own, each restart recovering the previous crash before it is
+killed at the next step; the four chains run side by side."""
 
 from __future__ import annotations
 
@@ -21,7 +22,9 @@ from interop.compare import assert_java_hudi_agrees
 from lakesink.config import LakesinkConfig
 from lakesink.faults import SYNC_CRASH_POINTS
 from lakesink.formats.hudi.table.hudi_table import HudiTable
+from lakesink.formats.hudi.table.view import FileSystemView
 from lakesink.kafka.producer import produce_sample_events
+from lakesink.kafka.sample_changes import ACCOUNTS_DDL, produce_sample_changes
 
 pytestmark = pytest.mark.integration
 
@@ -41,7 +44,11 @@ LEAVES_INFLIGHT = ("after-begin", "after-write", "after-reconcile", "during-roll
 # Iceberg has no rollback of its own: every other step, in order (after-publish: after the
 # catalog commit, before Spark's commit log)
 ICEBERG_CHAIN = [(p, "1") for p in SYNC_CRASH_POINTS if p != "during-rollback"]
-CHAINS = ("hudi-local", "hudi-s3", "iceberg")
+# The change stream's chain: the same steps, then a run that replays the batch the crash after
+# publish left unrecorded in Spark's commit log and is killed before the next one begins: the
+# replay must leave the table (rows and latest file slices) as it was
+CDC_CHAIN = [*CHAIN, ("before-begin", "0")]
+CHAINS = ("hudi-local", "hudi-s3", "iceberg", "hudi-cdc")
 
 
 # Each table runs the steps as one chain of restarts: N+1 driver starts prove what N
@@ -63,7 +70,8 @@ def test_driver_killed_at_each_commit_step_in_turn_each_restart_recovers_and_end
     left (else it could not commit its own first batch and reach step N+1). After every kill a
     reader sees a consistent table; the last run, without a crash, lands the rest exactly
     once. The chains `hudi-local`, `hudi-s3` and `iceberg` run side by side (each CLI run is
-    mostly one busy process while its JVM starts); a failure names its chain. The session's
+    mostly one busy process while its JVM starts), with `hudi-cdc` (a change stream upserted by
+    key); a failure names its chain. The session's
     Java Hudi starts (if it has not yet) while they run."""
     hudi_local = _hudi_config("local", kafka_bootstrap, topic_factory, tmp_path, request)
     hudi_s3 = _hudi_config("s3", kafka_bootstrap, topic_factory, tmp_path, request)
@@ -73,6 +81,7 @@ def test_driver_killed_at_each_commit_step_in_turn_each_restart_recovers_and_end
             "hudi-local": lambda: _hudi_chain(hudi_local, tmp_path / "hudi-local", cli),
             "hudi-s3": lambda: _hudi_chain(hudi_s3, tmp_path / "hudi-s3", cli),
             "iceberg": lambda: _iceberg_chain(kafka_bootstrap, topic_factory, tmp_path, cli),
+            "hudi-cdc": lambda: _cdc_chain(kafka_bootstrap, topic_factory, tmp_path, cli),
         },
         meanwhile=lambda: java_hudi.append(request.getfixturevalue("java_hudi")),
     )
@@ -127,6 +136,91 @@ def _hudi_chain(cfg: LakesinkConfig, folder: Path, cli: Callable[..., Any]) -> N
     assert report.ok, report.problems
     assert report.rows_hudi_rs == report.rows_lakesink == report.kafka_records == records
     assert not HudiTable.open(cfg.table_storage).timeline().inflight_or_requested()
+
+
+def _cdc_chain(
+    kafka_bootstrap: str, topic_factory: Callable[[str], str], tmp_path: Path, cli: Any
+) -> None:
+    """One chain of runs on a Hudi table of keys fed a Debezium-shaped change stream
+    (write.operation=cdc): after every kill the fold audit passes (both readers read the fold
+    of the committed records by key, one row a key); the replay of the batch published before
+    Spark recorded it changes nothing on the table; the last run leaves exactly the rows the
+    stream leaves."""
+    topic = topic_factory("cdc-crash")
+    # ~1900 records (creates, updates, deletes and their tombstones, key changes) over 2
+    # partitions; 100 per batch: two per killed run, the rest for the last run
+    stream = produce_sample_changes(kafka_bootstrap, topic, 200, 1500, 2, seed=29)
+    folder = tmp_path / "hudi-cdc"
+    folder.mkdir()
+    cfg = ingest_config(
+        kafka_bootstrap,
+        topic,
+        folder / "accounts",
+        value__schema=ACCOUNTS_DDL,
+        write__operation="cdc",
+        table__record__key__fields="id",
+        table__bucket__count=2,
+        kafka__max__records__per__batch=100,
+        writer__id="cdc-writer",
+    )
+    conf = write_config_file(cfg, folder / "c.toml")
+    args = ["ingest", "--config", str(conf), "--once"]
+    published: tuple[dict[int, tuple[Any, ...]], set[str], int] | None = None
+    for point, after_batches in CDC_CHAIN:
+        crashed = cli(
+            args, env={"LAKESINK_CRASH_AT": point, "LAKESINK_CRASH_AFTER_BATCHES": after_batches}
+        )
+        assert crashed.returncode == KILLED, (point, crashed.stdout[-3000:])
+        table = HudiTable.open(cfg.table_storage)
+        inflight = table.timeline().inflight_or_requested()
+        assert bool(inflight) == (point in LEAVES_INFLIGHT), (point, inflight)
+        report = audit_config(cfg)
+        assert report.ok, (point, report.problems)
+        assert report.rows_hudi_rs == report.rows_lakesink == report.keys, point
+        assert report.keys is not None and report.keys > 0, point
+        now = (_account_rows(cfg), _latest_base_files(table), len(table.timeline().completed()))
+        if published is not None:
+            # the replayed batch was skipped: same rows, same latest slices, no new instant
+            assert now[0] == published[0], _differing(published[0], now[0])
+            assert now[1:] == published[1:], (published[1:], now[1:])
+            published = None
+        if point == "after-publish":
+            published = now
+    assert published is None, "the chain never ran the replay after the crash after publish"
+    # the last run takes the rest in one batch: its many small commits would prove nothing more
+    restarted = cli([*args, "--set", "kafka.max.records.per.batch=5000"])
+    assert restarted.returncode == 0, restarted.stdout[-3000:]
+    report = audit_config(cfg)
+    assert report.ok, report.problems
+    assert report.keys == report.rows_hudi_rs == report.rows_lakesink == len(stream.rows)
+    expected = {k: (r["owner"], r["balance"], r["updated_at"]) for k, r in stream.rows.items()}
+    got = _account_rows(cfg)
+    assert got == expected, _differing(expected, got)
+    assert not HudiTable.open(cfg.table_storage).timeline().inflight_or_requested()
+
+
+def _account_rows(cfg: LakesinkConfig) -> dict[int, tuple[Any, ...]]:
+    """The table's accounts as hudi-rs reads them: id → (owner, balance, updated_at)."""
+    import hudi
+    import pyarrow as pa
+
+    batches = hudi.HudiTableBuilder.from_base_uri(str(cfg["table.path"])).build().read()
+    rows = pa.Table.from_batches(batches).to_pylist() if batches else []
+    out = {r["id"]: (r["owner"], r["balance"], r["updated_at"]) for r in rows}
+    assert len(out) == len(rows), "hudi-rs reads two rows of one key"
+    return out
+
+
+def _latest_base_files(table: HudiTable) -> set[str]:
+    return {s.path for s in FileSystemView(table).latest_base_files()}
+
+
+def _differing(
+    expected: dict[int, tuple[Any, ...]], got: dict[int, tuple[Any, ...]]
+) -> dict[int, tuple[Any, ...]]:
+    """A few keys whose rows differ, with both sides (a failure's message)."""
+    wrong = sorted(k for k in expected.keys() | got.keys() if expected.get(k) != got.get(k))
+    return {k: (expected.get(k), got.get(k)) for k in wrong[:5]}
 
 
 def _iceberg_chain(
