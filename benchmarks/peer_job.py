@@ -1,10 +1,13 @@
 """One peer of the throughput benchmark, run in the peer's own Python (scripts/setup-peers.sh):
 Spark Structured Streaming with Spark's Kafka source (spark-sql-kafka-0-10) into Delta Lake,
 plain Parquet (Spark's file sink) or Hudi (Hudi's streaming sink, copy-on-write, insert or
-bulk_insert). Imports nothing from lakesink: the peers' Pythons do not have it.
+bulk_insert); for the upsert benchmark (upsert.py), Hudi's sink with upsert and Delta's MERGE in
+foreachBatch, keyed by `record_key` and ordered by `ordering` of the config. Imports nothing
+from lakesink: the peers' Pythons do not have it.
 
     python peer_job.py run MODE CONFIG_JSON       # prints BENCH-BATCH lines, then BENCH-RESULT
     python peer_job.py audit FORMAT PATH ENDS_JSON  # counts (partition, offset) pairs in a table
+    python peer_job.py export delta PATH COLUMNS OUT  # a Delta table's COLUMNS (a,b) as Parquet
 
 The query runs until its Kafka offsets reach the end offsets given in the config (the same stop
 condition for a first run and a restart after SIGKILL: it resumes from its checkpoint).
@@ -20,7 +23,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-MODES = ("delta", "parquet", "hudi-insert", "hudi-bulk_insert")
+MODES = ("delta", "parquet", "hudi-insert", "hudi-bulk_insert", "hudi-upsert", "delta-merge")
 
 # the same Spark settings lakesink's session starts with, where they apply to a JVM-only query
 SESSION_CONF = {
@@ -42,7 +45,7 @@ def _session(cfg: dict[str, Any]) -> Any:
     b = SparkSession.builder.master(cfg["master"]).appName(f"peer-{cfg['mode']}")
     conf = dict(SESSION_CONF)
     conf["spark.jars"] = ",".join(cfg["jars"])
-    if cfg["mode"] == "delta":
+    if cfg["mode"].startswith("delta"):
         conf["spark.sql.extensions"] = "io.delta.sql.DeltaSparkSessionExtension"
         conf["spark.sql.catalog.spark_catalog"] = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
     if cfg["mode"].startswith("hudi"):
@@ -56,20 +59,61 @@ def _session(cfg: dict[str, Any]) -> Any:
     return spark
 
 
-def hudi_options(operation: str) -> dict[str, str]:
+def hudi_options(
+    operation: str, record_key: str | None = None, ordering: str | None = None
+) -> dict[str, str]:
     """Hudi's streaming sink: copy-on-write, non-partitioned, keyed by the Kafka coordinates
-    like lakesink's tables; everything else at Hudi 1.2.0's defaults (metadata table on)."""
-    return {
+    like lakesink's tables (or by `record_key`, the higher `ordering` value winning: upserts);
+    everything else at Hudi 1.2.0's defaults (metadata table on, its default index)."""
+    options = {
         "hoodie.table.name": "peer_bench",
         "hoodie.datasource.write.table.type": "COPY_ON_WRITE",
         "hoodie.datasource.write.operation": operation,
-        "hoodie.datasource.write.recordkey.field": "kafka_topic,kafka_partition,kafka_offset",
+        "hoodie.datasource.write.recordkey.field": (
+            record_key or "kafka_topic,kafka_partition,kafka_offset"
+        ),
         "hoodie.datasource.write.partitionpath.field": "",
         "hoodie.datasource.write.keygenerator.class": (
             "org.apache.hudi.keygen.NonpartitionedKeyGenerator"
         ),
         "hoodie.parquet.compression.codec": "zstd",
     }
+    if ordering:
+        options["hoodie.datasource.write.precombine.field"] = ordering
+        options["hoodie.record.merge.mode"] = "EVENT_TIME_ORDERING"
+    return options
+
+
+def delta_merge_batch(path: str, key: str, ordering: str) -> Any:
+    """foreachBatch function: the batch folded by key (the highest `ordering` value of each key),
+    then MERGEd into the Delta table at `path`, a row replaced only by a higher `ordering` value
+    (a batch replayed after a crash changes nothing). The first batch creates the table."""
+    from pyspark.sql import functions as F
+
+    def merge(df: Any, batch_id: int) -> None:
+        cols = [c for c in df.columns if not c.startswith("kafka_")] + ["kafka_partition"]
+        cols += ["kafka_offset"]
+        latest = (
+            df.groupBy(key)
+            .agg(F.max_by(F.struct(*[c for c in cols if c != key]), F.col(ordering)).alias("r"))
+            .select(key, "r.*")
+        )
+        spark = df.sparkSession
+        from delta.tables import DeltaTable
+
+        if not DeltaTable.isDeltaTable(spark, path):
+            latest.write.format("delta").mode("append").save(path)
+            return
+        (
+            DeltaTable.forPath(spark, path)
+            .alias("t")
+            .merge(latest.alias("s"), f"t.{key} = s.{key}")
+            .whenMatchedUpdateAll(condition=f"s.{ordering} > t.{ordering}")
+            .whenNotMatchedInsertAll()
+            .execute()
+        )
+
+    return merge
 
 
 def _progress_dicts(query: Any) -> list[dict[str, Any]]:
@@ -132,10 +176,14 @@ def run(cfg: dict[str, Any]) -> dict[str, Any]:
     )
     if mode == "delta":
         query = w.format("delta").start(out)
+    elif mode == "delta-merge":
+        merge = delta_merge_batch(out, cfg["record_key"], cfg["ordering"])
+        query = w.foreachBatch(merge).start()
     elif mode == "parquet":
         query = w.format("parquet").start(out)
     else:
-        query = w.format("hudi").options(**hudi_options(mode.split("-", 1)[1])).start(out)
+        options = hudi_options(mode.split("-", 1)[1], cfg.get("record_key"), cfg.get("ordering"))
+        query = w.format("hudi").options(**options).start(out)
     seen: set[int] = set()
     batches: list[tuple[float, int]] = []
     done = False
@@ -247,11 +295,27 @@ def audit(fmt: str, path: str, ends_json: str) -> dict[str, Any]:
     return res
 
 
+def export(fmt: str, path: str, columns: str, out: str) -> dict[str, Any]:
+    """A table's `columns` written to the Parquet file `out` (the upsert benchmark's fold audit
+    compares them in lakesink's Python, which has no Delta reader)."""
+    import pyarrow.parquet as pq
+
+    if fmt != "delta":
+        raise SystemExit(f"unknown export format {fmt!r}; valid: delta")
+    from deltalake import DeltaTable
+
+    t = DeltaTable(path).to_pyarrow_table(columns=columns.split(","))
+    pq.write_table(t, out)
+    return {"format": fmt, "rows": t.num_rows, "reader": "deltalake (delta-rs)"}
+
+
 def main(argv: list[str]) -> None:
     if argv[:1] == ["run"]:
         out = run(json.loads(argv[2]) | {"mode": argv[1]})
     elif argv[:1] == ["audit"]:
         out = audit(argv[1], argv[2], argv[3])
+    elif argv[:1] == ["export"]:
+        out = export(argv[1], argv[2], argv[3], argv[4])
     else:
         raise SystemExit(__doc__)
     print("BENCH-RESULT " + json.dumps(out), flush=True)

@@ -44,11 +44,7 @@ def run_demo(args: argparse.Namespace) -> int:
     else:
         require("hudi", "lakesink demo (it reads the table back with hudi-rs)")
     noida_db_binary()  # the embedded broker: fail before anything starts when it is missing
-    table_path = Path(args.dir).resolve() / ("iceberg" if iceberg else "demo_events")
-    if table_path.exists():
-        say(f"lakesink demo: removing the previous demo table {table_path}")
-        shutil.rmtree(table_path)
-    say("lakesink demo: starting a local Kafka-protocol broker (noida-db) ...")
+    table_path = fresh_table(Path(args.dir).resolve() / ("iceberg" if iceberg else "demo_events"))
     with EmbeddedBroker() as broker:
         bootstrap = broker.bootstrap_servers
         say(
@@ -111,6 +107,15 @@ def run_demo(args: argparse.Namespace) -> int:
     return 0 if report.ok else 10
 
 
+def fresh_table(table_path: Path) -> Path:
+    """`table_path` with the previous demo's table gone; says that the broker starts next."""
+    if table_path.exists():
+        say(f"lakesink demo: removing the previous demo table {table_path}")
+        shutil.rmtree(table_path)
+    say("lakesink demo: starting a local Kafka-protocol broker (noida-db) ...")
+    return table_path
+
+
 def show_table(cfg: LakesinkConfig) -> None:
     rows, reader, what = plugin_of(cfg.settings).read_back(cfg.settings)
     say(f"\n{reader} reads {rows.num_rows:,} rows{what}")
@@ -159,11 +164,7 @@ def run_cdc_demo(args: argparse.Namespace) -> int:
         return 2
     hudi = require("hudi", "lakesink demo (it reads the table back with hudi-rs)")
     noida_db_binary()
-    table_path = Path(args.dir).resolve() / "accounts"
-    if table_path.exists():
-        say(f"lakesink demo: removing the previous demo table {table_path}")
-        shutil.rmtree(table_path)
-    say("lakesink demo: starting a local Kafka-protocol broker (noida-db) ...")
+    table_path = fresh_table(Path(args.dir).resolve() / "accounts")
     with EmbeddedBroker() as broker:
         bootstrap = broker.bootstrap_servers
         stream = produce_sample_changes(

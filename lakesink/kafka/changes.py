@@ -42,7 +42,7 @@ from lakesink.kafka.debezium import (
     DebeziumDecoder,
     OperationFieldDecoder,
     RowValues,
-    _row_field_schemas,
+    parse_json_envelope,
 )
 from lakesink.kafka.decoded import Decoded, concat_in_order, reason, rows_to_table
 from lakesink.kafka.json_values import BadValue, convert
@@ -267,19 +267,10 @@ class ChangeDeserializer:
             return self._decoder.from_record(record), self._field_schemas
         if isinstance(self._decoder, OperationFieldDecoder):
             return self._decoder.decode_json(value), {}
-        try:
-            parsed = json.loads(value)
-        except (ValueError, UnicodeDecodeError) as e:
-            raise RecordError(f"the value is not JSON: {reason(e)}") from None
-        field_schemas: Mapping[str, Mapping[str, Any]] = {}
-        if isinstance(parsed, dict) and parsed.keys() == {"schema", "payload"}:
-            field_schemas = _row_field_schemas(parsed)
-            parsed = parsed["payload"]
-            if parsed is None:
-                return None, {}
-        if not isinstance(parsed, dict):
-            raise RecordError(f"a Debezium value is a JSON object, not {type(parsed).__name__}")
-        return self._decoder.from_envelope(parsed, field_schemas), field_schemas
+        envelope, field_schemas = parse_json_envelope(value)
+        if envelope is None:
+            return None, {}
+        return self._decoder.from_envelope(envelope, field_schemas), field_schemas
 
     def _row(
         self, event: ChangeEvent, field_schemas: Mapping[str, Mapping[str, Any]]

@@ -339,6 +339,26 @@ def _record_key(key: bytes | None) -> Mapping[str, Any] | None:
     return parsed if isinstance(parsed, Mapping) else None
 
 
+def parse_json_envelope(
+    value: bytes,
+) -> tuple[Mapping[str, Any] | None, Mapping[str, Mapping[str, Any]]]:
+    """A JSON Debezium value: its envelope (None: a null payload, a tombstone) and the field
+    schemas of its row when the converter's schema/payload wrapper carries them."""
+    try:
+        parsed = json.loads(value)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise RecordError(f"the value is not JSON: {reason(e)}") from None
+    field_schemas: Mapping[str, Mapping[str, Any]] = {}
+    if isinstance(parsed, dict) and parsed.keys() == {"schema", "payload"}:
+        field_schemas = _row_field_schemas(parsed)
+        parsed = parsed["payload"]
+        if parsed is None:
+            return None, {}
+    if not isinstance(parsed, dict):
+        raise RecordError(f"a Debezium value is a JSON object, not {type(parsed).__name__}")
+    return parsed, field_schemas
+
+
 @dataclass(frozen=True, slots=True)
 class DebeziumDecoder:
     """Decodes Debezium change events into `ChangeEvent`s (the rules are in the module doc)."""
@@ -356,19 +376,10 @@ class DebeziumDecoder:
         """One JSON record value (and its key); None for a tombstone."""
         if value is None:
             return None
-        try:
-            parsed = json.loads(value)
-        except (ValueError, UnicodeDecodeError) as e:
-            raise RecordError(f"the value is not JSON: {reason(e)}") from None
-        field_schemas: Mapping[str, Mapping[str, Any]] = {}
-        if isinstance(parsed, dict) and parsed.keys() == {"schema", "payload"}:
-            field_schemas = _row_field_schemas(parsed)
-            parsed = parsed["payload"]
-            if parsed is None:
-                return None
-        if not isinstance(parsed, dict):
-            raise RecordError(f"a Debezium value is a JSON object, not {type(parsed).__name__}")
-        return self.from_envelope(parsed, field_schemas, record_key=_record_key(key))
+        envelope, field_schemas = parse_json_envelope(value)
+        if envelope is None:
+            return None
+        return self.from_envelope(envelope, field_schemas, record_key=_record_key(key))
 
     def from_avro(
         self, envelope: Mapping[str, Any] | None, key: Mapping[str, Any] | None = None

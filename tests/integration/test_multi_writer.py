@@ -12,7 +12,10 @@ Scenario table (one comment per case), run with threads and with separate proces
 - an expired lease: a holder stalled past its lease is taken over and must not publish;
 - an expired heartbeat: the cleaner rolls back the paused writer's instant; the writer aborts;
 - a lock holder killed: the next writer gets the lock (after the lease, or at once in PostgreSQL);
-- both lock providers: the concurrent cases run with the filesystem lock and PostgreSQL.
+- both lock providers: the concurrent cases run with the filesystem lock and PostgreSQL;
+- upsert vs upsert: two `lakesink ingest` processes upsert overlapping keys from two topics into
+  one table of keys (2 buckets): a batch that loses a bucket to the other is written again, and
+  the table ends as the fold of both topics by key.
 After each: hudi-rs and lakesink's reader return the same rows, and the exactly-once audit of
 every writer passes (readers agree, no duplicates, contiguous committed ranges).
 """
@@ -532,3 +535,93 @@ def test_lock_holder_killed_then_next_writer_gets_the_lock(
             os.kill(holder.pid, signal.SIGKILL)
             holder.wait(10)
     assert_consistent(path, ["w-b"], 2 * ROWS_PER_BATCH)
+
+
+UPSERT_DDL = "id INT NOT NULL, seq BIGINT NOT NULL, writer STRING, note STRING"
+UPSERT_RECORDS = 200  # per topic, 25 per batch: 8 batches each, every one over both buckets
+UPSERT_KEYS = 40
+
+
+def test_two_ingestions_upserting_overlapping_keys_conflict_retry_and_end_as_the_fold_by_seq(
+    kafka_bootstrap: str,
+    topic_factory: Callable[[str], str],
+    tmp_path: Path,
+    cli: Callable[..., subprocess.CompletedProcess[str]],
+) -> None:
+    """Two ingestions (writer.id a and b, the filesystem lock) upsert into one Hudi table of 2
+    buckets from two topics whose keys overlap; `seq` counts over both topics, so the highest
+    wins a key whichever writer lands it. They run at once: a batch that rewrote a bucket the
+    other committed meanwhile conflicts and is written again over the other's slice. The table
+    (hudi-rs and lakesink's reader) ends as the fold of both topics by key, and each writer's
+    committed ranges are contiguous from offset 0 to the end of its partitions."""
+    import json
+    import random
+    from concurrent.futures import ThreadPoolExecutor
+
+    from integration.conftest import ingest_config, write_config_file
+
+    from lakesink.formats.hudi.audit import AuditReport, writer_ranges
+    from lakesink.kafka.client import create_topic
+    from lakesink.kafka.producer import produce_values
+
+    rng = random.Random(29)
+    topics = {"a": topic_factory("upsert-a"), "b": topic_factory("upsert-b")}
+    records: dict[str, list[dict[str, Any]]] = {w: [] for w in topics}
+    for seq in range(2 * UPSERT_RECORDS):
+        writer = "ab"[seq % 2]
+        key = rng.randrange(UPSERT_KEYS)
+        records[writer].append({"id": key, "seq": seq, "writer": writer, "note": f"{writer}{seq}"})
+    table_path = tmp_path / "accounts"
+    args: dict[str, list[str]] = {}
+    for writer, topic in topics.items():
+        create_topic(kafka_bootstrap, topic, 2)
+        for partition in (0, 1):
+            values = [json.dumps(r).encode() for r in records[writer][partition::2]]
+            produce_values(kafka_bootstrap, topic, values, partition=partition)
+        cfg = ingest_config(
+            kafka_bootstrap,
+            topic,
+            table_path,
+            value__schema=UPSERT_DDL,
+            write__operation="upsert",
+            table__record__key__fields="id",
+            table__ordering__field="seq",
+            table__bucket__count=2,
+            kafka__max__records__per__batch=25,
+            writer__id=f"writer-{writer}",
+            lock__provider="filesystem",
+        )
+        conf = write_config_file(cfg, tmp_path / f"{writer}.toml")
+        args[writer] = ["ingest", "--config", str(conf), "--once"]
+    with ThreadPoolExecutor(2) as pool:
+        runs = {w: pool.submit(cli, a) for w, a in args.items()}
+        done = {w: run.result() for w, run in runs.items()}
+    for writer, run in done.items():
+        assert run.returncode == 0, (writer, run.stdout[-3000:])
+    retries = sum(run.stdout.count("writing it again") for run in done.values())
+    assert retries >= 1, "the two writers never conflicted: " + done["a"].stdout[-2000:]
+
+    fold: dict[int, tuple[Any, ...]] = {}
+    for r in sorted(records["a"] + records["b"], key=lambda r: r["seq"]):
+        fold[r["id"]] = (r["seq"], r["writer"], r["note"])
+    table = HudiTable.open(table_path)
+    read_rs = read_with_hudi_rs_columns(table_path)
+    read_lakesink = TableReader(table).snapshot().to_pylist()
+    for name, got in (("hudi-rs", read_rs), ("lakesink", read_lakesink)):
+        by_key = {r["id"]: (r["seq"], r["writer"], r["note"]) for r in got}
+        assert len(by_key) == len(got), f"{name} reads two rows of one key"
+        wrong = sorted(k for k in fold.keys() | by_key.keys() if fold.get(k) != by_key.get(k))
+        assert not wrong, (name, {k: (fold.get(k), by_key.get(k)) for k in wrong[:5]})
+    for writer, topic in topics.items():
+        report = AuditReport("")
+        spans = writer_ranges(table, f"writer-{writer}", report)
+        assert not report.problems, (writer, report.problems)
+        ends = {TopicPartition(topic, p): (0, len(records[writer][p::2])) for p in (0, 1)}
+        assert spans == ends, (writer, spans)
+
+
+def read_with_hudi_rs_columns(path: Path) -> list[dict[str, Any]]:
+    import hudi
+
+    batches = hudi.HudiTableBuilder.from_base_uri(str(path)).build().read()
+    return pa.Table.from_batches(batches).to_pylist() if batches else []
