@@ -259,8 +259,8 @@ def read_rows(variant: str, table: Path) -> Any:
         with tempfile.TemporaryDirectory() as d:
             out = Path(d) / "rows.parquet"
             subprocess.run(
-                [env.python, str(HERE / "peer_job.py"), "export", "delta", str(table)]
-                + [",".join(COLUMNS), str(out)],
+                [env.python, str(HERE / "peer_job.py"), "export", "delta"]
+                + [str(table), ",".join(COLUMNS), str(out)],
                 check=True,
                 capture_output=True,
             )
@@ -361,7 +361,9 @@ def correctness(
         def audit(v: str = variant, b: Path = base) -> dict[str, Any]:
             res = fold_check(v, b / "table", topic)
             if v == "lakesink":
-                res["lakesink_verify"] = lakesink_verify(bootstrap, topic, b / "table", buckets, args)
+                res["lakesink_verify"] = lakesink_verify(
+                    bootstrap, topic, b / "table", buckets, args
+                )
             return res
 
         t0 = time.perf_counter()
@@ -409,7 +411,9 @@ def print_results(report: dict[str, Any]) -> None:
                 print(f"{space:<6} {label:<24} failed: {r['failed'].splitlines()[0][:100]}")
                 continue
             vs = _ratio(ls.get("steady_rec_s"), r["steady_rec_s"]) if name != "lakesink" else ""
-            cpu = _ratio(r["cpu_us_per_rec"], ls.get("cpu_us_per_rec")) if name != "lakesink" else ""
+            cpu = (
+                _ratio(r["cpu_us_per_rec"], ls.get("cpu_us_per_rec")) if name != "lakesink" else ""
+            )
             print(
                 f"{space:<6} {label:<24} {r['records']:>9,} {r['rec_s']:>8,.0f} "
                 f"{r['steady_rec_s'] or 0:>8,.0f} {r['cpu_us_per_rec']:>10.1f} "
@@ -461,7 +465,11 @@ def main() -> None:
         "load_avg_at_start": os.getloadavg(),
         "spaces": {},
     }
-    out = Path(args.out) if args.out else HERE / "results" / f"upsert-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    out = (
+        Path(args.out)
+        if args.out
+        else HERE / "results" / f"upsert-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    )
     out.parent.mkdir(parents=True, exist_ok=True)
     if set(args.variants.split(",")) - {"lakesink"}:
         from peers import ensure_envs

@@ -29,10 +29,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from lakesink.errors import ConfigError, RecordError
 from lakesink.kafka.avro import AvroDeserializer, BadAvroValue, WireFormat, avro_to_arrow_type
@@ -44,7 +47,7 @@ from lakesink.kafka.debezium import (
     RowValues,
     parse_json_envelope,
 )
-from lakesink.kafka.decoded import Decoded, concat_in_order, reason, rows_to_table
+from lakesink.kafka.decoded import Decoded, Deserializer, concat_in_order, reason, rows_to_table
 from lakesink.kafka.json_values import BadValue, convert
 from lakesink.protocol.mutation import (
     OPERATION_COLUMN,
@@ -386,3 +389,49 @@ def _connect_name(t: Any) -> str | None:
         if isinstance(branch, dict) and isinstance(branch.get("connect.name"), str):
             return str(branch["connect.name"])
     return None
+
+
+@dataclass(frozen=True, slots=True)
+class KeyedValues:
+    """The values of `write.operation=upsert`: `inner`'s rows, except that a record whose key
+    (the `key_columns` among the value's columns) is null, or empty text in every key column,
+    is a failure with its reason (a dead letter under errors.tolerance=all): a row without a
+    key has no version to be."""
+
+    inner: Deserializer
+    key_columns: tuple[str, ...]
+
+    @property
+    def value_schema(self) -> pa.Schema:
+        return self.inner.value_schema
+
+    def decode(self, values: Sequence[bytes | None]) -> Decoded:
+        decoded = self.inner.decode(values)
+        table = decoded.table
+        keys = [k for k in self.key_columns if k in table.column_names]
+        if not keys or table.num_rows == 0:
+            return decoded
+        reasons: list[str | None] = [None] * table.num_rows
+        empty_everywhere = np.ones(table.num_rows, dtype=bool)
+        for name in keys:
+            column = table.column(name)
+            nulls = column.is_null().to_numpy(zero_copy_only=False)
+            for row in np.flatnonzero(nulls):
+                reasons[row] = reasons[row] or f"the record key column {name!r} is null"
+            if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
+                empty = pc.fill_null(pc.equal(column, ""), False).to_numpy(zero_copy_only=False)
+                empty_everywhere &= empty
+            else:
+                empty_everywhere[:] = False
+        for row in np.flatnonzero(empty_everywhere):
+            reasons[row] = reasons[row] or "the record key is empty text"
+        if not any(reasons):
+            return decoded
+        # row k of the table is the k-th value that neither failed nor was skipped
+        rows = [
+            i for i in range(len(values)) if i not in decoded.failures and i not in decoded.skipped
+        ]
+        failures = dict(decoded.failures)
+        failures.update({rows[k]: why for k, why in enumerate(reasons) if why})
+        kept = pa.array([why is None for why in reasons])
+        return Decoded(table.filter(kept), failures, decoded.skipped)

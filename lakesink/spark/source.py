@@ -171,13 +171,18 @@ def value_deserializer(cfg: LakesinkConfig) -> Any:
         )
     from lakesink.kafka.deserializers import make_deserializer
 
-    return make_deserializer(
+    values = make_deserializer(
         cfg["value.format"],
         schema=cfg["value.schema"],
         schema_file=cfg["value.schema.file"],
         avro_wire_format=cfg["value.avro.wire.format"],
         avro_schema_ids=cfg["value.avro.schema.ids"],
     )
+    if cfg["write.operation"] == "upsert":  # a record without a key is a dead letter
+        from lakesink.kafka.changes import KeyedValues
+
+        return KeyedValues(values, cfg.settings.table.record_key_fields)
+    return values
 
 
 class KafkaStreamReader(DataSourceStreamReader):

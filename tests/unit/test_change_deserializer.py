@@ -462,3 +462,28 @@ def test_a_tombstone_with_unreadable_headers_is_a_dead_letter_and_rows_stay_alig
     assert batch.column("id").to_pylist() == [6]
     assert [(f.offset, f.error) for f in dead] == [(0, UNREADABLE_HEADERS), (2, UNREADABLE_HEADERS)]
     assert reader.stats.records_skipped == 1
+
+
+def test_upsert_values_without_a_key_are_failures_with_their_reason() -> None:
+    from lakesink.kafka.changes import KeyedValues
+    from lakesink.kafka.deserializers import make_deserializer
+
+    values = KeyedValues(
+        make_deserializer("json", schema="id STRING, region STRING, n INT"), ("id", "region")
+    )
+    decoded = values.decode(
+        [
+            b'{"id": "a", "region": "eu", "n": 1}',
+            b'{"id": null, "region": "eu", "n": 2}',
+            b"not json",
+            b'{"id": "", "region": "", "n": 3}',
+            b'{"id": "", "region": "us", "n": 4}',
+            b'{"id": "b", "region": null, "n": 5}',
+        ]
+    )
+    assert decoded.table.column("n").to_pylist() == [1, 4]
+    assert decoded.failures[1] == "the record key column 'id' is null"
+    assert decoded.failures[3] == "the record key is empty text"
+    assert decoded.failures[5] == "the record key column 'region' is null"
+    assert set(decoded.failures) == {1, 2, 3, 5}
+    assert values.value_schema == values.inner.value_schema
