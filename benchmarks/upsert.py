@@ -258,9 +258,9 @@ def read_rows(variant: str, table: Path) -> Any:
         env = PeerEnv.for_mode("delta")
         with tempfile.TemporaryDirectory() as d:
             out = Path(d) / "rows.parquet"
+            script = str(HERE / "peer_job.py")
             subprocess.run(
-                [env.python, str(HERE / "peer_job.py"), "export", "delta"]
-                + [str(table), ",".join(COLUMNS), str(out)],
+                [env.python, script, "export", "delta", str(table), ",".join(COLUMNS), str(out)],
                 check=True,
                 capture_output=True,
             )

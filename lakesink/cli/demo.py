@@ -197,9 +197,8 @@ def run_cdc_demo(args: argparse.Namespace) -> int:
         result = ingest(cfg, once=True, debug=args.debug)
         assert result is not None  # None only for a standby
         say(
-            f"lakesink demo: the change stream ingested in {result.batches} commits, "
-            f"{result.elapsed_s:.1f}s from start ({result.records:,} rows written in the "
-            "buckets the changes touched)"
+            f"lakesink demo: {result.records:,} changes applied in {result.batches} commits, "
+            f"{result.elapsed_s:.1f}s from start (tombstones carry no change)"
         )
         import pyarrow as pa
 

@@ -350,7 +350,9 @@ class Coordinator:
             metadata=metadata,
             base_offsets=self.committed,
             next_offsets=decision.next_offsets,
-            records=sum(s.records_written for s in decision.statuses),
+            # the rows the tasks were given: for an append the rows written, for a table of
+            # keys the versions applied (its files also hold the rows the batch left alone)
+            records=sum(s.records_read for s in decision.statuses),
             files=len(kept),
         )
         batch.move(BatchState.PREPARED)
