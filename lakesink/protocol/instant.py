@@ -67,13 +67,15 @@ class Action(enum.Enum):
     """What an instant does to the table."""
 
     COMMIT = "commit"
+    DELTA_COMMIT = "deltacommit"
+    """A merge-on-read write: log files appended to file slices (new base files too)."""
     REPLACE_COMMIT = "replacecommit"
     ROLLBACK = "rollback"
     CLEAN = "clean"
 
     @property
     def writes_data(self) -> bool:
-        return self in (Action.COMMIT, Action.REPLACE_COMMIT)
+        return self in (Action.COMMIT, Action.DELTA_COMMIT, Action.REPLACE_COMMIT)
 
 
 class State(enum.IntEnum):

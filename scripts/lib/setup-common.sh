@@ -38,16 +38,22 @@ setup_venv() {
   echo "$STAMP_WANT" > "$venv/.lakesink-stamp"
 }
 
-# setup_jars POM FOLDER [MAVEN_REPO]: the POM's dependencies copied into FOLDER, once
-# (MAVEN_REPO defaults to $CACHE/maven).
+# setup_jars POM FOLDER [MAVEN_REPO [SCOPE]]: the POM's dependencies copied into FOLDER, once
+# (MAVEN_REPO defaults to $CACHE/maven: Maven 3.8 does not lock it, so scripts that may run at
+# the same time use repositories of their own; SCOPE, e.g. runtime, limits what is copied).
 setup_jars() {
-  local pom="$1" out="$2" repo="${3:-$CACHE/maven}"
+  local pom="$1" out="$2" repo="${3:-$CACHE/maven}" scope="${4:-}"
   stamp_current "$out" "$pom" && return 0
   echo "$SETUP_NAME: resolving $pom into $out" >&2
   rm -rf "$out"
   mkdir -p "$repo"
   mvn -q -B -Dstyle.color=never -f "$pom" -Dmaven.repo.local="$repo" \
-    dependency:copy-dependencies -DoutputDirectory="$out"
+    dependency:copy-dependencies ${scope:+-DincludeScope="$scope"} -DoutputDirectory="$out"
   ls "$out"/*.jar >/dev/null
   echo "$STAMP_WANT" > "$out/.lakesink-stamp"
+}
+
+# require_jar FOLDER GLOB WHAT: fail, naming WHAT, unless FOLDER holds a jar matching GLOB.
+require_jar() {
+  compgen -G "$1/$2" >/dev/null || { echo "$SETUP_NAME: Maven left no $3 in $1" >&2; exit 1; }
 }

@@ -34,13 +34,21 @@ def test_version_8_names_the_timeline_folder() -> None:
     assert TableConfig("t", ("id",)).timeline_folder() == ".hoodie/timeline"
 
 
-def test_merge_on_read_is_refused_naming_valid_types() -> None:
-    with pytest.raises(UnsupportedTableError, match=r"MERGE_ON_READ.*COPY_ON_WRITE"):
-        TableConfig("t", ("id",), table_type="MERGE_ON_READ")
+def test_an_unknown_table_type_is_refused_naming_valid_types() -> None:
+    with pytest.raises(UnsupportedTableError, match=r"BOGUS.*COPY_ON_WRITE, MERGE_ON_READ"):
+        TableConfig("t", ("id",), table_type="BOGUS")
     props = TableConfig("t", ("id",)).to_properties()
-    props["hoodie.table.type"] = "MERGE_ON_READ"
+    props["hoodie.table.type"] = "BOGUS"
     with pytest.raises(UnsupportedTableError, match="COPY_ON_WRITE"):
         TableConfig.from_properties(props)
+
+
+def test_merge_on_read_round_trips_with_its_merge_mode() -> None:
+    cfg = TableConfig("t", ("id",), table_type="MERGE_ON_READ")
+    props = cfg.to_properties()
+    assert props["hoodie.table.type"] == "MERGE_ON_READ"
+    assert props["hoodie.record.merge.mode"] == "COMMIT_TIME_ORDERING"
+    assert TableConfig.from_properties(props) == cfg
 
 
 @pytest.mark.parametrize("version", ["5", "7", "9"])

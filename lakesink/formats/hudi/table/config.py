@@ -18,7 +18,7 @@ from lakesink.protocol.instant import TimelineLayout
 
 TableVersion = Literal[6, 8]
 SUPPORTED_VERSIONS: tuple[int, ...] = (6, 8)
-SUPPORTED_TABLE_TYPES: tuple[str, ...] = ("COPY_ON_WRITE",)
+SUPPORTED_TABLE_TYPES: tuple[str, ...] = ("COPY_ON_WRITE", "MERGE_ON_READ")
 
 
 class TableProperty(enum.StrEnum):
@@ -106,7 +106,8 @@ class TableConfig:
     version: TableVersion = 8
     """Hudi table version: 8 (timeline layout 2, completion times) or 6 (layout 1)."""
     table_type: str = "COPY_ON_WRITE"
-    """Only copy-on-write is supported."""
+    """COPY_ON_WRITE, or MERGE_ON_READ (log files over base files: read by lakesink's reader;
+    not written by the pipeline yet)."""
     hive_style_partitioning: bool = True
     """Partition folders named `col=value` (True) or `value` (False)."""
     database: str = "default"
@@ -211,7 +212,11 @@ class TableConfig:
             props[p.PARTITION_FIELDS] = ",".join(self.partition_fields)
         if self.ordering_field is not None:
             props[p.PRECOMBINE_FIELD] = self.ordering_field
-        if self.ordering_field is not None or self.bucket_count is not None:
+        if (
+            self.ordering_field is not None
+            or self.bucket_count is not None
+            or self.table_type == "MERGE_ON_READ"
+        ):
             # A table written by key: how Java Hudi merges two versions of a key
             mode = self.merge_mode
             props[p.PAYLOAD_CLASS] = mode.payload_class

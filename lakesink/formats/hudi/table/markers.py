@@ -1,7 +1,8 @@
 """Markers: one empty object per data file an instant creates, written BEFORE the data file,
 under `.hoodie/.temp/<instantTime>/<partition>/<fileName>.marker.CREATE` (Hudi's direct
-marker layout). Rollback and pre-commit cleanup find every file of an instant through them.
-Listing an instant's markers is one LIST request on an object store."""
+marker layout; a log file's marker is `.marker.APPEND` in table version 6, as Hudi's
+DirectWriteMarkersV1 names it). Rollback and pre-commit cleanup find every file of an instant
+through them. Listing an instant's markers is one LIST request on an object store."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import threading
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import Literal
 
 from lakesink.errors import CorruptTableError
 from lakesink.protocol.instant import InstantTime
@@ -21,6 +23,8 @@ log = logging.getLogger(__name__)
 
 MARKER_ROOT = ".hoodie/.temp"
 MARKER_SUFFIX = ".marker.CREATE"
+MarkerType = Literal["CREATE", "APPEND"]
+_SUFFIXES = (MARKER_SUFFIX, ".marker.APPEND")
 
 
 def marker_key(instant_time: InstantTime | str) -> str:
@@ -38,16 +42,18 @@ def create_marker(
     instant_time: InstantTime | str,
     partition_path: str,
     file_name: str,
+    marker_type: MarkerType = "CREATE",
 ) -> str:
-    """Record that `partition_path/file_name` is about to be created by this instant.
-    Idempotent: an existing marker is kept. Returns the marker's key."""
+    """Record that `partition_path/file_name` is about to be created by this instant (a
+    version-6 log file: APPEND). Idempotent: an existing marker is kept. Returns its key."""
     if "/" in file_name or not file_name:
         raise ValueError(f"file name {file_name!r} must be a bare name")
     d = marker_key(instant_time)
+    suffix = f".marker.{marker_type}"
     key = (
-        f"{d}/{partition_path}/{file_name}{MARKER_SUFFIX}"
+        f"{d}/{partition_path}/{file_name}{suffix}"
         if partition_path
-        else f"{d}/{file_name}{MARKER_SUFFIX}"
+        else f"{d}/{file_name}{suffix}"
     )
     with contextlib.suppress(ObjectExistsError):
         as_storage(table).create(key, b"")
@@ -59,8 +65,9 @@ def list_marked_files(table: Storage | str | Path, instant_time: InstantTime | s
     d = marker_key(instant_time)
     out: list[str] = []
     for key in as_storage(table).list_keys(d):
-        if key.endswith(MARKER_SUFFIX):
-            out.append(key[len(d) + 1 : -len(MARKER_SUFFIX)])
+        for suffix in _SUFFIXES:
+            if key.endswith(suffix):
+                out.append(key[len(d) + 1 : -len(suffix)])
     return sorted(out)
 
 
