@@ -6,6 +6,7 @@ import contextlib
 import importlib
 import json
 import logging
+import random
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -358,10 +359,21 @@ class CommittingSink:
                 return self._commit_batch_once(batch_df, batch_id, ranges)
             except CommitConflictError as e:
                 # an upsert batch rewrote a bucket another writer rewrote since it began: its
-                # instant is rolled back; written again over that writer's files, it wins
+                # instant is rolled back; written again over that writer's files, it wins. The
+                # pause, random and growing, lets a writer that keeps losing to a busy one
+                # begin after the other's commit and publish before its next one.
                 if self.coordinator.operation_type != "UPSERT" or attempt == CONFLICT_ATTEMPTS:
                     raise
-                log.warning("batch %s: %s; writing it again (attempt %d)", batch_id, e, attempt + 1)
+                pause = min(CONFLICT_PAUSE_MAX_S, 0.25 * 2**attempt) * random.uniform(0.2, 1.0)
+                log.warning(
+                    "batch %s: %s; writing it again in %.1fs (attempt %d of %d)",
+                    batch_id,
+                    e,
+                    pause,
+                    attempt + 1,
+                    CONFLICT_ATTEMPTS,
+                )
+                time.sleep(pause)
         raise InternalError("unreachable: the last attempt returns or raises")
 
     def _commit_batch_once(
@@ -480,8 +492,10 @@ class CommittingSink:
 
 
 GROUP_COLUMN = "_lakesink_group"
-CONFLICT_ATTEMPTS = 5
-"""How often an upsert batch that lost a file group to a concurrent writer is written again."""
+CONFLICT_ATTEMPTS = 12
+"""How often an upsert batch that lost a file group to a concurrent writer is written at most
+(paused between attempts up to CONFLICT_PAUSE_MAX_S, random): about a minute of losing."""
+CONFLICT_PAUSE_MAX_S = 8.0
 
 
 def grouped_for(df: DataFrame, target: KeyedTaskTarget) -> DataFrame:

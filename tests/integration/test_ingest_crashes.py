@@ -44,10 +44,12 @@ LEAVES_INFLIGHT = ("after-begin", "after-write", "after-reconcile", "during-roll
 # Iceberg has no rollback of its own: every other step, in order (after-publish: after the
 # catalog commit, before Spark's commit log)
 ICEBERG_CHAIN = [(p, "1") for p in SYNC_CRASH_POINTS if p != "during-rollback"]
-# The change stream's chain: the same steps, then a run that replays the batch the crash after
-# publish left unrecorded in Spark's commit log and is killed before the next one begins: the
-# replay must leave the table (rows and latest file slices) as it was
-CDC_CHAIN = [*CHAIN, ("before-begin", "0")]
+# The change stream's chain: the same steps, the kill before begin moved after the one after
+# publish: that run replays the batch the crash left unrecorded in Spark's commit log and is
+# killed before the next one begins, so the replay must leave the table (rows and latest file
+# slices) as it was; one run fewer than a separate replay run
+CDC_CHAIN = [*CHAIN[1:], ("before-begin", "0")]
+assert {p for p, _ in CDC_CHAIN} == set(SYNC_CRASH_POINTS) and CDC_CHAIN[-2][0] == "after-publish"
 CHAINS = ("hudi-local", "hudi-s3", "iceberg", "hudi-cdc")
 
 
@@ -147,7 +149,7 @@ def _cdc_chain(
     Spark recorded it changes nothing on the table; the last run leaves exactly the rows the
     stream leaves."""
     topic = topic_factory("cdc-crash")
-    # ~1900 records (creates, updates, deletes and their tombstones, key changes) over 2
+    # 2031 records (creates, updates, deletes and their tombstones, key changes) over 2
     # partitions; 100 per batch: two per killed run, the rest for the last run
     stream = produce_sample_changes(kafka_bootstrap, topic, 200, 1500, 2, seed=29)
     folder = tmp_path / "hudi-cdc"
@@ -166,6 +168,7 @@ def _cdc_chain(
     conf = write_config_file(cfg, folder / "c.toml")
     args = ["ingest", "--config", str(conf), "--once"]
     published: tuple[dict[int, tuple[Any, ...]], set[str], int] | None = None
+    unrecorded = -1  # the batch on the table that Spark's commit log lacks
     for point, after_batches in CDC_CHAIN:
         crashed = cli(
             args, env={"LAKESINK_CRASH_AT": point, "LAKESINK_CRASH_AFTER_BATCHES": after_batches}
@@ -180,12 +183,16 @@ def _cdc_chain(
         assert report.keys is not None and report.keys > 0, point
         now = (_account_rows(cfg), _latest_base_files(table), len(table.timeline().completed()))
         if published is not None:
-            # the replayed batch was skipped: same rows, same latest slices, no new instant
+            # the batch was replayed (now in Spark's commit log) and skipped: same rows, same
+            # latest slices, no new instant
+            assert unrecorded in _spark_log(cfg, "commits"), unrecorded
             assert now[0] == published[0], _differing(published[0], now[0])
             assert now[1:] == published[1:], (published[1:], now[1:])
             published = None
         if point == "after-publish":
             published = now
+            unrecorded = max(_spark_log(cfg, "offsets"))
+            assert unrecorded not in _spark_log(cfg, "commits"), unrecorded
     assert published is None, "the chain never ran the replay after the crash after publish"
     # the last run takes the rest in one batch: its many small commits would prove nothing more
     restarted = cli([*args, "--set", "kafka.max.records.per.batch=5000"])
@@ -209,6 +216,11 @@ def _account_rows(cfg: LakesinkConfig) -> dict[int, tuple[Any, ...]]:
     out = {r["id"]: (r["owner"], r["balance"], r["updated_at"]) for r in rows}
     assert len(out) == len(rows), "hudi-rs reads two rows of one key"
     return out
+
+
+def _spark_log(cfg: LakesinkConfig, name: str) -> set[int]:
+    """The batch ids in Spark's offset log (`offsets`: planned) or commit log (`commits`)."""
+    return {int(p.name) for p in (cfg.checkpoint_location / name).iterdir() if p.name.isdigit()}
 
 
 def _latest_base_files(table: HudiTable) -> set[str]:

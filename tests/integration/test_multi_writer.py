@@ -538,7 +538,16 @@ def test_lock_holder_killed_then_next_writer_gets_the_lock(
 
 
 UPSERT_DDL = "id INT NOT NULL, seq BIGINT NOT NULL, writer STRING, note STRING"
-UPSERT_RECORDS = 200  # per topic, 25 per batch: 8 batches each, every one over both buckets
+# Per topic, 50 per batch: 4 batches each, every one over both buckets. A batch's attempt
+# conflicts only with a commit of the other writer that completed after the attempt began, so
+# with at most 4 commits of the other no batch can lose all its CONFLICT_ATTEMPTS: both
+# ingestions end. (Under unbounded contention a loser that keeps beginning its retry after the
+# winner began its next batch could lose them all, random pauses between attempts aside: that
+# ingestion stops, and its restart resumes.)
+# The first batch of each takes seconds longer than the rest (its Python workers start), so
+# the two overlap and at least one conflicts.
+UPSERT_RECORDS = 200
+UPSERT_BATCH = 50
 UPSERT_KEYS = 40
 
 
@@ -563,7 +572,10 @@ def test_two_ingestions_upserting_overlapping_keys_conflict_retry_and_end_as_the
     from lakesink.formats.hudi.audit import AuditReport, writer_ranges
     from lakesink.kafka.client import create_topic
     from lakesink.kafka.producer import produce_values
+    from lakesink.spark.sink import CONFLICT_ATTEMPTS
 
+    batches = UPSERT_RECORDS // UPSERT_BATCH
+    assert batches < CONFLICT_ATTEMPTS  # the bound above: neither writer can exhaust the other
     rng = random.Random(29)
     topics = {"a": topic_factory("upsert-a"), "b": topic_factory("upsert-b")}
     records: dict[str, list[dict[str, Any]]] = {w: [] for w in topics}
@@ -587,7 +599,7 @@ def test_two_ingestions_upserting_overlapping_keys_conflict_retry_and_end_as_the
             table__record__key__fields="id",
             table__ordering__field="seq",
             table__bucket__count=2,
-            kafka__max__records__per__batch=25,
+            kafka__max__records__per__batch=UPSERT_BATCH,
             writer__id=f"writer-{writer}",
             lock__provider="filesystem",
         )
@@ -616,6 +628,7 @@ def test_two_ingestions_upserting_overlapping_keys_conflict_retry_and_end_as_the
         report = AuditReport("")
         spans = writer_ranges(table, f"writer-{writer}", report)
         assert not report.problems, (writer, report.problems)
+        assert report.commits == batches, (writer, report.commits)  # a retry commits once
         ends = {TopicPartition(topic, p): (0, len(records[writer][p::2])) for p in (0, 1)}
         assert spans == ends, (writer, spans)
 
