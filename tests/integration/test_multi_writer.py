@@ -555,7 +555,7 @@ def test_two_ingestions_upserting_overlapping_keys_conflict_retry_and_end_as_the
     kafka_bootstrap: str,
     topic_factory: Callable[[str], str],
     tmp_path: Path,
-    cli: Callable[..., subprocess.CompletedProcess[str]],
+    spark: Any,
 ) -> None:
     """Two ingestions (writer.id a and b, the filesystem lock) upsert into one Hudi table of 2
     buckets from two topics whose keys overlap; `seq` counts over both topics, so the highest
@@ -564,10 +564,11 @@ def test_two_ingestions_upserting_overlapping_keys_conflict_retry_and_end_as_the
     (hudi-rs and lakesink's reader) ends as the fold of both topics by key, and each writer's
     committed ranges are contiguous from offset 0 to the end of its partitions."""
     import json
+    import logging
     import random
     from concurrent.futures import ThreadPoolExecutor
 
-    from integration.conftest import ingest_config, write_config_file
+    from integration.conftest import ingest_config, run_ingestion
 
     from lakesink.formats.hudi.audit import AuditReport, writer_ranges
     from lakesink.kafka.client import create_topic
@@ -584,7 +585,7 @@ def test_two_ingestions_upserting_overlapping_keys_conflict_retry_and_end_as_the
         key = rng.randrange(UPSERT_KEYS)
         records[writer].append({"id": key, "seq": seq, "writer": writer, "note": f"{writer}{seq}"})
     table_path = tmp_path / "accounts"
-    args: dict[str, list[str]] = {}
+    configs: dict[str, Any] = {}
     for writer, topic in topics.items():
         create_topic(kafka_bootstrap, topic, 2)
         for partition in (0, 1):
@@ -603,15 +604,26 @@ def test_two_ingestions_upserting_overlapping_keys_conflict_retry_and_end_as_the
             writer__id=f"writer-{writer}",
             lock__provider="filesystem",
         )
-        conf = write_config_file(cfg, tmp_path / f"{writer}.toml")
-        args[writer] = ["ingest", "--config", str(conf), "--once"]
-    with ThreadPoolExecutor(2) as pool:
-        runs = {w: pool.submit(cli, a) for w, a in args.items()}
-        done = {w: run.result() for w, run in runs.items()}
-    for writer, run in done.items():
-        assert run.returncode == 0, (writer, run.stdout[-3000:])
-    retries = sum(run.stdout.count("writing it again") for run in done.values())
-    assert retries >= 1, "the two writers never conflicted: " + done["a"].stdout[-2000:]
+        configs[writer] = cfg
+    # both ingestions in this process, on the session's Spark (two streaming queries)
+    retried: list[str] = []
+
+    class Retries(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if "writing it again" in record.getMessage():
+                retried.append(record.getMessage())
+
+    handler = Retries()
+    sink_log = logging.getLogger("lakesink.spark.sink")
+    sink_log.addHandler(handler)
+    try:
+        with ThreadPoolExecutor(2) as pool:
+            runs = [pool.submit(run_ingestion, cfg, spark, 300) for cfg in configs.values()]
+            for run in runs:
+                run.result()
+    finally:
+        sink_log.removeHandler(handler)
+    assert retried, "the two writers never conflicted"
 
     fold: dict[int, tuple[Any, ...]] = {}
     for r in sorted(records["a"] + records["b"], key=lambda r: r["seq"]):
