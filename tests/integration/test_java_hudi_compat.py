@@ -2,7 +2,8 @@
 hudi-rs and lakesink's reader return, for every kind of table lakesink writes: versions 6 and 8,
 many commits and partitions, unpartitioned and two-level partitioned, a rollback, an inflight
 instant with its files, clustering (done and pending), clean, archival into packs, a late
-backfill, and the golden fixtures. Queries: snapshot with the metadata table on and off, Spark
+backfill, the golden fixtures, and merge-on-read tables of log files written by hand (also read
+optimized). Queries: snapshot with the metadata table on and off, Spark
 SQL, time travel to every retained instant, incremental reads between instants. The tables are
 built once and all reads go to the JVM in one round trip."""
 
@@ -13,11 +14,13 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from integration.test_hudi_rs_compat import _Clock, _rows, build_table
 from integration.test_multi_writer import commit_one_batch, services_for
 from interop.compare import Query, check_tables, plan_reads
-from interop.java_hudi import JavaHudi
+from interop.java_hudi import JavaHudi, Read
+from interop.mor_tables import DATA, MorTable, Version, fold
 
 from lakesink.formats.hudi.coordinator import HudiCoordinator
 from lakesink.formats.hudi.services.archival import ArchivePolicy, archive
@@ -33,6 +36,7 @@ from lakesink.formats.hudi.table.hudi_table import HudiTable
 from lakesink.formats.hudi.table.metadata import CommitMetadata
 from lakesink.formats.hudi.table.reader import TableReader
 from lakesink.formats.hudi.table.upsert import HudiUpsertTaskTarget
+from lakesink.formats.hudi.table.view import FileSystemView
 from lakesink.formats.hudi.table.writer import PartitionedWriter
 from lakesink.formats.task import TaskAttempt
 from lakesink.protocol.instant import Action
@@ -55,6 +59,8 @@ TABLES = [
     "two_levels_v6",
     "upsert_v6",
     "upsert_v8",
+    "mor_v6",
+    "mor_v8",
 ]
 LIGHT = {"unpartitioned_v8", "two_levels_v6"}  # incremental reads from the start only
 
@@ -241,6 +247,44 @@ def _backfill_table(path: Path) -> None:
     commit_one_batch(stream, "topic-a", 2)
 
 
+def _mor_table(path: Path, version: int) -> None:
+    """A merge-on-read table: base files in two partitions, then deltacommits of Parquet data
+    blocks and delete blocks (with ordering values, and without one, as Spark SQL's DELETE
+    writes them), one of them starting a file group of log files only (version 6: the later
+    version wins; version 8: the higher `ts` wins)."""
+    ordering = "ts" if version == 8 else None
+    mor = MorTable(path, version, ordering)
+    base: list[Version] = [(k, "u", 10, f"base{k}") for k in range(8)]
+    mor.base(base)
+    batches: list[list[Version]] = [
+        [(0, "u", 11, "a0"), (1, "u", 9, "a1"), (2, "d", 12, ""), (3, "x", 0, "")],
+        [(0, "d", 5, ""), (2, "u", 13, "b2"), (4, "u", 20, "b4"), (100, "u", 1, "n0")],
+        [(3, "u", 1, "c3"), (4, "u", 20, "c4"), (5, "x", 0, ""), (100, "d", 2, "")],
+    ]
+    for batch in batches:
+        mor.delta(batch, new_group_id="00000000-0000-0000-0000-000000000000-0")
+    ours = TableReader(mor.table).snapshot().select(DATA).to_pylist()
+    assert sorted(ours, key=lambda r: r["id"]) == fold([base, *batches], ordering)
+
+
+def _read_optimized(path: Path) -> Query:
+    """Java Hudi's read-optimized query: the latest base files only, no log file."""
+    table = HudiTable.open(path)
+
+    def base_rows() -> pa.Table:
+        slices = FileSystemView(table).latest_base_files()
+        return pa.concat_tables(
+            [
+                pq.read_table(table.base_path / s.path, partitioning=None)
+                for s in slices
+                if s.has_base_file
+            ]
+        )
+
+    options = {"hoodie.datasource.query.type": "read_optimized"}
+    return Query(path, "read optimized", Read(path, options), base_rows, None)
+
+
 @dataclass
 class Built:
     paths: dict[str, Path] = field(default_factory=dict)
@@ -267,9 +311,14 @@ def built(java_hudi: JavaHudi, tmp_path_factory: pytest.TempPathFactory) -> Buil
     for v in (6, 8):
         paths[f"upsert_v{v}"] = root / f"upsert_v{v}"
         _upsert_table(paths[f"upsert_v{v}"], v)
+    for v in (6, 8):
+        paths[f"mor_v{v}"] = root / f"mor_v{v}"
+        _mor_table(paths[f"mor_v{v}"], v)
     queries: dict[str, list[Query]] = {
         name: plan_reads(paths[name], incremental_pairs=name not in LIGHT) for name in TABLES
     }
+    for v in (6, 8):
+        queries[f"mor_v{v}"].append(_read_optimized(paths[f"mor_v{v}"]))
     everything = [q for name in TABLES for q in queries[name]]
     found = check_tables(java_hudi, everything)
     out.problems = {n: [p for p in found if p.startswith(f"{paths[n].name}:")] for n in TABLES}

@@ -63,6 +63,13 @@ def run_table_command(args: argparse.Namespace, access: StorageAccess) -> int:
         return 0
     tbl = HudiTable.open(access.open(args.path))
     if args.table_command in ("clean", "cluster", "archive", "rollback"):
+        if tbl.config.table_type == "MERGE_ON_READ":
+            from lakesink.errors import UnsupportedTableError
+
+            raise UnsupportedTableError(
+                f"table {tbl.uri} is merge-on-read: lakesink's {args.table_command} does not "
+                "handle log files yet; run it with Hudi"
+            )
         return _service(tbl, args, access)
     if args.table_command == "show":
         return _show(tbl, args.json)

@@ -327,6 +327,14 @@ def _table_and_view(storage: Storage, as_of: str | None) -> tuple[HudiTable, Fil
     from lakesink.protocol.instant import InstantTime
 
     table = HudiTable.open(storage)
+    if table.config.table_type == "MERGE_ON_READ":
+        from lakesink.errors import UnsupportedTableError
+
+        # the Spark reader reads base files: a merge-on-read slice's log files would be missed
+        raise UnsupportedTableError(
+            f"table {table.uri} is merge-on-read; format('lakesink') reads copy-on-write tables "
+            "only (read it with Hudi)"
+        )
     return table, FileSystemView(table, InstantTime(as_of) if as_of else None)
 
 

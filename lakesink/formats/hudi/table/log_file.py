@@ -14,11 +14,13 @@ A file is a sequence of blocks, each (big-endian, log format version 1):
 
 a header or footer being an int32 count of (int32 key, int32 length, UTF-8 value) entries.
 Data blocks are Parquet (block type 5): the content is a whole Parquet file of rows with the
-meta columns, in the base file's schema, the header carrying the instant and the Avro schema.
+meta columns, in the base file's schema, the header carrying the schema and the instant.
 Parquet blocks rather than Avro ones: Hudi 1.2.0 and hudi-rs read both in either table version,
 and Parquet keeps lakesink's Arrow types without an Avro round trip. A delete block (type 1)
 holds format version 3, an int32 length and one Avro datum of `HoodieDeleteRecordList`: each
-deleted key with its partition path and ordering value (a union; hudi-rs refuses a null one).
+deleted key with its partition path and ordering value, in Hudi 1.2.0's union of wrapper
+records (`lakesink.formats.hudi.table.delete_records`; hudi-rs refuses a null one and a block
+mixing two types).
 """
 
 from __future__ import annotations
@@ -29,7 +31,6 @@ import re
 import struct
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import date
 from typing import Any
 
 import pyarrow as pa
@@ -37,6 +38,14 @@ import pyarrow.parquet as pq
 
 from lakesink.errors import CommitError, CorruptTableError, UnsupportedTableError
 from lakesink.formats.hudi.table.avro_schema import META_COLUMNS, with_meta_columns
+from lakesink.formats.hudi.table.delete_records import (
+    DeleteRecord,
+    OrderingBranch,
+    decode_deletes,
+    encode_deletes,
+    ordering_python_value,
+    ordering_values,
+)
 from lakesink.formats.hudi.table.hudi_table import HudiTable
 from lakesink.formats.hudi.table.markers import MarkerType, create_marker
 from lakesink.formats.hudi.table.writer import record_keys
@@ -51,9 +60,16 @@ __all__ = [
     "HeaderKey",
     "LogBlock",
     "LogFileName",
+    "OrderingBranch",
     "data_block",
     "delete_block",
+    "is_log_file_name",
+    "log_file_name_for",
+    "log_rows",
+    "ordering_python_value",
+    "ordering_values",
     "read_log_blocks",
+    "read_log_file",
     "write_log_file",
 ]
 
@@ -127,188 +143,6 @@ def is_log_file_name(name: str) -> bool:
     return _LOG_NAME_RE.match(name) is not None
 
 
-# -- delete records ---------------------------------------------------------------------------
-
-# The union branches of `HoodieDeleteRecord.orderingVal` lakesink writes (index: Avro type)
-_ORDERING_BRANCHES = {1: "int", 2: "long", 3: "float", 4: "double", 5: "bytes", 6: "string"}
-_DATE, _TIMESTAMP_MILLIS, _TIMESTAMP_MICROS = 8, 11, 12
-_INT_BRANCHES = {1, _DATE, 9}  # int, date, time-millis
-_LONG_BRANCHES = {2, 10, _TIMESTAMP_MILLIS, _TIMESTAMP_MICROS}
-_EPOCH_DAY = date(1970, 1, 1)
-
-
-def ordering_branch(arrow_type: pa.DataType) -> int:
-    """The `orderingVal` union branch of an ordering column's type; UnsupportedTableError for
-    a type Hudi's delete record cannot carry."""
-    t = arrow_type
-    if pa.types.is_int8(t) or pa.types.is_int16(t) or pa.types.is_int32(t):
-        return 1
-    if pa.types.is_integer(t):
-        return 2
-    if pa.types.is_float32(t):
-        return 3
-    if pa.types.is_float64(t):
-        return 4
-    if pa.types.is_binary(t) or pa.types.is_large_binary(t):
-        return 5
-    if pa.types.is_string(t) or pa.types.is_large_string(t):
-        return 6
-    if pa.types.is_date32(t):
-        return _DATE
-    if pa.types.is_timestamp(t) and t.unit in ("ms", "us"):
-        return _TIMESTAMP_MILLIS if t.unit == "ms" else _TIMESTAMP_MICROS
-    raise UnsupportedTableError(
-        f"an ordering column of type {t} cannot be carried by a delete record; use an integer, "
-        "float, string, date or millisecond/microsecond timestamp column"
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class DeleteRecord:
-    """One deleted key in a delete block: the record key, its partition path, and the ordering
-    value of the delete (`branch`: the Avro union branch; the value as Avro stores it: an int
-    for dates and timestamps)."""
-
-    record_key: str
-    partition_path: str
-    ordering_value: int | float | str | bytes
-    branch: int = 2
-
-    def __post_init__(self) -> None:
-        if self.branch not in (*_ORDERING_BRANCHES, *_INT_BRANCHES, *_LONG_BRANCHES):
-            raise ValueError(f"ordering value union branch {self.branch} is not one lakesink knows")
-
-
-def ordering_values(column: pa.Array | pa.ChunkedArray) -> tuple[int, list[Any]]:
-    """(branch, values as Avro stores them) of an ordering column's values."""
-    branch = ordering_branch(column.type)
-    values = column.to_pylist()
-    if column.null_count:
-        raise UnsupportedTableError(
-            "a delete without an ordering value cannot be written: Hudi's readers need one"
-        )
-    if branch == _DATE:
-        return branch, [(v - _EPOCH_DAY).days for v in values]
-    if branch in (_TIMESTAMP_MILLIS, _TIMESTAMP_MICROS):
-        return branch, column.cast(pa.int64()).to_pylist()
-    return branch, values
-
-
-def _zigzag(n: int) -> bytes:
-    z = (n << 1) ^ (n >> 63)
-    out = bytearray()
-    while z > 0x7F:
-        out.append((z & 0x7F) | 0x80)
-        z >>= 7
-    out.append(z)
-    return bytes(out)
-
-
-def _avro_bytes(b: bytes) -> bytes:
-    return _zigzag(len(b)) + b
-
-
-def _encode_deletes(records: Sequence[DeleteRecord]) -> bytes:
-    """Avro binary of one `HoodieDeleteRecordList` datum."""
-    out = bytearray()
-    if records:
-        out += _zigzag(len(records))
-        for r in records:
-            out += b"\x02" + _avro_bytes(r.record_key.encode("utf-8"))
-            out += b"\x02" + _avro_bytes(r.partition_path.encode("utf-8"))
-            out += _zigzag(r.branch)
-            v = r.ordering_value
-            if r.branch in _INT_BRANCHES or r.branch in _LONG_BRANCHES:
-                out += _zigzag(int(v))
-            elif r.branch == 3:
-                out += struct.pack("<f", float(v))
-            elif r.branch == 4:
-                out += struct.pack("<d", float(v))
-            elif r.branch == 6:
-                out += _avro_bytes(str(v).encode("utf-8"))
-            else:
-                out += _avro_bytes(bytes(v))  # type: ignore[arg-type]
-    out += b"\x00"  # the array's end
-    return bytes(out)
-
-
-class _AvroReader:
-    """The few Avro binary reads a delete list needs; CorruptTableError on truncation."""
-
-    def __init__(self, data: bytes, where: str) -> None:
-        self.data, self.pos, self.where = data, 0, where
-
-    def take(self, n: int) -> bytes:
-        if n < 0 or self.pos + n > len(self.data):
-            raise CorruptTableError(f"{self.where}: the delete list is truncated")
-        chunk = self.data[self.pos : self.pos + n]
-        self.pos += n
-        return chunk
-
-    def long(self) -> int:
-        shift = z = 0
-        while True:
-            b = self.take(1)[0]
-            z |= (b & 0x7F) << shift
-            shift += 7
-            if not b & 0x80:
-                return (z >> 1) ^ -(z & 1)
-            if shift > 63:
-                raise CorruptTableError(f"{self.where}: a varint in the delete list is too long")
-
-    def text(self) -> str:
-        return self.take(self.long()).decode("utf-8", errors="strict")
-
-    def optional_text(self) -> str:
-        branch = self.long()
-        if branch == 0:
-            return ""
-        if branch != 1:
-            raise CorruptTableError(f"{self.where}: union branch {branch} of a nullable string")
-        return self.text()
-
-
-def _decode_deletes(data: bytes, where: str) -> tuple[DeleteRecord, ...]:
-    r = _AvroReader(data, where)
-    out: list[DeleteRecord] = []
-    try:
-        while (count := r.long()) != 0:
-            if count < 0:  # a block with its byte size
-                count = -count
-                r.long()
-            for _ in range(count):
-                key, partition = r.optional_text(), r.optional_text()
-                branch = r.long()
-                value: int | float | str | bytes
-                if branch in _INT_BRANCHES or branch in _LONG_BRANCHES:
-                    value = r.long()
-                elif branch == 3:
-                    value = struct.unpack("<f", r.take(4))[0]
-                elif branch == 4:
-                    value = struct.unpack("<d", r.take(8))[0]
-                elif branch == 6:
-                    value = r.text()
-                elif branch in (5, 7):
-                    value = r.take(r.long())
-                else:
-                    raise CorruptTableError(
-                        f"{where}: a delete record's ordering value has union branch {branch}"
-                    )
-                out.append(DeleteRecord(key, partition, value, branch))
-    except UnicodeDecodeError as e:
-        raise CorruptTableError(f"{where}: a delete record's text is not UTF-8: {e}") from e
-    if r.pos != len(data):
-        raise CorruptTableError(f"{where}: {len(data) - r.pos} bytes follow the delete list")
-    return tuple(out)
-
-
-def ordering_python_value(record: DeleteRecord) -> Any:
-    """A delete's ordering value as Arrow takes it for the column (dates as dates)."""
-    if record.branch == _DATE:
-        return date.fromordinal(_EPOCH_DAY.toordinal() + int(record.ordering_value))
-    return record.ordering_value
-
-
 # -- blocks -----------------------------------------------------------------------------------
 
 
@@ -376,8 +210,10 @@ class LogBlock:
                 f"{DELETE_CONTENT_VERSION}"
             )
         if length != len(self.content) - 8:
-            raise CorruptTableError(f"{at} says {length} bytes of records, holds {len(self.content) - 8}")
-        return _decode_deletes(self.content[8:], at)
+            raise CorruptTableError(
+                f"{at} says {length} bytes of records, holds {len(self.content) - 8}"
+            )
+        return decode_deletes(self.content[8:], at)
 
 
 def _metadata_bytes(entries: Sequence[tuple[HeaderKey, str]]) -> bytes:
@@ -401,7 +237,7 @@ def delete_block(
     records: Sequence[DeleteRecord], instant_time: InstantTime, avro_schema: str
 ) -> LogBlock:
     """A delete block of `records` written by `instant_time`."""
-    datum = _encode_deletes(records)
+    datum = encode_deletes(records)
     content = struct.pack(">ii", DELETE_CONTENT_VERSION, len(datum)) + datum
     header = ((HeaderKey.SCHEMA, avro_schema), (HeaderKey.INSTANT_TIME, instant_time.value))
     return LogBlock(BlockType.DELETE, header, content)
@@ -461,7 +297,9 @@ def _raise(error: CorruptTableError) -> LogBlock:
     raise error
 
 
-def _read_metadata(data: bytes, pos: int, limit: int) -> tuple[tuple[tuple[HeaderKey, str], ...], int]:
+def _read_metadata(
+    data: bytes, pos: int, limit: int
+) -> tuple[tuple[tuple[HeaderKey, str], ...], int]:
     (count,) = struct.unpack_from(">i", data, pos)
     pos += 4
     if count < 0 or count > 64:
@@ -543,9 +381,7 @@ def log_rows(
         pa.array([partition_path] * n, pa.string()),
         pa.array([file_id] * n, pa.string()),
     ]
-    full = pa.Table.from_arrays(
-        [*meta, *data.columns], names=[*META_COLUMNS, *data.column_names]
-    )
+    full = pa.Table.from_arrays([*meta, *data.columns], names=[*META_COLUMNS, *data.column_names])
     target = schema if schema is not None else with_meta_columns(data.schema)
     try:
         return full.select(target.names).cast(target)
@@ -571,9 +407,10 @@ def write_log_file(
     previous_logs: Sequence[str] = (),
 ) -> DeltaWrite:
     """Write one new log file of a file group for deltacommit `instant_time`: a Parquet data
-    block of `rows` (meta columns included: see `log_rows`) then a delete block of `deletes`,
-    each block only when it has records. The marker comes first. CommitError if the file
-    exists already (one log file per file group and deltacommit)."""
+    block of `rows` (meta columns included: see `log_rows`), when there are rows, then the
+    `deletes` (of keys not among the rows), one delete block per ordering value type. The
+    marker comes first. CommitError if the file exists already (one log file per file group and
+    deltacommit)."""
     if (rows is None or rows.num_rows == 0) and not deletes:
         raise ValueError("a log file needs rows or deletes")
     name = log_file_name_for(
@@ -587,8 +424,11 @@ def write_log_file(
     blocks: list[LogBlock] = []
     if rows is not None and rows.num_rows:
         blocks.append(data_block(rows, instant_time, avro_schema))
-    if deletes:
-        blocks.append(delete_block(deletes, instant_time, avro_schema))
+    by_branch: dict[OrderingBranch, list[DeleteRecord]] = {}
+    for d in deletes:  # hudi-rs refuses a delete block mixing ordering value types
+        by_branch.setdefault(d.branch, []).append(d)
+    for same in by_branch.values():
+        blocks.append(delete_block(same, instant_time, avro_schema))
     content = b"".join(b.encode() for b in blocks)
     marker: MarkerType = "CREATE" if table.config.version >= 8 else "APPEND"
     table.ensure_partition(partition_path, instant_time)
@@ -613,7 +453,7 @@ def write_log_file(
         num_update_writes=n_rows,
         num_deletes=len(deletes),
     )
-    logs = tuple(n.rsplit("/", 1)[-1] for n in previous_logs) + (name.name,)
+    logs = (*(n.rsplit("/", 1)[-1] for n in previous_logs), name.name)
     return DeltaWrite(write, base_file, logs, name.version)
 
 
@@ -626,4 +466,3 @@ def read_log_file(table: HudiTable, rel: str) -> list[LogBlock]:
             f"log file {table.uri}/{rel} is missing; the table references a file that is gone"
         ) from None
     return read_log_blocks(data, f"{table.uri}/{rel}")
-

@@ -16,6 +16,8 @@ from lakesink.formats.hudi.table.archive import load_archived_view
 from lakesink.formats.hudi.table.avro_schema import META_SCHEMA
 from lakesink.formats.hudi.table.file_group import FileSlice
 from lakesink.formats.hudi.table.hudi_table import HudiTable, _format_partition_value
+from lakesink.formats.hudi.table.log_file import is_log_file_name
+from lakesink.formats.hudi.table.merge_on_read import merge_slice
 from lakesink.formats.hudi.table.view import (
     FileSystemView,
     IncrementalOrder,
@@ -142,17 +144,10 @@ class TableReader:
         chosen.sort(key=lambda s: (s.partition_path, s.file_id))
         tables: list[pa.Table] = []
         for s in chosen:
-            path = f"{self.table.uri}/{s.path}"
-            fs, root = self.table.storage.arrow()
-            try:
-                t = pq.read_table(f"{root}/{s.path}", filesystem=fs, partitioning=None)
-            except FileNotFoundError:
-                raise CorruptTableError(
-                    f"base file {path} of instant {s.instant_time} is missing; the table "
-                    "references a file that is gone"
-                ) from None
-            except (pa.ArrowInvalid, OSError) as e:
-                raise CorruptTableError(f"base file {path} cannot be read: {e}") from e
+            t = self._read_base(s) if s.has_base_file else None
+            if s.log_paths:
+                t = merge_slice(self.table, t, s.log_paths)
+            assert t is not None  # a slice has a base file or log files
             if commit_times is not None:
                 allowed = pa.array(sorted(t.value for t in commit_times), pa.string())
                 t = t.filter(pc.is_in(t.column("_hoodie_commit_time"), value_set=allowed))
@@ -167,6 +162,19 @@ class TableReader:
                 )
             result = result.select(list(columns))
         return result
+
+    def _read_base(self, s: FileSlice) -> pa.Table:
+        path = f"{self.table.uri}/{s.path}"
+        fs, root = self.table.storage.arrow()
+        try:
+            return pq.read_table(f"{root}/{s.path}", filesystem=fs, partitioning=None)
+        except FileNotFoundError:
+            raise CorruptTableError(
+                f"base file {path} of instant {s.instant_time} is missing; the table "
+                "references a file that is gone"
+            ) from None
+        except (pa.ArrowInvalid, OSError) as e:
+            raise CorruptTableError(f"base file {path} cannot be read: {e}") from e
 
     def _empty(self) -> pa.Table:
         timeline = self.table.timeline()
@@ -184,6 +192,8 @@ class TableReader:
             ),
         )
         for rel in candidates:
+            if is_log_file_name(rel.rsplit("/", 1)[-1]):
+                continue  # the schema of a base file is enough
             if self.table.storage.exists(rel):
                 fs, root = self.table.storage.arrow()
                 return pq.read_schema(f"{root}/{rel}", filesystem=fs).empty_table()

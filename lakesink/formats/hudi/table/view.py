@@ -7,10 +7,15 @@ file group's visible slice is its latest one at or before T; file groups replace
 replacecommit at or before T are hidden.
 
 The file groups and their slices are values of `lakesink.formats.hudi.table.file_group`.
+A deltacommit's log files join the slice they were written over: the latest slice whose base
+instant is at or before the instant the log file's name carries (version 6: the base instant
+itself; version 8: the deltacommit's); a log file with no such slice starts a slice of log files
+only, at that instant.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Literal
 
@@ -18,6 +23,7 @@ from lakesink.errors import CorruptTableError, InstantArchivedError
 from lakesink.formats.hudi.table.archive import load_archived_view
 from lakesink.formats.hudi.table.file_group import FileGroup, FileSlice
 from lakesink.formats.hudi.table.files import parse_base_file_name
+from lakesink.formats.hudi.table.log_file import LogFileName, is_log_file_name
 from lakesink.formats.hudi.table.metadata import CommitMetadata
 from lakesink.protocol.instant import Action, Instant, InstantTime
 
@@ -31,9 +37,31 @@ IncrementalOrder = Literal["requested", "completion"]
 CommitEntry = tuple[Instant, CommitMetadata]
 
 
+_LogEntry = tuple[LogFileName, str]  # (its name's parts, its relative path)
+
+
+def _logs_of(instant: Instant, metadata: CommitMetadata) -> Iterable[tuple[str, _LogEntry]]:
+    """(partition, (name, path)) of each log file a deltacommit wrote."""
+    if instant.action is not Action.DELTA_COMMIT:
+        return
+    for w in metadata.writes:
+        name = w.path.rsplit("/", 1)[-1]
+        if not is_log_file_name(name):
+            continue
+        parsed = LogFileName.parse(name)
+        if parsed.file_id != w.file_id:
+            raise CorruptTableError(
+                f"deltacommit {instant.time}: write stat for {w.path!r} names file id "
+                f"{w.file_id!r}, but the file name says {parsed.file_id!r}"
+            )
+        yield w.partition_path, (parsed, w.path)
+
+
 def _slices_of(instant: Instant, metadata: CommitMetadata) -> Iterable[FileSlice]:
     for w in metadata.writes:
         name = w.path.rsplit("/", 1)[-1]
+        if instant.action is Action.DELTA_COMMIT and is_log_file_name(name):
+            continue  # a log file: see _logs_of
         parsed = parse_base_file_name(name)
         if parsed.file_id != w.file_id or parsed.instant_time != instant.time:
             raise CorruptTableError(
@@ -57,11 +85,14 @@ def build_file_groups(
     for s in base:
         slices.setdefault((s.partition_path, s.file_id), []).append(s)
     replaced: set[tuple[str, str]] = set()
+    logs: dict[tuple[str, str], list[_LogEntry]] = {}
     for instant, md in commits:
         if not instant.is_completed or not instant.action.writes_data:
             continue
         if as_of is not None and instant.time > as_of:
             continue
+        for partition, entry in _logs_of(instant, md):
+            logs.setdefault((partition, entry[0].file_id), []).append(entry)
         for s in _slices_of(instant, md):
             lst = slices.setdefault((s.partition_path, s.file_id), [])
             if any(x.instant_time == s.instant_time for x in lst):
@@ -73,12 +104,34 @@ def build_file_groups(
         if instant.action is Action.REPLACE_COMMIT:
             for partition, ids in md.replaced_file_ids.items():
                 replaced.update((partition, fid) for fid in ids)
+    for key, entries in logs.items():
+        slices[key] = _with_logs(key, slices.get(key, []), entries)
     groups = {
         key: FileGroup(key[0], key[1], tuple(sorted(lst, key=lambda s: s.instant_time)))
         for key, lst in slices.items()
         if key not in replaced
     }
     return groups, replaced
+
+
+def _with_logs(
+    key: tuple[str, str], bases: list[FileSlice], entries: list[_LogEntry]
+) -> list[FileSlice]:
+    """The slices of one group with its log files joined to them (see the module's doc)."""
+    by_time = {s.instant_time: s for s in bases}
+    joined: dict[InstantTime, list[_LogEntry]] = {}
+    times = sorted(by_time)
+    for entry in sorted(entries):
+        at = [t for t in times if t <= entry[0].instant_time]
+        slice_time = at[-1] if at else entry[0].instant_time
+        if slice_time not in by_time:  # a slice of log files only
+            by_time[slice_time] = FileSlice(key[0], key[1], slice_time, "")
+            times = sorted(by_time)
+        joined.setdefault(slice_time, []).append(entry)
+    return [
+        dataclasses.replace(s, log_paths=tuple(path for _, path in joined.get(t, ())))
+        for t, s in sorted(by_time.items())
+    ]
 
 
 def incremental_slices(
