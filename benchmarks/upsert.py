@@ -155,13 +155,14 @@ def produce(bootstrap: str, space: str, args: argparse.Namespace) -> Topic:
 def bucket_count(keys: int, args: argparse.Namespace) -> int:
     if args.buckets:
         return int(args.buckets)
-    per_cores = -(-keys // 50_000)  # ~50,000 keys (~5 MB of zstd Parquet) per file group
-    return max(args.cores, -(-per_cores // args.cores) * args.cores)
+    cores = int(args.cores)
+    groups = -(-keys // 50_000)  # ~50,000 keys per file group (~1.7 MB of zstd Parquet here)
+    return max(cores, -(-groups // cores) * cores)
 
 
 def per_batch(topic: Topic, args: argparse.Namespace) -> int:
     # at least 4 batches: the first one (JVM and worker warm-up) is not steady state
-    return max(1000, min(args.per_batch, -(-topic.records // 4)))
+    return max(1000, min(int(args.per_batch), -(-topic.records // 4)))
 
 
 def lakesink_config(
@@ -341,7 +342,7 @@ def throughput(
         print(
             f"{topic.name} {variant}: {r['rec_s']:,.0f} rec/s, steady "
             f"{r['steady_rec_s'] or 0:,.0f}, {r['cpu_us_per_rec']:.1f} us/rec, "
-            f"WA {r['write_amplification']:.1f}, fold check {r['fold_check']} "
+            f"WA {r['write_amplification']:.3f}, fold check {r['fold_check']} "
             f"({time.perf_counter() - t0:.0f}s)",
             flush=True,
         )
@@ -417,7 +418,7 @@ def print_results(report: dict[str, Any]) -> None:
             print(
                 f"{space:<6} {label:<24} {r['records']:>9,} {r['rec_s']:>8,.0f} "
                 f"{r['steady_rec_s'] or 0:>8,.0f} {r['cpu_us_per_rec']:>10.1f} "
-                f"{r['memory']['peak_total_rss_mb']:>7,.0f} {r['write_amplification']:>9.1f} "
+                f"{r['memory']['peak_total_rss_mb']:>7,.0f} {r['write_amplification']:>9.3f} "
                 f"{r['mean_batch_s'] or 0:>7.1f} {vs or '':>12} {cpu or '':>9}  {audit}"
             )
         if not runs:
