@@ -157,15 +157,42 @@ _NO_ROWS = pa.schema(
 )
 
 
-def read_with_hudi_rs(base_path: str, storage_options: Mapping[str, str] | None = None) -> pa.Table:
-    """The coordinates of every row hudi-rs reads, straight from the table's storage."""
+def hudi_rs_batches(
+    base_path: str,
+    storage_options: Mapping[str, str] | None = None,
+    columns: list[str] | None = None,
+) -> list[pa.RecordBatch]:
+    """Every row hudi-rs reads (of `columns`, None: all), straight from the table's storage."""
     hudi = require("hudi", "reading a table with hudi-rs (the exactly-once audit)")
 
     builder = hudi.HudiTableBuilder.from_base_uri(base_path)
     if storage_options:
         builder = builder.with_storage_options(dict(storage_options))
     table = builder.build()
-    batches = table.read(hudi.HudiReadOptions(projection=COORDINATES))
+    if columns is None:
+        return list(table.read())
+    return list(table.read(hudi.HudiReadOptions(projection=columns)))
+
+
+def read_with_hudi_rs(base_path: str, storage_options: Mapping[str, str] | None = None) -> pa.Table:
+    """The coordinates of every row hudi-rs reads, straight from the table's storage."""
+    batches = hudi_rs_batches(base_path, storage_options, COORDINATES)
+    if not batches:
+        return _NO_ROWS.empty_table()
+    return pa.Table.from_batches(batches).select(COORDINATES)
+
+
+def _hudi_rs_read(table: HudiTable, columns: list[str] | None) -> list[pa.RecordBatch]:
+    """`hudi_rs_batches` of an open table; what hudi-rs refuses is a CorruptTableError."""
+    try:
+        return hudi_rs_batches(table.uri, table.storage.reader_options(), columns)
+    except Exception as e:  # hudi-rs raises its own error types
+        first = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise CorruptTableError(f"hudi-rs cannot read {table.uri}: {first}") from e
+
+
+def _coordinates_by_hudi_rs(table: HudiTable) -> pa.Table:
+    batches = _hudi_rs_read(table, COORDINATES)
     if not batches:
         return _NO_ROWS.empty_table()
     return pa.Table.from_batches(batches).select(COORDINATES)
@@ -210,11 +237,7 @@ def audit(
     if fold is not None:
         return audit_fold(table, spans, fold, report, bootstrap, isolation_level, consumer_config)
     topics = {tp.topic for tp in spans}
-    try:
-        by_hudi_rs = read_with_hudi_rs(table.uri, table.storage.reader_options())
-    except Exception as e:  # hudi-rs raises its own error types
-        first = str(e).splitlines()[0] if str(e) else type(e).__name__
-        raise CorruptTableError(f"hudi-rs cannot read {table.uri}: {first}") from e
+    by_hudi_rs = _coordinates_by_hudi_rs(table)
     by_lakesink = read_with_lakesink(table)
     rows_rs = coordinates_in(by_hudi_rs, topics)
     rows_ls = coordinates_in(by_lakesink, topics)
@@ -272,15 +295,7 @@ def audit_fold(
     from lakesink.formats.hudi.table.reader import TableReader
     from lakesink.formats.hudi.table.view import FileSystemView
 
-    hudi = require("hudi", "reading a table with hudi-rs (the exactly-once audit)")
-    try:
-        builder = hudi.HudiTableBuilder.from_base_uri(table.uri)
-        if table.storage.reader_options():
-            builder = builder.with_storage_options(dict(table.storage.reader_options()))
-        batches = builder.build().read()
-    except Exception as e:  # hudi-rs raises its own error types
-        first = str(e).splitlines()[0] if str(e) else type(e).__name__
-        raise CorruptTableError(f"hudi-rs cannot read {table.uri}: {first}") from e
+    batches = _hudi_rs_read(table, None)
     has_files = bool(FileSystemView(table).latest_base_files())
     by_hudi_rs = pa.Table.from_batches(batches) if batches else None
     by_lakesink = TableReader(table).snapshot() if has_files else None
@@ -332,9 +347,5 @@ def dead_letter_table_coordinates(path: str | Storage) -> list[Coordinate]:
         table = HudiTable.open(path)
     except TableNotFoundError:
         return []
-    try:
-        rows = read_with_hudi_rs(table.uri, table.storage.reader_options())
-    except Exception as e:  # hudi-rs raises its own error types
-        first = str(e).splitlines()[0] if str(e) else type(e).__name__
-        raise CorruptTableError(f"hudi-rs cannot read {table.uri}: {first}") from e
+    rows = _coordinates_by_hudi_rs(table)
     return sorted(coordinates_in(rows, set(rows.column("kafka_topic").to_pylist())))
