@@ -8,6 +8,10 @@
 # The wheel check runs after them (its demo and examples keep both cores busy), then pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+started=$SECONDS
+# stage NAME: print the stage's heading with the seconds since the run started (where CI time goes)
+stage() { echo "== $1 (at $((SECONDS - started)) s)"; }
+stage "venv and PostgreSQL"
 EXTRAS=test bash scripts/setup-venv.sh
 bash scripts/install-postgres.sh
 logs="$(mktemp -d)"
@@ -53,16 +57,16 @@ if [ $# -eq 0 ]; then
     SPARK_SUBMIT_OPTS="${SPARK_SUBMIT_OPTS:--XX:TieredStopAtLevel=1 -XX:+UseSerialGC}" \
     python -m lakesink.spark.prepare "${LAKESINK_CACHE:-$PWD/.cache}/spark-start"
 fi
-echo "== ruff"; ruff check lakesink tests benchmarks; ruff format --check lakesink tests benchmarks
-echo "== mypy"; mypy lakesink
-echo "== docs site"; bash scripts/build-docs.sh
+stage "ruff"; ruff check lakesink tests benchmarks; ruff format --check lakesink tests benchmarks
+stage "mypy"; mypy lakesink
+stage "docs site"; bash scripts/build-docs.sh
 if [ $# -eq 0 ]; then   # the whole run (CI); with pytest arguments only the tests asked for
-  echo "== oldest pins"; bash scripts/check-oldest.sh # lower bounds: unit tests + a real ingestion
+  stage "oldest pins"; bash scripts/check-oldest.sh # lower bounds: unit tests + a real ingestion
 fi
-echo "== Kafka, Java Iceberg and Iceberg REST jars"; finish jars
-echo "== interop environment and Debezium"; finish interop
+stage "Kafka, Java Iceberg and Iceberg REST jars"; finish jars
+stage "interop environment and Debezium"; finish interop
 if [ $# -eq 0 ]; then
-  echo "== wheel"; bash scripts/check-wheel.sh       # build, install in a clean venv, run the demo
-  echo "== Spark class-data archive"; finish spark-archive optional
+  stage "wheel"; bash scripts/check-wheel.sh       # build, install in a clean venv, run the demo
+  stage "Spark class-data archive"; finish spark-archive optional
 fi
-echo "== pytest"; python -m pytest -q -p no:cacheprovider --durations=25 "$@"
+stage "pytest"; python -m pytest -q -p no:cacheprovider --durations=25 "$@"
