@@ -25,6 +25,8 @@ from lakesink.protocol.instant import TimelineLayout
 from lakesink.storage.base import Storage
 
 EPOCH = "19700101000000000"
+# a table's metadata table (lakesink writes none; Java Hudi's writers may)
+METADATA_TABLE_PROPERTIES = ".hoodie/metadata/.hoodie/hoodie.properties"
 log = logging.getLogger(__name__)
 _names = itertools.count()
 
@@ -81,19 +83,24 @@ def plan_reads(
         Query(p, "snapshot", Read(jp), reader.snapshot, lambda: _hudi_rs(rp, None, so)),
         Query(
             p,
-            "snapshot, metadata table off",
-            Read(jp, {"hoodie.metadata.enable": "false"}),
-            reader.snapshot,
-            None,
-        ),
-        Query(
-            p,
             "Spark SQL",
             Sql([create, f"SELECT * FROM {sql_name}"]),
             reader.snapshot,
             None,
         ),
     ]
+    if table.storage.exists(METADATA_TABLE_PROPERTIES):
+        # only where a metadata table exists does turning it off change Java Hudi's read path
+        # (without one it lists the files either way: the query would repeat the snapshot)
+        out.append(
+            Query(
+                p,
+                "snapshot, metadata table off",
+                Read(jp, {"hoodie.metadata.enable": "false"}),
+                reader.snapshot,
+                None,
+            )
+        )
     timeline = table.timeline()
     completed = timeline.completed_data_instants()
     if completed:
