@@ -33,19 +33,32 @@ KILLED = -signal.SIGKILL
 RECORDS = 1300  # batches of 100: each killed run passes one or two, the rest at the end
 BAD_EVERY = 7  # every 7th record is not JSON: each batch has dead letters
 FORMATS = ("hudi", "iceberg")
-# (write path, commit mode, crash point), in chain order. Runs 6-9 (the last one not killed)
-# replay a batch left between the two commits, each on another path and mode.
-CHAIN = [
-    ("direct", "sync", "before-table-commits"),
-    ("dataframe", "sync", "before-table-commits"),
-    ("direct", "sync", "after-table-commits"),
-    ("dataframe", "sync", "after-table-commits"),
+# (write path, commit mode, crash point), in chain order. The runs killed between the two
+# commits (the last one not killed) replay a batch left there, each on another path and mode.
+# The kills before and after both commits (one batch each, nothing left between) run on one
+# path per format: each (path, point) on one of the two formats.
+BETWEEN = [
     ("direct", "sync", "between-table-commits"),
     ("dataframe", "async", "between-table-commits"),
     ("direct", "async", "between-table-commits"),
     ("dataframe", "sync", "between-table-commits"),
 ]
-assert {p for _, _, p in CHAIN} == set(TABLE_CRASH_POINTS)
+CHAINS = {
+    "hudi": [
+        ("direct", "sync", "before-table-commits"),
+        ("dataframe", "sync", "after-table-commits"),
+        *BETWEEN,
+    ],
+    "iceberg": [
+        ("dataframe", "sync", "before-table-commits"),
+        ("direct", "sync", "after-table-commits"),
+        *BETWEEN,
+    ],
+}
+assert all({p for _, _, p in c} == set(TABLE_CRASH_POINTS) for c in CHAINS.values())
+assert {c[:3:2] for chain in CHAINS.values() for c in chain[:2]} == {
+    (w, p) for w in ("direct", "dataframe") for p in ("before-table-commits", "after-table-commits")
+}
 
 
 def _values() -> list[bytes]:
@@ -99,7 +112,7 @@ def _chain(
     conf = write_config_file(cfg, folder / "c.toml")
     args = ["ingest", "--config", str(conf), "--once"]
     main_end = 0
-    for path, mode, point in CHAIN:
+    for path, mode, point in CHAINS[fmt]:
         crashed = cli(
             [*args, "--set", f"write.path={path}", "--set", f"commit.mode={mode}"],
             env={"LAKESINK_CRASH_AT": point, "LAKESINK_CRASH_AFTER_BATCHES": "1"},
