@@ -10,8 +10,12 @@
    run, around 100, 1k and 10k commits; with archival, the files in the archived timeline
    (packed) and the time to read every commit's metadata, archived ones included (the audit).
 
+3. `--defaults-commits N`: only the cost per commit of the default inline services (as an
+   ingestion runs them, every `table.services.inline.every.commits`) against all of them off.
+
     python benchmarks/bench_services.py [--commits 100,1000,10000] [--no-archival-up-to 1000]
         [--modes archive,cluster] [--skip-clustering] [--pack-files 600]
+    python benchmarks/bench_services.py --defaults-commits 200
 """
 
 from __future__ import annotations
@@ -179,6 +183,55 @@ def bench_commit_time(
     print()
 
 
+def bench_defaults(root: Path, commits: int, rows: int) -> None:
+    """The cost per commit of the default inline services (the `table.services.*` defaults, as
+    an ingestion's coordinator runs them after its commits) against all services off
+    (`table.services.inline.every.commits=0`): the services' time spread over every commit."""
+    from lakesink.config import load_config
+    from lakesink.formats.hudi.services.inline import inline_services_hook
+
+    print(f"## the default inline services against off ({commits} commits x 2 partitions)")
+    print(
+        "| services | every N commits | commit mean ms (services included) | commit median ms "
+        "| slowest commit ms | active instants | live base files | parquet files on disk |"
+    )
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |", flush=True)
+    for label, overrides in (("defaults", {}), ("off", {"table.services.inline.every.commits": 0})):
+        path = root / f"defaults-{label}"
+        table, services, _ = make_table(path)
+        settings = load_config(
+            None,
+            {
+                "kafka.bootstrap.servers": "127.0.0.1:9",
+                "kafka.topics": "events",
+                "value.format": "raw",
+                "table.path": str(path),
+                **overrides,
+            },
+        ).settings
+        coord = HudiCoordinator(
+            table,
+            "bench-defaults",
+            control=services,
+            post_commit=(inline_services_hook(table, settings, services),),
+        )
+        coord.start()
+        whole: list[float] = []
+        for b in range(commits):
+            started = time.perf_counter()
+            commit_batch(coord, b, rows, 2)
+            whole.append(time.perf_counter() - started)
+        live = len(FileSystemView(table).latest_base_files())
+        on_disk = len(list(table.base_path.glob("kafka_partition=*/*.parquet")))
+        print(
+            f"| {label} | {settings.services.inline_every_commits} "
+            f"| {statistics.mean(whole) * 1000:.1f} | {statistics.median(whole) * 1000:.1f} "
+            f"| {max(whole) * 1000:.0f} | {len(table.timeline().instants)} | {live} | {on_disk} |",
+            flush=True,
+        )
+    print()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--commits", default="100,1000,10000")
@@ -195,10 +248,19 @@ def main() -> None:
     ap.add_argument(
         "--modes", default="archive,cluster", help="service modes with archival: archive,cluster"
     )
+    ap.add_argument(
+        "--defaults-commits",
+        type=int,
+        default=0,
+        help="only the default inline services against off, over this many commits",
+    )
     args = ap.parse_args()
     marks = [int(x) for x in args.commits.split(",")]
     with tempfile.TemporaryDirectory(dir=args.dir) as d:
         root = Path(d)
+        if args.defaults_commits:
+            bench_defaults(root, args.defaults_commits, 250)
+            return
         if not args.skip_clustering:
             bench_clustering(root, args.cluster_commits, 250)
         upto = [m for m in marks if m <= args.no_archival_up_to]

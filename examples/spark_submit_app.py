@@ -42,7 +42,6 @@ def main(argv: list[str] | None = None) -> int:
     config = {
         "kafka.bootstrap.servers": args.bootstrap_servers,
         "kafka.topics": args.topic,
-        "kafka.max.records.per.batch": 500,
         "value.format": "json",
         "value.schema": EVENT_SCHEMA,
         "table.path": args.table,

@@ -53,6 +53,12 @@ class SchemaMismatchError(TableError):
     """Rows do not match the table's schema."""
 
 
+class SchemaEvolutionError(SchemaMismatchError):
+    """A batch's schema differs from the table's in a way `schema.evolution` does not allow (a
+    type change that is not a widening, a new required column, or any change when the key is
+    off); the message names the field and the fix."""
+
+
 class InstantArchivedError(TableError):
     """A time-travel or incremental read reaches back before the archived instants; only
     instants after the archive boundary can be read as of or from."""
@@ -131,6 +137,11 @@ class RecordError(LakesinkError):
     """A Kafka record could not be deserialized or converted (errors.tolerance=none)."""
 
     exit_code = 8
+
+
+class SchemaRegistryError(LakesinkError):
+    """The schema registry could not be reached (after retrying for schema.registry.retry.s) or
+    refused lakesink's requests (wrong credentials, an untrusted certificate)."""
 
 
 class PendingStoreError(LakesinkError):

@@ -204,10 +204,38 @@ def value_of(snapshot: Snapshot, sample: str, **labels: str) -> float:
     )
 
 
+BATCH_OUTCOMES = ("published", "skipped")
+"""The `outcome` labels of lakesink_batches."""
+ROLLBACK_REASONS = ("batch_failed", "recovery")
+"""The `reason` labels of lakesink_rollbacks."""
+
+
+def error_classes() -> tuple[str, ...]:
+    """The `error` labels lakesink_errors starts with: the classes of lakesink.errors with an
+    exit code of their own (the root's direct subclasses); any other class that fails a batch
+    adds its series then."""
+    from lakesink.errors import LakesinkError
+
+    return tuple(
+        sorted(
+            c.__name__ for c in LakesinkError.__subclasses__() if c.__module__ == "lakesink.errors"
+        )
+    )
+
+
 class IngestionMetrics:
     """The metrics of one ingestion, in a registry of their own."""
 
-    def __init__(self, *, writer_id: str = "", table: str = "", topics: str = "") -> None:
+    def __init__(
+        self,
+        *,
+        writer_id: str = "",
+        table: str = "",
+        topics: str = "",
+        topic_names: Iterable[str] = (),
+    ) -> None:
+        """`topics`: what the ingestion reads as configured (names or a pattern), for the info
+        metric; `topic_names`: the topics known at start, whose per-topic series start at 0."""
         self.registry = CollectorRegistry(auto_describe=True)
         self._lock = threading.Lock()
         self._server: Any = None
@@ -245,6 +273,21 @@ class IngestionMetrics:
         self.rollbacks = counter("lakesink_rollbacks")
         self.errors = counter("lakesink_errors")
         self.last_commit = gauge("lakesink_last_commit_timestamp_seconds")
+        self._start_at_zero(topic_names)
+
+    def _start_at_zero(self, topic_names: Iterable[str]) -> None:
+        """Create the labelled counters' series a dashboard shows before anything happened at
+        0: a panel of rollbacks, dead letters or errors reads 0, not "No data", and `increase`
+        counts the first event (a series born at 1 has no increase)."""
+        for outcome in BATCH_OUTCOMES:
+            self.batches.labels(outcome)
+        for reason in ROLLBACK_REASONS:
+            self.rollbacks.labels(reason)
+        for error in error_classes():
+            self.errors.labels(error)
+        for topic in topic_names:
+            for per_topic in (self.records, self.bytes, self.dead_letters, self.offsets_lost):
+                per_topic.labels(topic)
 
     # --- recording -------------------------------------------------------------------------
     def record_rows(self, topic: str, records: int, nbytes: int) -> None:

@@ -32,6 +32,7 @@ LockProviderName = Literal["filesystem", "postgres", "none"]
 ConflictStrategyName = Literal["file-group", "ingestion-first"]
 WriteOperation = Literal["append", "upsert", "cdc"]
 CdcFormat = Literal["debezium", "field"]
+SchemaEvolutionMode = Literal["add-and-widen", "off"]
 
 DEFAULT_OP_VALUES = "I=insert,U=update,D=delete"
 """The default of cdc.op.values: the one-letter operation codes of AWS DMS's `Op` column and
@@ -94,6 +95,9 @@ class TableSettings:
     staging_folder: str = TMP_FOLDER
     """Where a local table root stages whole-object writes: a folder its format's readers never
     look into (`.hoodie/...` for Hudi, `.lakesink/tmp` in an Iceberg warehouse)."""
+    evolution: SchemaEvolutionMode = "add-and-widen"
+    """Whether a batch with a compatible wider schema evolves the table in its commit, or any
+    change of the table schema is refused [schema.evolution]."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +122,12 @@ class MutationSettings:
     bucket_count: int = 8
     """Buckets (file groups) per partition of a table created for upsert or cdc; fixed when
     the table is created [table.bucket.count]."""
+    table_type: str = "COPY_ON_WRITE"
+    """COPY_ON_WRITE or MERGE_ON_READ: how a batch lands in a table written by key; fixed when
+    the table is created [table.type]."""
+    compaction_every_commits: int = 5
+    """A MERGE_ON_READ writer compacts its table inline after this many deltacommits (0: never;
+    `lakesink table compact` still does) [table.compaction.every.commits]."""
 
     @property
     def mutates(self) -> bool:

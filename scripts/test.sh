@@ -45,8 +45,10 @@ finish() {
 in_background jars bash -c 'bash scripts/setup-kafka.sh && bash scripts/setup-iceberg-reader.sh \
   && bash scripts/setup-iceberg-rest.sh'
 # Java Hudi (pyspark 3.5, Hudi Spark bundle) for the interop tests, then Kafka Connect with
-# Debezium's PostgreSQL connector for the change-data-capture tests: Maven repositories of their own
-in_background interop bash -c 'bash scripts/setup-interop.sh && bash scripts/setup-debezium.sh'
+# Debezium's PostgreSQL connector for the change-data-capture tests, then Apicurio Registry for the
+# schema registry tests: Maven repositories of their own
+in_background interop bash -c 'bash scripts/setup-interop.sh && bash scripts/setup-debezium.sh \
+  && bash scripts/setup-registry.sh'
 . .venv/bin/activate
 # the Spark driver's class-data archive the test session maps (tests/integration/conftest.py
 # spark_start makes it before the first Spark start when it is missing, as on a fresh clone: a
@@ -58,15 +60,18 @@ if [ $# -eq 0 ]; then
     python -m lakesink.spark.prepare "${LAKESINK_CACHE:-$PWD/.cache}/spark-start"
 fi
 stage "ruff"; ruff check lakesink tests benchmarks; ruff format --check lakesink tests benchmarks
-stage "mypy"; mypy lakesink
+# mypy is one busy process, as are the docs build and the oldest pins' unit tests: side by side
+# they use both cores
+in_background mypy mypy lakesink
 stage "docs site"; bash scripts/build-docs.sh
 if [ $# -eq 0 ]; then   # the whole run (CI); with pytest arguments only the tests asked for
   stage "oldest pins"; bash scripts/check-oldest.sh # lower bounds: unit tests + a real ingestion
 fi
+stage "mypy"; finish mypy
 stage "Kafka, Java Iceberg and Iceberg REST jars"; finish jars
-stage "interop environment and Debezium"; finish interop
+stage "interop environment, Debezium and the schema registry"; finish interop
 if [ $# -eq 0 ]; then
   stage "wheel"; bash scripts/check-wheel.sh       # build, install in a clean venv, run the demo
   stage "Spark class-data archive"; finish spark-archive optional
 fi
-stage "pytest"; python -m pytest -q -p no:cacheprovider --durations=25 "$@"
+stage "pytest"; python -m pytest -q -p no:cacheprovider --durations=40 "$@"

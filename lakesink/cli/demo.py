@@ -95,7 +95,8 @@ def run_demo(args: argparse.Namespace) -> int:
             f"c = SqlCatalog('lakesink', uri='sqlite:///{table_path}/catalog.db', "
             f"warehouse='file://{table_path}'); "
             f"print(c.load_table('lakesink.demo_events').scan().to_arrow().num_rows)\"\n"
-            "Spark, Trino and DuckDB: docs/iceberg.md"
+            "Spark, Trino and DuckDB: 'Reading with other engines' on the docs page "
+            "'Apache Iceberg tables'"
         )
         return 0 if report.ok else 10
     say(

@@ -110,6 +110,32 @@ def ingest(
     return result
 
 
+def check_local_paths(cfg: LakesinkConfig) -> None:
+    """Before anything starts: each local directory the writer creates or opens (the table,
+    the dead-letter table, the checkpoint) is a directory or can become one; a path that is a
+    file (or lies under one) is one line naming the key, not an error once Spark runs."""
+    from pathlib import Path
+
+    from lakesink.errors import ConfigError
+    from lakesink.storage import LocalStorage, is_remote_uri, open_storage
+
+    for key in ("table.path", "errors.deadletter.table", "checkpoint.location"):
+        value = cfg[key]
+        if not value or is_remote_uri(str(value)):
+            continue
+        storage = open_storage(str(value)) if key != "checkpoint.location" else None
+        path = storage.root if isinstance(storage, LocalStorage) else Path(str(value))
+        existing = path.expanduser()
+        while not existing.exists() and existing.parent != existing:
+            existing = existing.parent
+        if existing.exists() and not existing.is_dir():
+            where = "is" if existing == path.expanduser() else f"lies under {existing}, which is"
+            raise ConfigError(
+                f"{key}={value} {where} a file, not a directory: name a directory (a missing "
+                "one is created)"
+            )
+
+
 def check_brokers(cfg: LakesinkConfig) -> list[TopicPartition]:
     """Before Spark starts: the brokers answer and accept our credentials, the topics exist and
     we may read them (and write the dead-letter topic), the value schema is valid. A refusal is
@@ -143,6 +169,7 @@ def run_ingest(
             "the active writer stops; set it to true (the default) on the active writer and here"
         )
     topics = ", ".join(cfg["kafka.topics"]) or cfg["kafka.topic.pattern"]
+    check_local_paths(cfg)
     partitions = check_brokers(cfg)
     if standby:
         say(

@@ -110,12 +110,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     cfg = sub.add_parser("config", help="configuration reference")
     cfg_sub = cfg.add_subparsers(dest="config_command", required=True)
-    cfg_sub.add_parser("docs", help="print the Markdown reference of every key")
+    docs = cfg_sub.add_parser("docs", help="print the reference of every key as a table")
+    docs.add_argument(
+        "--markdown", action="store_true", help="as Markdown (the configuration page's source)"
+    )
     check = cfg_sub.add_parser("check", help="validate a configuration and print it")
     _add_config_args(check)
 
-    from lakesink.cli import table_commands
+    from lakesink.cli import broker, table_commands
 
+    broker.add_parser(sub)
     table_commands.add_parser(sub)
     table_commands.add_backfill_parser(sub)
     for plugin in all_plugins():  # each format's own commands (`lakesink iceberg ...`)
@@ -146,6 +150,10 @@ def run(args: argparse.Namespace) -> int:
         from lakesink.cli.demo import run_demo
 
         return run_demo(args)
+    if args.command == "broker":
+        from lakesink.cli.broker import run_broker
+
+        return run_broker(args)
     if args.command == "ingest":
         from lakesink.cli.ingest import run_ingest
 
@@ -163,10 +171,14 @@ def run(args: argparse.Namespace) -> int:
 
         return run_verify(load(args), as_json=args.json)
     if args.command == "config":
-        from lakesink.config import render_reference
-
         if args.config_command == "docs":
-            sys.stdout.write(render_reference())
+            import shutil
+
+            from lakesink.config import render_reference, render_terminal_reference
+
+            width = min(120, shutil.get_terminal_size((100, 24)).columns)
+            text = render_reference() if args.markdown else render_terminal_reference(width)
+            sys.stdout.write(text)
             return 0
         cfg = load(args)
         for k, v in sorted(cfg.values.items()):

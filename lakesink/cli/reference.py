@@ -134,6 +134,13 @@ TROUBLESHOOTING: dict[str, Remedy] = {
         "keep the schema compatible with the table, or write to a new table; the message names "
         "the column and, when known, the Kafka record",
     ),
+    "SchemaEvolutionError": Remedy(
+        "a batch's schema changes the table's in a way `schema.evolution` does not allow: a type "
+        "change that is not a widening (int to long, float to double), a new required column, "
+        "or any change while the key is `off`",
+        "make the new field optional or give it a default, keep the old type, or set "
+        "`schema.evolution = add-and-widen`; the message names the field (see Schemas)",
+    ),
     "InstantArchivedError": Remedy(
         "a time-travel or incremental read asks for an instant older than the active timeline",
         "read from the oldest active instant the message names, or archive less "
@@ -208,6 +215,14 @@ TROUBLESHOOTING: dict[str, Remedy] = {
         "fix the producer, or set `errors.tolerance=all` with a dead-letter topic or table "
         "(see Bad records); for `transform.arrow`, fix the function and run again: nothing of "
         "the batch was published (see Transformations)",
+    ),
+    "SchemaRegistryError": Remedy(
+        "the schema registry at `schema.registry.url` did not answer within "
+        "`schema.registry.retry.s`, or refused lakesink (wrong credentials, an untrusted "
+        "certificate)",
+        "check the URL (the Confluent-compatible API's base), "
+        "`schema.registry.basic.auth.user.info` and `schema.registry.ssl.ca.location` (see "
+        "Schemas); nothing of the batch was published, so run again once it answers",
     ),
     "PendingStoreError": Remedy(
         "the pending-commit store (SQLite beside the table, or PostgreSQL at `postgres.dsn`) "

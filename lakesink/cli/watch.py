@@ -1,11 +1,19 @@
 """`lakesink status --watch`: a live terminal view of lag per partition, rates and recent
-instants (Hudi) or snapshots (Iceberg), refreshed every few seconds (rich)."""
+instants (Hudi) or snapshots (Iceberg) with their UTC times, refreshed every few seconds (rich).
+
+Rates are smoothed over about `SMOOTHING_S` seconds: a micro-batch writer commits in steps, and
+a refresh that caught a commit next to one that did not would otherwise swing between thousands
+and 0. A writer whose committed offsets have not moved for more than `STALLED_TRIGGERS` trigger
+intervals while there is lag is flagged (stopped, crashed or stuck)."""
 
 from __future__ import annotations
 
+import math
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from rich.console import Console, Group
@@ -17,11 +25,24 @@ from lakesink.config import LakesinkConfig
 from lakesink.metrics import value_of
 
 RECENT_INSTANTS = 8
+SMOOTHING_S = 10.0
+"""Time constant of the rates' exponential average, in seconds."""
+STALLED_TRIGGERS = 3
+"""Flag a writer with lag whose offsets have not moved for more than this many triggers."""
+
+_INSTANT = re.compile(r"^(\d{17})\.(\w+) \[(\w+)(?: done (\d{17}))?\]$")
+
+
+def _smoothed(previous: float | None, current: float, dt: float) -> float:
+    if previous is None:
+        return current
+    return previous + (1 - math.exp(-dt / SMOOTHING_S)) * (current - previous)
 
 
 @dataclass
 class WatchState:
-    """What the view remembers between refreshes to show rates."""
+    """What the view remembers between refreshes: smoothed rates, and when the writer's
+    committed offsets last moved."""
 
     refreshes: int = 0
     at: float | None = None
@@ -29,6 +50,8 @@ class WatchState:
     records: float | None = None
     rates: dict[str, float] = field(default_factory=dict)
     records_per_s: float | None = None
+    moved_at: float | None = None
+    """When the committed offsets last changed (or the first refresh)."""
 
     def update(self, st: dict[str, Any], now: float) -> None:
         committed = {p["partition"]: p["committed"] or 0 for p in st["partitions"]}
@@ -40,19 +63,50 @@ class WatchState:
         if self.at is not None and now > self.at:
             dt = now - self.at
             self.rates = {
-                k: max(0, v - self.committed.get(k, v)) / dt for k, v in committed.items()
+                k: _smoothed(self.rates.get(k), max(0, v - self.committed.get(k, v)) / dt, dt)
+                for k, v in committed.items()
             }
             self.records_per_s = (
                 None
                 if records is None or self.records is None
-                else max(0.0, records - self.records) / dt
+                else _smoothed(self.records_per_s, max(0.0, records - self.records) / dt, dt)
             )
+        if self.moved_at is None or committed != self.committed:
+            self.moved_at = now
         self.at, self.committed, self.records = now, committed, records
         self.refreshes += 1
 
+    def quiet_s(self) -> float:
+        """Seconds the committed offsets have not moved, as far as this view saw."""
+        return 0.0 if self.at is None or self.moved_at is None else self.at - self.moved_at
 
-def render(st: dict[str, Any], state: WatchState, interval_s: float) -> Group:
-    """One frame of the view."""
+
+def utc_time(instant_time: str, today: str | None = None) -> str:
+    """`yyyyMMddHHmmssSSS` as `HH:MM:SS.mmm`, with the date in front when it is not `today`
+    (`YYYY-MM-DD`, default: now's)."""
+    t = instant_time
+    day = f"{t[0:4]}-{t[4:6]}-{t[6:8]}"
+    clock = f"{t[8:10]}:{t[10:12]}:{t[12:14]}.{t[14:17]}"
+    today = today or datetime.now(UTC).strftime("%Y-%m-%d")
+    return clock if day == today else f"{day} {clock}"
+
+
+def instant_columns(text: str, today: str | None = None) -> tuple[str, str, str, str]:
+    """A timeline instant as status lists it (`20261127133112345.commit [completed done ...]`):
+    its UTC time, action, state (with the completion time) and the raw instant time, which
+    `lakesink table` commands take. Text of another shape comes back as it is."""
+    m = _INSTANT.match(text)
+    if m is None:
+        return "", "", text, ""
+    t, action, state, done = m.groups()
+    state_text = state if done is None else f"{state} at {utc_time(done, today)}"
+    return utc_time(t, today), action, state_text, t
+
+
+def render(
+    st: dict[str, Any], state: WatchState, interval_s: float, trigger_s: float | None = None
+) -> Group:
+    """One frame of the view; `trigger_s`: the writer's trigger interval (flags it stalled)."""
     clock = time.strftime("%H:%M:%S", time.gmtime())
     title = Text.assemble(
         ("lakesink status", "bold"),
@@ -90,6 +144,16 @@ def render(st: dict[str, Any], state: WatchState, interval_s: float) -> Group:
     if "pending" in st:
         summary.append(f"{len(st['pending']['pending_epochs'])} pending epochs")
     body: list[Any] = [title, parts, Text("  ".join(summary))]
+    quiet = state.quiet_s()
+    if trigger_s is not None and total_lag > 0 and quiet > STALLED_TRIGGERS * trigger_s:
+        body.append(
+            Text(
+                f"writer {st['writer_id']}: no commit for {quiet:,.0f}s (more than "
+                f"{STALLED_TRIGGERS} triggers of {trigger_s:g}s) with {total_lag:,} offsets "
+                "to ingest: is it stopped or stuck? See its log.",
+                style="bold red",
+            )
+        )
     table = st.get("table")
     if "dead_letter_table" in st:
         dead = st["dead_letter_table"]
@@ -102,12 +166,15 @@ def render(st: dict[str, Any], state: WatchState, interval_s: float) -> Group:
         body.append(Text("table: not created yet", style="dim"))
     elif st.get("format") == "iceberg":
         snapshots = Table(title="recent snapshots", title_justify="left", expand=False)
-        for column in ("snapshot", "operation", "writer", "records", "files"):
+        for column in ("time (UTC)", "snapshot", "operation", "writer", "records", "files"):
             snapshots.add_column(
                 column, justify="right" if column in ("records", "files") else "left"
             )
         for r in table["recent"][-RECENT_INSTANTS:][::-1]:
+            ms = r.get("timestamp_ms")
+            when = "" if ms is None else utc_time(_instant_of_ms(int(ms)))
             snapshots.add_row(
+                when,
                 str(r["snapshot_id"]),
                 r["operation"],
                 Text(r["writer"]),
@@ -121,13 +188,20 @@ def render(st: dict[str, Any], state: WatchState, interval_s: float) -> Group:
         )
     else:
         instants = Table(title="recent instants", title_justify="left", expand=False)
-        instants.add_column("instant")
+        for column in ("time (UTC)", "action", "state", "instant"):
+            instants.add_column(column)
         for name in table["instants"][-RECENT_INSTANTS:][::-1]:
-            instants.add_row(Text(name))  # Text: no rich markup in "[completed ...]"
+            when, action, st_text, raw = instant_columns(name)
+            # Text: no rich markup in what the table names
+            instants.add_row(when, action, Text(st_text), Text(raw, style="dim"))
         body.append(instants)
         if table["inflight"]:
             body.append(Text("inflight: " + ", ".join(table["inflight"]), style="yellow"))
     return Group(*body)
+
+
+def _instant_of_ms(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y%m%d%H%M%S%f")[:17]
 
 
 def _num(v: int | None) -> str:
@@ -145,12 +219,13 @@ def watch_status(
     """Show the live view until Ctrl-C (or `refreshes` frames); returns the frames shown.
     `collect` gathers one frame's status (the status command hands in its `collect_status`)."""
     state = WatchState()
+    trigger_s = float(cfg["trigger.interval.s"])
     try:
         with Live(console=console, auto_refresh=False, transient=False) as live:
             while True:
                 st = collect(cfg)
                 state.update(st, time.monotonic())
-                live.update(render(st, state, interval_s), refresh=True)
+                live.update(render(st, state, interval_s, trigger_s), refresh=True)
                 if refreshes is not None and state.refreshes >= refreshes:
                     break
                 time.sleep(interval_s)

@@ -3,7 +3,7 @@
 Values come, later overriding earlier, from defaults, a TOML or YAML file, environment
 variables (`LAKESINK_` + the key upper-cased with `.` → `_`, e.g. LAKESINK_KAFKA_BOOTSTRAP_SERVERS)
 and `--set key=value` overrides. Every key is documented in docs/configuration.md, generated
-from this registry by `lakesink config docs`.
+from this registry by `lakesink config docs --markdown`.
 
 The keys are defined one module per domain (`kafka`, `records`, `dead_letters`, `table`,
 `mutation`, `iceberg`, `transform`, `commit`, `standby`, `spark`, `storage`, `metrics`,
@@ -15,7 +15,7 @@ lakesink.settings).
 
 from lakesink.config.kafka import SECURITY_KEYS
 from lakesink.config.parsers import Key
-from lakesink.config.reference import render_reference
+from lakesink.config.reference import render_reference, render_terminal_reference
 from lakesink.config.registry import (
     KEYS,
     KEYS_BY_NAME,
@@ -52,6 +52,7 @@ __all__ = [
     "parse_kv",
     "read_config_file",
     "render_reference",
+    "render_terminal_reference",
     "storage_access_from_env",
     "storage_settings",
     "table_storage_at",

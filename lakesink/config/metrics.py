@@ -10,7 +10,7 @@ METRICS_KEYS: tuple[Key, ...] = (
         optional_port,
         None,
         "Serve Prometheus metrics on this port while ingesting (`/metrics`; 0 picks a free "
-        "port); unset: no endpoint. Metric names: docs/metrics.md.",
+        "port); unset: no endpoint. Metric names: the docs page Metrics.",
     ),
     Key(
         "metrics.host",

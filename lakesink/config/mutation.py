@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from lakesink.config.parsers import Key, choice, optional_str, positive_int
+from lakesink.config.parsers import Key, choice, non_negative_int, optional_str, positive_int
 from lakesink.errors import ConfigError
 from lakesink.settings import DEFAULT_OP_VALUES, parse_op_values
 
@@ -31,6 +31,17 @@ def op_values(v: Any) -> str:
     return ",".join(f"{value}={op.value}" for value, op in mapping.items())
 
 
+TABLE_TYPES = ("COPY_ON_WRITE", "MERGE_ON_READ")
+
+
+def table_type(v: Any) -> str:
+    """table.type, in Hudi's spelling (upper case) whatever the case given."""
+    text = str(v).strip().upper()
+    if text not in TABLE_TYPES:
+        raise ValueError(f"expected one of {', '.join(TABLE_TYPES)}")
+    return text
+
+
 def _field_name(v: Any) -> str:
     text = str(v).strip()
     if not text:
@@ -47,7 +58,27 @@ MUTATION_KEYS: tuple[Key, ...] = (
         "of its key: table.record.key.fields) or cdc (the record says insert, update or delete: "
         "a Debezium change event, or cdc.format=field). upsert and cdc need "
         "table.record.key.fields and a Hudi table; a key finds its file group by a bucket "
-        "index (table.bucket.count). See docs/cdc.md.",
+        "index (table.bucket.count). See the docs page Change data capture.",
+    ),
+    Key(
+        "table.type",
+        table_type,
+        "COPY_ON_WRITE",
+        "Hudi tables written by key (write.operation upsert or cdc): COPY_ON_WRITE (each batch "
+        "rewrites the base files of the buckets it touches) or MERGE_ON_READ (each batch is a "
+        "deltacommit adding one log file of its changed rows and deletes to each touched "
+        "bucket; readers merge logs over base files). Fixed when the table is created: the "
+        "other type on an existing table is refused, naming both. See the docs page Change data "
+        "capture.",
+    ),
+    Key(
+        "table.compaction.every.commits",
+        non_negative_int,
+        5,
+        "table.type=MERGE_ON_READ: after this many deltacommits the writer compacts the table "
+        "inline (under the table lock, between batches): each file slice with log files is "
+        "merged into a new base file, a compaction instant completed as a commit. 0: never "
+        "inline (run lakesink table compact). See the docs page Change data capture.",
     ),
     Key(
         "table.ordering.field",
@@ -100,6 +131,11 @@ def check_mutation(cfg: Mapping[str, Any]) -> None:
     operation = cfg["write.operation"]
     ordering = cfg["table.ordering.field"]
     if operation == "append":
+        if cfg["table.type"] != "COPY_ON_WRITE":
+            raise ConfigError(
+                f"table.type={cfg['table.type']} writes changes by key: it needs "
+                "write.operation=upsert or cdc (append tables are COPY_ON_WRITE)"
+            )
         if ordering is not None:
             raise ConfigError(
                 f"table.ordering.field={ordering} orders the versions of a key: it needs "
@@ -198,6 +234,7 @@ def _row_columns(cfg: Mapping[str, Any]) -> pa.Schema | None:
         return rows
     if any(cfg[k] for k in ("transform.sql", "transform.python", "transform.arrow")):
         return None
+    from lakesink.config.records import registry_settings
     from lakesink.kafka.deserializers import make_deserializer
     from lakesink.kafka.reader import output_schema
 
@@ -208,5 +245,6 @@ def _row_columns(cfg: Mapping[str, Any]) -> pa.Schema | None:
             schema_file=cfg["value.schema.file"],
             avro_wire_format=cfg["value.avro.wire.format"],
             avro_schema_ids=cfg["value.avro.schema.ids"],
+            registry=registry_settings(cfg),
         )
     )

@@ -2,15 +2,37 @@
 
 from __future__ import annotations
 
-from lakesink.config.parsers import Key, choice, optional_str, schema_ids
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from lakesink.config.parsers import (
+    Key,
+    choice,
+    optional_secret,
+    optional_str,
+    positive_float,
+    positive_int,
+    schema_ids,
+)
+
+if TYPE_CHECKING:
+    from lakesink.kafka.registry import RegistrySettings
 
 RECORD_KEYS: tuple[Key, ...] = (
-    Key("value.format", choice("json", "avro", "raw"), "json", "How record values are decoded."),
+    Key(
+        "value.format",
+        choice("json", "avro", "raw", "jsonschema", "protobuf"),
+        "json",
+        "How record values are decoded: json, avro, raw, or (with schema.registry.url) "
+        "jsonschema or protobuf in the schema registry's wire format (the docs page Schemas).",
+    ),
     Key(
         "value.schema",
         optional_str,
         None,
-        "Schema of the value as a Spark DDL string, e.g. 'id BIGINT, name STRING'.",
+        "Schema of the value as a Spark DDL string, e.g. 'id BIGINT, name STRING' (with "
+        "schema.registry.url and value.format=avro: an Avro record schema, whose fields are the "
+        "table's columns).",
     ),
     Key(
         "value.schema.file",
@@ -30,6 +52,57 @@ RECORD_KEYS: tuple[Key, ...] = (
         (),
         "Confluent-framed Avro: the schema registry ids (comma list) under which the value schema "
         "is registered; required with value.avro.wire.format=confluent. A value framed with "
-        "another id is a bad record (its writer schema is unknown).",
+        "another id is a bad record (its writer schema is unknown). Not used with "
+        "schema.registry.url.",
+    ),
+    Key(
+        "schema.registry.url",
+        optional_str,
+        None,
+        "Schema registry (Confluent-compatible API) whose ids frame the values: each value of "
+        "value.format avro, jsonschema or protobuf is decoded with its own writer schema "
+        "(the docs page Schemas).",
+    ),
+    Key(
+        "schema.registry.basic.auth.user.info",
+        optional_secret,
+        None,
+        "user:password for the schema registry's HTTP basic authentication (a secret: env:NAME "
+        "or file:/path; never printed).",
+        secret=True,
+    ),
+    Key(
+        "schema.registry.ssl.ca.location",
+        optional_str,
+        None,
+        "PEM file of the certificate authorities to trust for an https schema registry.",
+    ),
+    Key(
+        "schema.registry.cache.capacity",
+        positive_int,
+        1000,
+        "How many writer schemas (by id) each process keeps after fetching them.",
+    ),
+    Key(
+        "schema.registry.retry.s",
+        positive_float,
+        60.0,
+        "How long an unreachable schema registry is retried (with backoff) before the batch "
+        "fails with one error.",
     ),
 )
+
+
+def registry_settings(values: Mapping[str, Any]) -> RegistrySettings | None:
+    """The schema.registry.* keys as the decoders take them; None without schema.registry.url."""
+    from lakesink.kafka.registry import RegistrySettings
+
+    if not values["schema.registry.url"]:
+        return None
+    return RegistrySettings(
+        url=values["schema.registry.url"],
+        user_info=values["schema.registry.basic.auth.user.info"],
+        ca_location=values["schema.registry.ssl.ca.location"],
+        cache_capacity=values["schema.registry.cache.capacity"],
+        retry_s=values["schema.registry.retry.s"],
+    )

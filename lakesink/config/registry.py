@@ -22,7 +22,7 @@ from lakesink.config.metrics import METRICS_KEYS
 from lakesink.config.mutation import MUTATION_KEYS, check_mutation
 from lakesink.config.parsers import Key
 from lakesink.config.records import RECORD_KEYS
-from lakesink.config.services import SERVICE_KEYS
+from lakesink.config.services import SERVICE_KEYS, small_file_bytes
 from lakesink.config.spark import SPARK_KEYS
 from lakesink.config.standby import STANDBY_KEYS
 from lakesink.config.storage import STORAGE_KEYS
@@ -222,6 +222,7 @@ def settings_of(cfg: LakesinkConfig, *, with_dead_letter_table: bool = True) -> 
             target_file_size_bytes=cfg["table.target.file.size.bytes"],
             # an Iceberg warehouse stages local writes in .lakesink/tmp/: nothing Hudi-shaped
             staging_folder=LAKESINK_TMP_FOLDER if cfg["table.format"] == "iceberg" else TMP_FOLDER,
+            evolution=cfg["schema.evolution"],
         ),
         iceberg=IcebergSettings(
             namespace=str(cfg["iceberg.namespace"] or "lakesink"),
@@ -268,7 +269,10 @@ def settings_of(cfg: LakesinkConfig, *, with_dead_letter_table: bool = True) -> 
             orphans_retain_hours=float(cfg["table.services.orphans.retain.hours"]),
             inline_every_commits=cfg["table.services.inline.every.commits"],
             inline=tuple(cfg["table.services.inline"]),
-            clustering_small_file_bytes=cfg["table.services.clustering.small.file.bytes"],
+            clustering_small_file_bytes=small_file_bytes(
+                cfg["table.services.clustering.small.file.bytes"],
+                cfg["table.target.file.size.bytes"],
+            ),
             clustering_min_files=cfg["table.services.clustering.min.files"],
             archive_min_instants=cfg["table.services.archive.min.instants"],
             archive_max_instants=cfg["table.services.archive.max.instants"],
@@ -284,6 +288,8 @@ def settings_of(cfg: LakesinkConfig, *, with_dead_letter_table: bool = True) -> 
             op_field=cfg["cdc.op.field"],
             op_values=parse_op_values(cfg["cdc.op.values"]),
             bucket_count=cfg["table.bucket.count"],
+            table_type=cfg["table.type"],
+            compaction_every_commits=cfg["table.compaction.every.commits"],
         ),
     )
 
@@ -313,7 +319,9 @@ def build_config(raw: Mapping[str, Any]) -> LakesinkConfig:
             f"{u!r}" + (f" (did you mean {close!r}?)" if (close := closest_key(u)) else "")
             for u in unknown
         )
-        raise ConfigError(f"unknown configuration key(s): {hints}. See docs/configuration.md")
+        raise ConfigError(
+            f"unknown configuration key(s): {hints}; `lakesink config docs` lists every key"
+        )
     values: dict[str, Any] = {}
     for key in KEYS:
         if key.name in raw and raw[key.name] is not None:
@@ -369,12 +377,18 @@ def _check_combinations(cfg: LakesinkConfig) -> None:
         raise ConfigError(
             "value.format=json needs value.schema (a DDL string) or value.schema.file"
         )
-    if cfg["value.format"] == "avro" and not cfg["value.schema.file"]:
+    _check_registry(cfg)
+    if (
+        cfg["value.format"] == "avro"
+        and not cfg["value.schema.file"]
+        and not (cfg["schema.registry.url"] and cfg["value.schema"])
+    ):
         raise ConfigError("value.format=avro needs value.schema.file (an .avsc file)")
     if (
         cfg["value.format"] == "avro"
         and cfg["value.avro.wire.format"] == "confluent"
         and not cfg["value.avro.schema.ids"]
+        and not cfg["schema.registry.url"]
     ):
         raise ConfigError(
             "value.avro.wire.format=confluent needs value.avro.schema.ids: the schema registry "
@@ -408,6 +422,38 @@ def _check_combinations(cfg: LakesinkConfig) -> None:
             "lock.provider=postgres or commit.pending.store=postgres needs postgres.dsn"
         )
     check_mutation(cfg.values)
+
+
+def _check_registry(cfg: LakesinkConfig) -> None:
+    """The schema.registry.* keys against value.format (docs/schemas.md)."""
+    fmt = cfg["value.format"]
+    if not cfg["schema.registry.url"]:
+        if fmt in ("jsonschema", "protobuf"):
+            raise ConfigError(
+                f"value.format={fmt} needs schema.registry.url: its values are framed by the "
+                "registry's schema ids"
+            )
+        return
+    if fmt not in ("avro", "jsonschema", "protobuf"):
+        raise ConfigError(
+            f"schema.registry.url applies to value.format avro, jsonschema or protobuf, not {fmt}"
+        )
+    if not (cfg["value.schema"] or cfg["value.schema.file"]):
+        raise ConfigError(
+            f"value.format={fmt} with schema.registry.url needs the table's columns: "
+            "value.schema or value.schema.file (an Avro record schema for avro, a DDL otherwise)"
+        )
+    if fmt == "avro" and (
+        cfg["value.avro.wire.format"] != "confluent" or cfg["value.avro.schema.ids"]
+    ):
+        raise ConfigError(
+            "with schema.registry.url every Avro value's writer schema comes from the registry: "
+            "leave value.avro.wire.format at confluent and value.avro.schema.ids unset"
+        )
+    if cfg["write.operation"] == "cdc":
+        raise ConfigError(
+            "write.operation=cdc does not read values through schema.registry.url yet"
+        )
 
 
 def flatten_keys(data: Mapping[str, Any]) -> dict[str, Any]:

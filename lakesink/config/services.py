@@ -9,9 +9,29 @@ from lakesink.config.parsers import (
     non_negative_float,
     non_negative_int,
     optional_positive_float,
+    optional_positive_int,
     positive_int,
     str_list,
 )
+
+DEFAULT_INLINE_EVERY_COMMITS = 10
+"""Inline services are on by default (a streaming writer otherwise leaves many small files and a
+growing timeline), every 10 commits: often enough to bound both, rarely enough that their cost
+spreads over many commits."""
+
+SMALL_FILE_FRACTION = 0.75
+"""Unset `table.services.clustering.small.file.bytes`: this fraction of the target file size."""
+
+
+def small_file_bytes(configured: int | None, target_file_bytes: int) -> int:
+    """The clustering threshold: the configured one, else a fraction of the target size (a
+    file clustering wrote, near the target, must not count as small)."""
+    return (
+        configured
+        if configured is not None
+        else max(1, int(target_file_bytes * SMALL_FILE_FRACTION))
+    )
+
 
 SERVICE_KEYS: tuple[Key, ...] = (
     Key(
@@ -37,9 +57,10 @@ SERVICE_KEYS: tuple[Key, ...] = (
     Key(
         "table.services.inline.every.commits",
         non_negative_int,
-        0,
-        "Run table services (clean, cluster, archive) after every N commits; 0: never inline. "
-        "Iceberg tables run their maintenance (table.services.inline) the same way.",
+        DEFAULT_INLINE_EVERY_COMMITS,
+        "Run table services (clean, cluster, archive) after every N commits of the writer's "
+        "table; 0 turns all of them off (the one switch). Iceberg tables run their maintenance "
+        "(table.services.inline) the same way.",
     ),
     Key(
         "table.services.inline",
@@ -51,9 +72,11 @@ SERVICE_KEYS: tuple[Key, ...] = (
     ),
     Key(
         "table.services.clustering.small.file.bytes",
-        positive_int,
-        100 * 1024 * 1024,
-        "Clustering rewrites base files smaller than this (into table.target.file.size.bytes).",
+        optional_positive_int,
+        None,
+        "Clustering rewrites base files smaller than this (into table.target.file.size.bytes); "
+        "unset: three quarters of table.target.file.size.bytes, so files clustering wrote, "
+        "near the target size, are never rewritten again.",
     ),
     Key(
         "table.services.clustering.min.files",

@@ -53,4 +53,14 @@ TABLE_KEYS: tuple[Key, ...] = (
         128 * 1024 * 1024,
         "Base files roll over at about this size.",
     ),
+    Key(
+        "schema.evolution",
+        choice("add-and-widen", "off"),
+        "add-and-widen",
+        "add-and-widen: a batch whose rows add optional columns (nested too), widen a type "
+        "(int to long, float to double) or make a required column optional changes the table "
+        "schema in the batch's own commit; columns the rows lack are written as null; a type "
+        "change that is not a widening or a new required column stops with an error naming "
+        "the field. off: any change of the table schema is an error.",
+    ),
 )

@@ -40,7 +40,7 @@ from lakesink.protocol.conflicts import (
     OperationKind,
     Phase,
 )
-from lakesink.protocol.instant import Instant, InstantTime
+from lakesink.protocol.instant import Action, Instant, InstantTime
 from lakesink.protocol.offsets import OffsetRange, WriterOffsets
 from lakesink.protocol.write_status import WriteStatus
 
@@ -121,6 +121,9 @@ class Coordinator:
         # What the commits say they did (Hudi's operationType): INSERT for appends, UPSERT
         # when the table's rows change by key (the plugin sets it from the table's config)
         self.operation_type = "INSERT"
+        # The action a batch's instant is (Hudi: a deltacommit on a merge-on-read table; the
+        # plugin sets it from the table's config)
+        self.action = Action.COMMIT
         self._committed: WriterOffsets | None = None
         # the batches begun or pre-committed and not yet over, by instant time; the writer's
         # thread adds them, the async committer's thread ends them (one dict operation each)
@@ -140,6 +143,7 @@ class Coordinator:
             self._transaction_format(),
             self.control,
             writer_id=self.writer_id,
+            action=self.action,
             metrics=self.metrics,
             crash=self._crash,
         )
@@ -151,6 +155,7 @@ class Coordinator:
             t,
             writer_id=self.writer_id,
             state=state,
+            action=self.action,
             metrics=self.metrics,
             crash=self._crash,
         )

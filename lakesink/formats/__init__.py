@@ -184,6 +184,16 @@ class FormatPlugin(Protocol):
         """The schema of those rows."""
         ...
 
+    def snapshot_slices(self, storage: Storage, as_of: str | None) -> list[tuple[str, ...]]:
+        """What `spark.read` reads, one Spark task each: a Parquet file then the files merged
+        over it (a merge-on-read slice's log files; none for a copy-on-write table), relative
+        to the table's root, as of `as_of` (None: the latest)."""
+        ...
+
+    def read_slice(self, storage: Storage, files: tuple[str, ...]) -> pa.Table:
+        """The rows of one of `snapshot_slices`' entries with files to merge."""
+        ...
+
     @property
     def cli_commands(self) -> tuple[str, ...]:
         """The format's own top-level `lakesink` commands."""

@@ -5,10 +5,11 @@ failures for a whole batch, a differential test checks it):
 
 - Tombstone (null value): a row of nulls when every value column is nullable (a ``["null", T]``
   union), otherwise a failure naming the required column.
-- Confluent wire format: magic byte 0, a 4-byte big-endian schema id, then the Avro bytes. Until a
-  schema registry is supported the writer's schema cannot be looked up, so only the ids listed in
+- Confluent wire format: magic byte 0, a 4-byte big-endian schema id, then the Avro bytes. Without
+  a schema registry the writer's schema cannot be looked up, so only the ids listed in
   ``value.avro.schema.ids`` (the ids under which the configured schema is registered) are
   accepted; a value framed with another id is a failure naming the id found and those accepted.
+  With one (registry.py), each id's writer schema gets a deserializer of its own accepting that id.
 - The Avro bytes must decode with the configured schema to exactly the value's length (no
   trailing bytes); strings must be valid UTF-8; every value must fit its column (an ``int``
   beyond 32 bits, a decimal beyond its precision, a timestamp beyond the calendar are failures).

@@ -10,13 +10,16 @@ failures are those of the format's per-value rules (docs/bad-records.md).
   UTF-8, numbers within the column types, no coercion; pyarrow.json where it provably agrees.
 - AvroDeserializer (avro.py): fastavro; Confluent framing checked against the accepted schema ids.
 - RawDeserializer: the value as one nullable binary column `value` (nothing is refused).
+- RegistryDeserializer (registry.py): avro, jsonschema or protobuf framed by a schema registry's
+  ids, each value decoded with its own writer schema and resolved to the declared columns.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Collection, Sequence
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import pyarrow as pa
 
@@ -30,6 +33,9 @@ from lakesink.kafka.avro import (
 )
 from lakesink.kafka.decoded import Decoded, Deserializer
 from lakesink.kafka.json_bulk import JsonDeserializer
+
+if TYPE_CHECKING:
+    from lakesink.kafka.registry import RegistrySettings
 
 __all__ = [
     "FORMATS",
@@ -46,8 +52,8 @@ __all__ = [
     "parse_schema_ids",
 ]
 
-Format = Literal["json", "avro", "raw"]
-FORMATS: tuple[Format, ...] = ("json", "avro", "raw")
+Format = Literal["json", "avro", "raw", "jsonschema", "protobuf"]
+FORMATS: tuple[Format, ...] = ("json", "avro", "raw", "jsonschema", "protobuf")
 
 
 class RawDeserializer:
@@ -70,12 +76,17 @@ def make_deserializer(
     *,
     avro_wire_format: WireFormat = "confluent",
     avro_schema_ids: str | Collection[int] | None = None,
+    registry: RegistrySettings | None = None,
 ) -> Deserializer:
-    """A deserializer by name. `schema` is a Spark DDL (json) or Avro schema JSON (avro);
-    `schema_file` a file holding either (a `.avsc` for avro, DDL text for json)."""
+    """A deserializer by name. `schema` is a Spark DDL (json, jsonschema, protobuf) or Avro
+    schema JSON (avro); `schema_file` a file holding either (a `.avsc` for avro, DDL text
+    otherwise). With `registry`, avro, jsonschema and protobuf values are framed by the
+    registry's ids and `schema` declares the table's columns."""
     fmt = format.lower().strip()
     if fmt not in FORMATS:
         raise ConfigError(f"value format {format!r} is not valid; use one of {', '.join(FORMATS)}")
+    if fmt in ("jsonschema", "protobuf") and registry is None:
+        raise ConfigError(f"value.format={fmt} needs schema.registry.url")
     if fmt == "raw":
         if schema or schema_file:
             raise ConfigError("the raw format takes no schema (the value is one binary column)")
@@ -84,6 +95,11 @@ def make_deserializer(
         raise ConfigError(f"give the {fmt} schema either inline or as a file, not both")
     if schema is None and schema_file is None:
         raise ConfigError(f"the {fmt} format needs a schema (inline or schema file)")
+    if registry is not None and fmt != "json":
+        from lakesink.kafka.registry import RegistryDeserializer, RegistryFormat
+
+        registry_format: RegistryFormat = fmt
+        return RegistryDeserializer(registry_format, _columns(fmt, schema, schema_file), registry)
     if fmt == "avro":
         if schema_file is not None:
             return AvroDeserializer(
@@ -99,3 +115,24 @@ def make_deserializer(
             raise ConfigError(f"cannot read the JSON value schema file {schema_file}: {e}") from e
     assert schema is not None
     return JsonDeserializer(schema)
+
+
+def _columns(fmt: str, schema: str | None, schema_file: str | None) -> pa.Schema:
+    """The declared columns: an Avro record schema's fields for avro, a DDL otherwise."""
+    from lakesink.kafka.ddl import ddl_to_arrow
+
+    if schema_file is not None:
+        try:
+            schema = Path(schema_file).read_text()
+        except OSError as e:
+            raise ConfigError(f"cannot read the value schema file {schema_file}: {e}") from e
+    assert schema is not None
+    if fmt != "avro":
+        return ddl_to_arrow(schema)
+    try:
+        raw = json.loads(schema)
+    except ValueError as e:
+        raise ConfigError(f"the Avro value schema is not JSON: {e}") from e
+    if not isinstance(raw, dict) or raw.get("type") != "record":
+        raise ConfigError("the Avro value schema must be a record schema")
+    return pa.schema(list(avro_to_arrow_type(raw)))

@@ -72,6 +72,9 @@ class Action(enum.Enum):
     REPLACE_COMMIT = "replacecommit"
     ROLLBACK = "rollback"
     CLEAN = "clean"
+    COMPACTION = "compaction"
+    """A pending merge-on-read compaction (requested, inflight): it completes as a COMMIT at the
+    same instant time (`<t>.compaction.requested`, `<t>.compaction.inflight`, `<t>.commit`)."""
 
     @property
     def writes_data(self) -> bool:

@@ -29,6 +29,7 @@ from lakesink.protocol.offsets import TopicPartition, WriterOffsets
 from lakesink.spark.direct import spark_arrow_schema, uses_direct_path
 from lakesink.spark.liveness_file import writer_liveness
 from lakesink.spark.monitoring import LagMonitor
+from lakesink.spark.session import check_workers_import_lakesink
 from lakesink.spark.sink import CommittingSink, analyze_rows
 from lakesink.spark.source import (
     CONFIG_OPTION,
@@ -177,6 +178,7 @@ class Ingestion:
         self.partitions = check_kafka(cfg) if partitions is None else partitions
         partition_fields = partition_columns(cfg)
         self.output_schema = analyze_rows(cfg, spark, partition_fields)
+        check_workers_import_lakesink(spark)  # a cluster's workers: before the table exists
         self.direct = uses_direct_path(cfg)  # the direct task path, or Spark's DataFrame
         self.control = control or make_control(cfg)
         self.on_progress = on_progress
@@ -199,6 +201,7 @@ class Ingestion:
             writer_id=cfg.writer_id,
             table=str(cfg["table.path"]),
             topics=",".join(cfg["kafka.topics"]) or str(cfg["kafka.topic.pattern"]),
+            topic_names=cfg["kafka.topics"],
         )
         topic_ids = TopicIds(cfg["kafka.bootstrap.servers"], cfg.kafka_client_config)
         self.coordinator: Coordinator = self.plugin.open_coordinator(

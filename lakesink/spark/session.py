@@ -7,6 +7,7 @@ import os
 import sys
 from collections.abc import Mapping
 
+from pyspark import SparkContext
 from pyspark.sql import SparkSession
 
 from lakesink.config import LakesinkConfig, SparkStart
@@ -145,6 +146,86 @@ def use_driver_python(spark: SparkSession) -> None:
     # read by PySpark whenever it hands a Python function (a data source, a mapInArrow or
     # mapPartitions function) to the JVM
     sc.pythonExec = sys.executable
+
+
+WORKER_CHECK_TIMEOUT_S = 180.0
+"""How long the check of a cluster's workers waits for its one task (executors to start)."""
+
+_workers_checked: set[str] = set()  # application ids whose workers imported lakesink
+
+
+def on_a_cluster(sc: SparkContext) -> bool:
+    """Whether `sc`'s workers run on a cluster's hosts (a master that is not local)."""
+    return not (sc.master or "").startswith("local")
+
+
+def check_workers_import_lakesink(
+    spark: SparkSession, *, timeout_s: float = WORKER_CHECK_TIMEOUT_S
+) -> None:
+    """On a cluster (a master that is not local), before anything is created: one tiny task
+    imports lakesink on a worker. A worker Python without it otherwise fails the first batch,
+    after the table was created, inside a long traceback; here it is one ConfigError naming
+    spark.pyspark.python / PYSPARK_PYTHON. Once per application; local masters need no check
+    (their workers run the driver's interpreter: `use_driver_python`)."""
+    import threading
+
+    from py4j.protocol import Py4JJavaError
+
+    from lakesink.errors import ConfigError
+
+    sc = spark.sparkContext
+    if not on_a_cluster(sc) or sc.applicationId in _workers_checked:
+        return
+
+    def probe(_: object) -> tuple[str, str]:  # runs on a worker: pickled by value
+        import importlib
+        import sys as worker_sys
+
+        try:  # by name: what the worker imports, not an import of this module's
+            importlib.import_module("lakesink")
+        except Exception as e:
+            return worker_sys.executable, f"{type(e).__name__}: {e}"
+        return worker_sys.executable, ""
+
+    group = f"lakesink-worker-check-{sc.applicationId}"
+    outcome: list[object] = []
+
+    def run() -> None:
+        sc.setJobGroup(group, "lakesink: can a worker import lakesink?", interruptOnCancel=True)
+        try:
+            outcome.append(sc.parallelize([0], 1).map(probe).collect()[0])
+        except Exception as e:
+            outcome.append(e)
+
+    worker_python = sc.getConf().get("spark.pyspark.python") or os.environ.get("PYSPARK_PYTHON")
+    fix = (
+        "set spark.pyspark.python (in spark.conf) or PYSPARK_PYTHON to a Python that has "
+        "lakesink installed on every worker host"
+    )
+    thread = threading.Thread(target=run, name="lakesink-worker-check", daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    if thread.is_alive():
+        sc.cancelJobGroup(group)
+        raise ConfigError(
+            f"no worker of {sc.master} ran lakesink's check task in {timeout_s:g}s (no executors "
+            "started: free cores and memory on the cluster?); if the workers' Python lacks "
+            f"lakesink, {fix}"
+        )
+    result = outcome[0] if outcome else None
+    if isinstance(result, tuple) and not result[1]:
+        _workers_checked.add(sc.applicationId)
+        return
+    if isinstance(result, tuple):
+        where, why = result[0], result[1]
+    else:
+        where = worker_python or "the workers' python3"
+        text = str(result.java_exception) if isinstance(result, Py4JJavaError) else str(result)
+        lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+        why = next((ln for ln in lines if "Error" in ln and "at " not in ln[:3]), "")
+        why = why or (lines[0] if lines else type(result).__name__)
+    cannot = f"the Spark workers of {sc.master} cannot import lakesink with {where}"
+    raise ConfigError(f"{cannot} ({why[:300]}): {fix}")
 
 
 def register_sources(spark: SparkSession) -> None:

@@ -169,6 +169,7 @@ def value_deserializer(cfg: LakesinkConfig) -> Any:
             avro_wire_format=cfg["value.avro.wire.format"],
             avro_schema_ids=cfg["value.avro.schema.ids"],
         )
+    from lakesink.config.records import registry_settings
     from lakesink.kafka.deserializers import make_deserializer
 
     values = make_deserializer(
@@ -177,6 +178,7 @@ def value_deserializer(cfg: LakesinkConfig) -> Any:
         schema_file=cfg["value.schema.file"],
         avro_wire_format=cfg["value.avro.wire.format"],
         avro_schema_ids=cfg["value.avro.schema.ids"],
+        registry=registry_settings(cfg.values),
     )
     if cfg["write.operation"] == "upsert":  # a record without a key is a dead letter
         from lakesink.kafka.changes import KeyedValues

@@ -1,8 +1,9 @@
 """`spark.read.format("lakesink").load(path)`: a batch Python Data Source over lakesink tables.
 
-One Spark task per latest base file of the snapshot (or of the state as of
-`.option("as.of.instant", "<instant time>")`); files of inflight, failed or rolled-back
-instants are never planned, exactly as lakesink's own reader and hudi-rs see the table.
+One Spark task per latest file slice of the snapshot (or of the state as of
+`.option("as.of.instant", "<instant time>")`): its base file, with a merge-on-read slice's log
+files merged over it by key; files of inflight, failed or rolled-back instants are never
+planned, exactly as lakesink's own reader and hudi-rs see the table.
 """
 
 from __future__ import annotations
@@ -18,12 +19,14 @@ from lakesink.formats import plugin_for
 from lakesink.storage import Storage
 
 TABLE_FORMAT = "hudi"
-"""The format of the tables this source reads (copy-on-write Hudi tables, by path)."""
+"""The format of the tables this source reads (Hudi tables, by path)."""
 
 
-class BaseFilePartition(InputPartition):
-    def __init__(self, path: str) -> None:
-        self.path = path
+class SlicePartition(InputPartition):
+    """One file slice: its base file, then the log files merged over it (merge-on-read)."""
+
+    def __init__(self, files: tuple[str, ...]) -> None:
+        self.files = files
 
 
 def _storage(options: dict[str, str]) -> Storage:
@@ -55,20 +58,25 @@ class TableBatchReader(DataSourceReader):
         self.schema = schema
 
     def partitions(self) -> Sequence[InputPartition]:
-        files = plugin_for(TABLE_FORMAT).snapshot_files(*_snapshot(self.options))
-        return [BaseFilePartition(path) for path in files]
+        slices = plugin_for(TABLE_FORMAT).snapshot_slices(*_snapshot(self.options))
+        return [SlicePartition(files) for files in slices]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         import pyarrow.parquet as pq
 
-        assert isinstance(partition, BaseFilePartition)
-        fs, root = _storage(self.options).arrow()
-        table = pq.read_table(f"{root}/{partition.path}", filesystem=fs, partitioning=None)
+        assert isinstance(partition, SlicePartition)
+        storage = _storage(self.options)
+        if len(partition.files) > 1:  # log files to merge over the base file
+            table = plugin_for(TABLE_FORMAT).read_slice(storage, partition.files)
+        else:
+            fs, root = storage.arrow()
+            path = f"{root}/{partition.files[0]}"
+            table = pq.read_table(path, filesystem=fs, partitioning=None)
         yield from table.cast(self.schema).to_batches(max_chunksize=65_536)
 
 
 class LakesinkTableSource(DataSource):
-    """Reads lakesink (Hudi copy-on-write) tables into Spark."""
+    """Reads lakesink (Hudi) tables into Spark, merge-on-read slices merged."""
 
     @classmethod
     def name(cls) -> str:

@@ -26,8 +26,8 @@ def spark_start(request: pytest.FixtureRequest) -> SparkStart:
     in the cache the set-up scripts reuse, and its Python workers import compiled pyspark.
     Every CLI run of the suite finds both through the environment; if the archive cannot be
     made, the runs start without one (and never write one). While it is made (a Spark start
-    and a small job: a minute on a fresh checkout), the session's broker starts, if a test
-    of the session needs it."""
+    and a small job: a minute on a fresh checkout), the session's broker starts, and the schema
+    registry's JVM launches, if a test of the session needs them."""
     from lakesink.kafka.kafka_server import cache_dir
 
     folder = str(cache_dir() / "spark-start")
@@ -41,6 +41,10 @@ def spark_start(request: pytest.FixtureRequest) -> SparkStart:
             text=True,
         )
         try:
+            if any("schema_registry" in item.fixturenames for item in request.session.items):
+                # launched, not waited for (registry_fixture.py): its JVM starts beside these
+                with contextlib.suppress(Exception):
+                    request.getfixturevalue("schema_registry_launched")
             if any("kafka_bootstrap" in item.fixturenames for item in request.session.items):
                 # a broker that fails to start fails the tests that need it, not this one
                 with contextlib.suppress(Exception):

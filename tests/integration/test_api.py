@@ -332,3 +332,40 @@ def test_api_from_a_virtualenvs_python_run_without_activating_it_ingests_on_a_lo
     assert "rows 50" in ran.stdout, (ran.stdout + ran.stderr)[-3000:]
     # Spark's reader finds lakesink's table source once `lakesink.register(spark)` ran
     assert "before register: True" in ran.stdout, (ran.stdout + ran.stderr)[-3000:]
+
+
+def test_workers_whose_python_lacks_lakesink_are_refused_in_one_line_naming_the_fix(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The check an ingestion on a cluster runs before creating anything: one task imports
+    lakesink on a worker. Here the session's local workers stand in for a cluster's (the check
+    skips local masters), first with the driver's Python, then with a venv's without lakesink."""
+    import subprocess
+    import sys
+
+    from lakesink.errors import ConfigError
+    from lakesink.spark import session
+
+    monkeypatch.setattr(session, "on_a_cluster", lambda sc: True)
+    monkeypatch.setattr(session, "_workers_checked", set())
+    session.check_workers_import_lakesink(spark)  # the driver's Python has lakesink
+    assert session._workers_checked == {spark.sparkContext.applicationId}
+
+    bare = tmp_path / "bare-venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True)
+    # -P: local workers start in the driver's folder, which may be a checkout of lakesink;
+    # a cluster's start in a work folder of their own
+    wrapper = tmp_path / "worker-python"
+    wrapper.write_text(f'#!/bin/sh\nexec "{bare / "bin" / "python"}" -P "$@"\n')
+    wrapper.chmod(0o755)
+    worker_python = str(wrapper)
+    monkeypatch.setattr(session, "_workers_checked", set())
+    monkeypatch.setattr(spark.sparkContext, "pythonExec", worker_python)
+    with pytest.raises(ConfigError) as refused:
+        session.check_workers_import_lakesink(spark)
+    message = str(refused.value)
+    assert "\n" not in message and "cannot import lakesink" in message, message
+    assert str(bare / "bin" / "python") in message, message  # the worker's interpreter
+    assert "No module named 'lakesink'" in message, message
+    assert "spark.pyspark.python" in message and "PYSPARK_PYTHON" in message, message
+    assert not session._workers_checked  # checked again next time

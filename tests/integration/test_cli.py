@@ -283,3 +283,46 @@ def test_ctrl_c_stops_a_streaming_ingest_after_its_batch_in_one_line_like_sigter
     assert "Traceback" not in text and "py4j" not in text.lower(), text[-3000:]
     report = audit_config(cfg)
     assert report.ok and report.rows_hudi_rs == 300, report.problems
+
+
+def test_broker_command_serves_a_topic_of_sample_events_until_ctrl_c(tmp_path: Path) -> None:
+    """`lakesink broker` as a user runs it in a terminal: the embedded broker with a topic of
+    sample events; Ctrl-C (to the process group) stops it in one line, exit 0."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from lakesink.kafka.client import watermarks
+    from lakesink.kafka.embedded_broker import free_port
+    from lakesink.protocol.offsets import TopicPartition
+
+    port = free_port()
+    log = tmp_path / "broker.log"
+    args = ["broker", "--port", str(port), "--topic", "t", "--partitions", "2", "--events", "30"]
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "lakesink.cli.main", *args],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        deadline = time.monotonic() + 60
+        while b"Ctrl-C stops it" not in log.read_bytes():
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.1)
+        bootstrap = f"127.0.0.1:{port}"
+        assert bootstrap in log.read_text()
+        marks = watermarks(bootstrap, [TopicPartition("t", p) for p in (0, 1)])
+        assert sum(high - low for low, high in marks.values()) == 30
+        os.killpg(proc.pid, signal.SIGINT)
+        code = proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    text = log.read_text()
+    assert code == 0 and text.rstrip().endswith("lakesink broker: stopped"), text
+    assert "Traceback" not in text, text

@@ -103,6 +103,8 @@ def test_s3_requests_per_commit_do_not_grow_with_the_timeline(
         topic,
         where.path,  # type: ignore[arg-type]
         kafka__max__records__per__batch=50,
+        # the commit's own requests: no inline services run in the middle of a recorded run
+        table__services__inline__every__commits=0,
         **where.overrides,
     )
     run_ingestion(cfg, spark)  # creates the table; not recorded

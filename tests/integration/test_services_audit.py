@@ -1,6 +1,6 @@
-"""A streamed table after clustering, cleaning and archival: the exactly-once audit (which reads
-archived commits' ranges), hudi-rs and lakesink's reader still agree, and ingestion resumes from
-the archived offsets."""
+"""A streamed table after clustering, cleaning and archival (inline by default, then by hand):
+the exactly-once audit (which reads archived commits' ranges), hudi-rs and lakesink's reader
+still agree, and ingestion resumes from the archived offsets."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from lakesink.formats.hudi.services.clustering import cluster
 from lakesink.formats.hudi.table.archive import ARCHIVE_DIR
 from lakesink.formats.hudi.table.hudi_table import HudiTable
 from lakesink.kafka.producer import produce_sample_events
+from lakesink.protocol.instant import Action
 
 pytestmark = pytest.mark.integration
 
@@ -30,6 +31,12 @@ def test_audit_passes_after_cluster_clean_archive_and_ingestion_resumes(
     cfg = ingest_config(kafka_bootstrap, topic, tmp_path / "t", kafka__max__records__per__batch=100)
     run_ingestion(cfg, spark)
     table = HudiTable.open(cfg["table.path"])
+    # maintenance is on by default: every N commits the writer clustered the small files
+    every = cfg.settings.services.inline_every_commits
+    commits = len(table.timeline().completed(Action.COMMIT))
+    assert 0 < every <= commits
+    replaced = table.timeline().completed(Action.REPLACE_COMMIT)
+    assert len(replaced) == commits // every, [str(i.time) for i in replaced]
     services = LockedCommitControl(cfg["table.path"])
     clustered = cluster(table, services)
     assert clustered.instant is not None and clustered.files_after < clustered.files_before

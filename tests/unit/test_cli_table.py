@@ -1,4 +1,5 @@
-"""`lakesink table ...` in-process: readable and --json output, errors without tracebacks."""
+"""`lakesink table ...`, `config docs` and `ingest`'s early refusals in-process: readable and --json
+output, errors without tracebacks."""
 
 from __future__ import annotations
 
@@ -78,6 +79,55 @@ def test_version_names_the_installed_distribution(capsys: pytest.CaptureFixture[
     assert capsys.readouterr().out.strip() == f"lakesink {version('lakesink')}"
 
 
-def test_config_docs_prints_every_key(capsys: pytest.CaptureFixture[str]) -> None:
+def test_config_docs_prints_every_key_as_a_terminal_table(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from lakesink.config import KEYS, render_reference
+
+    monkeypatch.setenv("COLUMNS", "90")
     assert main(["config", "docs"]) == 0
-    assert "`kafka.bootstrap.servers`" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert lines[0].split() == ["KEY", "DEFAULT", "DESCRIPTION"]
+    starts = {line.split()[0] for line in lines[1:] if line and not line[0].isspace()}
+    assert starts == {k.name for k in KEYS}  # one row per key, continuation lines indented
+    # no Markdown, no Python reprs: defaults as a configuration file writes them
+    assert "`" not in out and "| ---" not in out
+    starting = next(line for line in lines if line.startswith("kafka.starting.offsets "))
+    assert starting.split()[1] == "earliest"
+    loss = next(line for line in lines if line.startswith("kafka.fail.on.data.loss "))
+    assert loss.split()[1] == "true"
+    long_words = [line for line in lines if len(line) > 90 and " " in line.strip()]
+    assert not long_words, long_words  # wrapped to the terminal (a lone long key may overflow)
+    assert main(["config", "docs", "--markdown"]) == 0
+    assert capsys.readouterr().out == render_reference()
+
+
+@pytest.mark.parametrize("under", [False, True])
+def test_ingest_refuses_a_table_path_that_is_a_file_before_kafka_or_spark(
+    under: bool,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from lakesink.cli import ingest
+
+    def no_brokers(*args: object) -> None:
+        raise AssertionError("the brokers were asked before the table path was checked")
+
+    monkeypatch.setattr(ingest, "check_brokers", no_brokers)
+    afile = tmp_path / "events.parquet"
+    afile.write_bytes(b"not a table")
+    table = afile / "t" if under else afile
+    sets = {
+        "kafka.bootstrap.servers": "127.0.0.1:1",
+        "kafka.topics": "t",
+        "value.format": "raw",
+        "table.path": str(table),
+    }
+    code = main(["ingest", "--once", *(a for k, v in sets.items() for a in ("--set", f"{k}={v}"))])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1, err
+    assert err[0].startswith(f"lakesink: error: table.path={table} ")
+    assert "a file, not a directory" in err[0] and (str(afile) in err[0])
+    assert afile.read_bytes() == b"not a table"

@@ -108,7 +108,7 @@ def test_reference_documents_every_key() -> None:
 def test_checked_in_reference_is_current() -> None:
     doc = Path(__file__).parents[2] / "docs" / "configuration.md"
     assert doc.read_text() == render_reference(), (
-        "run: lakesink config docs > docs/configuration.md"
+        "run: lakesink config docs --markdown > docs/configuration.md"
     )
 
 

@@ -357,7 +357,8 @@ def test_make_deserializer_by_name(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("fmt", "schema", "fragment"),
     [
-        ("protobuf", None, "json, avro, raw"),
+        ("thrift", None, "json, avro, raw"),
+        ("protobuf", "id BIGINT", "needs schema.registry.url"),
         ("json", None, "needs a schema"),
         ("raw", "id INT", "takes no schema"),
         ("avro", '{"type": "string"}', "record schema"),

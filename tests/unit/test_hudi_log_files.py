@@ -497,7 +497,7 @@ def test_a_corrupt_delete_list_is_refused_naming_the_block() -> None:
         wrong.deletes("f.log")
 
 
-def test_services_and_the_spark_reader_refuse_a_merge_on_read_table(
+def test_services_refuse_a_merge_on_read_table_and_the_spark_reader_merges_its_slices(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     mor = MorTable(tmp_path / "t", 8, "ts")
@@ -507,7 +507,13 @@ def test_services_and_the_spark_reader_refuse_a_merge_on_read_table(
     assert main(["table", "clean", str(mor.table.base_path)]) != 0
     err = capsys.readouterr().err
     assert "merge-on-read" in err and "Traceback" not in err
-    # format('lakesink') reads base files: it would miss the log files
+    # snapshot_files lists base files only: it would miss the log files (spark.read reads
+    # snapshot_slices, log files included)
     with pytest.raises(UnsupportedTableError, match="merge-on-read"):
         PLUGIN.snapshot_files(mor.table.storage, None)
+    slices = PLUGIN.snapshot_slices(mor.table.storage, None)
+    assert any(len(files) > 1 for files in slices)
+    merged = pa.concat_tables(PLUGIN.read_slice(mor.table.storage, files) for files in slices)
+    key = "_hoodie_record_key"
+    assert merged.sort_by(key) == TableReader(mor.table).snapshot().sort_by(key)
     assert main(["table", "files", str(mor.table.base_path)]) == 0

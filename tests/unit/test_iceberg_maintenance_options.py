@@ -3,6 +3,8 @@ options, the options drawn from configuration, and the inline action names. Pure
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
 from lakesink.config import load_config
@@ -121,3 +123,38 @@ def test_inline_names_map_to_iceberg_actions(
 def test_unknown_inline_name_lists_the_valid_ones() -> None:
     with pytest.raises(ConfigError, match=r"'compact'.*rewrite-data-files.*cluster"):
         inline_actions(("compact",))
+
+
+def test_inline_maintenance_is_on_by_default_every_n_commits(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from lakesink.formats.iceberg import services as maint
+    from lakesink.protocol.instant import InstantTime
+
+    settings = load_config(None, base_config()).settings  # no table.services.* key
+    ran: list[tuple[str, ...]] = []
+
+    def record(table: object, options: object, which: tuple[str, ...], **kw: object) -> object:
+        ran.append(which)
+        return maint.MaintenanceRun()
+
+    monkeypatch.setattr(maint, "run_iceberg_maintenance", record)
+    table = SimpleNamespace(name="lakesink.events")  # never touched: the run is recorded
+    hook = maint.iceberg_maintenance_hook(table, settings)  # type: ignore[arg-type]
+    every = settings.services.inline_every_commits
+    assert every > 1
+    outcomes = [hook(InstantTime(f"20260101000000{n:03d}")) for n in range(2 * every)]
+    ran_at = [n + 1 for n, out in enumerate(outcomes) if out is not None]
+    assert ran_at == [every, 2 * every]
+    assert ran == [(EXPIRE, ORPHANS, REWRITE)] * 2  # clean then cluster, by default
+
+
+def test_default_small_file_threshold_follows_the_target_size() -> None:
+    # a file clustering wrote, near the target, is not small again: no endless rewrites
+    for target in (8 << 20, 128 << 20, 1 << 30):
+        settings = load_config(
+            None, base_config(**{"table.target.file.size.bytes": str(target)})
+        ).settings
+        small = IcebergMaintenanceOptions.from_settings(settings).rewrite.small_file_bytes
+        assert target // 2 < small < target
+        assert settings.services.clustering_small_file_bytes == small  # Hudi's clustering too

@@ -168,6 +168,34 @@ def test_dashboard_queries_reference_only_metrics_lakesink_defines() -> None:
     assert not missing, f"no dashboard panel shows {missing}"
 
 
+def test_a_fresh_ingestions_rollback_dead_letter_and_error_panels_read_zero() -> None:
+    # the series exist from the start at 0: the panels show 0, not "No data"
+    fresh = IngestionMetrics(writer_id="w", table="/t", topics="a,b", topic_names=("a", "b"))
+    text = generate_latest(fresh.registry).decode()
+    snap = parse_exposition(text)
+    panels = {
+        p["title"]: metric_names_in(t["expr"])
+        for p in json.loads(DASHBOARD.read_text())["panels"]
+        for t in p.get("targets", [])
+    }
+    zero_panels = [t for t in panels if re.match(r"(Rollbacks|Dead letters|Errors)\b", t)]
+    assert len(zero_panels) == 3, sorted(panels)
+    for title in zero_panels:
+        for name in panels[title]:
+            assert snap.get(name), f"{title}: {name} has no series before its first event"
+            assert all(s["value"] == 0 for s in snap[name]), snap[name]
+    assert {s["labels"]["topic"] for s in snap["lakesink_dead_letters_total"]} == {"a", "b"}
+    assert {s["labels"]["reason"] for s in snap["lakesink_rollbacks_total"]} == {
+        "batch_failed",
+        "recovery",
+    }
+    assert {"ConfigError", "RecordError"} <= {
+        s["labels"]["error"] for s in snap["lakesink_errors_total"]
+    }
+    fresh.record_rollback("recovery")  # counting on from 0
+    assert value_of(fresh.snapshot(), "lakesink_rollbacks_total", reason="recovery") == 1
+
+
 def test_dashboard_check_catches_a_misspelled_metric() -> None:
     names = metric_names_in('sum by (topic) (rate(lakesink_record_ingested_total{x="1"}[5m]))')
     assert names == {"lakesink_record_ingested_total"}

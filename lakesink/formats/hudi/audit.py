@@ -124,8 +124,12 @@ def writer_ranges(
     return spans
 
 
+_BATCH_ACTIONS = (Action.COMMIT, Action.DELTA_COMMIT)  # deltacommits: merge-on-read batches
+
+
 def completed_commits(table: HudiTable) -> list[tuple[Instant, CommitMetadata]]:
-    """Every completed commit, archived ones first (archival moves the oldest instants aside)."""
+    """Every completed commit and deltacommit, archived ones first (archival moves the oldest
+    instants aside)."""
     from lakesink.formats.hudi.services.archival import archived_instants
     from lakesink.formats.hudi.table.archive import iter_archived_files
 
@@ -135,7 +139,7 @@ def completed_commits(table: HudiTable) -> list[tuple[Instant, CommitMetadata]]:
     archived = {
         i.file_name(table.layout): i
         for i in archived_instants(table)
-        if i.action is Action.COMMIT and i.time not in active
+        if i.action in _BATCH_ACTIONS and i.time not in active
     }
     unread = set(archived)
     for name, content in iter_archived_files(table.storage, set(archived)):
@@ -147,7 +151,7 @@ def completed_commits(table: HudiTable) -> list[tuple[Instant, CommitMetadata]]:
         raise CorruptTableError(f"archived commit files listed but unreadable: {missing[:5]}")
     out.sort(key=lambda pair: pair[0].time)
     out += [
-        (i, timeline.commit_metadata(i)) for i in timeline.completed() if i.action is Action.COMMIT
+        (i, timeline.commit_metadata(i)) for i in timeline.completed() if i.action in _BATCH_ACTIONS
     ]
     return out
 
@@ -291,13 +295,15 @@ def audit_fold(
     """The audit of a table of keys: hudi-rs and lakesink's reader read the same rows (every
     column, one row per key), every row's record lies in a committed range, and (with Kafka)
     the rows equal the fold of the committed records by key under the ordering rule."""
+    from lakesink.engine.evolution import concat_unified
     from lakesink.formats.hudi.table.avro_schema import META_COLUMNS
     from lakesink.formats.hudi.table.reader import TableReader
     from lakesink.formats.hudi.table.view import FileSystemView
 
     batches = _hudi_rs_read(table, None)
     has_files = bool(FileSystemView(table).latest_base_files())
-    by_hudi_rs = pa.Table.from_batches(batches) if batches else None
+    # hudi-rs returns each file slice in its own file's schema: unified by name, as ours reads
+    by_hudi_rs = concat_unified(batches) if batches else None
     by_lakesink = TableReader(table).snapshot() if has_files else None
     readers = [("hudi-rs", by_hudi_rs), ("lakesink reader", by_lakesink)]
     data: list[pa.Table] = []

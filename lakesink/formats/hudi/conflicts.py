@@ -13,6 +13,7 @@ from lakesink.errors import CorruptTableError
 from lakesink.formats.hudi.instants import plan_path, read_json
 from lakesink.formats.hudi.table.files import parse_base_file_name
 from lakesink.formats.hudi.table.hudi_table import HudiTable
+from lakesink.formats.hudi.table.log_file import LogFileName, is_log_file_name
 from lakesink.formats.hudi.table.markers import list_marked_files
 from lakesink.formats.hudi.table.metadata import CommitMetadata
 from lakesink.formats.hudi.table.timeline import Timeline
@@ -38,11 +39,14 @@ completed up to this long before also have their completed file's time compared 
 
 
 def file_groups_of_paths(paths: Iterable[str]) -> frozenset[FileGroupId]:
-    """(partition, file id) of relative base-file paths."""
+    """(partition, file id) of relative base-file and log-file paths."""
     out: set[FileGroupId] = set()
     for p in paths:
         partition, _, name = p.rpartition("/")
-        out.add((partition, parse_base_file_name(name).file_id))
+        if is_log_file_name(name):  # a deltacommit's log file (merge-on-read)
+            out.add((partition, LogFileName.parse(name).file_id))
+        else:
+            out.add((partition, parse_base_file_name(name).file_id))
     return frozenset(out)
 
 
@@ -125,11 +129,13 @@ def _completed_mtime(
 
 
 def _requested_mtime(timeline: Timeline, began: InstantTime) -> float | None:
-    """When `began`'s requested file (a commit's or a replacecommit's) was written."""
-    ours = _mtime(timeline, Instant(began, Action.COMMIT, State.REQUESTED))
-    if ours is None:
-        ours = _mtime(timeline, Instant(began, Action.REPLACE_COMMIT, State.REQUESTED))
-    return ours
+    """When `began`'s requested file (a commit's, a deltacommit's or a replacecommit's) was
+    written."""
+    for action in (Action.COMMIT, Action.DELTA_COMMIT, Action.REPLACE_COMMIT):
+        ours = _mtime(timeline, Instant(began, action, State.REQUESTED))
+        if ours is not None:
+            return ours
+    return None
 
 
 def pending_clustering_groups(

@@ -30,7 +30,7 @@ from lakesink.metrics import IngestionMetrics
 from lakesink.protocol.conflicts import ConflictStrategy, strategy_named
 from lakesink.protocol.instant import Instant, InstantTime
 from lakesink.protocol.offsets import OffsetRange, WriterOffsets
-from lakesink.settings import Settings
+from lakesink.settings import SchemaEvolutionMode, Settings
 
 __all__ = ["HudiCoordinator"]
 
@@ -69,6 +69,8 @@ class HudiCoordinator(Coordinator):
             post_commit=post_commit,
         )
         self.table = table
+        # schema.evolution of a writer's main table (its tasks evolve the schema); None: never
+        self.schema_evolution: SchemaEvolutionMode | None = None
         # The timeline recovery read, for the first `committed` after it (one LIST at start)
         self._recovered: Timeline | None = None
 

@@ -19,8 +19,10 @@ from lakesink.formats.hudi.control import CommitControl as HudiControl
 from lakesink.formats.hudi.control import hudi_control
 from lakesink.formats.hudi.instants import complete_instant
 from lakesink.formats.hudi.table.archive import is_archived_completed
+from lakesink.formats.hudi.table.delta_upsert import delta_writes
 from lakesink.formats.hudi.table.hudi_table import HudiTable
 from lakesink.formats.hudi.table.markers import delete_markers_soon, list_marked_files
+from lakesink.formats.hudi.table.merge_on_read import encode_delta_commit
 from lakesink.formats.hudi.table.metadata import CommitMetadata
 from lakesink.formats.hudi.table.rollback import delete_leftovers, rollback
 from lakesink.formats.hudi.table.timeline import EncodedCommit, Timeline, encode_commit
@@ -190,6 +192,8 @@ class HudiFormat:
         instant = Instant(instant_time, action, State.INFLIGHT)
         prepared, self._encoded = self._encoded, None
         encoded = prepared[1] if prepared is not None and prepared[0] is change else None
+        if encoded is None and action is Action.DELTA_COMMIT:  # the log files' stats
+            encoded = self._encode(instant, change)
         metadata = encoded.metadata if encoded is not None else CommitMetadata.of(change)
         try:
             # Under the lock: the view's snapshot is fresh. The markers stay: `finish` deletes
@@ -217,8 +221,16 @@ class HudiFormat:
         """Encode the completed file before the lock is taken (`publish` then only writes
         it): the encoding depends on nothing the lock protects."""
         instant = Instant(instant_time, action, State.INFLIGHT)
+        self._encoded = (change, self._encode(instant, change))
+
+    def _encode(self, instant: Instant, change: TableChange) -> EncodedCommit:
+        """The completed file of `instant`: a deltacommit's log files get the write stats of
+        Hudi's HoodieDeltaWriteStat (their slice's base file and log files)."""
         metadata = CommitMetadata.of(change)
-        self._encoded = (change, encode_commit(self.table.layout, instant, metadata))
+        if instant.action is Action.DELTA_COMMIT:
+            deltas = delta_writes(self.table, metadata.writes)
+            return encode_delta_commit(self.table.layout, instant, metadata, deltas)
+        return encode_commit(self.table.layout, instant, metadata)
 
     def commit_landed(self, instant_time: InstantTime, commit_id: str) -> bool:
         timeline = self.table.timeline()

@@ -129,12 +129,15 @@ class HudiPlugin:
         """With hudi-rs, the reader the audit trusts besides lakesink's own."""
         import pyarrow as pa
 
+        from lakesink.engine.evolution import concat_unified
         from lakesink.extras import require
 
         hudi = require("hudi", "lakesink demo (it reads the table back with hudi-rs)")
         path = str(settings.table.path)
+        batches = hudi.HudiTableBuilder.from_base_uri(path).build().read()
+        # each file slice comes in its own file's schema (files before a schema change)
         return (
-            pa.Table.from_batches(hudi.HudiTableBuilder.from_base_uri(path).build().read()),
+            concat_unified(batches) if batches else pa.Table.from_batches(batches),
             "hudi-rs",
             "",
         )
@@ -170,8 +173,13 @@ class HudiPlugin:
             topic_ids=topic_ids,
             metrics=metrics,
         )
+        coordinator.schema_evolution = settings.table.evolution
         if hudi_table.config.bucket_count is not None:  # rows change by key (write.operation)
             coordinator.operation_type = "UPSERT"
+        if hudi_table.config.table_type == "MERGE_ON_READ":
+            from lakesink.protocol.instant import Action
+
+            coordinator.action = Action.DELTA_COMMIT  # each batch adds log files
         return coordinator
 
     def table_partition_fields(self, coordinator: Coordinator) -> tuple[str, ...]:
@@ -182,14 +190,21 @@ class HudiPlugin:
     ) -> TaskTarget:
         """The table's storage and config: tasks write base files with markers. A table with a
         bucket index (write.operation upsert or cdc) gets a keyed target: each task rewrites
-        whole buckets over the latest base files as of now."""
+        whole buckets over the latest base files as of now; on a merge-on-read table it adds a
+        log file of the changes to each bucket instead."""
+        from lakesink.formats.hudi.table.delta_upsert import HudiDeltaTaskTarget
         from lakesink.formats.hudi.table.upsert import HudiUpsertTaskTarget
         from lakesink.formats.hudi.table.writer import HudiTaskTarget
 
         table = _hudi_coordinator(coordinator).table
+        if table.config.bucket_count is not None and table.config.table_type == "MERGE_ON_READ":
+            return HudiDeltaTaskTarget.for_table(table, instant_time, target_file_size)
         if table.config.bucket_count is not None:
             return HudiUpsertTaskTarget.for_table(table, instant_time, target_file_size)
-        return HudiTaskTarget(table.storage, table.config, instant_time, target_file_size)
+        evolution = _hudi_coordinator(coordinator).schema_evolution
+        return HudiTaskTarget(
+            table.storage, table.config, instant_time, target_file_size, evolution
+        )
 
     def snapshot_files(self, storage: Storage, as_of: str | None) -> list[str]:
         """The latest base files: never a file of an inflight, failed or rolled-back instant."""
@@ -201,12 +216,32 @@ class HudiPlugin:
 
         from lakesink.formats.hudi.table.reader import TableReader
 
-        table, view = _table_and_view(storage, as_of)
-        files = view.latest_base_files()
+        table, view = _table_and_view(storage, as_of, merge_on_read=True)
+        files = [f for f in view.latest_base_files() if f.has_base_file]
         if files:
             fs, root = table.storage.arrow()
             return pq.read_schema(f"{root}/{files[0].path}", filesystem=fs)
         return TableReader(table).snapshot().schema
+
+    def snapshot_slices(self, storage: Storage, as_of: str | None) -> list[tuple[str, ...]]:
+        """The latest file slices: the base file ("" for a slice of log files only) then the
+        log files, which `read_slice` merges over it."""
+        view = _table_and_view(storage, as_of, merge_on_read=True)[1]
+        return [(s.path, *s.log_paths) for s in view.latest_base_files()]
+
+    def read_slice(self, storage: Storage, files: tuple[str, ...]) -> pa.Table:
+        """The rows of a slice, its log files merged over its base file by lakesink's reader."""
+        import pyarrow.parquet as pq
+
+        from lakesink.formats.hudi.table.hudi_table import HudiTable
+        from lakesink.formats.hudi.table.merge_on_read import merge_slice
+
+        table = HudiTable.open(storage)
+        base = None
+        if files[0]:
+            fs, root = storage.arrow()
+            base = pq.read_table(f"{root}/{files[0]}", filesystem=fs, partitioning=None)
+        return merge_slice(table, base, files[1:])
 
     def add_cli_commands(
         self, sub: Any, add_config_args: Callable[[argparse.ArgumentParser], None]
@@ -321,19 +356,23 @@ def _hudi_coordinator(coordinator: Coordinator) -> HudiCoordinator:
     return coordinator
 
 
-def _table_and_view(storage: Storage, as_of: str | None) -> tuple[HudiTable, FileSystemView]:
+def _table_and_view(
+    storage: Storage, as_of: str | None, *, merge_on_read: bool = False
+) -> tuple[HudiTable, FileSystemView]:
+    """The table and its view as of `as_of`; UnsupportedTableError for a merge-on-read table
+    unless the caller reads log files too (`merge_on_read`)."""
     from lakesink.formats.hudi.table.hudi_table import HudiTable
     from lakesink.formats.hudi.table.view import FileSystemView
     from lakesink.protocol.instant import InstantTime
 
     table = HudiTable.open(storage)
-    if table.config.table_type == "MERGE_ON_READ":
+    if table.config.table_type == "MERGE_ON_READ" and not merge_on_read:
         from lakesink.errors import UnsupportedTableError
 
-        # the Spark reader reads base files: a merge-on-read slice's log files would be missed
+        # base files alone miss a merge-on-read slice's log files (see snapshot_slices)
         raise UnsupportedTableError(
-            f"table {table.uri} is merge-on-read; format('lakesink') reads copy-on-write tables "
-            "only (read it with Hudi)"
+            f"table {table.uri} is merge-on-read: its base files alone miss the rows of its log "
+            "files; read its slices merged (snapshot_slices, read_slice)"
         )
     return table, FileSystemView(table, InstantTime(as_of) if as_of else None)
 

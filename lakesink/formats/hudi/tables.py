@@ -6,8 +6,9 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from lakesink.errors import ConfigError
 from lakesink.formats.hudi.table.config import TableConfig
-from lakesink.formats.hudi.table.hudi_table import HudiTable
+from lakesink.formats.hudi.table.hudi_table import PROPERTIES_FILE, HudiTable
 from lakesink.settings import Settings
 from lakesink.storage import Storage
 
@@ -27,6 +28,7 @@ def table_config_for(settings: Settings, partition_fields: Sequence[str]) -> Tab
         partition_fields=tuple(partition_fields),
         ordering_field=mutation.ordering_column,
         bucket_count=mutation.bucket_count if mutation.mutates else None,
+        table_type=mutation.table_type if mutation.mutates else "COPY_ON_WRITE",
     )
 
 
@@ -38,10 +40,20 @@ def probed(storage: Storage) -> Storage:
 
 
 def create_writer_table(settings: Settings, partition_fields: Sequence[str]) -> HudiTable:
-    """The table at table.path (created unless it exists: an existing one keeps its config)."""
-    return HudiTable.create(
-        probed(settings.table_storage()), table_config_for(settings, partition_fields)
-    )
+    """The table at table.path (created unless it exists: an existing one keeps its config).
+    ConfigError naming table.type and both types when an existing table is of the other type
+    (a merge-on-read table's log files would be lost on a copy-on-write writer, and back)."""
+    storage = probed(settings.table_storage())
+    config = table_config_for(settings, partition_fields)
+    if storage.exists(PROPERTIES_FILE):
+        existing = HudiTable.open(storage).config.table_type
+        if existing != config.table_type:
+            raise ConfigError(
+                f"table.type={config.table_type}, but the table at {storage.uri} is {existing}: "
+                f"set table.type={existing}, or write another table.path (the type is fixed "
+                "when a table is created)"
+            )
+    return HudiTable.create(storage, config)
 
 
 def create_dead_letter_table(settings: Settings) -> HudiTable:

@@ -80,10 +80,15 @@ def _offsets(text: str) -> WriterOffsets:
     return found
 
 
+_WRITER_ACTIONS = (Action.COMMIT, Action.DELTA_COMMIT)
+"""The actions a writer's batches complete as: commits, and deltacommits on a merge-on-read
+table (table.type)."""
+
+
 def last_commit_of(timeline: Timeline, writer_id: str) -> tuple[Instant, WriterOffsets] | None:
     """The newest completed commit of `writer_id` on the active timeline and its offsets."""
     for instant in reversed(timeline.completed()):
-        if instant.action is not Action.COMMIT:
+        if instant.action not in _WRITER_ACTIONS:
             continue
         extra = timeline.commit_metadata(instant).extra
         if extra.get(WRITER_ID_KEY) == writer_id and OFFSETS_KEY in extra:
@@ -134,7 +139,8 @@ def backfill_committed(
     tl = timeline or table.timeline()
     return backfill_id in archived_backfill_ids(table) or any(
         tl.commit_metadata(i).extra.get(BACKFILL_ID_KEY) == backfill_id
-        for i in tl.completed(Action.COMMIT)
+        for i in tl.completed()
+        if i.action in _WRITER_ACTIONS
     )
 
 
@@ -148,7 +154,7 @@ def record_archived_writers(
     index: dict[str, Any] = read_json(table, path) or {}
     backfills = archived_backfill_ids(table)
     for inst in chosen:
-        if inst.action is not Action.COMMIT:
+        if inst.action not in _WRITER_ACTIONS:
             continue
         extra = timeline.commit_metadata(inst).extra
         if BACKFILL_ID_KEY in extra:

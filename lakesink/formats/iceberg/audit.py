@@ -49,7 +49,8 @@ log = logging.getLogger(__name__)
 
 SPARK_NOT_IN_AUDIT = (
     "Spark (iceberg-spark-runtime-4.1_2.13): not run; it reads in the Iceberg reader "
-    "environment, which `bash scripts/setup-iceberg-reader.sh` builds (see docs/iceberg.md)"
+    "environment (pyspark 4.1 with Iceberg's Spark runtime), which a source checkout builds: "
+    "see 'The audit' on the docs page 'Apache Iceberg tables'"
 )
 SPARK_READ_SCRIPT = Path(__file__).resolve().parent / "spark_read.py"
 SPARK_READ_TIMEOUT_S = 600.0

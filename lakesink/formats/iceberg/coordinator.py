@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 
 from lakesink.engine.coordinator import BatchOutcome, Coordinator, PreparedCommit
+from lakesink.engine.evolution import EvolutionMode
 from lakesink.engine.format import CommitControl
 from lakesink.engine.requirements import OffsetsUnchanged, Requirement, WriterStillLive
 from lakesink.engine.schema import TableSchema
@@ -79,6 +80,8 @@ class IcebergCoordinator(Coordinator):
         )
         table_format.writer_id = writer_id  # its transactions are this writer's
         self.incarnation: int | None = None  # claimed by start()
+        # schema.evolution of a writer's main table (its batches evolve the schema); None: never
+        self.schema_evolution: EvolutionMode | None = None
 
     # --- start-up: claim the writer id; nothing to roll back --------------------------------
     def start(self, keep: frozenset[InstantTime] = frozenset()) -> None:
@@ -134,6 +137,9 @@ class IcebergCoordinator(Coordinator):
         file descriptions the snapshot will add (the pending entry must hold them: the
         format keeps them in this process only)."""
         schema = TableSchema.of(schema).with_field_ids(self.format.field_ids())
+        plan = self.format.planned_evolution(instant_time)
+        if plan is not None:  # the commit carries the evolved schema (a pending entry too)
+            schema = TableSchema(plan.text(), schema.arrow, schema.field_ids)
         prepared = super().precommit(instant_time, batch_id, ranges, statuses, schema, lost=lost)
         described = tuple(d.to_json() for d in self.format.files(instant_time))
         return replace(prepared, data_files=described)

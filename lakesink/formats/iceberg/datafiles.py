@@ -61,6 +61,8 @@ class WriteContext:
     table: str
     metadata_json: str = field(repr=False)
     io_properties: tuple[tuple[str, str], ...] = field(repr=False)
+    conform_to: pa.Schema | None = field(default=None, repr=False)
+    """The evolved Arrow schema rows are conformed to when the batch evolves the table."""
 
     def metadata(self) -> TableMetadata:
         require("pyiceberg", "Iceberg tables")
@@ -180,6 +182,10 @@ def write_data_files(
     from lakesink.formats.iceberg.schema import check_compatible
 
     metadata = context.metadata()
+    if context.conform_to is not None:  # the batch evolves the table: rows of its new schema
+        from lakesink.engine.evolution import conform
+
+        rows = conform(rows, context.conform_to)
     check_compatible(metadata.schema(), rows.schema, context.table)
     io = context.file_io(metadata.location)
     files = _dataframe_to_data_files(metadata, rows, io, write_uuid=attempt_uuid(attempt_id))

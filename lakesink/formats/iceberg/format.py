@@ -18,10 +18,12 @@ from typing import TYPE_CHECKING
 
 from lakesink.engine import writer_state as keys
 from lakesink.engine.change import TableChange
+from lakesink.engine.evolution import EvolutionMode
 from lakesink.engine.format import CommitControl
 from lakesink.errors import CommitError, ConfigError, CorruptTableError
 from lakesink.formats.iceberg.catalog import CatalogSettings, open_catalog
 from lakesink.formats.iceberg.datafiles import DataFileDescription
+from lakesink.formats.iceberg.evolution import PlannedEvolution, schema_from_text
 from lakesink.formats.iceberg.schema import PartitionFieldSetting, parse_partition_spec
 from lakesink.formats.iceberg.snapshots import (
     KEY_COMMIT_ID,
@@ -102,6 +104,7 @@ def open_iceberg_table(
         rows,
         iceberg_partition_fields(settings),
         create=create,
+        evolution=settings.table.evolution,
     )
 
 
@@ -233,6 +236,22 @@ class IcebergFormat:
         # whose snapshot it is.
         self.writer_id: str | None = None
         self._field_ids: tuple[int, Mapping[str, int]] | None = None  # (schema id, ids)
+        self._plans: dict[str, PlannedEvolution] = {}  # transaction id -> its schema change
+
+    def plan_evolution(
+        self, instant_time: InstantTime, mode: EvolutionMode | None
+    ) -> PlannedEvolution | None:
+        """The schema change of the transaction's batch (rows of the schema the table was
+        opened with), planned before its tasks write; its commit makes it with the append."""
+        if mode != "add-and-widen" or self.table.rows is None:
+            return None
+        plan = self.table.plan_evolution(self.table.rows, mode)
+        if plan is not None:
+            self._plans[instant_time.value] = plan
+        return plan
+
+    def planned_evolution(self, instant_time: InstantTime) -> PlannedEvolution | None:
+        return self._plans.get(instant_time.value)
 
     def claim(self, writer_id: str) -> int:
         """Claim the next incarnation of `writer_id` in the table (fencing older ones)."""
@@ -371,6 +390,7 @@ class IcebergFormat:
             int(vtts) if vtts else None,
             incarnation=own,
             extra_summary={KEY_LOST: lost} if lost else None,
+            schema=schema_from_text(metadata.schema.text),  # a batch that evolves the table
         )
         if result.outcome is CommitOutcome.REPLAYED:
             raise CommitError(
@@ -391,10 +411,12 @@ class IcebergFormat:
 
     def finish(self, instant_time: InstantTime) -> None:
         self._files.pop(instant_time.value, None)
+        self._plans.pop(instant_time.value, None)
 
     def rollback(self, instant_time: InstantTime) -> bool:
         """Delete the batch's data files (never those of a commit that landed)."""
         self.table.refresh()
+        self._plans.pop(instant_time.value, None)
         files = self._files.pop(instant_time.value, [])
         if self.is_published(instant_time):
             return False

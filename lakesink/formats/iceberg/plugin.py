@@ -170,7 +170,7 @@ class IcebergPlugin:
         maintenance = iceberg_maintenance_hook(
             table_format.table, settings, in_flight=table_format.in_flight_files
         )
-        return IcebergCoordinator(
+        coordinator = IcebergCoordinator(
             table_format,
             settings.writer_id,
             query_id=query_id,
@@ -180,6 +180,8 @@ class IcebergPlugin:
             post_commit=(maintenance,),
             publish_delay_s=publish_delay_s,
         )
+        coordinator.schema_evolution = settings.table.evolution
+        return coordinator
 
     def table_partition_fields(self, coordinator: Coordinator) -> None:
         """None: table.partition.by (and the date column) give them."""
@@ -189,7 +191,8 @@ class IcebergPlugin:
         self, coordinator: Coordinator, instant_time: str, target_file_size: int
     ) -> IcebergTarget:
         """The table's write context: tasks write data files the commit describes (the table's
-        own properties give their size)."""
+        own properties give their size), with the field ids of the schema change the batch's
+        commit makes, if any (`schema.evolution`)."""
         from lakesink.formats.iceberg.coordinator import IcebergCoordinator
         from lakesink.formats.iceberg.datafiles import IcebergTarget
 
@@ -197,12 +200,22 @@ class IcebergPlugin:
             raise InternalError(
                 f"the Iceberg plugin was handed {coordinator!r}, not an IcebergCoordinator"
             )
-        return IcebergTarget(coordinator.format.table.write_context(), instant_time)
+        from lakesink.protocol.instant import InstantTime
+
+        table_format = coordinator.format
+        plan = table_format.plan_evolution(InstantTime(instant_time), coordinator.schema_evolution)
+        return IcebergTarget(table_format.table.write_context(plan), instant_time)
 
     def snapshot_files(self, storage: Storage, as_of: str | None) -> list[str]:
         raise ConfigError(_NOT_BY_PATH)
 
     def snapshot_schema(self, storage: Storage, as_of: str | None) -> pa.Schema:
+        raise ConfigError(_NOT_BY_PATH)
+
+    def snapshot_slices(self, storage: Storage, as_of: str | None) -> list[tuple[str, ...]]:
+        raise ConfigError(_NOT_BY_PATH)
+
+    def read_slice(self, storage: Storage, files: tuple[str, ...]) -> pa.Table:
         raise ConfigError(_NOT_BY_PATH)
 
     def add_cli_commands(

@@ -15,8 +15,9 @@ Defaults come from the `table.services.*` keys that the Hudi services use:
 `table.services.clean.retain.hours` (expire older than; 5 days, Iceberg's default, when unset),
 `table.services.orphans.retain.hours` (the orphan safety window), `table.services.clustering.
 small.file.bytes` and `.min.files` (rewrite threshold) and `table.target.file.size.bytes`
-(rewrite target). Inline, after every N commits (`table.services.inline.every.commits`), the
-writer's post-commit hook (`iceberg_maintenance_hook`) runs what `table.services.inline` names:
+(rewrite target). Inline, after every N commits (`table.services.inline.every.commits`, on by
+default), the writer's post-commit hook (`iceberg_maintenance_hook`) runs what
+`table.services.inline` names:
 Iceberg's names, or the Hudi services' (`clean` = expire-snapshots then remove-orphan-files,
 `cluster` = rewrite-data-files; `archive` has no Iceberg counterpart and is skipped). Inline,
 orphan removal also spares the files of the writer's own batches in flight, whatever their age.

@@ -32,16 +32,24 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from lakesink.engine.evolution import EvolutionMode, evolve
 from lakesink.errors import (
     CommitError,
     CommitStateUnknownError,
     CorruptTableError,
     FencedError,
+    SchemaMismatchError,
     TableNotFoundError,
 )
 from lakesink.extras import require
 from lakesink.formats.iceberg.datafiles import DataFileDescription, WriteContext, to_data_file
 from lakesink.formats.iceberg.errors import CatalogUnavailableError, LostToConcurrentCommitError
+from lakesink.formats.iceberg.evolution import (
+    PlannedEvolution,
+    plan_evolution,
+    stage_schema,
+    with_schema,
+)
 from lakesink.formats.iceberg.maintenance import referenced_files, remove_orphans
 from lakesink.formats.iceberg.replan import commit_replanned
 from lakesink.formats.iceberg.schema import (
@@ -65,6 +73,7 @@ from lakesink.protocol.offsets import OffsetRange, WriterOffsets
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
+    from pyiceberg.schema import Schema
     from pyiceberg.table import Table
     from pyiceberg.table.metadata import TableMetadata
 
@@ -215,6 +224,9 @@ class IcebergTable:
         self._table = table
         self._max_attempts = max_attempts
         self._sleep = sleep
+        # the schema of the rows a writer opened the table for (what its batches evolve the
+        # table by, `plan_evolution`); None when opened to read
+        self.rows: pa.Schema | None = None
 
     # -- opening --------------------------------------------------------------------------
 
@@ -229,11 +241,14 @@ class IcebergTable:
         location: str | None = None,
         create: bool = True,
         properties: dict[str, str] | None = None,
+        evolution: EvolutionMode | None = None,
         **kwargs: Any,
     ) -> IcebergTable:
         """The table `name` (`namespace.table`); created on first use from the Arrow schema
         of the decoded `rows` and the partition fields when `create`. An existing table must
-        accept `rows` (SchemaMismatchError naming the column otherwise)."""
+        accept `rows` (SchemaMismatchError naming the column otherwise), or with `evolution`
+        add-and-widen, be one they can evolve (SchemaEvolutionError naming the field: the
+        batches' commits evolve it)."""
         require("pyiceberg", "Iceberg tables")
         from pyiceberg.exceptions import NoSuchTableError, TableAlreadyExistsError
 
@@ -260,9 +275,21 @@ class IcebergTable:
                 log.info("created Iceberg table %s at %s", shown, table.location())
             except TableAlreadyExistsError:  # another writer created it first
                 table = _load(catalog, ident)
-        if rows is not None:
-            check_compatible(table.schema(), rows, shown)
-        return cls(catalog, table, **kwargs)
+        if rows is not None and evolution == "add-and-widen":
+            evolve(table.schema().as_arrow(), rows, evolution)
+        elif rows is not None:
+            try:
+                check_compatible(table.schema(), rows, shown)
+            except SchemaMismatchError as e:
+                if evolution is None:
+                    raise
+                raise SchemaMismatchError(
+                    f"{e} (schema.evolution is off: set schema.evolution = add-and-widen to "
+                    "evolve the table with the batches)"
+                ) from e
+        out = cls(catalog, table, **kwargs)
+        out.rows = rows
+        return out
 
     # -- reading state --------------------------------------------------------------------
 
@@ -287,8 +314,9 @@ class IcebergTable:
         """The table's current schema as Arrow."""
         return self._table.schema().as_arrow()
 
-    def write_context(self) -> WriteContext:
-        """What tasks need to write data files for the current table version."""
+    def write_context(self, evolution: PlannedEvolution | None = None) -> WriteContext:
+        """What tasks need to write data files for the current table version (with the
+        `evolution` the batch's commit will make: its schema current, the rows conformed)."""
         # tasks need the schema, spec, properties and location, not the snapshot history
         # (which grows with every commit and would travel to every task)
         slim = self._table.metadata.model_copy(
@@ -302,11 +330,18 @@ class IcebergTable:
                 "partition_statistics": [],
             }
         )
+        if evolution is not None:
+            slim = with_schema(slim, evolution.schema)
         return WriteContext(
             self.name,
             slim.model_dump_json(),
             tuple(sorted(self._table.io.properties.items())),
+            evolution.rows if evolution is not None else None,
         )
+
+    def plan_evolution(self, rows: pa.Schema, mode: EvolutionMode) -> PlannedEvolution | None:
+        """The schema change a batch of `rows` makes (see `formats/iceberg/evolution.py`)."""
+        return plan_evolution(self._table, rows, mode, self.name)
 
     def last_commit(self, writer_id: str) -> WriterCommit | None:
         """The writer's newest commit in the current snapshot's lineage."""
@@ -417,9 +452,11 @@ class IcebergTable:
         *,
         incarnation: int | None = None,
         extra_summary: Mapping[str, str] | None = None,
+        schema: Schema | None = None,
     ) -> AppendResult:
         """One fast append of `files` with lakesink's summary (plus `extra_summary`, e.g. a
-        backfill's id), if `requirement` holds.
+        backfill's id), if `requirement` holds; with `schema` (a batch's planned evolution),
+        the schema update in the same catalog commit.
 
         Retries (refreshing, re-checking) on pyiceberg's CommitFailedException and after a
         commit whose outcome is unknown. OffsetError when the writer's offsets moved
@@ -479,9 +516,9 @@ class IcebergTable:
             try:
                 properties = {**summary.to_summary(), **(extra_summary or {})}
                 if in_catalog:
-                    self._append(files, requirement, summary, properties, incarnation)
+                    self._append(files, requirement, summary, properties, incarnation, schema)
                 else:
-                    self._append_on_base(files, properties)
+                    self._append_on_base(files, properties, schema)
             except _IncarnationMoved as e:
                 raise self._fenced(requirement.writer_id, incarnation or 0, e.found) from None
             except _RequirementNotMet:
@@ -525,6 +562,7 @@ class IcebergTable:
         summary: WriterCommit,
         properties: Mapping[str, str],
         incarnation: int | None = None,
+        schema: Schema | None = None,
     ) -> None:
         assert_type = _assert_writer_offsets_type()
         check = assert_type(
@@ -543,6 +581,8 @@ class IcebergTable:
             tx._stage(
                 (), (_assert_incarnation_type()(writer_id=summary.writer_id, expected=incarnation),)
             )
+        if schema is not None:  # the schema update and the append: one catalog commit
+            stage_schema(tx, schema, self.name)
         snapshot = tx.update_snapshot(snapshot_properties=dict(properties))
         with snapshot.fast_append() as append:
             for f in files:
@@ -550,7 +590,10 @@ class IcebergTable:
         tx.commit_transaction()
 
     def _append_on_base(
-        self, files: Sequence[DataFileDescription], properties: Mapping[str, str]
+        self,
+        files: Sequence[DataFileDescription],
+        properties: Mapping[str, str],
+        schema: Schema | None = None,
     ) -> None:
         """The append for a catalog that cannot run lakesink's requirement (REST): it requires
         that `main` is still the snapshot the caller checked the writer's offsets on, so the
@@ -566,6 +609,8 @@ class IcebergTable:
         )
         tx = self._table.transaction()
         tx._stage((), (base,))
+        if schema is not None:
+            stage_schema(tx, schema, self.name)
         snapshot = tx.update_snapshot(snapshot_properties=dict(properties))
         with snapshot.fast_append() as append:
             for f in files:

@@ -180,3 +180,59 @@ def check_matches(expected_avro: str, arrow_schema: pa.Schema, record_name: str,
             f"{what}: columns are in order {', '.join(found_names)}; the table expects "
             f"{', '.join(exp_names)}"
         )
+
+
+def arrow_schema_of(avro_schema_json: str) -> pa.Schema:
+    """The Arrow schema of the data fields of a stored Avro schema (the inverse of
+    `avro_schema_for` for the types it writes): what a writer evolves the table's schema from."""
+    return pa.schema([_arrow_field(name, t) for name, t in data_fields(avro_schema_json)])
+
+
+def _arrow_field(name: str, t: Any) -> pa.Field:
+    if isinstance(t, list):
+        rest = [x for x in t if x != "null"]
+        if len(rest) != 1:
+            raise SchemaMismatchError(
+                f"field {name!r} of the table schema is a union of {json.dumps(t)}; lakesink "
+                "reads unions of one type with null only"
+            )
+        return pa.field(name, _arrow_type(rest[0], name), nullable=len(rest) < len(t))
+    return pa.field(name, _arrow_type(t, name), nullable=False)
+
+
+_PRIMITIVES: dict[str, pa.DataType] = {
+    "string": pa.string(),
+    "bytes": pa.binary(),
+    "boolean": pa.bool_(),
+    "int": pa.int32(),
+    "long": pa.int64(),
+    "float": pa.float32(),
+    "double": pa.float64(),
+}
+
+
+def _arrow_type(t: Any, name: str) -> pa.DataType:
+    if isinstance(t, str) and t in _PRIMITIVES:
+        return _PRIMITIVES[t]
+    if isinstance(t, dict):
+        logical, kind = t.get("logicalType"), t.get("type")
+        if logical == "date":
+            return pa.date32()
+        if logical in ("timestamp-millis", "timestamp-micros"):
+            return pa.timestamp("ms" if logical == "timestamp-millis" else "us", tz="UTC")
+        if logical == "decimal":
+            return pa.decimal128(int(t["precision"]), int(t.get("scale", 0)))
+        if kind == "fixed":
+            return pa.binary(int(t["size"]))
+        if kind == "array":
+            return pa.list_(_arrow_field("item", t["items"]))
+        if kind == "map":
+            return pa.map_(pa.string(), _arrow_field("value", t["values"]))
+        if kind == "record":
+            return pa.struct([_arrow_field(f["name"], f["type"]) for f in t["fields"]])
+        if isinstance(kind, str) and kind in _PRIMITIVES:
+            return _PRIMITIVES[kind]
+    raise SchemaMismatchError(
+        f"field {name!r} of the table schema has Avro type {json.dumps(t)}, which lakesink does "
+        "not write"
+    )

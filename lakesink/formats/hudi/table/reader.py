@@ -11,6 +11,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from lakesink.engine.evolution import conform, unify
 from lakesink.errors import CorruptTableError, InstantArchivedError, SchemaMismatchError
 from lakesink.formats.hudi.table.archive import load_archived_view
 from lakesink.formats.hudi.table.avro_schema import META_SCHEMA
@@ -142,7 +143,7 @@ class TableReader:
     ) -> pa.Table:
         chosen = [s for s in slices if self._keep_partition(s.partition_path, partition_filter)]
         chosen.sort(key=lambda s: (s.partition_path, s.file_id))
-        tables: list[pa.Table] = []
+        tables: list[tuple[InstantTime, pa.Table]] = []
         for s in chosen:
             t = self._read_base(s) if s.has_base_file else None
             if s.log_paths:
@@ -151,8 +152,8 @@ class TableReader:
             if commit_times is not None:
                 allowed = pa.array(sorted(t.value for t in commit_times), pa.string())
                 t = t.filter(pc.is_in(t.column("_hoodie_commit_time"), value_set=allowed))
-            tables.append(t)
-        result = pa.concat_tables(tables, promote_options="default") if tables else self._empty()
+            tables.append((s.instant_time, t))
+        result = _in_one_schema(tables) if tables else self._empty()
         if columns is not None:
             missing = [c for c in columns if c not in result.column_names]
             if missing:
@@ -198,3 +199,17 @@ class TableReader:
                 fs, root = self.table.storage.arrow()
                 return pq.read_schema(f"{root}/{rel}", filesystem=fs).empty_table()
         return META_SCHEMA.empty_table()
+
+
+def _in_one_schema(tables: Sequence[tuple[InstantTime, pa.Table]]) -> pa.Table:
+    """The slices' rows (in their order) as one table. Files written before a schema change
+    keep their schema: all are read in the unified one, whose columns are in the order the
+    table's schema evolved in (the schemas taken oldest slice first)."""
+    schemas: list[pa.Schema] = []
+    for _, t in sorted(tables, key=lambda x: x[0]):
+        if not any(t.schema == s for s in schemas):
+            schemas.append(t.schema)
+    if len(schemas) == 1:
+        return pa.concat_tables([t for _, t in tables])
+    schema = unify(schemas)
+    return pa.concat_tables([conform(t, schema) for _, t in tables])

@@ -145,7 +145,7 @@ def _apply_states(
     for name, inst in parsed:
         t = inst.time.value
         prev = by_value.get(t)
-        if prev is not None and prev.action is not inst.action:
+        if prev is not None and prev.action is not inst.action and not _compaction_pair(prev, inst):
             raise CorruptTableError(
                 f"timeline {folder} has two actions at instant {inst.time}: "
                 f"{prev.action.value} and {inst.action.value} ({name})"
@@ -159,6 +159,15 @@ def _apply_states(
             by_value[t] = inst
             changed.add(t)
     return changed
+
+
+def _compaction_pair(a: Instant, b: Instant) -> bool:
+    """A compaction's pending files and the commit that completes it share one instant time."""
+    actions = {a.action, b.action}
+    if actions != {Action.COMPACTION, Action.COMMIT}:
+        return False
+    commit = a if a.action is Action.COMMIT else b
+    return commit.is_completed
 
 
 def _load_all(names: list[str], folder: str) -> _Loaded:
@@ -490,7 +499,12 @@ class Timeline:
     ) -> Instant:
         fresh = self if snapshot_is_fresh else Timeline.load(self.storage, self.layout)
         current = fresh.get(instant.time)
-        if current is None or current.action is not instant.action:
+        completes_compaction = (
+            current is not None
+            and current.action is Action.COMPACTION
+            and instant.action is Action.COMMIT
+        )
+        if current is None or (current.action is not instant.action and not completes_compaction):
             raise CommitError(
                 f"cannot publish {instant.time}.{instant.action.value}: it was never begun or "
                 f"was rolled back (not in {self.where})"

@@ -24,16 +24,17 @@ from lakesink.errors import CommitError, RecordError, SchemaMismatchError
 from lakesink.formats.hudi.table.avro_schema import (
     META_COLUMNS,
     avro_schema_for,
-    check_matches,
     with_meta_columns,
 )
 from lakesink.formats.hudi.table.config import TableConfig
+from lakesink.formats.hudi.table.evolution import SchemaFit
 from lakesink.formats.hudi.table.files import base_file_name, new_file_id, write_token
 from lakesink.formats.hudi.table.hudi_table import HudiTable
 from lakesink.formats.hudi.table.markers import create_marker
 from lakesink.formats.hudi.table.rollback import is_rolled_back
 from lakesink.protocol.instant import InstantTime
 from lakesink.protocol.write_status import FileWrite
+from lakesink.settings import SchemaEvolutionMode
 from lakesink.storage import Storage
 
 if TYPE_CHECKING:
@@ -223,6 +224,7 @@ class BaseFileWriter:
         table_schema: str | None = None,
         preserve_commit_time: bool = False,
         file_id_factory: Callable[[], str] = new_file_id,
+        evolution: SchemaEvolutionMode | None = None,
     ) -> None:
         if target_file_size_bytes <= 0:
             raise ValueError(
@@ -239,6 +241,11 @@ class BaseFileWriter:
             1, min(64 * 1024 * 1024, target_file_size_bytes // 4)
         )
         self.table_schema = table_schema
+        self._fit = (
+            SchemaFit(table_schema, f"{table.config.name}_record", evolution)
+            if table_schema is not None
+            else None
+        )
         self.preserve_commit_time = preserve_commit_time
         self.file_id_factory = file_id_factory
         self.records_written = 0
@@ -275,8 +282,7 @@ class BaseFileWriter:
         tbl = _as_table(rows)
         if tbl.num_rows == 0:
             return
-        data = tbl.drop_columns([c for c in tbl.column_names if c in META_COLUMNS])
-        self._check_schema(data.schema)
+        data = self._fit_rows(tbl.drop_columns([c for c in tbl.column_names if c in META_COLUMNS]))
         check_utf8(data, f"the batch of instant {self.instant_time} for {self.table.uri}")
         if self._schema is None:
             self._schema = with_meta_columns(data.schema)
@@ -304,8 +310,9 @@ class BaseFileWriter:
             raise ValueError("writer is closed")
         if self._done or self._writer is not None or self._buffer:
             return
-        data = pa.schema([f for f in data_schema if f.name not in META_COLUMNS])
-        self._check_schema(data)
+        data = self._fit_rows(
+            pa.schema([f for f in data_schema if f.name not in META_COLUMNS]).empty_table()
+        ).schema
         if self._schema is None:
             self._schema = with_meta_columns(data)
         self._open_file()
@@ -331,11 +338,11 @@ class BaseFileWriter:
 
     # -- internals ---------------------------------------------------------------------------
 
-    def _check_schema(self, data_schema: pa.Schema) -> None:
-        if self.table_schema is None:
-            return
-        where = f"rows for instant {self.instant_time} in {self.table.uri}"
-        check_matches(self.table_schema, data_schema, f"{self.table.config.name}_record", where)
+    def _fit_rows(self, data: pa.Table) -> pa.Table:
+        """The rows as the table takes them (evolving its schema when allowed: SchemaFit)."""
+        if self._fit is None:
+            return data
+        return self._fit.fit(data, f"rows for instant {self.instant_time} in {self.table.uri}")
 
     def _with_meta_placeholder(self, data: pa.Table, kept: pa.Table | None) -> pa.Table:
         n = data.num_rows
@@ -470,6 +477,7 @@ class PartitionedWriter:
         check_schema: bool = True,
         preserve_commit_time: bool = False,
         config: TableConfig | None = None,
+        evolution: SchemaEvolutionMode | None = None,
     ) -> None:
         if isinstance(table, HudiTable):
             self.table = table
@@ -484,6 +492,7 @@ class PartitionedWriter:
         self.table_schema = table_schema
         self.check_schema = check_schema
         self.preserve_commit_time = preserve_commit_time
+        self.evolution = evolution
         self._schema_resolved = table_schema is not None or not check_schema
         self._writers: dict[str, BaseFileWriter] = {}
 
@@ -510,6 +519,7 @@ class PartitionedWriter:
                 compression=self.compression,
                 table_schema=self.table_schema if self.check_schema else None,
                 preserve_commit_time=self.preserve_commit_time,
+                evolution=self.evolution,
             )
             self._writers[partition_path] = w
         return w
@@ -576,6 +586,7 @@ class HudiTaskTarget:
     config: TableConfig
     instant_time: str
     target_file_size: int
+    evolution: SchemaEvolutionMode | None = None  # schema.evolution of the writer's table
 
     def open(self, attempt: TaskAttempt) -> HudiTaskWriter:
         return HudiTaskWriter(
@@ -585,6 +596,7 @@ class HudiTaskTarget:
                 write_token(attempt.partition, attempt.stage, attempt.number),
                 target_file_size_bytes=self.target_file_size,
                 config=self.config,
+                evolution=self.evolution,
             )
         )
 
