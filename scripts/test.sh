@@ -3,9 +3,10 @@
 # whole suite (unit, property and integration: real broker, real Spark, real PostgreSQL), build
 # the docs site strictly, and prove the packaging (the wheel in a clean venv, the oldest pins).
 # The cached environments (Maven and pip downloads, mostly waiting on the network) are built in
-# the background while ruff, mypy, the docs site and the oldest pins (which need none of them)
-# run; each background step's output is printed when it ends, and a failed one fails the run.
-# The wheel check runs after them (its demo and examples keep both cores busy), then pytest.
+# the background while ruff, mypy, the unit and property tests, the docs site and the oldest pins
+# (which need none of them) run; each background step's output is printed when it ends, and a
+# failed one fails the run. The wheel check runs after them (its demo and examples keep both
+# cores busy), then the integration tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 started=$SECONDS
@@ -60,9 +61,17 @@ if [ $# -eq 0 ]; then
     python -m lakesink.spark.prepare "${LAKESINK_CACHE:-$PWD/.cache}/spark-start"
 fi
 stage "ruff"; ruff check lakesink tests benchmarks; ruff format --check lakesink tests benchmarks
-# mypy is one busy process, as are the docs build and the oldest pins' unit tests: side by side
-# they use both cores
+# mypy, the unit and property tests, the docs build and the oldest pins' unit tests are each one
+# busy process (and the oldest pins' install mostly waits on the network): side by side they use
+# both cores; on the whole run the pytest stage then runs the integration tests alone
 in_background mypy mypy lakesink
+if [ $# -eq 0 ]; then
+  # every test file lies in one of the three folders the whole run covers
+  stray="$(find tests -name 'test_*.py' ! -path 'tests/unit/*' ! -path 'tests/property/*' \
+    ! -path 'tests/integration/*')"
+  [ -z "$stray" ] || { echo "test.sh: tests outside unit/, property/, integration/: $stray" >&2; exit 1; }
+  in_background unit python -m pytest -q -p no:cacheprovider --durations=10 tests/unit tests/property
+fi
 stage "docs site"; bash scripts/build-docs.sh
 if [ $# -eq 0 ]; then   # the whole run (CI); with pytest arguments only the tests asked for
   stage "oldest pins"; bash scripts/check-oldest.sh # lower bounds: unit tests + a real ingestion
@@ -74,4 +83,10 @@ if [ $# -eq 0 ]; then
   stage "wheel"; bash scripts/check-wheel.sh       # build, install in a clean venv, run the demo
   stage "Spark class-data archive"; finish spark-archive optional
 fi
-stage "pytest"; python -m pytest -q -p no:cacheprovider --durations=40 "$@"
+if [ $# -eq 0 ]; then
+  stage "unit and property tests"; finish unit
+  stage "pytest: integration"
+  python -m pytest -q -p no:cacheprovider --durations=40 tests/integration
+else
+  stage "pytest"; python -m pytest -q -p no:cacheprovider --durations=40 "$@"
+fi
