@@ -96,12 +96,3 @@ def test_locks_were_resolved_from_the_current_dependencies(name: str) -> None:
         "run bash scripts/lock.sh"
     )
 
-
-def test_the_wheel_names_its_docs_source_and_issues_and_the_site_agrees() -> None:
-    # a wheel user has no checkout: the metadata points at the docs site and the source
-    urls = PROJECT["urls"]
-    assert {"Homepage", "Documentation", "Source", "Issues"} <= set(urls)
-    assert all(u.startswith("https://") for u in urls.values()), urls
-    mkdocs = (ROOT / "mkdocs.yml").read_text()
-    site = next(line.split()[1] for line in mkdocs.splitlines() if line.startswith("site_url:"))
-    assert site == urls["Documentation"]
