@@ -1,5 +1,6 @@
-"""`lakesink table create | show | timeline | files | clean | cluster | archive | rollback`, run
-by the plugin of the format of the table at the path given, and `lakesink backfill`."""
+"""`lakesink table create | show | timeline | files | clean | cluster | archive | rollback |
+compact`, run by the plugin of the format of the table at the path given, and `lakesink
+backfill`."""
 
 from __future__ import annotations
 
@@ -34,6 +35,8 @@ def add_parser(sub: Any) -> None:
         "cluster": "rewrite small files of partitions into target-size files (replacecommit)",
         "archive": "move old instants out of the active timeline",
         "rollback": "roll back inflight instants whose heartbeat expired (or one named)",
+        "compact": "merge-on-read: merge the log files of each file slice into a new base file "
+        "(or finish a pending compaction)",
     }
     for name, text in services.items():
         cmd = tsub.add_parser(name, help=text)

@@ -54,7 +54,11 @@ def fold_audit(cfg: LakesinkConfig) -> FoldAudit | None:
     ordering = cfg["table.ordering.field"]
     if ordering is None and cfg["write.operation"] == "cdc" and cfg["cdc.format"] == "debezium":
         ordering = SOURCE_POSITION_COLUMN
-    return FoldAudit(value_deserializer(cfg), tuple(cfg["table.record.key.fields"]), ordering)
+    # values framed by a registry decode into the columns an ingestion would pin now
+    from lakesink.spark.registry_columns import pin_registry_columns
+
+    pinned = pin_registry_columns(cfg, cfg["kafka.topics"])
+    return FoldAudit(value_deserializer(pinned), tuple(cfg["table.record.key.fields"]), ordering)
 
 
 def _kept_by_transform(cfg: LakesinkConfig) -> KeptByTransform | None:

@@ -222,7 +222,8 @@ def check_mutation(cfg: Mapping[str, Any]) -> None:
 def _row_columns(cfg: Mapping[str, Any]) -> pa.Schema | None:
     """The columns of the rows a key and an ordering field are taken from: a change stream's
     declared row; for upsert the decoded value's columns with the Kafka metadata columns, or
-    None when a transformation makes the columns."""
+    None when a transformation makes the columns, or the registry does (no value.schema: the
+    subject's registered versions, known only when the ingestion starts)."""
     from lakesink.kafka.changes import check_change_columns, declared_rows
 
     if cfg["write.operation"] == "cdc":
@@ -233,6 +234,8 @@ def _row_columns(cfg: Mapping[str, Any]) -> pa.Schema | None:
         check_change_columns(rows, with_source_position=with_position)
         return rows
     if any(cfg[k] for k in ("transform.sql", "transform.python", "transform.arrow")):
+        return None
+    if cfg["schema.registry.url"] and not (cfg["value.schema"] or cfg["value.schema.file"]):
         return None
     from lakesink.config.records import registry_settings
     from lakesink.kafka.deserializers import make_deserializer

@@ -32,7 +32,8 @@ RECORD_KEYS: tuple[Key, ...] = (
         None,
         "Schema of the value as a Spark DDL string, e.g. 'id BIGINT, name STRING' (with "
         "schema.registry.url and value.format=avro: an Avro record schema, whose fields are the "
-        "table's columns).",
+        "table's columns, or a DDL). With schema.registry.url it may be left unset: the columns "
+        "then come from the topic's registered value schema (the docs page Schemas).",
     ),
     Key(
         "value.schema.file",

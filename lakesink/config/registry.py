@@ -381,7 +381,7 @@ def _check_combinations(cfg: LakesinkConfig) -> None:
     if (
         cfg["value.format"] == "avro"
         and not cfg["value.schema.file"]
-        and not (cfg["schema.registry.url"] and cfg["value.schema"])
+        and not cfg["schema.registry.url"]  # with one: declared, or the registered schema
     ):
         raise ConfigError("value.format=avro needs value.schema.file (an .avsc file)")
     if (
@@ -438,10 +438,12 @@ def _check_registry(cfg: LakesinkConfig) -> None:
         raise ConfigError(
             f"schema.registry.url applies to value.format avro, jsonschema or protobuf, not {fmt}"
         )
-    if not (cfg["value.schema"] or cfg["value.schema.file"]):
+    if cfg["write.operation"] == "cdc" and not (cfg["value.schema"] or cfg["value.schema.file"]):
+        # without value.schema the columns come from the topic's subject at start; a change
+        # stream's row is declared (its envelope is not the registered record)
         raise ConfigError(
-            f"value.format={fmt} with schema.registry.url needs the table's columns: "
-            "value.schema or value.schema.file (an Avro record schema for avro, a DDL otherwise)"
+            f"value.format={fmt} with schema.registry.url and write.operation=cdc needs the "
+            "table's columns: value.schema or value.schema.file"
         )
     if fmt == "avro" and (
         cfg["value.avro.wire.format"] != "confluent" or cfg["value.avro.schema.ids"]

@@ -77,11 +77,14 @@ def make_deserializer(
     avro_wire_format: WireFormat = "confluent",
     avro_schema_ids: str | Collection[int] | None = None,
     registry: RegistrySettings | None = None,
+    evolution: str = "off",
 ) -> Deserializer:
     """A deserializer by name. `schema` is a Spark DDL (json, jsonschema, protobuf) or Avro
     schema JSON (avro); `schema_file` a file holding either (a `.avsc` for avro, DDL text
     otherwise). With `registry`, avro, jsonschema and protobuf values are framed by the
-    registry's ids and `schema` declares the table's columns."""
+    registry's ids and `schema` declares the table's columns (for avro an Avro record schema or,
+    as the registry-driven columns are pinned for a run, a DDL); `evolution` is
+    schema.evolution, which decides what a writer schema wider than the columns does."""
     fmt = format.lower().strip()
     if fmt not in FORMATS:
         raise ConfigError(f"value format {format!r} is not valid; use one of {', '.join(FORMATS)}")
@@ -99,7 +102,9 @@ def make_deserializer(
         from lakesink.kafka.registry import RegistryDeserializer, RegistryFormat
 
         registry_format: RegistryFormat = fmt
-        return RegistryDeserializer(registry_format, _columns(fmt, schema, schema_file), registry)
+        return RegistryDeserializer(
+            registry_format, _columns(fmt, schema, schema_file), registry, evolution
+        )
     if fmt == "avro":
         if schema_file is not None:
             return AvroDeserializer(
@@ -127,7 +132,7 @@ def _columns(fmt: str, schema: str | None, schema_file: str | None) -> pa.Schema
         except OSError as e:
             raise ConfigError(f"cannot read the value schema file {schema_file}: {e}") from e
     assert schema is not None
-    if fmt != "avro":
+    if fmt != "avro" or not schema.lstrip().startswith("{"):
         return ddl_to_arrow(schema)
     try:
         raw = json.loads(schema)

@@ -14,10 +14,14 @@ and kept in a per-process cache of `schema.registry.cache.capacity` schemas. By 
   writer's file descriptor, which is built at run time from the registered, serialized
   ``FileDescriptorProto`` (and those of its references): no generated classes.
 
-Resolution to the table (the declared columns): a column the writer schema lacks is null (a
-NOT NULL column is then a failure); a field of the writer schema that the table does not have
-makes every value of that schema a dead letter naming the field, until schema evolution is
-wired to the registry. A value that is not framed, an id the registry does not know, or a payload
+Resolution to the table (the columns, which spark/registry_columns.py fixes for a run from the
+declared schema and the subject's registered versions): a column the writer schema lacks is
+null (a NOT NULL column is then a failure). A writer schema the columns cannot hold as they are
+(a field they lack, nested too, or a wider type: registry_schemas.uncovered) makes each of its
+values a dead letter naming the field with `schema.evolution = off`; with `add-and-widen` it
+ends the batch with one SchemaEvolutionError asking for a restart, which takes the new version
+into the columns (a run's columns are fixed: Spark's source schema is).
+A value that is not framed, an id the registry does not know, or a payload
 that does not decode with its schema is a bad record with the reason. An unreachable registry is
 retried with backoff for `schema.registry.retry.s`, then ends the batch with one
 `SchemaRegistryError`; so do wrong credentials (at once).
@@ -38,8 +42,13 @@ from typing import Any, Literal
 
 import pyarrow as pa
 
-from lakesink.errors import ConfigError, MissingExtraError, SchemaRegistryError
-from lakesink.kafka.avro import AvroDeserializer, BadAvroValue
+from lakesink.errors import (
+    ConfigError,
+    MissingExtraError,
+    SchemaEvolutionError,
+    SchemaRegistryError,
+)
+from lakesink.kafka.avro import AvroDeserializer, BadAvroValue, avro_to_arrow_type
 from lakesink.kafka.decoded import Decoded, concat_in_order, reason, rows_to_table
 from lakesink.kafka.json_values import BadValue, JsonValueDecoder, parse_document
 from lakesink.security import Secret
@@ -171,6 +180,7 @@ class _Writer:
     """A writer schema ready to decode with, and its top-level field names."""
 
     fields: tuple[str, ...]
+    columns: pa.Schema
     decoder: Any
     validator: Any = None
 
@@ -185,7 +195,8 @@ def _avro_writer(schema_id: int, schema_str: str) -> _Writer:
         decoder = AvroDeserializer(schema=raw, wire_format="confluent", schema_ids=[schema_id])
     except ConfigError as e:
         raise ValueError(str(e)) from e
-    return _Writer(tuple(f["name"] for f in raw["fields"]), decoder)
+    columns = pa.schema(list(avro_to_arrow_type(raw)))
+    return _Writer(tuple(f["name"] for f in raw["fields"]), columns, decoder)
 
 
 def _json_writer(schema_str: str) -> _Writer:
@@ -197,7 +208,9 @@ def _json_writer(schema_str: str) -> _Writer:
     validator_class = jsonschema.validators.validator_for(raw)
     validator_class.check_schema(raw)
     props = raw.get("properties") or {}
-    return _Writer(tuple(props), None, validator_class(raw))
+    from lakesink.kafka.registry_schemas import json_schema_columns
+
+    return _Writer(tuple(props), json_schema_columns(raw, lenient=True), None, validator_class(raw))
 
 
 def _file_descriptor(schema_str: str) -> Any:
@@ -389,7 +402,13 @@ def _proto_scalar(value: Any, field: Any) -> Any:
 class RegistryDeserializer:
     """Registry-framed values of one format into the table's columns (`columns`)."""
 
-    def __init__(self, fmt: RegistryFormat, columns: pa.Schema, settings: RegistrySettings) -> None:
+    def __init__(
+        self,
+        fmt: RegistryFormat,
+        columns: pa.Schema,
+        settings: RegistrySettings,
+        evolution: str = "off",
+    ) -> None:
         if fmt not in REGISTRY_FORMATS:
             raise ConfigError(
                 f"value.format={fmt} cannot be read through a schema registry; use one of "
@@ -400,16 +419,25 @@ class RegistryDeserializer:
         self._format = fmt
         self._schema = columns
         self._settings = settings
-        self._names = frozenset(columns.names)
+        self._evolution = evolution
+        # per (schema id, message indexes): the first writer field the columns cannot hold
+        self._uncovered: dict[tuple[int, tuple[int, ...]], str | None] = {}
         self._required = [f.name for f in columns if not f.nullable]
         self._json = JsonValueDecoder(columns) if fmt == "jsonschema" else None
         self._writers: WriterSchemas | None = None
 
     def __getstate__(self) -> dict[str, Any]:  # a task builds its own cache
-        return {"fmt": self._format, "columns": self._schema, "settings": self._settings}
+        return {
+            "fmt": self._format,
+            "columns": self._schema,
+            "settings": self._settings,
+            "evolution": self._evolution,
+        }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["fmt"], state["columns"], state["settings"])  # type: ignore[misc]
+        self.__init__(  # type: ignore[misc]
+            state["fmt"], state["columns"], state["settings"], state["evolution"]
+        )
 
     @property
     def value_schema(self) -> pa.Schema:
@@ -420,14 +448,35 @@ class RegistryDeserializer:
             self._writers = WriterSchemas(self._settings, self._format)
         return self._writers.get(schema_id)
 
-    def _check_fields(self, schema_id: int, fields: Sequence[str]) -> None:
-        extra = [f for f in fields if f not in self._names]
-        if extra:
-            raise BadRegistryValue(
-                f"field {extra[0]!r} of writer schema id {schema_id} is not a column of the "
-                f"table ({', '.join(self._schema.names)}); the table's schema does not evolve "
-                "from the registry yet"
+    def _check_fields(
+        self, schema_id: int, writer: Any, indexes: tuple[int, ...] = (0,), message: Any = None
+    ) -> None:
+        """A writer schema the columns cannot hold: a dead letter (evolution off) or the end of
+        the batch, for a restart that evolves the columns (add-and-widen)."""
+        key = (schema_id, indexes)
+        if key not in self._uncovered:
+            from lakesink.kafka import registry_schemas as rs
+
+            if message is not None:
+                fields = list(rs.proto_message_struct(message))
+            else:
+                fields = list(writer.columns)
+            self._uncovered[key] = rs.uncovered(list(self._schema), fields)
+        path = self._uncovered[key]
+        if path is None:
+            return
+        if self._evolution == "add-and-widen":
+            raise SchemaEvolutionError(
+                f"field {path!r} of writer schema id {schema_id} is newer than this run's "
+                f"columns ({', '.join(self._schema.names)}), which were fixed from the registry "
+                "when the ingestion started: restart the ingestion (nothing of this batch was "
+                "committed) and it evolves the table with the new schema"
             )
+        raise BadRegistryValue(
+            f"field {path!r} of writer schema id {schema_id} does not fit the table's columns "
+            f"({', '.join(self._schema.names)}) and schema.evolution is off: set "
+            "schema.evolution = add-and-widen to evolve the table with the writer schema"
+        )
 
     def decode_one(self, value: bytes | None) -> dict[str, Any]:
         """One value as a row, or BadRegistryValue with the reason."""
@@ -448,10 +497,10 @@ class RegistryDeserializer:
             raise BadRegistryValue(f"value is framed with {e}") from e
         payload = value[5:]
         if self._format == "avro":
-            self._check_fields(schema_id, writer.fields)
+            self._check_fields(schema_id, writer)
             rec = self._avro(schema_id, writer, value)
         elif self._format == "jsonschema":
-            self._check_fields(schema_id, writer.fields)
+            self._check_fields(schema_id, writer)
             rec = self._jsonschema(schema_id, writer, payload)
         else:
             rec = self._protobuf(schema_id, writer, payload)
@@ -498,7 +547,7 @@ class RegistryDeserializer:
             cls = writer.message_class(indexes)
         except ValueError as e:
             raise BadRegistryValue(f"Protobuf value of schema id {schema_id}: {e}") from e
-        self._check_fields(schema_id, [f.name for f in cls.DESCRIPTOR.fields])
+        self._check_fields(schema_id, writer, indexes, cls.DESCRIPTOR)
         msg = cls()
         try:
             msg.ParseFromString(payload[start:])

@@ -1,6 +1,6 @@
-"""The columns a registered writer schema carries, as Arrow, and the subject's registered
-versions: what lets the registry drive the table's columns (schema evolution and table creation,
-which spark/registry_columns.py decides with the engine's `evolve`).
+"""The columns a registered writer schema carries, as Arrow (pure: no registry call), which
+let the registry drive the table's columns (registry_subjects.py fetches the versions,
+spark/registry_columns.py evolves a run's columns with the engine's `evolve`).
 
 A writer schema maps to Arrow by format:
 
@@ -22,76 +22,18 @@ schema needs the table's schema to evolve first.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 
 from lakesink.errors import ConfigError
-from lakesink.kafka.avro import avro_to_arrow_type
-from lakesink.kafka.registry import RegistryFormat, RegistrySettings, _fetch, _file_descriptor
 
-__all__ = ["WriterColumns", "subject_for", "subject_versions", "uncovered", "writer_columns"]
+__all__ = ["avro_defaults", "json_schema_columns", "proto_message_struct", "uncovered"]
 
 
-@dataclass(frozen=True, slots=True)
-class WriterColumns:
-    """A writer schema's columns and the dotted paths of its fields that have a default."""
-
-    schema: pa.Schema
-    defaults: frozenset[str] = frozenset()
-
-
-def subject_for(topic: str) -> str:
-    """The value subject of `topic` under the topic name strategy."""
-    return f"{topic}-value"
-
-
-def subject_versions(settings: RegistrySettings, subject: str, fmt: RegistryFormat) -> list[Any]:
-    """The subject's registered schemas (confluent-kafka RegisteredSchema), oldest version
-    first; empty when the registry has no such subject."""
-    from lakesink.kafka.registry import UnknownSchemaId
-
-    try:
-        versions = _fetch(settings, lambda c: c.get_versions(subject), f"subject {subject}")
-    except UnknownSchemaId:
-        return []
-    wire = "serialized" if fmt == "protobuf" else None
-    out = []
-    for v in sorted(versions):
-
-        def get(client: Any, v: int = v) -> Any:
-            return client.get_version(subject, v, fmt=wire)
-
-        out.append(_fetch(settings, get, f"version {v} of subject {subject}"))
-    return out
-
-
-def writer_columns(fmt: RegistryFormat, schema: Any, settings: RegistrySettings) -> WriterColumns:
-    """The columns of a registered schema (confluent-kafka Schema) of format `fmt`; ConfigError
-    when it has no column mapping."""
-    try:
-        if fmt == "avro":
-            return _avro_columns(json.loads(schema.schema_str))
-        if fmt == "jsonschema":
-            return _json_columns(json.loads(schema.schema_str))
-        return _proto_columns(settings, schema)
-    except (ValueError, KeyError, TypeError) as e:
-        raise ConfigError(f"the registered {fmt} schema has no column mapping: {e}") from e
-
-
-def _avro_columns(raw: Any) -> WriterColumns:
-    if not isinstance(raw, dict) or raw.get("type") != "record":
-        raise ConfigError("the registered Avro schema is not a record")
-    struct = avro_to_arrow_type(raw)
-    defaults: set[str] = set()
-    _avro_defaults(raw, "", defaults)
-    return WriterColumns(pa.schema(list(struct)), frozenset(defaults))
-
-
-def _avro_defaults(record: dict[str, Any], parent: str, out: set[str]) -> None:
+def avro_defaults(record: dict[str, Any], parent: str, out: set[str]) -> None:
+    """The dotted paths of a (parsed) Avro record's fields that have a default, into `out`."""
     for f in record.get("fields", ()):
         path = f"{parent}.{f['name']}" if parent else f["name"]
         if "default" in f:
@@ -99,7 +41,7 @@ def _avro_defaults(record: dict[str, Any], parent: str, out: set[str]) -> None:
         branches = f["type"] if isinstance(f["type"], list) else [f["type"]]
         for b in branches:
             if isinstance(b, dict) and b.get("type") == "record":
-                _avro_defaults(b, path, out)
+                avro_defaults(b, path, out)
 
 
 _JSON_TYPES = {
@@ -110,22 +52,30 @@ _JSON_TYPES = {
 }
 
 
-def _json_columns(raw: Any) -> WriterColumns:
+def json_schema_columns(raw: Any, *, lenient: bool = False) -> pa.Schema:
+    """The columns of a (parsed) JSON Schema of an object. `lenient`: a property of no one
+    column type (`{}`, a type list) is typed null (any column of its name holds it) rather
+    than a ConfigError; what a decoder checks values against, not what a table evolves by."""
     if not isinstance(raw, dict):
         raise ConfigError("the registered JSON Schema is not an object")
-    return WriterColumns(pa.schema(list(_json_struct(raw, "the value"))))
+    return pa.schema(list(_json_struct(raw, "the value", lenient)))
 
 
-def _json_struct(obj: dict[str, Any], where: str) -> pa.StructType:
+def _json_struct(obj: dict[str, Any], where: str, lenient: bool) -> pa.StructType:
     required = set(obj.get("required") or ())
     fields = []
     for name, prop in (obj.get("properties") or {}).items():
-        t, nullable = _json_type(prop, f"{where}.{name}")
+        try:
+            t, nullable = _json_type(prop, f"{where}.{name}", lenient)
+        except ConfigError:
+            if not lenient:
+                raise
+            t, nullable = pa.null(), True
         fields.append(pa.field(name, t, nullable=nullable or name not in required))
     return pa.struct(fields)
 
 
-def _json_type(prop: Any, where: str) -> tuple[pa.DataType, bool]:
+def _json_type(prop: Any, where: str, lenient: bool) -> tuple[pa.DataType, bool]:
     if not isinstance(prop, dict):
         raise ConfigError(f"{where}: a JSON Schema property must be an object")
     kinds = prop.get("type")
@@ -138,9 +88,9 @@ def _json_type(prop: Any, where: str) -> tuple[pa.DataType, bool]:
     if kind in _JSON_TYPES:
         return _JSON_TYPES[kind], nullable
     if kind == "object":
-        return _json_struct(prop, where), nullable
+        return _json_struct(prop, where, lenient), nullable
     if kind == "array":
-        item, _ = _json_type(prop.get("items"), f"{where}[]")
+        item, _ = _json_type(prop.get("items"), f"{where}[]", lenient)
         return pa.list_(item), nullable
     raise ConfigError(f"{where}: JSON Schema type {kind!r} has no column type")
 
@@ -166,17 +116,8 @@ _PROTO_TYPES = {
 }
 
 
-def _proto_columns(settings: RegistrySettings, schema: Any) -> WriterColumns:
-    from lakesink.kafka.registry import _ProtobufWriter
-
-    _file_descriptor(schema.schema_str)  # the same clear error for .proto text
-    message = _ProtobufWriter(settings, schema).message_class((0,)).DESCRIPTOR
-    return WriterColumns(pa.schema(list(_proto_struct(message))))
-
-
-def _proto_struct(message: Any) -> pa.StructType:
-    from lakesink.kafka.registry import _repeated
-
+def proto_message_struct(message: Any) -> pa.StructType:
+    """The struct of a Protobuf message descriptor's fields."""
     fields = []
     for f in message.fields:
         if f.message_type is not None and f.message_type.GetOptions().map_entry:
@@ -191,9 +132,15 @@ def _proto_struct(message: Any) -> pa.StructType:
     return pa.struct(fields)
 
 
+def _repeated(field: Any) -> bool:
+    # protobuf 7 has only is_repeated; older releases only label (3: LABEL_REPEATED)
+    flag = getattr(field, "is_repeated", None)
+    return bool(flag) if flag is not None else field.label == 3
+
+
 def _proto_type(field: Any) -> pa.DataType:
     if field.message_type is not None:
-        return _proto_struct(field.message_type)
+        return proto_message_struct(field.message_type)
     if field.type not in _PROTO_TYPES:
         raise ConfigError(f"Protobuf field {field.full_name} has no column type")
     return _PROTO_TYPES[field.type]
@@ -209,7 +156,9 @@ _NARROWER = {
 }
 
 
-def uncovered(columns: Sequence[pa.Field], writer: Sequence[pa.Field], parent: str = "") -> str | None:
+def uncovered(
+    columns: Sequence[pa.Field], writer: Sequence[pa.Field], parent: str = ""
+) -> str | None:
     """The first path of `writer` that `columns` cannot hold as is: a field they lack, or a type
     neither equal to the column's nor narrower (a value of it would need the table to evolve
     or fail); None when every field fits."""
@@ -232,6 +181,6 @@ def _uncovered_type(column: pa.DataType, writer: pa.DataType, path: str) -> str 
         return _uncovered_type(column.item_type, writer.item_type, f"{path}.value")
     if pa.types.is_list(column) and pa.types.is_list(writer):
         return _uncovered_type(column.value_type, writer.value_type, f"{path}.element")
-    if column == writer or writer in _NARROWER.get(column, ()):
+    if column == writer or writer == pa.null() or writer in _NARROWER.get(column, ()):
         return None
     return path

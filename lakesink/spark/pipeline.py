@@ -29,6 +29,7 @@ from lakesink.protocol.offsets import TopicPartition, WriterOffsets
 from lakesink.spark.direct import spark_arrow_schema, uses_direct_path
 from lakesink.spark.liveness_file import writer_liveness
 from lakesink.spark.monitoring import LagMonitor
+from lakesink.spark.registry_columns import pin_registry_columns, uses_registry_columns
 from lakesink.spark.session import check_workers_import_lakesink
 from lakesink.spark.sink import CommittingSink, analyze_rows
 from lakesink.spark.source import (
@@ -90,13 +91,18 @@ def check_kafka(cfg: LakesinkConfig) -> list[TopicPartition]:
     from lakesink.kafka.client import list_partitions
     from lakesink.spark.source import declared_arrow_schema
 
-    declared_arrow_schema(cfg)
-    return list_partitions(
+    from_registry = uses_registry_columns(cfg)  # the columns follow the topics' subjects
+    if not from_registry:
+        declared_arrow_schema(cfg)
+    partitions = list_partitions(
         cfg["kafka.bootstrap.servers"],
         topics=list(cfg["kafka.topics"]) or None,
         pattern=cfg["kafka.topic.pattern"],
         extra=cfg.kafka_client_config,
     )
+    if from_registry:
+        declared_arrow_schema(pin_registry_columns(cfg, {tp.topic for tp in partitions}))
+    return partitions
 
 
 def high_watermarks(cfg: LakesinkConfig) -> dict[TopicPartition, int]:
@@ -169,13 +175,15 @@ class Ingestion:
         on_progress: Callable[[Progress], None] | None = None,
         partitions: list[TopicPartition] | None = None,
     ) -> None:
-        self.cfg = cfg
         self.spark = spark
         # Everything that can be checked is checked before anything is written: the brokers
         # and topics, the value schema, the transformation against the source columns (Spark
         # analyzes it over an empty DataFrame); only then is the table created. `partitions`:
         # what check_kafka(cfg) returned just before (the caller checked already).
         self.partitions = check_kafka(cfg) if partitions is None else partitions
+        # values framed by a registry: this run's columns, fixed once from its subjects
+        cfg = pin_registry_columns(cfg, {tp.topic for tp in self.partitions})
+        self.cfg = cfg
         partition_fields = partition_columns(cfg)
         self.output_schema = analyze_rows(cfg, spark, partition_fields)
         check_workers_import_lakesink(spark)  # a cluster's workers: before the table exists

@@ -171,6 +171,7 @@ def value_deserializer(cfg: LakesinkConfig) -> Any:
         )
     from lakesink.config.records import registry_settings
     from lakesink.kafka.deserializers import make_deserializer
+    from lakesink.spark.registry_columns import registry_evolution
 
     values = make_deserializer(
         cfg["value.format"],
@@ -179,6 +180,7 @@ def value_deserializer(cfg: LakesinkConfig) -> Any:
         avro_wire_format=cfg["value.avro.wire.format"],
         avro_schema_ids=cfg["value.avro.schema.ids"],
         registry=registry_settings(cfg.values),
+        evolution=registry_evolution(cfg),
     )
     if cfg["write.operation"] == "upsert":  # a record without a key is a dead letter
         from lakesink.kafka.changes import KeyedValues

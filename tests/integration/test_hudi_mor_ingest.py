@@ -1,6 +1,7 @@
 """A change stream ingested into a merge-on-read Hudi table (write.operation=cdc,
 table.type=MERGE_ON_READ) through the real pipeline (the session's broker and Spark): every batch
-is a deltacommit whose log files hold the changed rows and the deletes; hudi-rs and lakesink's
+is a deltacommit whose log files hold the changed rows and the deletes, and every second one is
+followed by an inline compaction (table.compaction.every.commits=2); hudi-rs and lakesink's
 reader (and Spark through format("lakesink")) read the rows the stream leaves, and `lakesink
 verify`'s fold audit passes."""
 
@@ -47,17 +48,25 @@ def test_a_change_stream_lands_as_deltacommits_that_every_reader_folds_alike(
         table__type="MERGE_ON_READ",
         kafka__max__records__per__batch=BATCH,
         writer__id="mor-writer",
+        table__compaction__every__commits=2,  # one inline compaction among the batches
     )
     run_ingestion(cfg, spark)
     table = HudiTable.open(cfg.table_storage)
     assert table.config.table_type == "MERGE_ON_READ"
     timeline = table.timeline()
     done = timeline.completed()
-    assert len(done) >= 3 and len(done) >= len(stream.records) // BATCH  # a deltacommit each
-    assert {i.action for i in done} == {Action.DELTA_COMMIT}
+    deltas = timeline.completed(Action.DELTA_COMMIT)
+    assert len(deltas) >= 3 and len(deltas) >= len(stream.records) // BATCH  # one per batch
+    compactions = timeline.completed(Action.COMMIT)
+    assert len(compactions) == len(deltas) // 2  # every 2nd deltacommit, inline
+    assert {i.action for i in done} == {Action.DELTA_COMMIT, Action.COMMIT}
     assert not timeline.inflight_or_requested()
+    compacted = {
+        (w.partition_path, w.file_id) for w in timeline.commit_metadata(compactions[-1]).writes
+    }
+    assert compacted, "the compaction rewrote no slice"
     slices = FileSystemView(table).latest_base_files()
-    assert any(s.log_paths for s in slices), "no batch wrote a log file"
+    assert any(s.log_paths for s in slices) or len(deltas) % 2 == 0, "no log file after it"
     expected = {
         k: (r["owner"], Decimal(r["balance"]), r["updated_at"]) for k, r in stream.rows.items()
     }
@@ -70,4 +79,4 @@ def test_a_change_stream_lands_as_deltacommits_that_every_reader_folds_alike(
     report = audit_config(cfg)
     assert report.ok, report.problems
     assert report.keys == report.rows_hudi_rs == report.rows_lakesink == len(expected)
-    assert report.commits == len(done)
+    assert report.commits == len(deltas)

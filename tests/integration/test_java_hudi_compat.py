@@ -3,9 +3,10 @@ hudi-rs and lakesink's reader return, for every kind of table lakesink writes: v
 many commits and partitions, unpartitioned and two-level partitioned, a rollback, an inflight
 instant with its files, clustering (done and pending), clean, archival into packs, a late
 backfill, the golden fixtures, and merge-on-read tables of log files written by hand (also read
-optimized). Queries: snapshot with the metadata table on and off, Spark
-SQL, time travel to every retained instant, incremental reads between instants. The tables are
-built once and all reads go to the JVM in one round trip."""
+optimized), one of them compacted by lakesink then written again, with a compaction pending.
+Queries: snapshot with the metadata table on and off, Spark SQL, time travel to every retained
+instant, incremental reads between instants. The tables are built once and all reads go to the
+JVM in one round trip."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from interop.compare import Query, check_tables, plan_reads
 from interop.java_hudi import JavaHudi, Read
 from interop.mor_tables import DATA, MorTable, Version, fold
 
+from lakesink.formats.hudi.control import CommitControl
 from lakesink.formats.hudi.coordinator import HudiCoordinator
 from lakesink.formats.hudi.services.archival import ArchivePolicy, archive
 from lakesink.formats.hudi.services.clean import RetainPolicy, clean
@@ -30,6 +32,7 @@ from lakesink.formats.hudi.services.clustering import (
     cluster,
     schedule_clustering,
 )
+from lakesink.formats.hudi.services.compaction import compact, pending_compactions
 from lakesink.formats.hudi.table.config import TableConfig
 from lakesink.formats.hudi.table.files import write_token
 from lakesink.formats.hudi.table.hudi_table import HudiTable
@@ -39,7 +42,7 @@ from lakesink.formats.hudi.table.upsert import HudiUpsertTaskTarget
 from lakesink.formats.hudi.table.view import FileSystemView
 from lakesink.formats.hudi.table.writer import PartitionedWriter
 from lakesink.formats.task import TaskAttempt
-from lakesink.protocol.instant import Action
+from lakesink.protocol.instant import Action, InstantTime
 from lakesink.protocol.mutation import OPERATION_COLUMN, RowOperation
 from lakesink.protocol.offsets import OffsetRange, TopicPartition
 from lakesink.protocol.write_status import FileWrite, WriteStatus
@@ -61,6 +64,8 @@ TABLES = [
     "upsert_v8",
     "mor_v6",
     "mor_v8",
+    "mor_compacted_v6",
+    "mor_compacted_v8",
 ]
 LIGHT = {"unpartitioned_v8", "two_levels_v6"}  # incremental reads from the start only
 
@@ -267,6 +272,44 @@ def _mor_table(path: Path, version: int) -> None:
     assert sorted(ours, key=lambda r: r["id"]) == fold([base, *batches], ordering)
 
 
+def _compacted_mor_table(path: Path, version: int) -> None:
+    """The merge-on-read table of `_mor_table` compacted (its slices merged into base files at
+    a compaction instant completed as a commit), a deltacommit over the compacted slices, and
+    last a compaction scheduled and left pending (its process died after the plan). Instant
+    times come from the clock, as a writer's do: Java Hudi places a log file in a slice by the
+    completion time of its deltacommit (version 6: the completed file's modification time), so
+    a compaction's time must follow them, as it does when scheduled after they completed."""
+    control = CommitControl()
+
+    def clocked(self: MorTable) -> InstantTime:
+        return control.next_instant_time(self.table)
+
+    def die(point: str) -> None:
+        if point == "compaction-requested":
+            raise RuntimeError(point)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(MorTable, "_next", clocked)
+        _mor_table(path, version)
+        table = HudiTable.open(path)
+        assert compact(table, control).instant is not None
+        mor = MorTable.__new__(MorTable)  # the table written on, not a new one
+        mor.table, mor.n = table, 0
+        mor.groups = {
+            s.partition_path: (s.file_id, s.base_file_name)
+            for s in FileSystemView(table).latest_base_files()
+        }
+        before = TableReader(table).snapshot().select(DATA).to_pylist()
+        mor.delta([(1, "u", 30, "e1"), (6, "u", 30, "e6"), (7, "d", 30, "")])
+    after = {r["id"]: r for r in TableReader(table).snapshot().select(DATA).to_pylist()}
+    want = {r["id"]: r for r in before if r["id"] not in (1, 6, 7)}
+    assert {k: r for k, r in after.items() if k not in (1, 6, 7)} == want
+    assert after[1]["v"] == "e1" and after[6]["v"] == "e6" and 7 not in after
+    with pytest.raises(RuntimeError):
+        compact(table, control, crash=die)
+    assert pending_compactions(table)
+
+
 def _read_optimized(path: Path) -> Query:
     """Java Hudi's read-optimized query: the latest base files only, no log file."""
     table = HudiTable.open(path)
@@ -314,11 +357,14 @@ def built(java_hudi: JavaHudi, tmp_path_factory: pytest.TempPathFactory) -> Buil
     for v in (6, 8):
         paths[f"mor_v{v}"] = root / f"mor_v{v}"
         _mor_table(paths[f"mor_v{v}"], v)
+        paths[f"mor_compacted_v{v}"] = root / f"mor_compacted_v{v}"
+        _compacted_mor_table(paths[f"mor_compacted_v{v}"], v)
     queries: dict[str, list[Query]] = {
         name: plan_reads(paths[name], incremental_pairs=name not in LIGHT) for name in TABLES
     }
     for v in (6, 8):
         queries[f"mor_v{v}"].append(_read_optimized(paths[f"mor_v{v}"]))
+        queries[f"mor_compacted_v{v}"].append(_read_optimized(paths[f"mor_compacted_v{v}"]))
     everything = [q for name in TABLES for q in queries[name]]
     found = check_tables(java_hudi, everything)
     out.problems = {n: [p for p in found if p.startswith(f"{paths[n].name}:")] for n in TABLES}

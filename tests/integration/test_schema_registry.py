@@ -39,7 +39,8 @@ CUSTOMER_V2 = {
         {"name": "country", "type": ["null", "string"], "default": None},
     ],
 }
-# a third adds a field the table does not have: its values are dead letters naming it
+# a third adds a field the table does not have: with schema.evolution off, its values are dead
+# letters naming it
 CUSTOMER_V3 = {
     **CUSTOMER_V2,
     "fields": [*CUSTOMER_V2["fields"], {"name": "tier", "type": "int", "default": 0}],
@@ -123,6 +124,7 @@ def test_avro_writer_versions_resolve_to_the_table_and_every_record_lands_once(
         schema_registry,
         value__format="avro",
         value__schema=json.dumps(CUSTOMER_V2),
+        schema__evolution="off",
         errors__tolerance="all",
         errors__deadletter__topic=dlq,
     )
@@ -209,3 +211,133 @@ def test_json_schema_and_protobuf_topics_ingest_through_the_registry(
         report = audit_config(cfg)
         assert report.ok, (fmt, report.problems)
         assert report.rows_hudi_rs == 8, fmt
+
+
+# a topic whose writer schema changes three times: a field added, a nested field added, int→long
+EVOLVING_V1 = {
+    "type": "record",
+    "name": "Visit",
+    "namespace": "shop",
+    "fields": [
+        {"name": "id", "type": "long"},
+        {"name": "visits", "type": "int"},
+        {
+            "name": "address",
+            "type": {
+                "type": "record",
+                "name": "Address",
+                "fields": [{"name": "city", "type": "string"}],
+            },
+        },
+    ],
+}
+EVOLVING_V2 = {
+    **EVOLVING_V1,
+    "fields": [
+        *EVOLVING_V1["fields"],
+        {"name": "country", "type": ["null", "string"], "default": None},
+    ],
+}
+EVOLVING_V3 = {
+    **EVOLVING_V2,
+    "fields": [
+        EVOLVING_V2["fields"][0],
+        EVOLVING_V2["fields"][1],
+        {
+            "name": "address",
+            "type": {
+                "type": "record",
+                "name": "Address",
+                "fields": [
+                    {"name": "city", "type": "string"},
+                    {"name": "zip", "type": ["null", "string"], "default": None},
+                ],
+            },
+        },
+        EVOLVING_V2["fields"][3],
+    ],
+}
+EVOLVING_V4 = {
+    **EVOLVING_V3,
+    "fields": [
+        EVOLVING_V3["fields"][0],
+        {"name": "visits", "type": "long"},
+        *EVOLVING_V3["fields"][2:],
+    ],
+}
+
+
+def _visit(i: int, version: int) -> dict[str, Any]:
+    row: dict[str, Any] = {"id": i, "visits": i, "address": {"city": f"c{i % 3}"}}
+    if version >= 2:
+        row["country"] = "NO"
+    if version >= 3:
+        row["address"]["zip"] = f"z{i}"
+    if version >= 4:
+        row["visits"] = i + 2**40  # only a long holds it
+    return row
+
+
+def test_registry_schema_versions_create_and_evolve_the_table(
+    spark: Any,
+    kafka_bootstrap: str,
+    topic_factory: Callable[[str], str],
+    tmp_path: Path,
+    schema_registry: SchemaRegistry,
+) -> None:
+    """No value.schema: the table is created from the subject's schema, and each --once run
+    takes in the versions registered since (a run's columns are fixed at its start), evolving
+    the table in its batch's commit; hudi-rs and lakesink's reader agree, every record once."""
+    import pyarrow as pa
+    from confluent_kafka.schema_registry.avro import AvroSerializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    from lakesink.engine.evolution import concat_unified
+    from lakesink.formats.hudi.audit import hudi_rs_batches
+
+    topic = topic_factory("evolving")
+    ctx = SerializationContext(topic, MessageField.VALUE)
+    client = _client(schema_registry)
+    v1, v2, v3, v4 = (
+        AvroSerializer(client, json.dumps(s))
+        for s in (EVOLVING_V1, EVOLVING_V2, EVOLVING_V3, EVOLVING_V4)
+    )
+    cfg = _config(
+        kafka_bootstrap,
+        topic,
+        tmp_path / "evolving",
+        schema_registry,
+        value__format="avro",
+        value__schema=None,
+    )
+    _produce(kafka_bootstrap, topic, [v1(_visit(i, 1), ctx) for i in range(4)])
+    assert run_ingestion(cfg, spark).records == 4
+    # two versions registered between runs (a field, then a nested field): one evolving commit
+    produce_values(kafka_bootstrap, topic, [v2(_visit(i, 2), ctx) for i in range(4, 7)])
+    produce_values(kafka_bootstrap, topic, [v3(_visit(i, 3), ctx) for i in range(7, 10)])
+    assert run_ingestion(cfg, spark).records == 6
+    produce_values(kafka_bootstrap, topic, [v4(_visit(i, 4), ctx) for i in range(10, 13)])
+    assert run_ingestion(cfg, spark).records == 3
+
+    report = audit_config(cfg)
+    assert report.ok, report.problems
+    found = report.to_json()
+    counts = {k: found[k] for k in ("rows_hudi_rs", "rows_lakesink", "kafka_records")}
+    assert set(counts.values()) == {13}, counts
+    ours = TableReader(HudiTable.open(cfg["table.path"])).snapshot(
+        columns=["id", "visits", "address", "country"]
+    )
+    assert ours.schema.field("visits").type == pa.int64()
+    by_id = {r["id"]: r for r in ours.to_pylist()}
+    assert sorted(by_id) == list(range(13))
+    for i in range(13):
+        version = 1 if i < 4 else 2 if i < 7 else 3 if i < 10 else 4
+        want = _visit(i, version)
+        want.setdefault("country", None)
+        want["address"].setdefault("zip", None)
+        assert by_id[i] == want, i
+    theirs = concat_unified(hudi_rs_batches(str(cfg["table.path"])))
+    cols = ["id", "visits", "address", "country"]
+    assert sorted(theirs.select(cols).to_pylist(), key=str) == sorted(
+        ours.select(cols).to_pylist(), key=str
+    )

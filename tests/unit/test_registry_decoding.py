@@ -279,7 +279,12 @@ def test_config_keys_choose_the_registry_path() -> None:
             "applies to value.format avro, jsonschema or protobuf",
         ),
         (
-            {"value.format": "protobuf", "schema.registry.url": "mock://x"},
+            {
+                "value.format": "protobuf",
+                "schema.registry.url": "mock://x",
+                "write.operation": "cdc",
+                "table.record.key.fields": "id",
+            },
             "needs the table's columns",
         ),
         (

@@ -1,6 +1,6 @@
-"""`lakesink table create | show | timeline | files | clean | cluster | archive | rollback` of a
-Hudi table (lakesink.cli.table_commands parses them), and the commit control of the table
-services and of `lakesink backfill`."""
+"""`lakesink table create | show | timeline | files | clean | cluster | archive | rollback |
+compact` of a Hudi table (lakesink.cli.table_commands parses them), and the commit control of
+the table services and of `lakesink backfill`."""
 
 from __future__ import annotations
 
@@ -62,6 +62,8 @@ def run_table_command(args: argparse.Namespace, access: StorageAccess) -> int:
         say(f"created {t.config.name} (version {t.config.version}) at {t.uri}")
         return 0
     tbl = HudiTable.open(access.open(args.path))
+    if args.table_command == "compact":
+        return _compact(tbl, args, access)
     if args.table_command in ("clean", "cluster", "archive", "rollback"):
         if tbl.config.table_type == "MERGE_ON_READ":
             from lakesink.errors import UnsupportedTableError
@@ -165,6 +167,26 @@ def _files(tbl: Any, as_json: bool) -> int:
             ["partition", "file", "bytes"], [[r["partition"], r["path"], r["bytes"]] for r in rows]
         )
     )
+    return 0
+
+
+def _compact(tbl: Any, args: argparse.Namespace, access: StorageAccess) -> int:
+    """Finish the pending compactions, or schedule and run one (merge-on-read tables only)."""
+    from lakesink.formats.hudi.services.compaction import compact
+
+    r = compact(tbl, control_of(args, access))
+    info = {
+        "instant": str(r.instant.time) if r.instant else None,
+        "file_groups": r.file_groups,
+        "rows": r.rows,
+        "reason": r.reason,
+    }
+    if args.json:
+        emit_json(info)
+    elif r.instant:
+        say(f"compact: merged {r.file_groups} file slices into base files ({r.rows} rows)")
+    else:
+        say(f"compact: nothing to do ({r.reason})")
     return 0
 
 

@@ -108,6 +108,9 @@ class CommitControl:
     def check_alive(self, table: HudiTable, t: InstantTime) -> None:
         """Raise if this writer lost its lease, heartbeat or incarnation: it must not publish."""
 
+    def renew_lock(self) -> None:
+        """Extend the lease of the lock held now (long work under it: a compaction)."""
+
 
 def hudi_control(control: EngineControl) -> CommitControl:
     """The engine hands back the control it was given: for a Hudi table it is one of these
@@ -190,6 +193,10 @@ class LockedCommitControl(CommitControl):
 
     def heartbeat_expired(self, table: HudiTable, t: InstantTime) -> bool:
         return heartbeat_expired(table.storage, t, self.heartbeat_tolerance_s)
+
+    def renew_lock(self) -> None:
+        if self._lease is not None:
+            self._lease.renew()
 
     def check_alive(self, table: HudiTable, t: InstantTime) -> None:
         if self._lease is not None:

@@ -129,7 +129,17 @@ class HudiFormat:
 
     def next_instant_time(self, control: CommitControl) -> InstantTime:
         # called under the lock, right before `begin` (TableTransaction.begin_locked)
-        self._begin_snapshot = self.table.timeline()
+        snapshot = self.table.timeline()
+        if self.table.config.table_type == "MERGE_ON_READ" and snapshot.inflight_or_requested(
+            Action.COMPACTION
+        ):
+            # A compaction left pending by a crash is finished (never rolled back, Hudi's rule)
+            # before anything begins: its base files are the slices new log files must join.
+            from lakesink.formats.hudi.services.compaction import finish_compactions_locked
+
+            finish_compactions_locked(self.table, self._hudi(control))
+            snapshot = self.table.timeline()
+        self._begin_snapshot = snapshot
         return self._hudi(control).next_instant_time(self.table, self._begin_snapshot)
 
     def begin(self, action: Action, instant_time: InstantTime, *, requested_content: bytes) -> None:

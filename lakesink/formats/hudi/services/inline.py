@@ -1,5 +1,7 @@
 """Table services run inline by a writer every N commits (`table.services.inline.every.commits`):
 clean, cluster and archive, in the configured order, each its own instant under the table lock.
+A merge-on-read table runs compaction instead, every `table.compaction.every.commits`
+deltacommits.
 
 The hook runs after a commit was published: a failing service is logged and never fails the
 commit (the batch is already in the table); the next run tries again.
@@ -17,6 +19,12 @@ from lakesink.formats.hudi.instants import SERVICES_DIR
 from lakesink.formats.hudi.services.archival import ArchivePolicy, ArchiveResult, archive
 from lakesink.formats.hudi.services.clean import CleanResult, RetainPolicy, clean
 from lakesink.formats.hudi.services.clustering import ClusteringOptions, ClusteringResult, cluster
+from lakesink.formats.hudi.services.compaction import (
+    CompactionResult,
+    compact,
+    deltacommits_since_compaction,
+    pending_compactions,
+)
 from lakesink.formats.hudi.table.hudi_table import HudiTable
 from lakesink.protocol.conflicts import strategy_named
 from lakesink.protocol.instant import Action, InstantTime
@@ -35,6 +43,7 @@ class InlineResult:
     clean: CleanResult | None = None
     clustering: ClusteringResult | None = None
     archive: ArchiveResult | None = None
+    compaction: CompactionResult | None = None
     errors: list[str] = field(default_factory=list)
 
 
@@ -119,8 +128,8 @@ def after_commit(
     try:
         if table.config.table_type == "MERGE_ON_READ":
             # clean would delete the log files of retained slices, and archival's view keeps
-            # no log files: neither runs on a merge-on-read table yet (nor does compaction)
-            return None
+            # no log files: neither runs on a merge-on-read table yet; compaction does
+            return compact_inline(table, settings, control)
         every = settings.services.inline_every_commits
         if every <= 0 or commits_since_last_run(table) < every:
             return None
@@ -129,6 +138,22 @@ def after_commit(
     except Exception:  # never fail a published commit
         log.exception("table %s: inline services after %s failed", table.config.name, instant_time)
         return None
+
+
+def compact_inline(table: HudiTable, settings: Settings, control: CommitControl) -> InlineResult:
+    """A merge-on-read table after a deltacommit: finish a pending compaction, or compact when
+    table.compaction.every.commits deltacommits completed since the last compaction."""
+    result = InlineResult()
+    every = settings.mutation.compaction_every_commits
+    try:
+        if pending_compactions(table) or (
+            every > 0 and deltacommits_since_compaction(table) >= every
+        ):
+            result.compaction = compact(table, control)
+    except Exception as e:  # never fail the published deltacommit: the next one tries again
+        log.warning("table %s: inline compaction failed (will retry): %s", table.config.name, e)
+        result.errors.append(f"compact: {e}")
+    return result
 
 
 def inline_services_hook(
