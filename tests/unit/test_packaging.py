@@ -95,4 +95,3 @@ def test_locks_were_resolved_from_the_current_dependencies(name: str) -> None:
         f"pyproject.toml's dependencies changed since requirements/{name} was resolved: "
         "run bash scripts/lock.sh"
     )
-
