@@ -438,12 +438,16 @@ def _check_registry(cfg: LakesinkConfig) -> None:
         raise ConfigError(
             f"schema.registry.url applies to value.format avro, jsonschema or protobuf, not {fmt}"
         )
-    if cfg["write.operation"] == "cdc" and not (cfg["value.schema"] or cfg["value.schema.file"]):
-        # without value.schema the columns come from the topic's subject at start; a change
-        # stream's row is declared (its envelope is not the registered record)
+    if "@" in urlsplit(cfg["schema.registry.url"]).netloc:
+        # the URL is no secret (it is printed in errors and `config show`): credentials in it
+        # would be
         raise ConfigError(
-            f"value.format={fmt} with schema.registry.url and write.operation=cdc needs the "
-            "table's columns: value.schema or value.schema.file"
+            "schema.registry.url must not carry credentials (user:password@): put them in "
+            "schema.registry.basic.auth.user.info (env:NAME or file:/path)"
+        )
+    if cfg["write.operation"] == "cdc":
+        raise ConfigError(
+            "write.operation=cdc does not read values through schema.registry.url yet"
         )
     if fmt == "avro" and (
         cfg["value.avro.wire.format"] != "confluent" or cfg["value.avro.schema.ids"]
@@ -451,10 +455,6 @@ def _check_registry(cfg: LakesinkConfig) -> None:
         raise ConfigError(
             "with schema.registry.url every Avro value's writer schema comes from the registry: "
             "leave value.avro.wire.format at confluent and value.avro.schema.ids unset"
-        )
-    if cfg["write.operation"] == "cdc":
-        raise ConfigError(
-            "write.operation=cdc does not read values through schema.registry.url yet"
         )
 
 

@@ -285,7 +285,15 @@ def test_config_keys_choose_the_registry_path() -> None:
                 "write.operation": "cdc",
                 "table.record.key.fields": "id",
             },
-            "needs the table's columns",
+            "does not read values through schema.registry.url yet",
+        ),
+        (
+            {
+                "value.format": "protobuf",
+                "value.schema": "id BIGINT",
+                "schema.registry.url": "https://reader:hunter2@registry.example:8081",
+            },
+            "must not carry credentials",
         ),
         (
             {
@@ -299,8 +307,9 @@ def test_config_keys_choose_the_registry_path() -> None:
     ],
 )
 def test_config_refuses_registry_mistakes(values: dict[str, Any], message: str) -> None:
-    with pytest.raises(ConfigError, match=message):
+    with pytest.raises(ConfigError, match=message) as refused:
         _config(**values)
+    assert "hunter2" not in str(refused.value)
 
 
 def test_protobuf_nested_repeated_enum_and_map_fields_become_columns() -> None:
