@@ -59,7 +59,8 @@ SERVICE_KEYS: tuple[Key, ...] = (
         non_negative_int,
         DEFAULT_INLINE_EVERY_COMMITS,
         "Run table services (clean, cluster, archive) after every N commits of the writer's "
-        "table; 0 turns all of them off (the one switch). Iceberg tables run their maintenance "
+        "table; 0 turns all of them off. Merge-on-read compaction is not one of them: it follows "
+        "table.compaction.every.commits. Iceberg tables run their maintenance "
         "(table.services.inline) the same way.",
     ),
     Key(

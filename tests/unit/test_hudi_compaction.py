@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import itertools
+import json
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,7 @@ from unit.test_hudi_upsert import (
     lakesink_rows,
 )
 
-from lakesink.errors import CorruptTableError, UnsupportedTableError
+from lakesink.errors import CorruptTableError, LockError, UnsupportedTableError
 from lakesink.formats.hudi.audit import hudi_rs_batches
 from lakesink.formats.hudi.control import CommitControl
 from lakesink.formats.hudi.services.compaction import (
@@ -346,8 +347,6 @@ def test_the_writer_compacts_inline_and_finishes_a_crashed_compaction_before_its
 def test_lakesink_table_compact_compacts_then_has_nothing_to_do(
     table: HudiTable, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    import json
-
     from lakesink.cli.main import main
 
     before = rows_of(table)
@@ -358,3 +357,111 @@ def test_lakesink_table_compact_compacts_then_has_nothing_to_do(
     assert rows_of(table) == before
     assert main(["table", "compact", str(table.base_path)]) == 0
     assert "nothing to do (no file slice has log files)" in capsys.readouterr().out
+
+
+def _base_files_at(table: HudiTable, t: InstantTime) -> set[str]:
+    """The base files on disk at instant `t`, relative to the table's base path."""
+    root = Path(table.base_path)
+    return {str(p.relative_to(root)) for p in root.rglob(f"*_{t.value}.parquet")}
+
+
+def _tree(table: HudiTable) -> dict[str, tuple[int, int]]:
+    """Every file of the table with its size and modification time."""
+    root = Path(table.base_path)
+    return {
+        str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns)
+        for p in root.rglob("*")
+        if p.is_file()
+    }
+
+
+def _commit_paths(table: HudiTable, instant: Instant) -> set[str]:
+    return {w.path for w in table.timeline().commit_metadata(instant).writes}
+
+
+def test_a_stalled_attempt_resuming_after_another_completed_the_compaction_touches_nothing(
+    table: HudiTable,
+) -> None:
+    before = rows_of(table)
+    seen: dict[str, Any] = {}
+
+    def stall(at: str) -> None:
+        # attempt A stalls after its first slice; meanwhile attempt B executes and publishes
+        if at == "compaction-slice-written" and not seen:
+            seen["first"] = set(_base_files_at(table, pending_compactions(table)[0]))
+            seen["b"] = compact(table, _clock)
+            seen["tree"] = _tree(table)
+
+    a = compact(table, _clock, crash=stall)
+    b = seen["b"]
+    assert b.instant is not None and b.file_groups >= 2  # A had slices left to compact
+    assert a.instant is None and "completed by another executor" in a.reason
+    assert _tree(table) == seen["tree"]  # A deleted and wrote nothing after B's commit
+    on_disk = _base_files_at(table, b.instant.time)
+    assert on_disk == _commit_paths(table, b.instant)  # every file B's commit names exists
+    assert seen["first"] and seen["first"].isdisjoint(on_disk)  # A's slice: B deleted it
+    assert pending_compactions(table) == ()
+    assert rows_of(table) == before  # lakesink's reader and hudi-rs
+
+
+def test_each_attempt_writes_its_own_files_and_a_rerun_leaves_one_base_file_per_group(
+    table: HudiTable,
+) -> None:
+    before = rows_of(table)
+    with pytest.raises(_Crash):
+        compact(table, _clock, crash=_crash_at("compaction-written"))
+    (t,) = pending_compactions(table)
+    first = _base_files_at(table, t)
+    result = compact(table, _clock)
+    assert result.instant is not None and result.instant.time == t
+    second = _base_files_at(table, t)
+    assert len(first) == len(second) == result.file_groups > 0
+    assert first.isdisjoint(second)  # the two attempts' write tokens differ
+    assert second == _commit_paths(table, result.instant)
+    file_ids = {name.rsplit("/", 1)[-1].split("_")[0] for name in second}
+    assert len(file_ids) == len(second)  # one base file per file group at t
+    assert rows_of(table) == before
+
+
+def test_the_compaction_commit_says_compacted_as_hudis_compactor_writes(
+    table: HudiTable,
+) -> None:
+    result = compact(table, _clock)
+    assert result.instant is not None
+    timeline = table.timeline()
+
+    def compacted(instant: Instant) -> object:
+        data = table.storage.read(timeline.key_of(instant))
+        if data[:1] == b"{":  # layout 1: JSON
+            return json.loads(data)["compacted"]
+        (record,) = list(fastavro.reader(io.BytesIO(data)))
+        assert isinstance(record, dict)
+        return record["compacted"]
+
+    assert compacted(result.instant) is True
+    assert {compacted(i) for i in timeline.completed(Action.DELTA_COMMIT)} == {False}
+
+
+class _LeaseLostAfter(CommitControl):
+    """A control whose lease is lost after `renewals` renewals (an executor that stalled)."""
+
+    def __init__(self, renewals: int) -> None:
+        super().__init__(clock_ms=lambda: 0)
+        self.left = renewals
+
+    def renew_lock(self) -> None:
+        if self.left == 0:
+            raise LockError("lease lost")
+        self.left -= 1
+
+
+def test_an_attempt_that_lost_its_lease_stops_before_its_next_slice(table: HudiTable) -> None:
+    before = rows_of(table)
+    with pytest.raises(LockError):
+        compact(table, _LeaseLostAfter(1))
+    (t,) = pending_compactions(table)
+    assert len(_base_files_at(table, t)) == 1  # the first slice only; nothing published
+    result = compact(table, _clock)
+    assert result.instant is not None and result.file_groups >= 2
+    assert _base_files_at(table, t) == _commit_paths(table, result.instant)
+    assert rows_of(table) == before

@@ -6,8 +6,15 @@ The instant moves `compaction.requested` (the Avro plan, `compaction_plan`) → 
 → a completed `commit` at the same instant time, whose write stats are the new base files. Until
 that commit, readers read the planned slices as before (base + logs): the view is built from
 completed instants only. A pending compaction is always executed, never rolled back (Hudi's
-rule): its plan is executed again from the start, overwriting any base file a crash left half
-written (no reader sees it before the commit).
+rule): its plan is executed again from the start by a new attempt.
+
+Each execution attempt writes under its own write token (`<slice>-0-<random attempt id>`, Hudi's
+`<partitionId>-<stageId>-<attemptId>` shape), so two attempts never write the same file name.
+Before it deletes an earlier attempt's files of a slice (never visible: no commit names them)
+and before it writes the slice, an attempt renews and checks its lease and checks that the
+compaction is still pending: an attempt that stalled past its lease while another executed and
+published the compaction stops there, touching nothing the commit names. (A stall longer than the
+lease between that check and the next storage call is the limit every lease has.)
 
 Deltacommits and compaction: a log file joins the latest slice whose base instant is at or
 before the instant its name carries (the deltacommit's in table version 8, the slice's base
@@ -24,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -31,7 +39,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from lakesink.engine.schema import TableSchema
-from lakesink.errors import CorruptTableError, UnsupportedTableError
+from lakesink.errors import CorruptTableError, LakesinkError, UnsupportedTableError
 from lakesink.faults import crash_point
 from lakesink.formats.hudi.control import SERVICES_WRITER_ID, CommitControl
 from lakesink.formats.hudi.table.compaction_plan import (
@@ -42,7 +50,7 @@ from lakesink.formats.hudi.table.compaction_plan import (
 from lakesink.formats.hudi.table.files import write_token
 from lakesink.formats.hudi.table.hudi_table import HudiTable
 from lakesink.formats.hudi.table.merge_on_read import merge_slice
-from lakesink.formats.hudi.table.metadata import CommitMetadata
+from lakesink.formats.hudi.table.metadata import COMPACT_OPERATION, CommitMetadata
 from lakesink.formats.hudi.table.view import FileSystemView
 from lakesink.formats.hudi.table.writer import BaseFileWriter
 from lakesink.formats.hudi.writer_state import WRITER_ID_KEY
@@ -52,13 +60,17 @@ from lakesink.storage import ObjectExistsError
 
 log = logging.getLogger(__name__)
 
-COMPACT_OPERATION = "COMPACT"
 _ONE_FILE = 1 << 62  # a compacted slice is one base file, whatever its size
+
+
+class _Superseded(LakesinkError):
+    """The compaction this attempt executes was completed by another attempt."""
 
 
 @dataclass(frozen=True, slots=True)
 class CompactionResult:
-    """What one compaction did (instant None: nothing to compact, or a deltacommit pending)."""
+    """What one compaction did (instant None: nothing to compact, a deltacommit pending, or
+    another executor completed it first)."""
 
     instant: Instant | None
     file_groups: int = 0
@@ -140,17 +152,22 @@ def _execute_locked(
         with contextlib.suppress(ObjectExistsError):  # a crash right after it was written
             table.storage.create(timeline.key_of(current.with_state(State.INFLIGHT)), b"")
     crash("compaction-inflight")
+    attempt = secrets.randbits(31)  # this attempt's files: no other attempt writes the names
     writes: list[FileWrite] = []
     rows = 0
     schema = ""
-    for n, op in enumerate(operations):
-        write, count, avro = _compact_slice(table, t, op, n)
-        writes.append(write)
-        rows += count
-        schema = schema or avro
-        control.renew_lock()  # the lock is held from the plan to the commit
-    crash("compaction-written")
-    control.check_alive(table, t)  # LockError if the lease was lost: nothing is published
+    try:
+        for n, op in enumerate(operations):
+            write, count, avro = _compact_slice(table, control, t, op, write_token(n, 0, attempt))
+            writes.append(write)
+            rows += count
+            schema = schema or avro
+            crash("compaction-slice-written")
+        crash("compaction-written")
+        _check_still_ours(table, control, t)  # LockError if the lease was lost: nothing published
+    except _Superseded as e:
+        log.warning("table %s: %s", table.config.name, e)
+        return CompactionResult(None, reason=str(e))
     metadata = CommitMetadata(
         operation_type=COMPACT_OPERATION,
         writes=tuple(writes),
@@ -168,8 +185,20 @@ def _execute_locked(
     return CompactionResult(done, len(operations), rows)
 
 
+def _check_still_ours(table: HudiTable, control: CommitControl, t: InstantTime) -> None:
+    """Before touching the table: LockError if this attempt's lease is lost (renewing it, so the
+    holding outlasts the next step); `_Superseded` if `t` is no longer pending."""
+    control.renew_lock()
+    control.check_alive(table, t)
+    current = table.timeline().get(t)
+    if current is None or current.is_completed or current.action is not Action.COMPACTION:
+        raise _Superseded(
+            f"compaction {t} was completed by another executor; this attempt stops untouched"
+        )
+
+
 def _compact_slice(
-    table: HudiTable, t: InstantTime, op: CompactionOperation, n: int
+    table: HudiTable, control: CommitControl, t: InstantTime, op: CompactionOperation, token: str
 ) -> tuple[FileWrite, int, str]:
     """The new base file of one planned slice: its rows as readers read them, with their
     commit times and sequence numbers kept (an incremental reader does not read them again)."""
@@ -180,19 +209,22 @@ def _compact_slice(
             f"{root}/{op.relative(op.base_file)}", filesystem=fs, partitioning=None
         )
     merged = merge_slice(table, base, [op.relative(name) for name in op.log_files])
-    # an earlier attempt's file (a crash before the commit): never visible, written again
-    folder = op.partition_path
+    # an earlier attempt's file (a crash before the commit): never visible while t is pending,
+    # and only deleted while it is (a completed t names its files: they are never touched)
     stale = [
         op.relative(name)
-        for name in table.storage.list_names(folder)
+        for name in table.storage.list_names(op.partition_path)
         if name.startswith(f"{op.file_id}_") and name.endswith(f"_{t.value}.parquet")
     ]
-    table.storage.delete_many(stale)
+    if stale:
+        _check_still_ours(table, control, t)
+        table.storage.delete_many(stale)
+    _check_still_ours(table, control, t)
     writer = BaseFileWriter(
         table,
         op.partition_path,
         t,
-        write_token(n, 0, 0),
+        token,
         target_file_size_bytes=_ONE_FILE,
         preserve_commit_time=True,
         file_id_factory=lambda: op.file_id,

@@ -9,8 +9,10 @@ only the difference: a Parquet data block of the rows a version of this batch wo
 file's schema: the data columns with the meta columns before them) and a delete block of the
 keys a delete of this batch removed, each carrying the winning delete's ordering value. As the
 log file is the newest block of its slice, every reader (Hudi 1.2.0, hudi-rs, lakesink's
-reader) merges it to exactly the fold: a row of it won over the slice's row by the rule, so it
-wins by the merge mode too (a higher ordering value, or an equal one and a later block). Writing
+reader) merges it as the fold: a row of it won over the slice's row by the rule, so it wins by
+the merge mode too (a higher ordering value, or an equal one and a later block). One exception:
+a version ranking below a delete still in the slice's log stays hidden, where the fold (which
+forgot the applied delete) would insert it again (docs/cdc.md, until compaction). Writing
 the fold's winners only, rather than every version, also keeps the rule's tie-breaker (the
 later Kafka offset) where the merge mode knows only block order.
 

@@ -25,6 +25,9 @@ from lakesink.protocol.instant import Action, TimelineLayout
 
 _NS = "org.apache.hudi.avro.model"
 
+COMPACT_OPERATION = "COMPACT"
+"""The operation type of a compaction's commit (Hudi's `WriteOperationType.COMPACT`)."""
+
 
 def _nullable(name: str, typ: Any) -> dict[str, Any]:
     return {"name": name, "type": ["null", typ], "default": None}
@@ -220,6 +223,9 @@ class CommitMetadata(TableChange):
         self, layout: TimelineLayout = TimelineLayout.V1, action: Action = Action.COMMIT
     ) -> dict[str, Any]:
         d = self.base_dict(legacy_fields=layout is TimelineLayout.V1)
+        # Hudi's compactor writes `HoodieCommitMetadata(compacted=true)`; the portable form
+        # (base_dict, a golden contract) keeps false, never holding a compaction
+        d["compacted"] = self.operation_type == COMPACT_OPERATION
         if action is Action.REPLACE_COMMIT:
             d["partitionToReplaceFileIds"] = {
                 p: list(ids) for p, ids in self.replaced_file_ids.items()
