@@ -89,6 +89,12 @@ class FormatPlugin(Protocol):
         """The schema a commit of rows of schema `rows` records in the table `table_name`."""
         ...
 
+    def written_schema(self, texts: Sequence[str]) -> str | None:
+        """The schema text a commit records for the files its tasks wrote, of the schema texts
+        their statuses carry (tasks that resolved the table's schema apart may differ); None
+        when they carry none."""
+        ...
+
     def dead_letter_table_records(self, settings: Settings) -> DeadLetters:
         """The records in the writer's dead-letter table (errors.deadletter.table)."""
         ...

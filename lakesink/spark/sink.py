@@ -463,7 +463,7 @@ class CommittingSink:
             return self.plugin.commit_schema(DEAD_LETTER_SCHEMA, name)
         if self.writes_iceberg:
             return self.plugin.commit_schema(self.rows_arrow_schema(df), self.coordinator.name)
-        written = next((s.extra["schema"] for s in statuses if s.extra.get("schema")), None)
+        written = self.plugin.written_schema([str(s.extra.get("schema") or "") for s in statuses])
         if written:  # the tasks' text, of the declared rows (Hudi has no field ids)
             return TableSchema(str(written), self.rows_arrow_schema(df))
         return self.avro_schema_of(df)

@@ -64,6 +64,8 @@ class TableBatchReader(DataSourceReader):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         import pyarrow.parquet as pq
 
+        from lakesink.engine.evolution import conform
+
         assert isinstance(partition, SlicePartition)
         storage = _storage(self.options)
         if len(partition.files) > 1:  # log files to merge over the base file
@@ -72,7 +74,9 @@ class TableBatchReader(DataSourceReader):
             fs, root = storage.arrow()
             path = f"{root}/{partition.files[0]}"
             table = pq.read_table(path, filesystem=fs, partitioning=None)
-        yield from table.cast(self.schema).to_batches(max_chunksize=65_536)
+        # a slice written before a schema change keeps its file's schema: read by column name
+        # in the snapshot's (null for the columns it lacks, narrower values widened)
+        yield from conform(table, self.schema).to_batches(max_chunksize=65_536)
 
 
 class LakesinkTableSource(DataSource):

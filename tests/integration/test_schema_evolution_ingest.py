@@ -92,15 +92,27 @@ def test_second_run_with_a_wider_value_schema_evolves_the_table_in_its_commit(
     assert by_id[6 + 2**40]["addr"] == {"city": "c0", "zip": "z6"}
     assert sorted(by_id) == [*range(6), *(i + 2**40 for i in range(6, 12))]
     if fmt == "hudi":
-        _check_hudi(second, rows)
+        _check_hudi(second, rows, spark)
     else:
+        from lakesink.formats.iceberg.format import open_iceberg_table
+
         _check_iceberg(second)
+        # rows narrower than the table now (int into its long column, a nested field left
+        # out): widened and null-filled as they are written, the table's schema unchanged
+        produce_values(kafka_bootstrap, topic, _values(12, 2, v2=False))
+        third = _config(fmt, kafka_bootstrap, topic, tmp_path, V1)
+        assert run_ingestion(third, spark).records == 2
+        meta = open_iceberg_table(third.settings, create=False).pyiceberg.metadata
+        assert len(meta.schemas) == 2
+        by_id = {r["id"]: r for r in _rows(fmt, third).to_pylist()}
+        assert len(by_id) == 14
+        assert by_id[12]["addr"] == {"city": "c0", "zip": None} and by_id[12]["country"] is None
 
 
-def _check_hudi(cfg: LakesinkConfig, ours: pa.Table) -> None:
-    """hudi-rs reads the older slices in the latest commit's schema too (null-filled, widened):
-    the same rows as lakesink's reader, which unifies the files' schemas by name; the latest
-    commit records the evolved schema."""
+def _check_hudi(cfg: LakesinkConfig, ours: pa.Table, spark: Any) -> None:
+    """hudi-rs reads the older slices in the latest commit's schema too (null-filled, widened),
+    and so does Spark through `format("lakesink")`: the same rows as lakesink's reader, which
+    unifies the files' schemas by name; the latest commit records the evolved schema."""
     from lakesink.engine.evolution import concat_unified
     from lakesink.formats.hudi.audit import hudi_rs_batches
     from lakesink.formats.hudi.table.avro_schema import arrow_schema_of
@@ -114,6 +126,10 @@ def _check_hudi(cfg: LakesinkConfig, ours: pa.Table) -> None:
         return sorted(t.select(["id", "name", "addr", "country"]).to_pylist(), key=str)
 
     assert key(theirs) == key(ours)
+    read = spark.read.format("lakesink").load(str(cfg["table.path"]))
+    assert read.schema["id"].dataType.typeName() == "long"
+    by_spark = pa.Table.from_pylist([r.asDict(recursive=True) for r in read.collect()])
+    assert key(by_spark) == key(ours)
     latest = HudiTable.open(str(cfg["table.path"])).timeline().latest_schema()
     assert latest is not None and arrow_schema_of(latest).field("country").nullable
 

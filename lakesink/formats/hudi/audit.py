@@ -302,7 +302,9 @@ def audit_fold(
 
     batches = _hudi_rs_read(table, None)
     has_files = bool(FileSystemView(table).latest_base_files())
-    # hudi-rs returns each file slice in its own file's schema: unified by name, as ours reads
+    # hudi-rs (0.5.0) returns every slice in the latest commit's schema, older files null-filled
+    # and widened; unified by name all the same, a safeguard should a version hand a slice in
+    # its own file's schema (concat would refuse the batches)
     by_hudi_rs = concat_unified(batches) if batches else None
     by_lakesink = TableReader(table).snapshot() if has_files else None
     readers = [("hudi-rs", by_hudi_rs), ("lakesink reader", by_lakesink)]

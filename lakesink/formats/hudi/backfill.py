@@ -26,6 +26,7 @@ from lakesink.formats.hudi.control import CommitControl
 from lakesink.formats.hudi.format import HudiFormat
 from lakesink.formats.hudi.services.lazy_rollback import rollback_failed_writes
 from lakesink.formats.hudi.table.avro_schema import META_COLUMNS
+from lakesink.formats.hudi.table.evolution import commit_schema_text
 from lakesink.formats.hudi.table.hudi_table import HudiTable
 from lakesink.formats.hudi.table.metadata import CommitMetadata
 from lakesink.formats.hudi.table.view import FileSystemView
@@ -145,7 +146,7 @@ class HudiBackfill(TransactionBackfill):
         t = tx.instant_time
         writes = tuple(f for s in statuses for f in s.files)
         kept = tx.stage({w.path for w in writes})
-        schema = next((str(s.extra["schema"]) for s in statuses if s.extra.get("schema")), "")
+        schema = commit_schema_text(str(s.extra.get("schema") or "") for s in statuses) or ""
         metadata = CommitMetadata(
             operation_type="BULK_INSERT",
             writes=writes,

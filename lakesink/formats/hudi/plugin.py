@@ -66,6 +66,13 @@ class HudiPlugin:
 
         return TableSchema(avro_schema_for(with_meta_columns(rows), f"{table_name}_record"), rows)
 
+    def written_schema(self, texts: Sequence[str]) -> str | None:
+        """The tasks' Avro schemas unified (`commit_schema_text`): a task that resolved the
+        table's schema after another writer's evolution committed keeps that writer's columns."""
+        from lakesink.formats.hudi.table.evolution import commit_schema_text
+
+        return commit_schema_text(texts)
+
     def dead_letter_table_records(self, settings: Settings) -> DeadLetters:
         from lakesink.formats.audit import DeadLetters
         from lakesink.formats.hudi.audit import dead_letter_table_coordinates
@@ -135,7 +142,8 @@ class HudiPlugin:
         hudi = require("hudi", "lakesink demo (it reads the table back with hudi-rs)")
         path = str(settings.table.path)
         batches = hudi.HudiTableBuilder.from_base_uri(path).build().read()
-        # each file slice comes in its own file's schema (files before a schema change)
+        # hudi-rs (0.5.0) hands every slice in the latest commit's schema; unified by name as
+        # a safeguard should a slice come in its own file's (written before a schema change)
         return (
             concat_unified(batches) if batches else pa.Table.from_batches(batches),
             "hudi-rs",
@@ -211,16 +219,31 @@ class HudiPlugin:
         return [f.path for f in _table_and_view(storage, as_of)[1].latest_base_files()]
 
     def snapshot_schema(self, storage: Storage, as_of: str | None) -> pa.Schema:
-        """The first latest base file's schema; of a table without one, its reader's."""
+        """The schema lakesink's reader reads the snapshot in: the latest base files' schemas
+        unified, oldest instant first (files written before a schema change keep theirs; every
+        slice is conformed to this one); of a table without base files, its reader's."""
+        from concurrent.futures import ThreadPoolExecutor
+
         import pyarrow.parquet as pq
 
+        from lakesink.engine.evolution import unify
         from lakesink.formats.hudi.table.reader import TableReader
 
         table, view = _table_and_view(storage, as_of, merge_on_read=True)
-        files = [f for f in view.latest_base_files() if f.has_base_file]
+        # every footer, not one per instant: tasks of one instant that resolved the table's
+        # schema on either side of another writer's evolution wrote in two schemas
+        files = sorted(
+            (f.instant_time.value, f.path) for f in view.latest_base_files() if f.has_base_file
+        )
         if files:
             fs, root = table.storage.arrow()
-            return pq.read_schema(f"{root}/{files[0].path}", filesystem=fs)
+            with ThreadPoolExecutor(max_workers=8) as pool:  # footers are small reads
+                found = pool.map(lambda f: pq.read_schema(f"{root}/{f[1]}", filesystem=fs), files)
+                schemas: list[pa.Schema] = []
+                for s in found:
+                    if not any(s == known for known in schemas):
+                        schemas.append(s)
+            return unify(schemas)
         return TableReader(table).snapshot().schema
 
     def snapshot_slices(self, storage: Storage, as_of: str | None) -> list[tuple[str, ...]]:

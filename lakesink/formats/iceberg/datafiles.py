@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from lakesink.errors import CorruptTableError
+from lakesink.errors import CorruptTableError, SchemaMismatchError
 from lakesink.extras import require
 
 if TYPE_CHECKING:
@@ -63,6 +63,9 @@ class WriteContext:
     io_properties: tuple[tuple[str, str], ...] = field(repr=False)
     conform_to: pa.Schema | None = field(default=None, repr=False)
     """The evolved Arrow schema rows are conformed to when the batch evolves the table."""
+    widen_rows: bool = False
+    """`schema.evolution` add-and-widen without a change: rows narrower than the table (an int
+    into a long column, a nested field left out) are conformed to its current schema."""
 
     def metadata(self) -> TableMetadata:
         require("pyiceberg", "Iceberg tables")
@@ -179,13 +182,20 @@ def write_data_files(
     # bin-packing and statistics, without committing anything (Table.append would commit)
     from pyiceberg.io.pyarrow import _dataframe_to_data_files
 
+    from lakesink.engine.evolution import conform
     from lakesink.formats.iceberg.schema import check_compatible
 
     metadata = context.metadata()
     if context.conform_to is not None:  # the batch evolves the table: rows of its new schema
-        from lakesink.engine.evolution import conform
-
         rows = conform(rows, context.conform_to)
+    elif context.widen_rows:
+        try:
+            check_compatible(metadata.schema(), rows.schema, context.table)
+        except SchemaMismatchError:
+            # the rows change nothing (the plan found no change) yet differ: narrower types
+            # or fields left out, widened and null-filled as the table's schema has them.
+            # Rows that fit as they are are written untouched.
+            rows = conform(rows, metadata.schema().as_arrow())
     check_compatible(metadata.schema(), rows.schema, context.table)
     io = context.file_io(metadata.location)
     files = _dataframe_to_data_files(metadata, rows, io, write_uuid=attempt_uuid(attempt_id))

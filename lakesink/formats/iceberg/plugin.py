@@ -70,6 +70,10 @@ class IcebergPlugin:
 
         return TableSchema("", rows)
 
+    def written_schema(self, texts: Sequence[str]) -> str | None:
+        """None: an Iceberg commit takes its schema from the table's metadata, not the tasks."""
+        return None
+
     def dead_letter_table_records(self, settings: Settings) -> DeadLetters:
         from lakesink.formats.audit import DeadLetters
         from lakesink.formats.iceberg.format import dead_letter_coordinates_of
@@ -203,8 +207,12 @@ class IcebergPlugin:
         from lakesink.protocol.instant import InstantTime
 
         table_format = coordinator.format
-        plan = table_format.plan_evolution(InstantTime(instant_time), coordinator.schema_evolution)
-        return IcebergTarget(table_format.table.write_context(plan), instant_time)
+        mode = coordinator.schema_evolution
+        plan = table_format.plan_evolution(InstantTime(instant_time), mode)
+        # add-and-widen takes rows narrower than the table too: widened as they are written
+        widen = mode == "add-and-widen"
+        context = table_format.table.write_context(plan, widen_rows=widen)
+        return IcebergTarget(context, instant_time)
 
     def snapshot_files(self, storage: Storage, as_of: str | None) -> list[str]:
         raise ConfigError(_NOT_BY_PATH)

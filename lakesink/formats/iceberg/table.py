@@ -314,9 +314,12 @@ class IcebergTable:
         """The table's current schema as Arrow."""
         return self._table.schema().as_arrow()
 
-    def write_context(self, evolution: PlannedEvolution | None = None) -> WriteContext:
+    def write_context(
+        self, evolution: PlannedEvolution | None = None, *, widen_rows: bool = False
+    ) -> WriteContext:
         """What tasks need to write data files for the current table version (with the
-        `evolution` the batch's commit will make: its schema current, the rows conformed)."""
+        `evolution` the batch's commit will make: its schema current, the rows conformed;
+        `widen_rows`: without one, rows narrower than the table are conformed to it)."""
         # tasks need the schema, spec, properties and location, not the snapshot history
         # (which grows with every commit and would travel to every task)
         slim = self._table.metadata.model_copy(
@@ -337,6 +340,7 @@ class IcebergTable:
             slim.model_dump_json(),
             tuple(sorted(self._table.io.properties.items())),
             evolution.rows if evolution is not None else None,
+            widen_rows=widen_rows and evolution is None,
         )
 
     def plan_evolution(self, rows: pa.Schema, mode: EvolutionMode) -> PlannedEvolution | None:

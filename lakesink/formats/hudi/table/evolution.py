@@ -4,23 +4,47 @@ Hudi keeps a table's schema in each commit (`extraMetadata.schema`, the Avro tex
 `TableSchemaResolver` takes the latest completed commit's, and `hoodie.table.create.schema` in
 hoodie.properties stays as the table was created. So a batch evolves a Hudi table by writing
 its files in the evolved schema: the commit records the schema of the files it wrote, which
-becomes the table's. Every file of one instant shares that schema (each task evolves the same
-latest schema by the same declared rows, and conforms its rows to the result); older base files
-keep theirs, and readers null-fill and widen them (`TableReader`, the audit's hudi-rs read).
+becomes the table's. The files of one instant share that schema (each task evolves the latest
+schema by the same declared rows, and conforms its rows to the result), unless another writer's
+evolution committed while the tasks resolved it: then the commit records their schemas unified
+(`commit_schema_text`). Older base files keep theirs, and readers null-fill and widen them
+(`TableReader`, `spark.read.format("lakesink")`, the audit's hudi-rs read).
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from lakesink.engine.evolution import conform, evolve
+from lakesink.engine.evolution import conform, evolve, unify
 from lakesink.errors import SchemaMismatchError
-from lakesink.formats.hudi.table.avro_schema import arrow_schema_of, check_matches
+from lakesink.formats.hudi.table.avro_schema import (
+    arrow_schema_of,
+    avro_schema_for,
+    check_matches,
+    with_meta_columns,
+)
 from lakesink.settings import SchemaEvolutionMode
 
-__all__ = ["SchemaFit"]
+__all__ = ["SchemaFit", "commit_schema_text"]
+
+
+def commit_schema_text(texts: Iterable[str]) -> str | None:
+    """The Avro schema a commit records for the files of its tasks, whose statuses carry the
+    schemas (`texts`) they wrote in: each task resolves the table's latest schema itself, so if
+    another writer's evolution committed while they ran, two tasks can write in two schemas.
+    The commit records them unified, so no column of either is lost from the table's latest
+    schema (the widest first, then by name: the same text whatever order the tasks end in).
+    None when no task wrote a schema."""
+    distinct = sorted(set(t for t in texts if t))
+    if len(distinct) <= 1:
+        return distinct[0] if distinct else None
+    schemas = sorted((arrow_schema_of(t) for t in distinct), key=len, reverse=True)
+    record_name = str(json.loads(distinct[0])["name"])
+    return avro_schema_for(with_meta_columns(unify(schemas)), record_name)
 
 
 @dataclass(slots=True)
