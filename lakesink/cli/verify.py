@@ -54,10 +54,21 @@ def fold_audit(cfg: LakesinkConfig) -> FoldAudit | None:
     ordering = cfg["table.ordering.field"]
     if ordering is None and cfg["write.operation"] == "cdc" and cfg["cdc.format"] == "debezium":
         ordering = SOURCE_POSITION_COLUMN
-    # values framed by a registry decode into the columns an ingestion would pin now
-    from lakesink.spark.registry_columns import pin_registry_columns
+    # values framed by a registry decode into the columns an ingestion would pin now, over the
+    # topics it would read (a kafka.topic.pattern's too)
+    from lakesink.spark.registry_columns import pin_registry_columns, uses_registry_columns
 
-    pinned = pin_registry_columns(cfg, cfg["kafka.topics"])
+    pinned = cfg
+    if uses_registry_columns(cfg):
+        from lakesink.kafka.client import list_partitions
+
+        partitions = list_partitions(
+            cfg["kafka.bootstrap.servers"],
+            topics=list(cfg["kafka.topics"]) or None,
+            pattern=cfg["kafka.topic.pattern"],
+            extra=cfg.kafka_client_config,
+        )
+        pinned = pin_registry_columns(cfg, {tp.topic for tp in partitions})
     return FoldAudit(value_deserializer(pinned), tuple(cfg["table.record.key.fields"]), ordering)
 
 
