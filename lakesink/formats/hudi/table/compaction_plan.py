@@ -12,45 +12,37 @@ from __future__ import annotations
 import io
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import fastavro
 
 from lakesink.errors import CorruptTableError
+from lakesink.formats.hudi.table.plans import AVRO_NAMESPACE, STRING_MAP, optional_field
 from lakesink.protocol.instant import InstantTime
 
 PLAN_VERSION = 2
 """File names, not paths (Hudi's CompactionV2MigrationHandler)."""
 
-_NS = "org.apache.hudi.avro.model"
-
-
-def _opt(name: str, typ: Any) -> dict[str, Any]:
-    return {"name": name, "type": ["null", typ], "default": None}
-
-
-_STRING_MAP = {"type": "map", "values": "string"}
 _OPERATION = {
     "type": "record",
     "name": "HoodieCompactionOperation",
-    "namespace": _NS,
+    "namespace": AVRO_NAMESPACE,
     "fields": [
         {"name": "baseInstantTime", "type": ["null", "string"]},
-        _opt("deltaFilePaths", {"type": "array", "items": "string"}),
-        _opt("dataFilePath", "string"),
+        optional_field("deltaFilePaths", {"type": "array", "items": "string"}),
+        optional_field("dataFilePath", "string"),
         {"name": "fileId", "type": ["null", "string"]},
-        _opt("partitionPath", "string"),
-        _opt("metrics", {"type": "map", "values": "double"}),
-        _opt("bootstrapFilePath", "string"),
+        optional_field("partitionPath", "string"),
+        optional_field("metrics", {"type": "map", "values": "double"}),
+        optional_field("bootstrapFilePath", "string"),
     ],
 }
 _STRATEGY = {
     "type": "record",
     "name": "HoodieCompactionStrategy",
-    "namespace": _NS,
+    "namespace": AVRO_NAMESPACE,
     "fields": [
-        _opt("compactorClassName", "string"),
-        _opt("strategyParams", _STRING_MAP),
+        optional_field("compactorClassName", "string"),
+        optional_field("strategyParams", STRING_MAP),
         {"name": "version", "type": ["int", "null"], "default": 1},
     ],
 }
@@ -58,14 +50,14 @@ PLAN_SCHEMA = fastavro.parse_schema(
     {
         "type": "record",
         "name": "HoodieCompactionPlan",
-        "namespace": _NS,
+        "namespace": AVRO_NAMESPACE,
         "fields": [
-            _opt("operations", {"type": "array", "items": _OPERATION}),
-            _opt("extraMetadata", _STRING_MAP),
+            optional_field("operations", {"type": "array", "items": _OPERATION}),
+            optional_field("extraMetadata", STRING_MAP),
             {"name": "version", "type": ["int", "null"], "default": 1},
-            _opt("strategy", _STRATEGY),
+            optional_field("strategy", _STRATEGY),
             {"name": "preserveHoodieMetadata", "type": ["boolean", "null"], "default": False},
-            _opt("missingSchedulePartitions", {"type": "array", "items": "string"}),
+            optional_field("missingSchedulePartitions", {"type": "array", "items": "string"}),
         ],
     }
 )

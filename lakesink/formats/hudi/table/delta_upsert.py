@@ -50,7 +50,11 @@ from lakesink.formats.hudi.table.log_file import (
     write_log_file,
 )
 from lakesink.formats.hudi.table.merge_on_read import merge_slice
-from lakesink.formats.hudi.table.upsert import HudiUpsertTaskTarget, HudiUpsertWriter
+from lakesink.formats.hudi.table.upsert import (
+    HudiUpsertTaskTarget,
+    HudiUpsertWriter,
+    fit_stored_rows,
+)
 from lakesink.formats.hudi.table.view import FileSystemView
 from lakesink.formats.hudi.table.writer import record_keys
 from lakesink.protocol.mutation import OPERATION_COLUMN, UNAVAILABLE_COLUMN, RowOperation
@@ -140,13 +144,7 @@ class HudiDeltaWriter(HudiUpsertWriter):
         found = merge_slice(self.table, base, previous.log_paths) if previous.log_paths else base
         if found is None:
             return schema.empty_table()
-        columns = []
-        for f in schema:
-            if f.name in found.column_names:
-                columns.append(found.column(f.name).cast(f.type))
-            else:  # a column the slice predates
-                columns.append(pa.chunked_array([pa.nulls(found.num_rows, f.type)]))
-        return pa.Table.from_arrays(columns, schema=schema)
+        return fit_stored_rows(found, schema)
 
     def _deletes(self, path: str, incoming: pa.Table, removed: pa.Array) -> list[DeleteRecord]:
         """A delete record of each removed key with the ordering value of the delete that won

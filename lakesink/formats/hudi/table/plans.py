@@ -15,11 +15,12 @@ import fastavro
 
 from lakesink.errors import CorruptTableError
 
-_NS = "org.apache.hudi.avro.model"
+AVRO_NAMESPACE = "org.apache.hudi.avro.model"
 CLUSTER_OPERATION = "CLUSTER"
 
 
-def _opt(name: str, typ: Any) -> dict[str, Any]:
+def optional_field(name: str, typ: Any) -> dict[str, Any]:
+    """An Avro record field that may be null, null by default (Hudi's plans' optional fields)."""
     return {"name": name, "type": ["null", typ], "default": None}
 
 
@@ -27,64 +28,64 @@ def _version() -> dict[str, Any]:
     return {"name": "version", "type": ["int", "null"], "default": 1}
 
 
-_STRING_MAP = {"type": "map", "values": "string"}
+STRING_MAP = {"type": "map", "values": "string"}
 _SLICE = {
     "type": "record",
     "name": "HoodieSliceInfo",
-    "namespace": _NS,
+    "namespace": AVRO_NAMESPACE,
     "fields": [
-        _opt("dataFilePath", "string"),
-        _opt("deltaFilePaths", {"type": "array", "items": "string"}),
+        optional_field("dataFilePath", "string"),
+        optional_field("deltaFilePaths", {"type": "array", "items": "string"}),
         {"name": "fileId", "type": ["null", "string"]},
-        _opt("partitionPath", "string"),
-        _opt("bootstrapFilePath", "string"),
+        optional_field("partitionPath", "string"),
+        optional_field("bootstrapFilePath", "string"),
         _version(),
     ],
 }
 _GROUP = {
     "type": "record",
     "name": "HoodieClusteringGroup",
-    "namespace": _NS,
+    "namespace": AVRO_NAMESPACE,
     "fields": [
-        _opt("slices", {"type": "array", "items": _SLICE}),
-        _opt("metrics", {"type": "map", "values": "double"}),
+        optional_field("slices", {"type": "array", "items": _SLICE}),
+        optional_field("metrics", {"type": "map", "values": "double"}),
         {"name": "numOutputFileGroups", "type": ["int", "null"], "default": 1},
-        _opt("extraMetadata", _STRING_MAP),
+        optional_field("extraMetadata", STRING_MAP),
         _version(),
     ],
 }
 _STRATEGY = {
     "type": "record",
     "name": "HoodieClusteringStrategy",
-    "namespace": _NS,
+    "namespace": AVRO_NAMESPACE,
     "fields": [
-        _opt("strategyClassName", "string"),
-        _opt("strategyParams", _STRING_MAP),
+        optional_field("strategyClassName", "string"),
+        optional_field("strategyParams", STRING_MAP),
         _version(),
     ],
 }
 _PLAN = {
     "type": "record",
     "name": "HoodieClusteringPlan",
-    "namespace": _NS,
+    "namespace": AVRO_NAMESPACE,
     "fields": [
-        _opt("inputGroups", {"type": "array", "items": _GROUP}),
-        _opt("strategy", _STRATEGY),
-        _opt("extraMetadata", _STRING_MAP),
+        optional_field("inputGroups", {"type": "array", "items": _GROUP}),
+        optional_field("strategy", _STRATEGY),
+        optional_field("extraMetadata", STRING_MAP),
         _version(),
-        _opt("preserveHoodieMetadata", "boolean"),
-        _opt("missingSchedulePartitions", {"type": "array", "items": "string"}),
+        optional_field("preserveHoodieMetadata", "boolean"),
+        optional_field("missingSchedulePartitions", {"type": "array", "items": "string"}),
     ],
 }
 _REQUESTED_REPLACE = fastavro.parse_schema(
     {
         "type": "record",
         "name": "HoodieRequestedReplaceMetadata",
-        "namespace": _NS,
+        "namespace": AVRO_NAMESPACE,
         "fields": [
-            _opt("operationType", "string"),
-            _opt("clusteringPlan", _PLAN),
-            _opt("extraMetadata", _STRING_MAP),
+            optional_field("operationType", "string"),
+            optional_field("clusteringPlan", _PLAN),
+            optional_field("extraMetadata", STRING_MAP),
             _version(),
         ],
     }

@@ -127,6 +127,18 @@ class HudiUpsertTaskTarget:
         return HudiUpsertWriter(self, write_token(attempt.partition, attempt.stage, attempt.number))
 
 
+def fit_stored_rows(found: pa.Table, schema: pa.Schema) -> pa.Table:
+    """A slice's stored rows in the batch's write schema: each column cast to its type, a
+    column the slice predates null-filled."""
+    columns = []
+    for f in schema:
+        if f.name in found.column_names:
+            columns.append(found.column(f.name).cast(f.type))
+        else:
+            columns.append(pa.chunked_array([pa.nulls(found.num_rows, f.type)]))
+    return pa.Table.from_arrays(columns, schema=schema)
+
+
 class HudiUpsertWriter:
     """One task attempt's writer: buffers its rows, and at `close` rewrites each of their
     (partition, bucket) file groups with the merged rows."""
@@ -237,13 +249,7 @@ class HudiUpsertWriter:
             return schema.empty_table()
         fs, root = self.table.storage.arrow()
         found = pq.read_table(f"{root}/{previous.path}", filesystem=fs, partitioning=None)
-        columns = []
-        for f in schema:
-            if f.name in found.column_names:
-                columns.append(found.column(f.name).cast(f.type))
-            else:  # a column the file predates
-                columns.append(pa.chunked_array([pa.nulls(found.num_rows, f.type)]))
-        return pa.Table.from_arrays(columns, schema=schema)
+        return fit_stored_rows(found, schema)
 
     def _stamp(self, merged: pa.Table, fresh: np.ndarray[Any, Any]) -> pa.Table:
         """The new instant and seqnos on the rows a version of this batch wrote."""
