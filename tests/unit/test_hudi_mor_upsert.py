@@ -19,7 +19,7 @@ import fastavro
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from unit.test_hudi_upsert import (
     CHANGES,
@@ -159,6 +159,13 @@ def reference_mor(
     batches=st.lists(st.lists(versions, min_size=1, max_size=10), min_size=1, max_size=4),
     ordering=st.sampled_from(["ts", None]),
     buckets=st.integers(1, 3),
+)
+# a version without an ordering value after a logged delete of value 0: not written, since
+# readers differ on how a null ranks (hudi-rs returned the row, lakesink hid it)
+@example(
+    batches=[[(0, INSERT, None, 0)], [(0, DELETE, 0, 0)], [(0, INSERT, None, 0)]],
+    ordering="ts",
+    buckets=1,
 )
 def test_deltacommits_read_back_as_the_fold_of_every_version(
     version: int,

@@ -12,7 +12,8 @@ log file is the newest block of its slice, every reader (Hudi 1.2.0, hudi-rs, la
 reader) merges it as the fold: a row of it won over the slice's row by the rule, so it wins by
 the merge mode too (a higher ordering value, or an equal one and a later block). One exception:
 a version ranking below a delete still in the slice's log stays hidden, where the fold (which
-forgot the applied delete) would insert it again (docs/cdc.md, until compaction). Writing
+forgot the applied delete) would insert it again (docs/cdc.md, until compaction); it is not
+written, so no reader compares it with the delete under its own rule for nulls. Writing
 the fold's winners only, rather than every version, also keeps the rule's tie-breaker (the
 later Kafka offset) where the merge mode knows only block order.
 
@@ -28,6 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -49,7 +51,7 @@ from lakesink.formats.hudi.table.log_file import (
     is_log_file_name,
     write_log_file,
 )
-from lakesink.formats.hudi.table.merge_on_read import merge_slice
+from lakesink.formats.hudi.table.merge_on_read import merge_slice_with_deletes
 from lakesink.formats.hudi.table.upsert import (
     HudiUpsertTaskTarget,
     HudiUpsertWriter,
@@ -91,7 +93,7 @@ class HudiDeltaWriter(HudiUpsertWriter):
         data_schema = pa.schema(
             [f for f in incoming.schema if f.name not in (OPERATION_COLUMN, UNAVAILABLE_COLUMN)]
         )
-        stored = self._stored_rows(previous, data_schema)
+        stored, hidden = self._stored_slice(previous, data_schema)
         versions = incoming
         for name in (_COMMIT_TIME, _SEQNO):  # a version of this batch: the new instant's
             versions = versions.append_column(name, pa.nulls(incoming.num_rows, pa.string()))
@@ -99,6 +101,7 @@ class HudiDeltaWriter(HudiUpsertWriter):
         fresh = pc.is_null(merged.column(_COMMIT_TIME)).to_numpy(zero_copy_only=False)
         named = config.named_record_keys
         keys = record_keys(merged, config.record_key_fields, named=named).combine_chunks()
+        fresh &= ~_below_logged_deletes(merged, keys, hidden, config.ordering_field)
         stored_keys = record_keys(stored, config.record_key_fields, named=named).combine_chunks()
         was_stored = pc.is_in(keys, value_set=stored_keys).to_numpy(zero_copy_only=False)
         removed = pc.invert(pc.is_in(stored_keys, value_set=keys)).to_numpy(zero_copy_only=False)
@@ -129,22 +132,23 @@ class HudiDeltaWriter(HudiUpsertWriter):
         )
         return write, avro
 
-    def _stored_rows(self, previous: FileSlice | None, data_schema: pa.Schema) -> pa.Table:
-        """The rows the group's latest slice reads as (base file merged with its log files) in
-        the rows' schema, with their commit time and seqno."""
+    def _stored_slice(
+        self, previous: FileSlice, data_schema: pa.Schema
+    ) -> tuple[pa.Table, pa.Table | None]:
+        """(the rows the group's latest slice reads as, its base file merged with its log
+        files, in the rows' schema with their commit time and seqno; the keys a delete in its
+        log hides, with the delete's ordering value: `merge_slice_with_deletes`)."""
         schema = data_schema.append(pa.field(_COMMIT_TIME, pa.string())).append(
             pa.field(_SEQNO, pa.string())
         )
-        if previous is None:
-            return schema.empty_table()
         base: pa.Table | None = None
         if previous.has_base_file:
             fs, root = self.table.storage.arrow()
             base = pq.read_table(f"{root}/{previous.path}", filesystem=fs, partitioning=None)
-        found = merge_slice(self.table, base, previous.log_paths) if previous.log_paths else base
-        if found is None:
-            return schema.empty_table()
-        return fit_stored_rows(found, schema)
+        if not previous.log_paths:
+            return (schema.empty_table() if base is None else fit_stored_rows(base, schema)), None
+        found, hidden = merge_slice_with_deletes(self.table, base, previous.log_paths)
+        return fit_stored_rows(found, schema), hidden
 
     def _deletes(self, path: str, incoming: pa.Table, removed: pa.Array) -> list[DeleteRecord]:
         """A delete record of each removed key with the ordering value of the delete that won
@@ -221,3 +225,25 @@ def delta_writes(table: HudiTable, writes: Sequence[FileWrite]) -> list[DeltaWri
             earlier = tuple(p.rsplit("/", 1)[-1] for p in before.log_paths if p != w.path)
         out.append(DeltaWrite(w, base_file, (*earlier, name), parsed.version))
     return out
+
+
+def _below_logged_deletes(
+    merged: pa.Table, keys: pa.Array, hidden: pa.Table | None, ordering: str | None
+) -> np.ndarray:
+    """Per row of `merged`: whether it ranks below a delete of its key still in the slice's
+    log (a null ordering value below every value; a delete without one below nothing). Such a
+    version stays hidden in every reader, so it is not written: written, Hudi's readers would
+    compare it with the delete under their own rules for a null ordering value (Hudi's writers
+    refuse one), where hudi-rs, Hudi 1.2.0 and lakesink differ."""
+    below = np.zeros(merged.num_rows, dtype=bool)
+    if hidden is None or ordering is None or hidden.num_rows == 0:
+        return below
+    at = pc.index_in(keys, value_set=hidden.column("_hoodie_record_key").combine_chunks())
+    if at.null_count == len(at):
+        return below
+    value = merged.column(ordering).combine_chunks()
+    delete_value = pc.take(hidden.column(ordering).combine_chunks().cast(value.type), at)
+    ranks_below = pc.or_kleene(  # Kleene: a null comparison does not hide a true one
+        pc.and_(pc.is_null(value), pc.is_valid(delete_value)), pc.less(value, delete_value)
+    )
+    return np.asarray(pc.fill_null(ranks_below, False).to_numpy(zero_copy_only=False))

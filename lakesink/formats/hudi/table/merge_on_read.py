@@ -37,7 +37,7 @@ from lakesink.formats.hudi.table.timeline import EncodedCommit
 from lakesink.protocol.instant import Action, Instant, TimelineLayout
 from lakesink.protocol.mutation import RowOperation
 
-__all__ = ["encode_delta_commit", "merge_slice"]
+__all__ = ["encode_delta_commit", "merge_slice", "merge_slice_with_deletes"]
 
 _KEY = "_hoodie_record_key"
 _SEQ, _PART, _OP = "__lakesink_seq", "__lakesink_part", "__lakesink_op"
@@ -51,6 +51,15 @@ def merge_slice(table: HudiTable, base: pa.Table | None, log_paths: Sequence[str
     """The rows of a slice: `base` (its base file's rows; None: none) merged with the blocks of
     `log_paths` (relative paths, in order). UnsupportedTableError for a block lakesink does not
     read (Avro data, command and CDC blocks)."""
+    return merge_slice_with_deletes(table, base, log_paths)[0]
+
+
+def merge_slice_with_deletes(
+    table: HudiTable, base: pa.Table | None, log_paths: Sequence[str]
+) -> tuple[pa.Table, pa.Table]:
+    """(the rows of the slice, as `merge_slice`; the winning deletes of its log: a row per key
+    a delete still in the log hides, in the rows' schema with the meta columns, holding the
+    record key and the delete's ordering value, null for a delete without one)."""
     items: list[_Item] = []
     schema = base.schema if base is not None else None
     for rel in log_paths:
@@ -67,8 +76,8 @@ def merge_slice(table: HudiTable, base: pa.Table | None, log_paths: Sequence[str
                     f"log file {where}: a {block.block_type.name} block at offset "
                     f"{block.offset}; lakesink reads Parquet data and delete blocks only"
                 )
-    if schema is None:  # deletes only: no row survives
-        return META_SCHEMA.empty_table()
+    if schema is None:  # deletes only: no row survives, and no version can rank below them
+        return META_SCHEMA.empty_table(), META_SCHEMA.empty_table()
     config = table.config
     ordering = (
         config.ordering_field if config.merge_mode is RecordMergeMode.EVENT_TIME_ORDERING else None
@@ -109,7 +118,8 @@ def merge_slice(table: HudiTable, base: pa.Table | None, log_paths: Sequence[str
             stored = stored.filter(pc.invert(pc.is_in(stored.column(_KEY), value_set=gone)))
         folded = fold_by_key(pa.concat_tables([stored, winners]), [_KEY], ordering, **folding)
     kept = folded.filter(pc.not_equal(folded.column(_OP), _DELETE))
-    return kept.drop_columns([_SEQ, _PART, _OP])
+    hidden = folded.filter(pc.equal(folded.column(_OP), _DELETE))
+    return kept.drop_columns([_SEQ, _PART, _OP]), hidden.drop_columns([_SEQ, _PART, _OP])
 
 
 def _conform(rows: pa.Table, schema: pa.Schema) -> pa.Table:
