@@ -111,9 +111,11 @@ TROUBLESHOOTING: dict[str, Remedy] = {
         "`lakesink table create` creates an empty one",
     ),
     "UnsupportedTableError": Remedy(
-        "a merge-on-read table, a table version other than 6 or 8, or a layout lakesink does not "
-        "write",
-        "point lakesink at a copy-on-write table of version 6 or 8, or at a new path",
+        "a table version other than 6 or 8, a layout lakesink does not write, or an operation "
+        "the table's type lacks (clustering or a base-file listing of a merge-on-read table, "
+        "compaction of a copy-on-write one)",
+        "point lakesink at a table of version 6 or 8, or at a new path; rewrite a merge-on-read "
+        "table with `lakesink table compact`",
     ),
     "CorruptTableError": Remedy(
         "a timeline or commit file that cannot be parsed, or a file a completed instant "

@@ -31,9 +31,12 @@ def add_parser(sub: Any) -> None:
         cmd.add_argument("path")
         cmd.add_argument("--json", action="store_true")
     services = {
-        "clean": "roll back failed writes, delete files no retained view needs",
-        "cluster": "rewrite small files of partitions into target-size files (replacecommit)",
-        "archive": "move old instants out of the active timeline",
+        "clean": "roll back failed writes, delete files no retained view needs (a file slice's "
+        "base file and log files together)",
+        "cluster": "rewrite small files of partitions into target-size files (replacecommit; "
+        "copy-on-write tables: compact a merge-on-read one)",
+        "archive": "move old instants out of the active timeline (merge-on-read: the "
+        "deltacommits since the last compaction stay)",
         "rollback": "roll back inflight instants whose heartbeat expired (or one named)",
         "compact": "merge-on-read: merge the log files of each file slice into a new base file "
         "(or finish a pending compaction)",

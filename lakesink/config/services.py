@@ -59,15 +59,16 @@ SERVICE_KEYS: tuple[Key, ...] = (
         non_negative_int,
         DEFAULT_INLINE_EVERY_COMMITS,
         "Run table services (clean, cluster, archive) after every N commits of the writer's "
-        "table; 0 turns all of them off. Merge-on-read compaction is not one of them: it follows "
-        "table.compaction.every.commits. Iceberg tables run their maintenance "
-        "(table.services.inline) the same way.",
+        "table (deltacommits on a merge-on-read table); 0 turns all of them off. Merge-on-read "
+        "compaction is not one of them: it follows table.compaction.every.commits and runs "
+        "first. Iceberg tables run their maintenance (table.services.inline) the same way.",
     ),
     Key(
         "table.services.inline",
         str_list,
         ("clean", "cluster", "archive"),
-        "Which services run inline, in this order: clean, cluster, archive. Iceberg tables: "
+        "Which services run inline, in this order: clean, cluster, archive (a merge-on-read "
+        "table skips cluster: compaction rewrites its file slices). Iceberg tables: "
         "clean = expire-snapshots then remove-orphan-files, cluster = rewrite-data-files "
         "(archive is skipped), or Iceberg's own action names.",
     ),

@@ -3,7 +3,8 @@ hudi-rs and lakesink's reader return, for every kind of table lakesink writes: v
 many commits and partitions, unpartitioned and two-level partitioned, a rollback, an inflight
 instant with its files, clustering (done and pending), clean, archival into packs, a late
 backfill, the golden fixtures, and merge-on-read tables of log files written by hand (also read
-optimized), one of them compacted by lakesink then written again, with a compaction pending.
+optimized), one of them compacted by lakesink then written again, with a compaction pending,
+and one compacted, cleaned (its superseded slices deleted whole) and archived, then written again.
 Queries: snapshot with the metadata table on and off, Spark SQL, time travel to every retained
 instant, incremental reads between instants. The tables are built once and all reads go to the
 JVM in one round trip."""
@@ -65,9 +66,15 @@ TABLES = [
     "mor_v6",
     "mor_v8",
     "mor_compacted_v8",  # (v6 checked alike once; left out for the suite's time budget)
+    "mor_serviced_v8",  # (v6 checked alike once; left out for the suite's time budget)
 ]
 # incremental reads from the start only
-LIGHT = {"unpartitioned_v8", "two_levels_v6", "mor_compacted_v8"}
+LIGHT = {
+    "unpartitioned_v8",
+    "two_levels_v6",
+    "mor_compacted_v8",
+    "mor_serviced_v8",
+}
 
 
 def _svc_table(path: Path, version: int) -> HudiTable:
@@ -310,6 +317,37 @@ def _compacted_mor_table(path: Path, version: int) -> None:
     assert pending_compactions(table)
 
 
+def _serviced_mor_table(path: Path, version: int) -> None:
+    """The merge-on-read table of `_mor_table` compacted, written over, then cleaned (the
+    slices the compaction superseded go whole, base and log files) and archived (deltacommits
+    and the compaction, the archived view keeping the live slices' log files), then written
+    again."""
+    control = CommitControl()
+
+    def clocked(self: MorTable) -> InstantTime:
+        return control.next_instant_time(self.table)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(MorTable, "_next", clocked)
+        _mor_table(path, version)
+        table = HudiTable.open(path)
+        assert compact(table, control).instant is not None
+        mor = MorTable.__new__(MorTable)  # the table written on, not a new one
+        mor.table, mor.n = table, 0
+        mor.groups = {
+            s.partition_path: (s.file_id, s.base_file_name)
+            for s in FileSystemView(table).latest_base_files()
+        }
+        mor.delta([(1, "u", 30, "e1"), (6, "u", 30, "e6")])
+        before = TableReader(table).snapshot().select(DATA).to_pylist()
+        cleaned = clean(table, control, RetainPolicy(commits=1))
+        assert any(".log." in p for p in cleaned.deleted)
+        archived = archive(table, control, ArchivePolicy(1, 2))
+        assert Action.DELTA_COMMIT in {i.action for i in archived.archived}
+        assert TableReader(table).snapshot().select(DATA).to_pylist() == before
+        mor.delta([(2, "u", 31, "f2"), (7, "u", 31, "f7")])
+
+
 def _read_optimized(path: Path) -> Query:
     """Java Hudi's read-optimized query: the latest base files only, no log file."""
     table = HudiTable.open(path)
@@ -359,12 +397,15 @@ def built(java_hudi: JavaHudi, tmp_path_factory: pytest.TempPathFactory) -> Buil
         _mor_table(paths[f"mor_v{v}"], v)
     paths["mor_compacted_v8"] = root / "mor_compacted_v8"
     _compacted_mor_table(paths["mor_compacted_v8"], 8)
+    paths["mor_serviced_v8"] = root / "mor_serviced_v8"
+    _serviced_mor_table(paths["mor_serviced_v8"], 8)
     queries: dict[str, list[Query]] = {
         name: plan_reads(paths[name], incremental_pairs=name not in LIGHT) for name in TABLES
     }
     for v in (6, 8):
         queries[f"mor_v{v}"].append(_read_optimized(paths[f"mor_v{v}"]))
     queries["mor_compacted_v8"].append(_read_optimized(paths["mor_compacted_v8"]))
+    queries["mor_serviced_v8"].append(_read_optimized(paths["mor_serviced_v8"]))
     everything = [q for name in TABLES for q in queries[name]]
     found = check_tables(java_hudi, everything)
     out.problems = {n: [p for p in found if p.startswith(f"{paths[n].name}:")] for n in TABLES}

@@ -497,16 +497,17 @@ def test_a_corrupt_delete_list_is_refused_naming_the_block() -> None:
         wrong.deletes("f.log")
 
 
-def test_services_refuse_a_merge_on_read_table_and_the_spark_reader_merges_its_slices(
+def test_clustering_refuses_a_merge_on_read_table_and_the_spark_reader_merges_its_slices(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     mor = MorTable(tmp_path / "t", 8, "ts")
     mor.base(BASE)
     mor.delta(DELTAS[0])
-    # lakesink's clean, clustering, archival and rollback do not handle log files yet
-    assert main(["table", "clean", str(mor.table.base_path)]) != 0
+    # clustering rewrites base files only (clean, archival and rollback handle log files:
+    # tests/unit/test_hudi_mor_services.py); compaction rewrites a merge-on-read table
+    assert main(["table", "cluster", str(mor.table.base_path)]) != 0
     err = capsys.readouterr().err
-    assert "merge-on-read" in err and "Traceback" not in err
+    assert "merge-on-read" in err and "lakesink table compact" in err and "Traceback" not in err
     # snapshot_files lists base files only: it would miss the log files (spark.read reads
     # snapshot_slices, log files included)
     with pytest.raises(UnsupportedTableError, match="merge-on-read"):

@@ -65,13 +65,10 @@ def run_table_command(args: argparse.Namespace, access: StorageAccess) -> int:
     if args.table_command == "compact":
         return _compact(tbl, args, access)
     if args.table_command in ("clean", "cluster", "archive", "rollback"):
-        if tbl.config.table_type == "MERGE_ON_READ":
-            from lakesink.errors import UnsupportedTableError
+        if args.table_command == "cluster":
+            from lakesink.formats.hudi.services.clustering import refuse_merge_on_read
 
-            raise UnsupportedTableError(
-                f"table {tbl.uri} is merge-on-read: lakesink's {args.table_command} does not "
-                "handle log files yet; run it with Hudi"
-            )
+            refuse_merge_on_read(tbl)  # before taking the lock
         return _service(tbl, args, access)
     if args.table_command == "show":
         return _show(tbl, args.json)
@@ -230,7 +227,9 @@ def _service(tbl: Any, args: argparse.Namespace, access: StorageAccess) -> int:
     elif cmd == "archive":
         from lakesink.formats.hudi.services.archival import ArchivePolicy, archive
 
-        a = archive(tbl, control, ArchivePolicy(args.min_instants, args.max_instants))
+        # merge-on-read: the deltacommits since the last compaction stay for its trigger
+        policy = ArchivePolicy(args.min_instants, args.max_instants, keep_since_compaction=True)
+        a = archive(tbl, control, policy)
         info = {
             "archived": [str(i.time) for i in a.archived],
             "active_before": a.active_before,

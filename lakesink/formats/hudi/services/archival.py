@@ -20,6 +20,17 @@ What may be archived is a prefix of the completed instants (by instant time) tha
   of the archived view: hudi-rs reads any base file older than the active timeline as
   committed, so files of failed writes, superseded slices and file groups an archived
   replacecommit replaced must be gone first (the cleaner deletes them; archival waits).
+
+On a merge-on-read table deltacommits are archived as commits, and a compaction as its commit
+with its `compaction.requested` and `.inflight` files (which would otherwise read as a pending
+compaction). The archived view keeps each live slice's log files, and the rule above holds for
+log files too (hudi-rs reads a log file of an instant older than the active timeline as
+committed): a log file a live slice does not read, no active instant lists and no pending
+instant's markers name holds archival back until the cleaner deleted it. As in Hudi's
+archiver, archival stops before a pending compaction and before the oldest slice its plan
+reads; and (`keep_since_compaction`: the writer's inline archival with inline compaction on,
+and `lakesink table archive`) it keeps active every deltacommit since the last compaction,
+which the compaction trigger counts.
 """
 
 from __future__ import annotations
@@ -27,14 +38,14 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from lakesink.errors import CorruptTableError
 from lakesink.faults import crash_point
 from lakesink.formats.hudi.conflicts import completed_after
 from lakesink.formats.hudi.control import CommitControl
-from lakesink.formats.hudi.services.clean import list_base_files
+from lakesink.formats.hudi.services.clean import list_data_files, pending_compaction_plans
 from lakesink.formats.hudi.table.archive import (
     PACK_FAN_IN,
     PACK_LOOSE_FILES,
@@ -45,14 +56,17 @@ from lakesink.formats.hudi.table.archive import (
     pack_archived_timeline,
     write_archived_view,
 )
+from lakesink.formats.hudi.table.compaction_plan import CompactionOperation
 from lakesink.formats.hudi.table.file_group import FileSlice
 from lakesink.formats.hudi.table.files import parse_base_file_name
 from lakesink.formats.hudi.table.hudi_table import HudiTable
+from lakesink.formats.hudi.table.log_file import LogFileName, is_log_file_name
+from lakesink.formats.hudi.table.markers import list_marked_files
 from lakesink.formats.hudi.table.metadata import CommitMetadata
 from lakesink.formats.hudi.table.timeline import Timeline, instants_named
 from lakesink.formats.hudi.table.view import build_file_groups
 from lakesink.formats.hudi.writer_state import record_archived_writers
-from lakesink.protocol.instant import Instant, InstantTime, State, TimelineLayout
+from lakesink.protocol.instant import Action, Instant, InstantTime, State, TimelineLayout
 from lakesink.storage import ObjectNotFoundError, Storage
 
 log = logging.getLogger(__name__)
@@ -69,6 +83,9 @@ class ArchivePolicy:
     """Loose archived timeline files gathered into one pack (formats/hudi/table/archive.py)."""
     pack_fan_in: int = PACK_FAN_IN
     """Packs of one level merged into one pack of the next."""
+    keep_since_compaction: bool = False
+    """Merge-on-read: keep the deltacommits since the last compaction active, for the
+    compaction trigger (table.compaction.every.commits) to count them."""
 
     def __post_init__(self) -> None:
         if not 1 <= self.min_instants <= self.max_instants:
@@ -95,6 +112,14 @@ Entry = tuple[Instant, CommitMetadata | None]
 
 
 @dataclass(frozen=True, slots=True)
+class Hold:
+    """An instant archival must not reach: every archived instant is older than `time`."""
+
+    time: InstantTime
+    why: str
+
+
+@dataclass(frozen=True, slots=True)
 class PrefixChoice:
     """How many entries to archive, what they leave visible, and what held archival back."""
 
@@ -110,12 +135,17 @@ def archivable_prefix(
     on_storage: Mapping[str, InstantTime],
     policy: ArchivePolicy,
     completed_after_began: Callable[[Instant, Instant], bool] = lambda _done, _pending: False,
+    *,
+    holds: Sequence[Hold] = (),
+    marked: Collection[str] = (),
 ) -> PrefixChoice:
     """Pure: the longest prefix of the completed `entries` (sorted by instant time, metadata for
     data instants) that obeys the rules in the module doc. `base` is the previous archived view,
-    `on_storage` maps base files on storage (relative paths) to their instant times, and
-    `completed_after_began(done, pending)` tells whether `done` completed after `pending`
-    began."""
+    `on_storage` maps data files on storage (relative paths; base files and log files) to the
+    instant times their names carry, `completed_after_began(done, pending)` tells whether
+    `done` completed after `pending` began, `holds` are instants archival must stay before (a
+    pending compaction's plan, the compaction trigger) and `marked` the files pending instants'
+    markers name."""
     if len(entries) <= policy.max_instants:
         return PrefixChoice(0)
     limit = len(entries) - policy.min_instants
@@ -124,12 +154,16 @@ def archivable_prefix(
     last_data = max((k for k, (i, _) in enumerate(entries) if i.action.writes_data), default=-1)
     limit = min(limit, max(last_data, 0))
     earliest_pending = min((p.time for p in pending), default=None)
+    hold = min(holds, key=lambda h: h.time, default=None)
     why = ""
     n = 0
     while n < limit:
         inst = entries[n][0]
         if earliest_pending is not None and inst.time >= earliest_pending:
             why = f"pending instant {earliest_pending}"
+            break
+        if hold is not None and inst.time >= hold.time:
+            why = hold.why
             break
         racing = next((p for p in pending if completed_after_began(inst, p)), None)
         if racing is not None:
@@ -155,7 +189,11 @@ def archivable_prefix(
         commits = [(i, md) for i, md in entries[:n] if md is not None]
         groups, _ = build_file_groups(commits, None, base)
         live = tuple(g.latest for g in groups.values())
-        live_paths = {s.path for s in live}
+        # a log file of an active instant may carry an older time (version 6 names it by its
+        # slice's base instant), and a pending instant's files are no failed write's
+        live_paths = {p for s in live for p in (s.path, *s.log_paths)}
+        live_paths |= {w.path for _, md in entries[n:] if md is not None for w in md.writes}
+        live_paths |= set(marked)
         stray = sorted(
             (t, p) for p, t in on_storage.items() if t < boundary and p not in live_paths
         )
@@ -170,10 +208,15 @@ def archivable_prefix(
 
 
 def _last_prefix_keeping(entries: Sequence[Entry], n: int, path: str, time_: InstantTime) -> int:
-    """The longest prefix (shorter than `n`) that leaves the base file `path` of instant `time_`
+    """The longest prefix (shorter than `n`) that leaves the data file `path` of instant `time_`
     either live or newer than the first active instant."""
     partition = path.rpartition("/")[0]
-    file_id = parse_base_file_name(path.rsplit("/", 1)[-1]).file_id
+    name = path.rsplit("/", 1)[-1]
+    file_id = (
+        LogFileName.parse(name).file_id
+        if is_log_file_name(name)
+        else parse_base_file_name(name).file_id
+    )
     for k, (inst, md) in enumerate(entries[:n]):
         if md is None or inst.time <= time_:
             continue
@@ -205,14 +248,47 @@ def _move(storage: Storage, src: str) -> None:
     storage.delete(src)
 
 
-def _base_files_by_time(table: HudiTable) -> dict[str, InstantTime]:
+def _data_files_by_time(table: HudiTable) -> dict[str, InstantTime]:
+    """Base files and log files on storage, with the instant times their names carry."""
     out: dict[str, InstantTime] = {}
-    for rel in list_base_files(table):
+    base, logs = list_data_files(table)
+    for rel in base:
         try:
             out[rel] = parse_base_file_name(rel.rsplit("/", 1)[-1]).instant_time
         except CorruptTableError:
             continue  # not a base file name lakesink or Hudi writes
+    for rel in logs:
+        out[rel] = LogFileName.parse(rel.rsplit("/", 1)[-1]).instant_time
     return out
+
+
+def merge_on_read_holds(
+    timeline: Timeline,
+    plans: Mapping[InstantTime, Sequence[CompactionOperation]],
+    keep_since_compaction: bool,
+) -> list[Hold]:
+    """Pure but for reading `timeline`: what a merge-on-read table's archival must stay before:
+    the oldest slice a pending compaction's plan reads, and (`keep_since_compaction`) the
+    first deltacommit since the last completed compaction."""
+    holds = [
+        Hold(
+            min((op.base_instant for op in ops), default=t),
+            f"the slices pending compaction {t} reads",
+        )
+        for t, ops in plans.items()
+    ]
+    if keep_since_compaction:
+        last = timeline.last_completed(Action.COMMIT)
+        since = [
+            i.time
+            for i in timeline.completed(Action.DELTA_COMMIT)
+            if last is None or i.time > last.time
+        ]
+        if since:
+            holds.append(
+                Hold(min(since), "the deltacommits since the last compaction (its trigger counts)")
+            )
+    return holds
 
 
 def _table_schema(timeline: Timeline, entries: Sequence[Entry], previous: str | None) -> str | None:
@@ -230,25 +306,43 @@ def archive(
     """Under the lock: choose the archivable prefix, write the archived view and the writers'
     offsets, then move the prefix to the archive."""
     policy = policy or ArchivePolicy()
+    merge_on_read = table.config.table_type == "MERGE_ON_READ"
     with control.locked(table):
         timeline = table.timeline()
         previous = load_archived_view(table.storage)
         if previous is not None:
             # an archival interrupted after writing its view: finish moving what it covers
             leftovers = [i for i in timeline.completed() if i.time <= previous.upto]
-            _move_instants(timeline, leftovers)
+            _move_instants(timeline, leftovers, merge_on_read=merge_on_read)
             timeline = table.timeline()
         completed = list(timeline.completed())
         entries: list[Entry] = [
             (i, timeline.commit_metadata(i) if i.action.writes_data else None) for i in completed
         ]
+        pending = timeline.inflight_or_requested()
+        on_storage = _data_files_by_time(table)
+        holds: list[Hold] = []
+        marked: set[str] = set()
+        if merge_on_read:
+            holds = merge_on_read_holds(
+                timeline, pending_compaction_plans(table), policy.keep_since_compaction
+            )
+            for p in pending:  # listed after the files: a writer creates the marker first
+                marked.update(list_marked_files(table.storage, p.time))
         choice = archivable_prefix(
             entries,
             previous.slices if previous is not None else (),
-            timeline.inflight_or_requested(),
-            _base_files_by_time(table),
+            pending,
+            on_storage,
             policy,
-            lambda done, pending: completed_after(timeline, pending.time, done),
+            # a compaction runs under the lock from plan to commit and checks no conflicts
+            # with what completed meanwhile: its own hold (its plan) is what keeps instants
+            lambda done, pending: (
+                pending.action is not Action.COMPACTION
+                and completed_after(timeline, pending.time, done)
+            ),
+            holds=holds,
+            marked=marked,
         )
         chosen = [i for i, _ in entries[: choice.count]]
         if not chosen:
@@ -270,7 +364,7 @@ def archive(
                 ),
             ),
         )
-        _move_instants(timeline, chosen)
+        _move_instants(timeline, chosen, merge_on_read=merge_on_read)
         packs = pack_archived_timeline(
             table.storage, loose_files=policy.pack_files, fan_in=policy.pack_fan_in
         )
@@ -293,9 +387,12 @@ def archive(
     )
 
 
-def _move_instants(timeline: Timeline, instants: Sequence[Instant]) -> None:
+def _move_instants(
+    timeline: Timeline, instants: Sequence[Instant], *, merge_on_read: bool = False
+) -> None:
     """Move each instant's requested and inflight files, then its completed file (a reader
-    never sees a completed instant as pending), to the archive."""
+    never sees a completed instant as pending), to the archive; on a merge-on-read table a
+    commit's `compaction.requested` and `.inflight` files too."""
     if not instants:
         return
     for k, inst in enumerate(instants):
@@ -303,5 +400,8 @@ def _move_instants(timeline: Timeline, instants: Sequence[Instant]) -> None:
             crash_point("during-archival")
         for state in (State.REQUESTED, State.INFLIGHT):
             _move(timeline.storage, timeline.key_of(inst.with_state(state)))
+            if merge_on_read and inst.action is Action.COMMIT:  # a compaction's files
+                compaction = Instant(inst.time, Action.COMPACTION, state)
+                _move(timeline.storage, timeline.key_of(compaction))
         if inst.is_completed:
             _move(timeline.storage, timeline.key_of(inst))

@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 from lakesink.engine.requirements import NoConflicts, WriterStillLive
 from lakesink.engine.schema import TableSchema
 from lakesink.engine.transaction import TableTransaction, TxState
-from lakesink.errors import LakesinkError
+from lakesink.errors import LakesinkError, UnsupportedTableError
 from lakesink.formats.hudi.conflicts import (
     CLUSTERING_PLANS,
     concurrent_operations,
@@ -281,13 +281,25 @@ def execute_clustering(
     return ClusteringResult(done.instant, work.file_count, len(writes), rows, skip)
 
 
+def refuse_merge_on_read(table: HudiTable) -> None:
+    """Clustering rewrites base files only: on a merge-on-read table it would drop the rows of
+    the slices' log files. Compaction is the way to rewrite such a table's slices."""
+    if table.config.table_type == "MERGE_ON_READ":
+        raise UnsupportedTableError(
+            f"table {table.uri} is merge-on-read: lakesink does not cluster it; "
+            "`lakesink table compact` rewrites its file slices into new base files"
+        )
+
+
 def cluster(
     table: HudiTable,
     control: CommitControl,
     options: ClusteringOptions | None = None,
     strategy: ConflictStrategy | None = None,
 ) -> ClusteringResult:
-    """Schedule and run one clustering; an instant of None when there was nothing to do."""
+    """Schedule and run one clustering; an instant of None when there was nothing to do.
+    UnsupportedTableError for a merge-on-read table (see `refuse_merge_on_read`)."""
+    refuse_merge_on_read(table)
     options = options or ClusteringOptions()
     plan = schedule_clustering(table, control, options)
     if plan is None:

@@ -1,7 +1,8 @@
 """Table services run inline by a writer every N commits (`table.services.inline.every.commits`):
 clean, cluster and archive, in the configured order, each its own instant under the table lock.
-A merge-on-read table runs compaction instead, every `table.compaction.every.commits`
-deltacommits.
+A merge-on-read table first compacts, every `table.compaction.every.commits` deltacommits, then
+runs clean and archive every N deltacommits; clustering is skipped there (a merge-on-read
+table's file groups are its buckets: compaction rewrites them).
 
 The hook runs after a commit was published: a failing service is logged and never fails the
 commit (the batch is already in the table); the next run tries again.
@@ -68,6 +69,7 @@ def archive_policy(settings: Settings) -> ArchivePolicy:
             settings.services.archive_max_instants,
             settings.services.archive_pack_files,
             settings.services.archive_pack_fan_in,
+            keep_since_compaction=settings.mutation.compaction_every_commits > 0,
         )
     except ValueError as e:
         raise ConfigError(f"table.services.archive.*: {e}") from e
@@ -83,6 +85,8 @@ def run_inline_services(
     """Run the configured services once, in order; each failure is recorded, not raised."""
     result = InlineResult()
     for name in which if which is not None else tuple(settings.services.inline):
+        if name == "cluster" and table.config.table_type == "MERGE_ON_READ":
+            continue  # refused on merge-on-read tables (see clustering.cluster)
         try:
             if name == "clean":
                 result.clean = clean(table, control, retain_policy(settings))
@@ -114,10 +118,10 @@ def _last_run(table: HudiTable) -> InstantTime | None:
 
 
 def commits_since_last_run(table: HudiTable) -> int:
+    """Commits (deltacommits on a merge-on-read table) completed since the last inline run."""
     last = _last_run(table)
-    return sum(
-        1 for i in table.timeline().completed(Action.COMMIT) if last is None or i.time > last
-    )
+    action = Action.DELTA_COMMIT if table.config.table_type == "MERGE_ON_READ" else Action.COMMIT
+    return sum(1 for i in table.timeline().completed(action) if last is None or i.time > last)
 
 
 def after_commit(
@@ -126,15 +130,19 @@ def after_commit(
     """After the writer published `instant_time`: run the services when N commits passed since
     the last run. Never raises."""
     try:
+        compacted = None
         if table.config.table_type == "MERGE_ON_READ":
-            # clean would delete the log files of retained slices, and archival's view keeps
-            # no log files: neither runs on a merge-on-read table yet; compaction does
-            return compact_inline(table, settings, control)
+            # compaction first: the slices it supersedes are the cleaner's to delete
+            compacted = compact_inline(table, settings, control)
         every = settings.services.inline_every_commits
         if every <= 0 or commits_since_last_run(table) < every:
-            return None
+            return compacted
         table.storage.write(str(LAST_RUN_FILE), instant_time.value.encode())
-        return run_inline_services(table, settings, control)
+        result = run_inline_services(table, settings, control)
+        if compacted is not None:
+            result.compaction = compacted.compaction
+            result.errors[:0] = compacted.errors
+        return result
     except Exception:  # never fail a published commit
         log.exception("table %s: inline services after %s failed", table.config.name, instant_time)
         return None

@@ -7,13 +7,15 @@ Under `.hoodie/.lakesink/archive/` (hudi-rs never lists it):
   name, content) into which archival gathers loose files and, size-tiered, smaller packs, so
   the archive of a table with 100k commits is a few dozen files rather than 300k;
 - `views/<T>.view.parquet`: the archived view, one row per file group live after every instant
-  up to T (the last archived instant time) with its latest base file. A reader lists the active
+  up to T (the last archived instant time) with its latest base file and, on a merge-on-read
+  table, the log files archived deltacommits wrote over it. A reader lists the active
   timeline first and then takes the newest view, and ignores active instants at or before T
   (archival writes the view before it moves any instant, so a reader never misses one);
 - `writers.json`: every writer's newest archived offsets (lakesink.formats.hudi.services.archival).
 
-hudi-rs needs nothing of this: it reads a base file older than the active timeline as
-committed, which is why archival first makes sure no other file that old is on storage.
+hudi-rs needs nothing of this: it reads a base file (or a log file) older than the active
+timeline as committed, which is why archival first makes sure no other file that old is on
+storage.
 """
 
 from __future__ import annotations
@@ -50,8 +52,11 @@ _SCHEMA = pa.schema(
         ("path", pa.string()),
         ("file_size_bytes", pa.int64()),
         ("num_records", pa.int64()),
+        ("log_paths", pa.list_(pa.string())),
     ]
 )
+_OPTIONAL_COLUMNS = frozenset({"log_paths"})
+"""Columns a view written before merge-on-read archival lacks (read as empty)."""
 _UPTO = b"lakesink.archived.upto"
 _COMPLETED_UPTO = b"lakesink.archived.completed_upto"
 _TABLE_SCHEMA = b"lakesink.archived.table_schema"
@@ -67,7 +72,8 @@ class ArchivedView:
     """The latest completion time among archived instants (their instant time in layout 1):
     every active instant completed after it, so incremental reads may start there."""
     slices: tuple[FileSlice, ...]
-    """The latest base file of every file group live after `upto`."""
+    """The latest slice of every file group live after `upto`: its base file and (merge-on-read)
+    the log files archived deltacommits wrote over it."""
     table_schema: str | None = None
     """The Avro schema of the last archived data instant that recorded one."""
 
@@ -161,14 +167,19 @@ def _read_view(storage: Storage, key: str) -> ArchivedView:
         upto = InstantTime(meta[_UPTO].decode())
         completed_upto = InstantTime(meta[_COMPLETED_UPTO].decode())
         schema = meta.get(_TABLE_SCHEMA, b"").decode() or None
-        cols = [t.column(f.name).to_pylist() for f in _SCHEMA]
+        cols = [
+            t.column(f.name).to_pylist()
+            if f.name in t.column_names or f.name not in _OPTIONAL_COLUMNS
+            else [None] * t.num_rows
+            for f in _SCHEMA
+        ]
     except FileNotFoundError:
         raise
     except (pa.ArrowInvalid, OSError, KeyError, ValueError) as e:
         raise CorruptTableError(f"archived view {path} cannot be read: {e}") from e
     slices = tuple(
-        FileSlice(p, f, InstantTime(i), rel, size, n)
-        for p, f, i, rel, size, n in zip(*cols, strict=True)
+        FileSlice(p, f, InstantTime(i), rel, size, n, tuple(logs or ()))
+        for p, f, i, rel, size, n, logs in zip(*cols, strict=True)
     )
     return ArchivedView(upto, completed_upto, slices, schema)
 
@@ -185,6 +196,7 @@ def write_archived_view(base_path: Where, view: ArchivedView) -> str:
         pa.array([s.path for s in ordered], pa.string()),
         pa.array([s.file_size_bytes for s in ordered], pa.int64()),
         pa.array([s.num_records for s in ordered], pa.int64()),
+        pa.array([list(s.log_paths) for s in ordered], pa.list_(pa.string())),
     ]
     meta = {
         _UPTO: view.upto.value.encode(),

@@ -81,6 +81,27 @@ def build_file_groups(
     """Pure: (visible file groups keyed by (partition, file id), replaced keys) from the
     completed data instants, as of `as_of` (requested time, inclusive; None = all), on top of
     the `base` slices (what archived instants left visible)."""
+    slices, replaced = _all_slices(commits, as_of, base)
+    groups = {
+        key: FileGroup(key[0], key[1], tuple(sorted(lst, key=lambda s: s.instant_time)))
+        for key, lst in slices.items()
+        if key not in replaced
+    }
+    return groups, replaced
+
+
+def all_file_slices(
+    commits: Iterable[CommitEntry], base: Iterable[FileSlice] = ()
+) -> dict[tuple[str, str], list[FileSlice]]:
+    """Pure: every slice of every file group, replaced groups' too, with its log files joined,
+    oldest first (what the cleaner chooses from)."""
+    slices, _ = _all_slices(commits, None, base)
+    return {key: sorted(lst, key=lambda s: s.instant_time) for key, lst in slices.items()}
+
+
+def _all_slices(
+    commits: Iterable[CommitEntry], as_of: InstantTime | None, base: Iterable[FileSlice]
+) -> tuple[dict[tuple[str, str], list[FileSlice]], set[tuple[str, str]]]:
     slices: dict[tuple[str, str], list[FileSlice]] = {}
     for s in base:
         slices.setdefault((s.partition_path, s.file_id), []).append(s)
@@ -106,12 +127,7 @@ def build_file_groups(
                 replaced.update((partition, fid) for fid in ids)
     for key, entries in logs.items():
         slices[key] = _with_logs(key, slices.get(key, []), entries)
-    groups = {
-        key: FileGroup(key[0], key[1], tuple(sorted(lst, key=lambda s: s.instant_time)))
-        for key, lst in slices.items()
-        if key not in replaced
-    }
-    return groups, replaced
+    return slices, replaced
 
 
 def _with_logs(
@@ -128,10 +144,19 @@ def _with_logs(
             by_time[slice_time] = FileSlice(key[0], key[1], slice_time, "")
             times = sorted(by_time)
         joined.setdefault(slice_time, []).append(entry)
+    # a slice of the archived view keeps the log files of archived deltacommits: the active
+    # ones follow them, all in the order readers apply them
     return [
-        dataclasses.replace(s, log_paths=tuple(path for _, path in joined.get(t, ())))
+        dataclasses.replace(s, log_paths=_in_log_order(s.log_paths, joined.get(t, ())))
         for t, s in sorted(by_time.items())
     ]
+
+
+def _in_log_order(earlier: Sequence[str], entries: Sequence[_LogEntry]) -> tuple[str, ...]:
+    if not earlier:
+        return tuple(path for _, path in entries)
+    named = [(LogFileName.parse(p.rsplit("/", 1)[-1]), p) for p in earlier]
+    return tuple(path for _, path in sorted({*named, *entries}))
 
 
 def incremental_slices(
