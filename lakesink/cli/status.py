@@ -8,7 +8,8 @@ from __future__ import annotations
 from typing import Any
 
 from lakesink.config import LakesinkConfig
-from lakesink.console import emit_json
+from lakesink.console import emit_json, say
+from lakesink.errors import ConfigError
 from lakesink.formats import plugin_of
 from lakesink.metrics import Snapshot
 
@@ -71,6 +72,22 @@ def status_metrics(cfg: LakesinkConfig, st: dict[str, Any]) -> tuple[str | None,
 
 
 def run_status(cfg: LakesinkConfig, *, as_json: bool, watch_s: float | None = None) -> int:
+    if cfg["tables"]:  # many tables: each one's status, by name
+        if watch_s is not None:
+            raise ConfigError(
+                "status --watch follows one table; with tables, run it with the first table's "
+                "keys, or run status without --watch for every table"
+            )
+        statuses = {
+            spec.name: (table, collect_status(table)) for spec, table in cfg.table_configs()
+        }
+        if as_json:
+            emit_json({name: st for name, (_table, st) in statuses.items()})
+        else:
+            for name, (table, st) in statuses.items():
+                say(f"table {name}:")
+                plugin_of(table.settings).print_status(st)
+        return 0
     if watch_s is not None:
         from lakesink.cli.watch import watch_status
 

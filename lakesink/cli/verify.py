@@ -5,14 +5,34 @@ from __future__ import annotations
 from lakesink.config import LakesinkConfig
 from lakesink.console import emit_json, say
 from lakesink.formats import AuditResult, plugin_of
-from lakesink.formats.audit import DeadLetters, FoldAudit, KeptByTransform
+from lakesink.formats.audit import Coordinate, DeadLetters, FoldAudit, KeptByTransform
+from lakesink.protocol.offsets import OffsetRange
 
 
-def audit_config(cfg: LakesinkConfig, *, spark: bool = False) -> AuditResult:
+def audit_tables(cfg: LakesinkConfig, *, spark: bool = False) -> list[tuple[str, AuditResult]]:
+    """The audit of each table of a many-table ingestion (`tables.<name>.*`), by name: the
+    records its route takes (lakesink.spark.routing.routed_coordinates) are expected in it,
+    the others are accounted for."""
+    from lakesink.spark.routing import routed_coordinates
+
+    out = []
+    for spec, table in cfg.table_configs():
+
+        def routed(ranges: list[OffsetRange], name: str = spec.name) -> set[Coordinate]:
+            return routed_coordinates(cfg, name, ranges)
+
+        out.append((spec.name, audit_config(table, spark=spark, route=routed)))
+    return out
+
+
+def audit_config(
+    cfg: LakesinkConfig, *, spark: bool = False, route: KeptByTransform | None = None
+) -> AuditResult:
     """The audit of this configuration's writer; records in the dead-letter topic count as
     accounted for (errors.tolerance=all), never as missing. `spark`: an Iceberg table is also
     read by Spark with Iceberg's Java runtime, in its own environment (a subprocess that starts
-    Spark: seconds; `lakesink verify` and the demo ask for it)."""
+    Spark: seconds; `lakesink verify` and the demo ask for it). `route`: the records a table
+    of many takes (`audit_tables`)."""
     plugin = plugin_of(cfg.settings)
     dead: DeadLetters | None = None
     if cfg["errors.deadletter.table"]:
@@ -38,6 +58,8 @@ def audit_config(cfg: LakesinkConfig, *, spark: bool = False) -> AuditResult:
             sent = set()  # no dead-letter topic yet: nothing was dead-lettered
         dead = DeadLetters(tuple(sorted(sent)), exactly_once=False)
     kept = _kept_by_transform(cfg)
+    if route is not None:
+        kept = route if kept is None else _both(kept, route)
     return plugin.audit(
         cfg.settings, dead_letters=dead, kept_by_transform=kept, spark=spark, fold=fold_audit(cfg)
     )
@@ -82,6 +104,10 @@ def _kept_by_transform(cfg: LakesinkConfig) -> KeptByTransform | None:
     return lambda ranges: kept_coordinates(cfg, ranges)
 
 
+def _both(first: KeptByTransform, second: KeptByTransform) -> KeptByTransform:
+    return lambda ranges: first(ranges) & second(ranges)
+
+
 def _not_applied_transform(cfg: LakesinkConfig) -> str | None:
     return next((k for k in ("transform.sql", "transform.python") if cfg[k]), None)
 
@@ -92,6 +118,8 @@ def print_report(cfg: LakesinkConfig, report: AuditResult) -> None:
 
 
 def run_verify(cfg: LakesinkConfig, *, as_json: bool) -> int:
+    if cfg["tables"]:
+        return _run_verify_tables(cfg, as_json=as_json)
     report = audit_config(cfg, spark=True)
     unapplied = _not_applied_transform(cfg)
     if unapplied and not report.ok:
@@ -104,3 +132,15 @@ def run_verify(cfg: LakesinkConfig, *, as_json: bool) -> int:
     else:
         print_report(cfg, report)
     return 0 if report.ok else 10
+
+
+def _run_verify_tables(cfg: LakesinkConfig, *, as_json: bool) -> int:
+    """Every table of a many-table ingestion audited; non-zero if any audit fails."""
+    reports = audit_tables(cfg, spark=True)
+    if as_json:
+        emit_json({name: report.to_json() for name, report in reports})
+    else:
+        for (_spec, table), (name, report) in zip(cfg.table_configs(), reports, strict=True):
+            say(f"table {name}:")
+            print_report(table, report)
+    return 0 if all(report.ok for _, report in reports) else 10

@@ -223,10 +223,14 @@ def _row_columns(cfg: Mapping[str, Any]) -> pa.Schema | None:
     """The columns of the rows a key and an ordering field are taken from: a change stream's
     declared row; for upsert the decoded value's columns with the Kafka metadata columns, or
     None when a transformation makes the columns, or the registry does (no value.schema: the
-    subject's registered versions, known only when the ingestion starts)."""
+    subject's registered versions, or a change stream's latest envelope, known only when the
+    ingestion starts)."""
     from lakesink.kafka.changes import check_change_columns, declared_rows
 
+    declared = cfg["value.schema"] or cfg["value.schema.file"]
     if cfg["write.operation"] == "cdc":
+        if cfg["schema.registry.url"] and not declared:
+            return None  # the latest envelope's row, pinned when the ingestion starts
         rows = declared_rows(
             cfg["value.format"], cfg["cdc.format"], cfg["value.schema"], cfg["value.schema.file"]
         )
@@ -235,7 +239,7 @@ def _row_columns(cfg: Mapping[str, Any]) -> pa.Schema | None:
         return rows
     if any(cfg[k] for k in ("transform.sql", "transform.python", "transform.arrow")):
         return None
-    if cfg["schema.registry.url"] and not (cfg["value.schema"] or cfg["value.schema.file"]):
+    if cfg["schema.registry.url"] and not declared:
         return None
     from lakesink.config.records import registry_settings
     from lakesink.kafka.deserializers import make_deserializer

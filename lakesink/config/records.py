@@ -14,9 +14,11 @@ from lakesink.config.parsers import (
     positive_int,
     schema_ids,
 )
+from lakesink.errors import ConfigError
 
 if TYPE_CHECKING:
     from lakesink.kafka.registry import RegistrySettings
+    from lakesink.kafka.registry_subjects import SubjectNaming
 
 RECORD_KEYS: tuple[Key, ...] = (
     Key(
@@ -91,6 +93,21 @@ RECORD_KEYS: tuple[Key, ...] = (
         "How long an unreachable schema registry is retried (with backoff) before the batch "
         "fails with one error.",
     ),
+    Key(
+        "schema.registry.subject.strategy",
+        choice("topic", "record", "topic-record"),
+        "topic",
+        "Under which subject the values' schemas are registered (where the columns are looked "
+        "up when the ingestion starts): topic (`<topic>-value`), record (the record's full "
+        "name, schema.registry.record.name) or topic-record (`<topic>-<record name>`).",
+    ),
+    Key(
+        "schema.registry.record.name",
+        optional_str,
+        None,
+        "The full name of the value record (namespace.name, e.g. shop.public.customers.Envelope "
+        "for a Debezium topic) for schema.registry.subject.strategy record or topic-record.",
+    ),
 )
 
 
@@ -107,3 +124,26 @@ def registry_settings(values: Mapping[str, Any]) -> RegistrySettings | None:
         cache_capacity=values["schema.registry.cache.capacity"],
         retry_s=values["schema.registry.retry.s"],
     )
+
+
+def subject_naming(values: Mapping[str, Any]) -> SubjectNaming:
+    """schema.registry.subject.strategy and schema.registry.record.name as the subject lookups
+    take them; ConfigError when they do not go together."""
+    from lakesink.kafka.registry_subjects import SubjectNaming
+
+    return SubjectNaming(
+        values["schema.registry.subject.strategy"], values["schema.registry.record.name"]
+    )
+
+
+def check_registry_use(values: Mapping[str, Any]) -> None:
+    """With schema.registry.url: the subject naming keys together, and what a change stream
+    (write.operation=cdc) reads through the registry: Avro values (Debezium envelopes as its
+    Avro converter registers them, or records with an operation field; docs/cdc.md);
+    ConfigError naming the key otherwise."""
+    subject_naming(values)
+    if values["write.operation"] == "cdc" and values["value.format"] != "avro":
+        raise ConfigError(
+            "write.operation=cdc reads values through schema.registry.url in Avro (Debezium's "
+            f"Avro converter): set value.format=avro, not {values['value.format']}"
+        )

@@ -8,6 +8,20 @@ import textwrap
 
 from lakesink.config.parsers import Key
 from lakesink.config.registry import KEYS
+from lakesink.config.tables import TABLE_ROUTE_KEYS
+
+
+def documented_keys() -> tuple[Key, ...]:
+    """Every key as the reference lists it: the registry's, with each table's route keys
+    after `tables` (named `tables.<name>.route.*`)."""
+    out: list[Key] = []
+    for k in KEYS:
+        out.append(k)
+        if k.name == "tables":
+            out.extend(
+                Key(f"tables.<name>.{r.name}", r.parse, r.default, r.doc) for r in TABLE_ROUTE_KEYS
+            )
+    return tuple(out)
 
 
 def render_reference() -> str:
@@ -24,7 +38,7 @@ def render_reference() -> str:
         "| key | default | description |",
         "| --- | --- | --- |",
     ]
-    for k in KEYS:
+    for k in documented_keys():
         lines.append(f"| `{k.name}` | {_default_text(k)} | {_placeholders_as_code(k.doc)} |")
     return "\n".join(lines) + "\n"
 
@@ -33,12 +47,13 @@ def render_terminal_reference(width: int = 100) -> str:
     """Every key as a plain-text table `width` columns wide: key, default as a configuration
     file writes it, description wrapped under its column (a key or default longer than its
     column puts the description on the next line)."""
-    key_w = min(max(len(k.name) for k in KEYS), max(24, width // 3))
+    keys = documented_keys()
+    key_w = min(max(len(k.name) for k in keys), max(24, width // 3))
     default_w = 14
     desc_w = max(30, width - key_w - default_w - 4)
     indent = " " * (key_w + default_w + 4)
     lines = [f"{'KEY':<{key_w}}  {'DEFAULT':<{default_w}}  DESCRIPTION"]
-    for k in KEYS:
+    for k in keys:
         head = f"{k.name:<{key_w}}  {_plain_default(k):<{default_w}}  "
         doc = k.doc.replace("`", "")
         desc = textwrap.wrap(doc, desc_w, break_long_words=False, break_on_hyphens=False) or [""]
@@ -57,7 +72,7 @@ def _plain_default(key: Key) -> str:
     if key.required:
         return "(required)"
     value = key.default
-    if value is None or value == "" or value == ():
+    if value is None or value == "" or value == () or value == {}:
         return "-"
     if isinstance(value, bool):
         return str(value).lower()

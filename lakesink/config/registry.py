@@ -27,6 +27,7 @@ from lakesink.config.spark import SPARK_KEYS
 from lakesink.config.standby import STANDBY_KEYS
 from lakesink.config.storage import STORAGE_KEYS
 from lakesink.config.table import TABLE_KEYS
+from lakesink.config.tables import TABLES_KEYS, TableSpec, gather_table_keys, parse_tables
 from lakesink.config.transform import TRANSFORM_KEYS
 from lakesink.errors import ConfigError
 from lakesink.security import MASK
@@ -59,6 +60,7 @@ KEYS: tuple[Key, ...] = (
     *RECORD_KEYS,
     *DEAD_LETTER_KEYS,
     *TABLE_KEYS,
+    *TABLES_KEYS,
     *MUTATION_KEYS,
     *ICEBERG_KEYS,
     *TRANSFORM_KEYS,
@@ -127,6 +129,8 @@ class LakesinkConfig:
     def checkpoint_location(self) -> Path:
         if self["checkpoint.location"]:
             return Path(self["checkpoint.location"])
+        if self["tables"]:  # many tables: where the first table's would be
+            return self.table_configs()[0][1].checkpoint_location
         table = str(self["table.path"])
         if is_remote_uri(table):  # Spark's checkpoint stays local; the table holds the truth
             parts = urlsplit(table)
@@ -191,6 +195,28 @@ class LakesinkConfig:
 
     def with_overrides(self, overrides: Mapping[str, Any]) -> LakesinkConfig:
         return build_config({**self.values, **overrides})
+
+    @property
+    def table_specs(self) -> tuple[TableSpec, ...]:
+        """The tables of a many-table ingestion (`tables.<name>.*`), by name; () for one."""
+        return parse_tables(self["tables"], frozenset(KEYS_BY_NAME))
+
+    def table_configs(self) -> list[tuple[TableSpec, LakesinkConfig]]:
+        """Each table of a many-table ingestion with its own configuration: the top-level
+        keys, the table's over them, the ingestion's writer id (each table keeps that
+        writer's offsets of its own) and no `tables` section."""
+        out = []
+        for spec in self.table_specs:
+            values = {
+                **{k: v for k, v in self.values.items() if k not in ("tables", "route.default")},
+                **spec.overrides,
+                "writer.id": self.writer_id,
+            }
+            try:
+                out.append((spec, build_config(values)))
+            except ConfigError as e:
+                raise ConfigError(f"tables.{spec.name}: {e}") from None
+        return out
 
     @property
     def settings(self) -> Settings:
@@ -313,6 +339,17 @@ def closest_key(unknown: str) -> str | None:
 
 def build_config(raw: Mapping[str, Any]) -> LakesinkConfig:
     """Validate raw values (any source) into a config; errors name the key and what is valid."""
+    try:
+        raw = gather_table_keys(raw)
+        parse_tables(raw.get("tables"), frozenset(KEYS_BY_NAME))  # named errors first
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    tables = raw.get("tables")
+    if tables and isinstance(tables, Mapping) and raw.get("table.path") is None:
+        # many tables: the ingestion's own paths (checkpoint, writer id) follow the first's
+        first = tables[sorted(tables)[0]]
+        if isinstance(first, Mapping) and first.get("table.path") is not None:
+            raw = {**raw, "table.path": first["table.path"]}
     unknown = sorted(set(raw) - set(KEYS_BY_NAME))
     if unknown:
         hints = "; ".join(
@@ -378,6 +415,7 @@ def _check_combinations(cfg: LakesinkConfig) -> None:
             "value.format=json needs value.schema (a DDL string) or value.schema.file"
         )
     _check_registry(cfg)
+    _check_tables(cfg)
     if (
         cfg["value.format"] == "avro"
         and not cfg["value.schema.file"]
@@ -445,10 +483,9 @@ def _check_registry(cfg: LakesinkConfig) -> None:
             "schema.registry.url must not carry credentials (user:password@): put them in "
             "schema.registry.basic.auth.user.info (env:NAME or file:/path)"
         )
-    if cfg["write.operation"] == "cdc":
-        raise ConfigError(
-            "write.operation=cdc does not read values through schema.registry.url yet"
-        )
+    from lakesink.config.records import check_registry_use
+
+    check_registry_use(cfg.values)  # subject naming; cdc reads Debezium's Avro envelopes
     if fmt == "avro" and (
         cfg["value.avro.wire.format"] != "confluent" or cfg["value.avro.schema.ids"]
     ):
@@ -593,3 +630,47 @@ def load_config(
     raw.update(env_overrides(environ))
     raw.update(overrides or {})
     return build_config(raw)
+
+
+def _check_tables(cfg: LakesinkConfig) -> None:
+    """A many-table ingestion: each table's keys and route, and what it cannot combine with."""
+    try:
+        specs = cfg.table_specs
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    if not specs:
+        if cfg["route.default"]:
+            raise ConfigError("route.default names a table of the tables section: set tables")
+        return
+    names = [s.name for s in specs]
+    if cfg["route.default"] and cfg["route.default"] not in names:
+        raise ConfigError(
+            f"route.default={cfg['route.default']!r} is not a table; expected one of "
+            f"{', '.join(names)}"
+        )
+    if cfg["commit.mode"] == "async":
+        raise ConfigError(
+            "commit.mode=async commits one table; with tables set commit.mode=sync (each "
+            "table commits its batch in turn)"
+        )
+    if cfg["write.path"] == "direct":
+        raise ConfigError(
+            "write.path=direct writes one table; with tables set write.path=auto or dataframe"
+        )
+    seen: dict[tuple[str, str, str], str] = {}
+    for spec, table in cfg.table_configs():
+        if "table.path" not in spec.overrides:
+            raise ConfigError(f"tables.{spec.name}.table.path is required: where the table is")
+        where = (str(table["table.path"]), table["table.format"], table.table_name)
+        if where in seen:
+            raise ConfigError(
+                f"tables.{spec.name} and tables.{seen[where]} are the same table "
+                f"({where[0]}, {where[2]}): give each its own table.path or table.name"
+            )
+        seen[where] = spec.name
+        if (table["write.operation"] == "cdc") != (cfg["write.operation"] == "cdc"):
+            raise ConfigError(
+                f"tables.{spec.name}.write.operation: a change stream is decoded for the "
+                "whole ingestion: set write.operation=cdc at the top level (then every "
+                "table is cdc), or append/upsert per table"
+            )

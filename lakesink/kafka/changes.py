@@ -31,7 +31,7 @@ import json
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -74,6 +74,12 @@ _TIMESTAMP_UNITS: dict[str, int] = {  # microseconds per unit, or -1000 for nano
 }
 
 
+def is_avro_schema(schema: str | None) -> bool:
+    """Whether value.schema holds Avro schema JSON rather than a DDL (through the registry,
+    the envelope schema a run's rows are pinned from)."""
+    return schema is not None and schema.lstrip().startswith("{")
+
+
 def declared_rows(
     value_format: str,
     cdc_format: CdcFormat,
@@ -83,36 +89,63 @@ def declared_rows(
     """The columns of a change stream's rows as declared: value.schema (a DDL), or for json a
     DDL file (value.schema.file); for avro without value.schema, the columns of the Avro
     schema file's record: for Debezium the record of its `after` (or `before`) field, the
-    envelope's row. ConfigError when there is none or it cannot be read."""
+    envelope's row. For avro value.schema may hold the Avro schema JSON itself (as the
+    registry's envelope is pinned for a run). ConfigError when there is none or it cannot be
+    read."""
     if value_format not in ("json", "avro"):
         raise ConfigError(
             f"write.operation=cdc reads JSON or Avro values, not value.format={value_format}"
         )
-    if schema is not None:
+    if schema is not None and not (value_format == "avro" and is_avro_schema(schema)):
         return ddl_to_arrow(schema)
-    if schema_file is None:
+    if schema is not None:
+        text, what = schema, "value.schema"
+    elif schema_file is None:
         raise ConfigError("write.operation=cdc needs value.schema: the columns of the rows")
-    try:
-        text = Path(schema_file).read_text()
-    except OSError as e:
-        raise ConfigError(f"cannot read value.schema.file {schema_file}: {e.strerror}") from e
+    else:
+        what = f"value.schema.file {schema_file}"
+        try:
+            text = Path(schema_file).read_text()
+        except OSError as e:
+            raise ConfigError(f"cannot read value.schema.file {schema_file}: {e.strerror}") from e
     if value_format == "json":
         return ddl_to_arrow(text)
     try:
         raw = json.loads(text)
     except ValueError as e:
-        raise ConfigError(f"value.schema.file {schema_file} is not Avro schema JSON: {e}") from e
-    struct = avro_to_arrow_type(raw)
+        raise ConfigError(f"{what} is not Avro schema JSON: {e}") from e
+    rows = envelope_rows(avro_to_arrow_type(raw), cdc_format)
+    if rows is None:
+        raise ConfigError(
+            f"{what} is not a Debezium envelope: it has no 'after' record "
+            "(or declare the row's columns in value.schema)"
+        )
+    return rows
+
+
+def envelope_rows(record: pa.DataType, cdc_format: CdcFormat) -> pa.Schema | None:
+    """The row's columns in the Arrow type of an Avro value record: for Debezium its `after`
+    (else `before`) record, for an operation-field stream the record itself; None when it is
+    no record, or a Debezium value has neither."""
+    if not pa.types.is_struct(record):
+        return None
     if cdc_format == "field":
-        return pa.schema(list(struct))
+        return pa.schema(list(record))
     for side in ("after", "before"):
-        index = struct.get_field_index(side)
-        if index >= 0 and pa.types.is_struct(struct.field(index).type):
-            return pa.schema(list(struct.field(index).type))
-    raise ConfigError(
-        f"value.schema.file {schema_file} is not a Debezium envelope: it has no 'after' record "
-        "(or declare the row's columns in value.schema)"
-    )
+        index = record.get_field_index(side)
+        if index >= 0 and pa.types.is_struct(record.field(index).type):
+            return pa.schema(list(record.field(index).type))
+    return None
+
+
+class AvroEnvelopes(Protocol):
+    """Avro change values whose writer schema is looked up per value (registry_changes.py's
+    `RegistryEnvelopes`, the schema registry's ids)."""
+
+    def read(self, value: bytes) -> tuple[Mapping[str, Any], Mapping[str, Mapping[str, Any]]]:
+        """The decoded record (the envelope, or the flat record) and its row's field schemas
+        (as `avro_field_schemas` gives them); RecordError with the reason for a bad value."""
+        ...
 
 
 def check_change_columns(rows: pa.Schema, *, with_source_position: bool) -> None:
@@ -134,7 +167,9 @@ class ChangeDeserializer:
     `rows` are the declared columns; `key_columns` the record key (table.record.key.fields);
     `ordering_field` table.ordering.field (None: a Debezium stream adds the source position);
     `op_field` and `op_values` the operation field of cdc.format=field. `avro` decodes Avro
-    values (the envelope, or the flat record) before the change is read; None: JSON.
+    values (the envelope, or the flat record) before the change is read, with its fixed
+    schema; `envelopes` instead with each value's writer schema (through the schema registry);
+    neither: JSON.
 
     The Kafka record keys are not passed to `decode` (a `Deserializer` gets values only): a
     Debezium event carries its key columns in `after`, or in `before` for a delete, so only a
@@ -152,6 +187,7 @@ class ChangeDeserializer:
         op_values: Mapping[str, RowOperation] | None = None,
         avro: AvroDeserializer | None = None,
         avro_field_schemas: Mapping[str, Mapping[str, Any]] | None = None,
+        envelopes: AvroEnvelopes | None = None,
     ) -> None:
         if not key_columns:
             raise ConfigError("write.operation=cdc needs table.record.key.fields")
@@ -167,6 +203,7 @@ class ChangeDeserializer:
         self._keys = tuple(key_columns)
         self._kept_by_delete = frozenset(k for k in (*key_columns, ordering_field) if k)
         self._avro = avro
+        self._envelopes = envelopes
         values = RowValues(rows)
         self._decoder: DebeziumDecoder | OperationFieldDecoder
         if cdc_format == "debezium":
@@ -199,14 +236,17 @@ class ChangeDeserializer:
         op_values: Mapping[str, RowOperation],
         avro_wire_format: WireFormat = "confluent",
         avro_schema_ids: str | Collection[int] | None = None,
+        envelopes: AvroEnvelopes | None = None,
     ) -> ChangeDeserializer:
         """From the configuration's values (value.*, table.record.key.fields, the mutation
         settings). For avro, value.schema.file is the Avro schema of the values (the Debezium
-        envelope) and value.schema, when set, overrides the row's columns."""
+        envelope) and value.schema, when set, overrides the row's columns; with `envelopes`
+        (the schema registry's writer schemas) the values' schema is not configured, and the
+        row's columns come from value.schema or value.schema.file."""
         rows = declared_rows(value_format, cdc_format, schema, schema_file)
         avro = None
         field_schemas: dict[str, Any] = {}
-        if value_format == "avro":
+        if value_format == "avro" and envelopes is None:
             if schema_file is None:
                 raise ConfigError("value.format=avro needs value.schema.file (an .avsc file)")
             avro = AvroDeserializer(
@@ -224,6 +264,7 @@ class ChangeDeserializer:
             op_values=op_values,
             avro=avro,
             avro_field_schemas=field_schemas,
+            envelopes=envelopes,
         )
 
     @property
@@ -260,6 +301,11 @@ class ChangeDeserializer:
         where the value carries them (the JSON converter's schema, the Avro schema)."""
         if value is None:
             return None, {}
+        if self._envelopes is not None:
+            record, field_schemas = self._envelopes.read(value)
+            if isinstance(self._decoder, DebeziumDecoder):
+                return self._decoder.from_avro(record), field_schemas
+            return self._decoder.from_record(record), field_schemas
         if self._avro is not None:
             try:
                 record = self._avro.decode_one(value)

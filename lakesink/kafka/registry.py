@@ -183,6 +183,8 @@ class _Writer:
     columns: pa.Schema
     decoder: Any
     validator: Any = None
+    schema: Any = None
+    """The parsed schema (Avro's JSON), for what the columns do not say (`connect.name`)."""
 
 
 def _avro_writer(schema_id: int, schema_str: str) -> _Writer:
@@ -196,7 +198,7 @@ def _avro_writer(schema_id: int, schema_str: str) -> _Writer:
     except ConfigError as e:
         raise ValueError(str(e)) from e
     columns = pa.schema(list(avro_to_arrow_type(raw)))
-    return _Writer(tuple(f["name"] for f in raw["fields"]), columns, decoder)
+    return _Writer(tuple(f["name"] for f in raw["fields"]), columns, decoder, schema=raw)
 
 
 def _json_writer(schema_str: str) -> _Writer:

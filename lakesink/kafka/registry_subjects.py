@@ -1,12 +1,18 @@
 """The subjects of a schema registry and the columns of their registered versions (the
 mapping of each format to Arrow: registry_schemas.py); spark/registry_columns.py evolves a run's
-columns with them."""
+columns with them.
+
+A topic's value subject follows one of the registry clients' subject name strategies
+(`SubjectNaming`): topic (`<topic>-value`, the default), record (the value record's full name,
+`namespace.name`, whatever the topic) or topic-record (`<topic>-<record full name>`). A record
+strategy lets several record types share a topic, so lakesink is told which record is the
+table's (schema.registry.record.name)."""
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import pyarrow as pa
 
@@ -22,7 +28,18 @@ from lakesink.kafka.registry import (
 )
 from lakesink.kafka.registry_schemas import avro_defaults, json_schema_columns, proto_message_struct
 
-__all__ = ["WriterColumns", "subject_for", "subject_versions", "writer_columns"]
+__all__ = [
+    "SUBJECT_STRATEGIES",
+    "SubjectNaming",
+    "SubjectStrategy",
+    "WriterColumns",
+    "subject_for",
+    "subject_versions",
+    "writer_columns",
+]
+
+SubjectStrategy = Literal["topic", "record", "topic-record"]
+SUBJECT_STRATEGIES: tuple[SubjectStrategy, ...] = ("topic", "record", "topic-record")
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,9 +50,46 @@ class WriterColumns:
     defaults: frozenset[str] = frozenset()
 
 
-def subject_for(topic: str) -> str:
-    """The value subject of `topic` under the topic name strategy."""
-    return f"{topic}-value"
+@dataclass(frozen=True, slots=True)
+class SubjectNaming:
+    """How the value subject of a topic is named (schema.registry.subject.strategy and
+    schema.registry.record.name)."""
+
+    strategy: SubjectStrategy = "topic"
+    record_name: str | None = None
+    """The value record's full name (`namespace.name`); required by record and topic-record."""
+
+    def __post_init__(self) -> None:
+        if self.strategy not in SUBJECT_STRATEGIES:
+            raise ConfigError(
+                f"schema.registry.subject.strategy={self.strategy} is not one of "
+                f"{', '.join(SUBJECT_STRATEGIES)}"
+            )
+        if self.strategy == "topic":
+            if self.record_name is not None:
+                raise ConfigError(
+                    "schema.registry.record.name applies to schema.registry.subject.strategy "
+                    "record or topic-record; the topic strategy names subjects <topic>-value"
+                )
+        elif not self.record_name:
+            raise ConfigError(
+                f"schema.registry.subject.strategy={self.strategy} needs "
+                "schema.registry.record.name: the full name (namespace.name) of the value "
+                "record the table's schemas are registered under"
+            )
+
+    def subject(self, topic: str) -> str:
+        """The value subject of `topic`."""
+        if self.strategy == "topic":
+            return f"{topic}-value"
+        if self.strategy == "record":
+            return str(self.record_name)
+        return f"{topic}-{self.record_name}"
+
+
+def subject_for(topic: str, naming: SubjectNaming | None = None) -> str:
+    """The value subject of `topic` under `naming` (None: the topic name strategy)."""
+    return (naming or SubjectNaming()).subject(topic)
 
 
 def subject_versions(settings: RegistrySettings, subject: str, fmt: RegistryFormat) -> list[Any]:

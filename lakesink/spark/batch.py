@@ -28,7 +28,7 @@ from lakesink.engine.coordinator import BatchOutcome, Coordinator
 from lakesink.engine.schema import TableSchema
 from lakesink.faults import crash_point
 from lakesink.protocol.instant import InstantTime
-from lakesink.protocol.offsets import OffsetRange
+from lakesink.protocol.offsets import OffsetRange, WriterOffsets
 from lakesink.protocol.write_status import WriteStatus
 
 log = logging.getLogger(__name__)
@@ -54,10 +54,22 @@ Instants = Mapping[str, InstantTime | None]
 class BatchTables:
     """The tables of an ingestion, in commit order, and the steps of one batch over them."""
 
-    def __init__(self, tables: Sequence[BatchTable]) -> None:
+    def __init__(self, tables: Sequence[BatchTable], *, skip_committed: bool = False) -> None:
+        """`skip_committed` (many tables, lakesink.spark.routing): the source starts at the
+        lowest offsets committed over the tables, so a table ahead of the others takes each
+        range from its own committed position on (`ranges_of`)."""
         if not tables:
             raise ValueError("a batch writes at least one table")
         self.tables = tuple(tables)
+        self.skip_committed = skip_committed
+
+    def ranges_of(self, table: BatchTable, ranges: Sequence[OffsetRange]) -> list[OffsetRange]:
+        """The batch's ranges as `table` commits them: all of them; with `skip_committed`,
+        less what the table committed already (a range wholly below its position dropped,
+        one it is inside of starting there)."""
+        if not self.skip_committed:
+            return list(ranges)
+        return ranges_after(table.coordinator.committed, ranges)
 
     def __getitem__(self, role: str) -> BatchTable:
         return next(t for t in self.tables if t.role == role)
@@ -72,7 +84,9 @@ class BatchTables:
         instants: dict[str, InstantTime | None] = {}
         try:
             for table in self.tables:
-                instants[table.role] = table.coordinator.begin_batch(batch_id, ranges)
+                instants[table.role] = table.coordinator.begin_batch(
+                    batch_id, self.ranges_of(table, ranges)
+                )
         except BaseException:
             self.abort(batch_id, instants)
             raise
@@ -99,9 +113,9 @@ class BatchTables:
         lost: Sequence[OffsetRange] = (),
     ) -> dict[str, BatchOutcome]:
         """Commit the begun tables in order (`schema_of(role, statuses)`: the schema the
-        table's commit records; `lost`: spans cut off the batch, recorded in the main table's
-        commit); their outcomes by role. A failure aborts the table that failed (unless it
-        is durably pre-committed) and the ones after it, then is raised."""
+        table's commit records; `lost`: spans cut off the batch, recorded in the commits of
+        the tables of rows); their outcomes by role. A failure aborts the table that failed
+        (unless it is durably pre-committed) and the ones after it, then is raised."""
         several = len(self.tables) > 1
         if several:
             crash_point("before-table-commits")
@@ -118,10 +132,10 @@ class BatchTables:
                     table,
                     instant,
                     batch_id,
-                    ranges,
+                    self.ranges_of(table, ranges),
                     written,
                     schema_of(table.role, written),
-                    lost if table.role == ROWS else (),
+                    lost if table.role != DEAD_LETTERS else (),
                 )
             except BaseException:
                 # durable in the pending store: its committer or the next start publishes it
@@ -176,3 +190,15 @@ def abort_instant(coordinator: Coordinator, instant: InstantTime, batch_id: int)
         coordinator.abort(instant)
     except Exception:  # recovery at the next start rolls it back
         log.exception("rollback of %s failed; the next start will retry it", instant)
+
+
+def ranges_after(committed: WriterOffsets, ranges: Sequence[OffsetRange]) -> list[OffsetRange]:
+    """`ranges` less the offsets below each partition's committed position."""
+    out = []
+    for r in ranges:
+        position = committed.get(r.partition)
+        if position is None or position <= r.start:
+            out.append(r)
+        elif position < r.end:
+            out.append(OffsetRange(r.partition, position, r.end))
+    return out

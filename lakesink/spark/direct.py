@@ -55,7 +55,7 @@ def uses_direct_path(cfg: LakesinkConfig) -> bool:
     `table.partition.date.from` (if set) naming a timestamp or date column of the rows. A forced
     direct path that cannot give the DataFrame path's rows is a ConfigError."""
     choice = cfg["write.path"]
-    if choice == "dataframe":
+    if choice == "dataframe" or cfg["tables"]:  # many tables: routed on the DataFrame
         return False
     why_not = _direct_path_obstacle(cfg)
     if choice == "direct" and why_not:

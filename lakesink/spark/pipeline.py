@@ -12,8 +12,10 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
+from pyspark.sql.types import StructType
 
 from lakesink.config import LakesinkConfig
 from lakesink.engine.async_commit import AsyncCommitter
@@ -30,8 +32,9 @@ from lakesink.spark.direct import spark_arrow_schema, uses_direct_path
 from lakesink.spark.liveness_file import writer_liveness
 from lakesink.spark.monitoring import LagMonitor
 from lakesink.spark.registry_columns import pin_registry_columns, uses_registry_columns
+from lakesink.spark.routing import RoutedTable, RoutingSink, check_routes_cover
 from lakesink.spark.session import check_workers_import_lakesink
-from lakesink.spark.sink import CommittingSink, analyze_rows
+from lakesink.spark.sink import CommittingSink, analyze_rows, load_transform
 from lakesink.spark.source import (
     CONFIG_OPTION,
     SECRETS_OPTION,
@@ -39,6 +42,7 @@ from lakesink.spark.source import (
     encode_config,
     encode_secrets,
 )
+from lakesink.spark.table_offsets import committed_offsets_of, lowest_committed
 from lakesink.spark.task_writer import DATE_PARTITION_COLUMN
 from lakesink.spark.worker_warmup import WorkerWarmup
 
@@ -192,6 +196,23 @@ class Ingestion:
         self.on_progress = on_progress
         self._stop = threading.Event()
         self.plugin = plugin_of(cfg.settings)
+        self.metrics = IngestionMetrics(
+            writer_id=cfg.writer_id,
+            table=str(cfg["table.path"]),
+            topics=",".join(cfg["kafka.topics"]) or str(cfg["kafka.topic.pattern"]),
+            topic_names=cfg["kafka.topics"],
+        )
+        topic_ids = TopicIds(cfg["kafka.bootstrap.servers"], cfg.kafka_client_config)
+        query_id = str(uuid.uuid4())
+        # many tables (tables.<name>.*): each its own, the first one standing for the writer
+        # where one coordinator is asked (lag readings)
+        self.routed = self._open_routed_tables(query_id, topic_ids) if cfg["tables"] else []
+        self.monitor: LagMonitor | None = None  # lag readings while metrics are served
+        self.liveness: WriterLiveness | None = None  # renewed while run() runs
+        if self.routed:
+            self.coordinator: Coordinator = self.routed[0].coordinator
+            check_routes_cover(self.routed, [tp.topic for tp in self.partitions])
+            return
         self.plugin.check_options(cfg.settings)
         table = self.plugin.open_table(
             cfg.settings,
@@ -205,24 +226,44 @@ class Ingestion:
                 cfg["table.path"],
                 cfg.checkpoint_location,
             )
-        self.metrics = IngestionMetrics(
-            writer_id=cfg.writer_id,
-            table=str(cfg["table.path"]),
-            topics=",".join(cfg["kafka.topics"]) or str(cfg["kafka.topic.pattern"]),
-            topic_names=cfg["kafka.topics"],
-        )
-        topic_ids = TopicIds(cfg["kafka.bootstrap.servers"], cfg.kafka_client_config)
-        self.coordinator: Coordinator = self.plugin.open_coordinator(
+        self.coordinator = self.plugin.open_coordinator(
             cfg.settings,
             table,
             self.control,
-            query_id=str(uuid.uuid4()),
+            query_id=query_id,
             publish_delay_s=cfg["commit.publish.delay.s"],
             topic_ids=topic_ids,
             metrics=self.metrics,
         )
-        self.monitor: LagMonitor | None = None  # lag readings while metrics are served
-        self.liveness: WriterLiveness | None = None  # renewed while run() runs
+
+    def _arrow_rows(self, schema: StructType) -> Callable[[], pa.Schema]:
+        return lambda: spark_arrow_schema(self.spark, schema)
+
+    def _open_routed_tables(self, query_id: str, topic_ids: TopicIds) -> list[RoutedTable]:
+        """Each table of `tables.<name>.*`, checked and opened (created if missing) with its
+        own coordinator and concurrency control, in name order."""
+        out = []
+        for spec, cfg in self.cfg.table_configs():
+            fields = partition_columns(cfg)
+            schema = analyze_rows(cfg, self.spark, fields)
+            plugin = plugin_of(cfg.settings)
+            plugin.check_options(cfg.settings)
+            table = plugin.open_table(
+                cfg.settings, partition_fields=fields, rows=self._arrow_rows(schema)
+            )
+            coordinator = plugin.open_coordinator(
+                cfg.settings,
+                table,
+                make_control(cfg),
+                query_id=query_id,
+                publish_delay_s=cfg["commit.publish.delay.s"],
+                topic_ids=topic_ids,
+                metrics=self.metrics,
+            )
+            out.append(
+                RoutedTable(spec, cfg, plugin, coordinator, schema, fields, load_transform(cfg))
+            )
+        return out
 
     def serve_metrics(self) -> str | None:
         """Start the Prometheus endpoint and the lag readings when `metrics.port` is set
@@ -273,11 +314,12 @@ class Ingestion:
         """Claim the writer id and recover before the first new batch: roll back unfinished
         instants; with an async committer, publish Pending epochs in order first. Temporary
         files that killed writers left in the table's root go too."""
-        removed = self.cfg.table_storage.remove_stale_temporaries()
-        if removed:
-            log.info(
-                "%s: deleted %d temporary files of killed writers", self.cfg.table_name, removed
-            )
+        if self.routed:
+            for t in self.routed:
+                _remove_stale_temporaries(t.cfg)
+                t.coordinator.start()
+            return
+        _remove_stale_temporaries(self.cfg)
         if committer is None:
             self.coordinator.start()
         else:
@@ -317,6 +359,8 @@ class Ingestion:
         """The `foreachBatch` function of this ingestion (after `start_commits`); `direct`:
         over lakesink's own source stream, tasks write without the DataFrame (spark/direct.py)."""
         dead_letters = self._dead_letter_coordinator()
+        if self.routed:
+            return RoutingSink(self.cfg, self.routed, dead_letters)
         return CommittingSink(
             self.cfg,
             self.coordinator,
@@ -341,7 +385,7 @@ class Ingestion:
         self.check_replay()
         target = None
         if once:
-            target = offsets_to_read(self.cfg, self.coordinator.committed, self.partitions)
+            target = offsets_to_read(self.cfg, self._committed(), self.partitions)
             if not target:
                 return self._result(IngestionResult(nothing_new=True), started)
         sink = self.make_sink(committer, direct=self.direct)
@@ -439,7 +483,11 @@ class Ingestion:
 
     def _result(self, result: IngestionResult, started: float) -> IngestionResult:
         result.elapsed_s = time.monotonic() - started
-        result.committed = self.coordinator.format.committed_offsets(self.cfg.writer_id).to_json()
+        result.committed = (
+            lowest_committed([t.coordinator.table_offsets() for t in self.routed]).to_json()
+            if self.routed
+            else self.coordinator.format.committed_offsets(self.cfg.writer_id).to_json()
+        )
         # Dead letters sent to a topic are not counted here: only a table's are.
         result.only_empty_ranges = (
             result.batches > 0
@@ -500,7 +548,7 @@ class Ingestion:
         records between their start and the target expired (retention) after the start-up
         check, so the source plans no batch that could reach the target."""
         pending = offsets_to_read(
-            self.cfg, self.coordinator.committed, sorted(target, key=lambda tp: tp.key())
+            self.cfg, self._committed(), sorted(target, key=lambda tp: tp.key())
         )
         gone = [tp for tp in target if tp not in pending]
         if gone:
@@ -511,14 +559,21 @@ class Ingestion:
             )
         return {tp: hi for tp, hi in target.items() if tp in pending}
 
+    def _committed(self) -> WriterOffsets:
+        """Where the writer stands: its table's committed offsets, with many tables the
+        lowest over them."""
+        if self.routed:
+            return lowest_committed([t.coordinator.committed for t in self.routed])
+        return self.coordinator.committed
+
     def _caught_up(self, target: dict[TopicPartition, int]) -> bool:
-        committed = self.coordinator.committed
+        committed = self._committed()
         return all((committed.get(tp) or 0) >= hi for tp, hi in target.items())
 
     def _lag(self, target: dict[TopicPartition, int] | None) -> int | None:
         if target is None:
             return None
-        committed = self.coordinator.committed
+        committed = self._committed()
         return sum(max(0, hi - (committed.get(tp) or 0)) for tp, hi in target.items())
 
 
@@ -554,6 +609,12 @@ def source_stream(spark: SparkSession, cfg: LakesinkConfig) -> DataFrame:
     )
 
 
+def _remove_stale_temporaries(cfg: LakesinkConfig) -> None:
+    removed = cfg.table_storage.remove_stale_temporaries()
+    if removed:
+        log.info("%s: deleted %d temporary files of killed writers", cfg.table_name, removed)
+
+
 def make_committer(cfg: LakesinkConfig, coordinator: Coordinator) -> AsyncCommitter | None:
     if cfg["commit.mode"] != "async":
         return None
@@ -570,4 +631,4 @@ def make_control(cfg: LakesinkConfig) -> CommitControl:
 
 
 def committed_offsets(cfg: LakesinkConfig) -> dict[str, int]:
-    return plugin_of(cfg.settings).committed_offsets(cfg.settings).to_json()
+    return committed_offsets_of(cfg).to_json()

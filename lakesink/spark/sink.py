@@ -23,7 +23,7 @@ from lakesink.engine.async_commit import AsyncCommitter
 from lakesink.engine.coordinator import BatchOutcome, Coordinator
 from lakesink.engine.schema import TableSchema
 from lakesink.errors import CommitConflictError, ConfigError, InternalError, LakesinkError
-from lakesink.formats import plugin_of
+from lakesink.formats import FormatPlugin, plugin_of
 from lakesink.formats.task import KeyedTaskTarget
 from lakesink.metrics import IngestionMetrics
 from lakesink.protocol.mutation import CHANGE_COLUMNS
@@ -438,7 +438,7 @@ class CommittingSink:
             dead_instant = instants.get(DEAD_LETTERS)
             if dead_instant is not None:
                 statuses[DEAD_LETTERS] = self._write(
-                    self.tables[DEAD_LETTERS].coordinator, _dead_letters_of(cached), dead_instant
+                    self.tables[DEAD_LETTERS].coordinator, dead_letters_of(cached), dead_instant
                 )
             if rows_instant is not None:
                 good = cached.where(F.col(ERROR_COLUMN).isNull()).drop(
@@ -482,9 +482,15 @@ class CommittingSink:
         df: DataFrame,
         instant: Any,
         required: tuple[str, ...] = (),
+        *,
+        plugin: FormatPlugin | None = None,
+        size: int | None = None,
     ) -> list[WriteStatus]:
-        size = self.cfg["table.target.file.size.bytes"]
-        target = self.plugin.task_target(coordinator, instant.value, size)
+        """The tasks' write statuses of `df` written into `coordinator`'s table at `instant`
+        (`plugin`, `size`: of another table than the main one, lakesink.spark.routing)."""
+        if size is None:
+            size = self.cfg["table.target.file.size.bytes"]
+        target = (plugin or self.plugin).task_target(coordinator, instant.value, size)
         if isinstance(target, KeyedTaskTarget):
             df = grouped_for(df, target)
         writer = TaskWriter(target, required)
@@ -514,7 +520,7 @@ def grouped_for(df: DataFrame, target: KeyedTaskTarget) -> DataFrame:
     return grouped.drop(GROUP_COLUMN)
 
 
-def _dead_letters_of(rows: DataFrame) -> DataFrame:
+def dead_letters_of(rows: DataFrame) -> DataFrame:
     """The records that failed to decode, as rows of the dead-letter table."""
     from lakesink.kafka.dead_letters import DEAD_LETTER_SCHEMA
 

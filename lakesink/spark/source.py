@@ -153,10 +153,23 @@ def value_deserializer(cfg: LakesinkConfig) -> Any:
     """The deserializer of the record values `cfg` declares (imported lazily: a task that
     never decodes pays nothing): with write.operation=cdc, the change-stream deserializer, whose
     rows carry the operation (lakesink.kafka.changes)."""
+    from lakesink.config.records import registry_settings
+
     if cfg["write.operation"] == "cdc":
         from lakesink.kafka.changes import ChangeDeserializer
 
         mutation = cfg.settings.mutation
+        registry = registry_settings(cfg.values)
+        envelopes = None
+        if registry is not None:  # each value's writer schema from the registry
+            from lakesink.kafka.registry_changes import registry_envelopes
+
+            envelopes = registry_envelopes(
+                registry,
+                cdc_format=mutation.cdc_format,
+                schema=cfg["value.schema"],
+                schema_file=cfg["value.schema.file"],
+            )
         return ChangeDeserializer.configured(
             value_format=cfg["value.format"],
             schema=cfg["value.schema"],
@@ -168,8 +181,8 @@ def value_deserializer(cfg: LakesinkConfig) -> Any:
             op_values=mutation.op_values,
             avro_wire_format=cfg["value.avro.wire.format"],
             avro_schema_ids=cfg["value.avro.schema.ids"],
+            envelopes=envelopes,
         )
-    from lakesink.config.records import registry_settings
     from lakesink.kafka.deserializers import make_deserializer
     from lakesink.spark.registry_columns import registry_evolution
 
@@ -212,8 +225,8 @@ class KafkaStreamReader(DataSourceStreamReader):
         """Refuse a topic deleted and re-created under the same name: its id differs from the
         one the table's offsets (or this query's earlier batches) belong to."""
         from lakesink.errors import DataLossError
-        from lakesink.formats import plugin_of
         from lakesink.kafka.client import topic_ids
+        from lakesink.spark.table_offsets import committed_topic_ids_of
 
         current = topic_ids(
             self.cfg["kafka.bootstrap.servers"],
@@ -221,7 +234,7 @@ class KafkaStreamReader(DataSourceStreamReader):
             extra=self.cfg.kafka_client_config,
         )
         if self._topic_ids is None:
-            self._topic_ids = plugin_of(self.cfg.settings).committed_topic_ids(self.cfg.settings)
+            self._topic_ids = committed_topic_ids_of(self.cfg)
         for topic, now in sorted(current.items()):
             before = self._topic_ids.get(topic)
             if before is not None and before != now:
@@ -234,9 +247,10 @@ class KafkaStreamReader(DataSourceStreamReader):
         self._topic_ids.update(current)
 
     def _table_offsets(self) -> WriterOffsets:
-        from lakesink.formats import plugin_of
+        """The writer's committed offsets: its table's, or the lowest over many tables."""
+        from lakesink.spark.table_offsets import committed_offsets_of
 
-        return plugin_of(self.cfg.settings).committed_offsets(self.cfg.settings)
+        return committed_offsets_of(self.cfg)
 
     def _starts(
         self, known: Mapping[TopicPartition, int], partitions: Sequence[TopicPartition]

@@ -109,7 +109,12 @@ def write_config_file(cfg: LakesinkConfig, path: Path) -> Path:
     def plain(v: Any) -> Any:
         return v.reveal() if isinstance(v, Secret) else list(v) if isinstance(v, tuple) else v
 
-    lines = [f'"{k}" = {json.dumps(plain(v))}' for k, v in cfg.values.items() if v is not None]
+    def dotted(key: str, value: Any) -> list[str]:  # a section (tables) as dotted keys
+        if isinstance(value, dict):
+            return [line for k, v in value.items() for line in dotted(f"{key}.{k}", v)]
+        return [f'"{key}" = {json.dumps(plain(value))}']
+
+    lines = [line for k, v in cfg.values.items() if v is not None for line in dotted(k, v)]
     path.write_text("\n".join(lines) + "\n")
     return path
 

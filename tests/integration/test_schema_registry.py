@@ -341,3 +341,102 @@ def test_registry_schema_versions_create_and_evolve_the_table(
     assert sorted(theirs.select(cols).to_pylist(), key=str) == sorted(
         ours.select(cols).to_pylist(), key=str
     )
+
+
+# A Debezium envelope as its Avro converter registers it (abridged: the converter adds the
+# source's other fields and `transaction`)
+_ROW = {
+    "type": "record",
+    "name": "Value",
+    "namespace": "shop.public.accounts",
+    "fields": [
+        {"name": "id", "type": "long"},
+        {"name": "owner", "type": ["null", "string"], "default": None},
+    ],
+}
+ENVELOPE = {
+    "type": "record",
+    "name": "Envelope",
+    "namespace": "shop.public.accounts",
+    "fields": [
+        {"name": "before", "type": ["null", _ROW], "default": None},
+        {"name": "after", "type": ["null", "shop.public.accounts.Value"], "default": None},
+        {
+            "name": "source",
+            "type": {
+                "type": "record",
+                "name": "Source",
+                "namespace": "io.debezium.connector.postgresql",
+                "fields": [
+                    {"name": "connector", "type": "string"},
+                    {"name": "ts_ms", "type": "long"},
+                    {"name": "lsn", "type": ["null", "long"], "default": None},
+                ],
+            },
+        },
+        {"name": "op", "type": "string"},
+        {"name": "ts_ms", "type": ["null", "long"], "default": None},
+    ],
+}
+
+
+def test_debezium_avro_envelopes_through_the_registry_land_as_current_state(
+    spark: Any,
+    kafka_bootstrap: str,
+    topic_factory: Callable[[str], str],
+    tmp_path: Path,
+    schema_registry: SchemaRegistry,
+) -> None:
+    """write.operation=cdc without value.schema: the row is the registered envelope's `after`,
+    each change decoded by its id; deletes remove, the tombstone is skipped, an unknown id is a
+    dead letter; hudi-rs and lakesink's reader hold the fold of the changes."""
+    from confluent_kafka.schema_registry.avro import AvroSerializer
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    topic, dlq = topic_factory("cdc-avro"), topic_factory("cdc-dlq")
+    ctx = SerializationContext(topic, MessageField.VALUE)
+    serialize = AvroSerializer(_client(schema_registry), json.dumps(ENVELOPE))
+
+    def change(lsn: int, op: str, row: dict[str, Any]) -> bytes:
+        side = "before" if op == "d" else "after"
+        source = {"connector": "postgresql", "ts_ms": lsn, "lsn": lsn}
+        out = serialize({"before": None, "after": None, side: row, "source": source, "op": op}, ctx)
+        assert out is not None
+        return bytes(out)
+
+    first = change(10, "c", {"id": 1, "owner": "ada"})
+    values: list[bytes | None] = [
+        first,
+        change(20, "c", {"id": 2, "owner": "bob"}),
+        change(30, "u", {"id": 1, "owner": "ada lovelace"}),
+        change(40, "d", {"id": 2, "owner": None}),
+        None,  # the tombstone Debezium sends after a delete
+        change(50, "c", {"id": 3, "owner": "cy"}),
+    ]
+    values.append(b"\x00" + (999_998).to_bytes(4, "big") + first[5:])  # an id never given out
+    _produce(kafka_bootstrap, topic, values)
+    create_topic(kafka_bootstrap, dlq, 1)
+    cfg = _config(
+        kafka_bootstrap,
+        topic,
+        tmp_path / "accounts",
+        schema_registry,
+        value__format="avro",
+        value__schema=None,
+        write__operation="cdc",
+        table__record__key__fields="id",
+        table__bucket__count=1,
+        errors__tolerance="all",
+        errors__deadletter__topic=dlq,
+    )
+    run_ingestion(cfg, spark)
+    t = TableReader(HudiTable.open(cfg["table.path"])).snapshot(columns=["id", "owner"])
+    assert sorted(zip(*(t.column(c).to_pylist() for c in ("id", "owner")), strict=True)) == [
+        (1, "ada lovelace"),
+        (3, "cy"),
+    ]
+    report = audit_config(cfg)
+    assert report.ok, report.problems
+    assert (report.keys, report.rows_hudi_rs, report.dead_letters) == (2, 2, 1)
+    (reason,) = _dead_letter_reasons(kafka_bootstrap, dlq)
+    assert "schema id 999998 is not in the registry" in reason

@@ -285,7 +285,7 @@ def test_config_keys_choose_the_registry_path() -> None:
                 "write.operation": "cdc",
                 "table.record.key.fields": "id",
             },
-            "does not read values through schema.registry.url yet",
+            "cdc reads values through schema.registry.url in Avro",
         ),
         (
             {

@@ -1,0 +1,366 @@
+"""One ingestion writing many tables (`tables.<name>.*`, docs/many-tables.md): each batch is
+read from Kafka once, and every table takes the rows its route picks (by topic, by a field's
+text against a regex; a record no route picks goes to `route.default`, else is a dead letter,
+else fails the batch), written by the table's own coordinator and committed one table after
+another (spark/batch.py), each with its own offsets requirement.
+
+Recovery per table: each table holds its own committed offsets. Spark's checkpoint replays an
+unfinished batch with its exact ranges, and a table that committed them begins nothing. Without
+the checkpoint, the source starts at the lowest offsets committed over the tables
+(lakesink.spark.table_offsets), and a table ahead of the others takes each range from its own
+position on (`BatchTables(skip_committed=True)`): its rows below that position are filtered out.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import reduce
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
+
+from lakesink.config import LakesinkConfig
+from lakesink.config.tables import HEADER_PREFIX, KAFKA_KEY_FIELD, Route, TableSpec
+from lakesink.engine.coordinator import BatchOutcome, Coordinator
+from lakesink.engine.schema import TableSchema
+from lakesink.errors import LakesinkError
+from lakesink.formats import FormatPlugin
+from lakesink.protocol.commit import Verdict
+from lakesink.protocol.offsets import OffsetRange
+from lakesink.protocol.write_status import WriteStatus
+from lakesink.spark.batch import DEAD_LETTERS, BatchTable, BatchTables, Instants
+from lakesink.spark.sink import CommittingSink, dead_letters_of, prepare_rows
+from lakesink.spark.source import ERROR_COLUMN, RAW_VALUE_COLUMN
+from lakesink.spark.task_writer import rows_per_topic
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "RoutedTable",
+    "RoutingError",
+    "RoutingSink",
+    "route_condition",
+    "route_mask",
+    "routed_coordinates",
+]
+
+
+class RoutingError(LakesinkError):
+    """A record that no table's route takes, with no route.default and no dead-letter table."""
+
+
+@dataclass(frozen=True, slots=True)
+class RoutedTable:
+    """One table of a many-table ingestion: its spec (name, route), its own configuration,
+    its format's plugin, its coordinator and the rows' declared schema for it."""
+
+    spec: TableSpec
+    cfg: LakesinkConfig
+    plugin: FormatPlugin
+    coordinator: Coordinator
+    output_schema: StructType
+    partition_fields: tuple[str, ...]
+    transform: Callable[[DataFrame], DataFrame] | None
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+
+def route_condition(route: Route) -> Column:
+    """The rows `route` takes, as a Spark condition (null: not taken)."""
+    conditions: list[Column] = []
+    if route.topics:
+        conditions.append(F.col("kafka_topic").isin(list(route.topics)))
+    elif route.topic_pattern is not None:
+        conditions.append(F.col("kafka_topic").rlike(_full(route.topic_pattern)))
+    if route.field is not None and route.regex is not None:
+        conditions.append(_field_text(route.field).rlike(_full(route.regex)))
+    if not conditions:
+        return F.lit(True)
+    return F.coalesce(reduce(lambda a, b: a & b, conditions), F.lit(False))
+
+
+def _full(regex: str) -> str:
+    """A regex matched in full, as route.regex and route.topic.pattern are."""
+    return f"^(?:{regex})$"
+
+
+def _field_text(name: str) -> Column:
+    if name == KAFKA_KEY_FIELD:
+        return F.col(KAFKA_KEY_FIELD).cast("string")  # the key's bytes as UTF-8 text
+    if name.startswith(HEADER_PREFIX):
+        header = name[len(HEADER_PREFIX) :].replace("'", "\\'")
+        # the last header of that name, as Kafka clients read a header map
+        found = F.expr(f"filter(kafka_headers, h -> h.key = '{header}')")
+        # try_: no such header is null, not an error (ANSI mode)
+        return F.try_element_at(found, F.lit(-1)).getField("value").cast("string")
+    return F.col(name).cast("string")
+
+
+def _rows_from(ranges: Sequence[OffsetRange], planned: Sequence[OffsetRange]) -> Column | None:
+    """The rows of `planned` inside `ranges` (a table's ranges after its committed offsets);
+    None when they are the same."""
+    if list(ranges) == list(planned):
+        return None
+    starts = {r.partition: r.start for r in ranges}
+    skipped: list[Column] = []
+    for r in planned:
+        at = F.col("kafka_topic") == r.partition.topic
+        at = at & (F.col("kafka_partition") == r.partition.partition)
+        start = starts.get(r.partition)
+        skipped.append(at if start is None else at & (F.col("kafka_offset") < start))
+    return ~reduce(lambda a, b: a | b, skipped)
+
+
+class RoutingSink(CommittingSink):
+    """`foreachBatch` of a many-table ingestion: the batch's rows read once (cached), each
+    table's taken by its route, written by its plugin and committed in name order after the
+    dead-letter table."""
+
+    def __init__(
+        self,
+        cfg: LakesinkConfig,
+        tables: Sequence[RoutedTable],
+        dead_letters: Coordinator | None = None,
+    ) -> None:
+        first = tables[0]
+        super().__init__(cfg, first.coordinator, None, dead_letters)
+        self.routed: dict[str, RoutedTable] = {t.name: t for t in tables}
+        self.tables = BatchTables(
+            [
+                *([BatchTable(DEAD_LETTERS, dead_letters)] if dead_letters is not None else []),
+                *(BatchTable(t.name, t.coordinator) for t in tables),
+            ],
+            skip_committed=True,
+        )
+        self.default_table: str | None = cfg["route.default"]
+
+    def _commit_batch_once(
+        self, batch_df: DataFrame, batch_id: int, ranges: list[OffsetRange]
+    ) -> BatchOutcome | None:
+        instants = self.tables.begin(batch_id, ranges)
+        if not any(instants.values()):
+            return None
+        try:
+            statuses = self._write_routed(batch_df, ranges, instants)
+        except BaseException:
+            self.tables.abort(batch_id, instants)
+            raise
+        table_statuses = [s for name in self.routed for s in statuses.get(name, ())]
+        self._rows_by_topic = rows_per_topic(table_statuses, ranges)
+        outcomes = self.tables.commit(
+            batch_id,
+            ranges,
+            instants,
+            statuses,
+            lambda role, written: self._table_schema(role, written, batch_df),
+            lost=self.lost,
+        )
+        if DEAD_LETTERS in outcomes:
+            self._count_dead_letters(statuses[DEAD_LETTERS], ranges)
+        published = [outcomes[name] for name in self.routed if name in outcomes]
+        if not published:
+            return None
+        return BatchOutcome(
+            batch_id,
+            Verdict.PUBLISH,
+            published[0].instant_time,
+            records=sum(o.records for o in published),
+            files=sum(o.files for o in published),
+            publish_s=sum(o.publish_s for o in published),
+        )
+
+    def _write_routed(
+        self, batch_df: DataFrame, ranges: list[OffsetRange], instants: Instants
+    ) -> dict[str, list[WriteStatus]]:
+        """Each begun table's rows written by its own task writers; the records no route
+        takes to route.default, the dead-letter table, or a RoutingError before any write."""
+        cached = batch_df.persist()
+        try:
+            dead_table = DEAD_LETTERS in self.tables
+            good = (
+                cached.where(F.col(ERROR_COLUMN).isNull()).drop(ERROR_COLUMN, RAW_VALUE_COLUMN)
+                if dead_table
+                else cached
+            )
+            taken = {name: route_condition(t.spec.route) for name, t in self.routed.items()}
+            default = self.default_table
+            others = [c for name, c in taken.items() if name != default] or [F.lit(False)]
+            untaken = ~reduce(lambda a, b: a | b, others)
+            if default is not None:  # without a route of its own it takes only the rest
+                own = self.routed[default].spec.route
+                taken[default] = untaken if own.takes_everything else taken[default] | untaken
+            elif not dead_table:
+                self._refuse_untaken(good, untaken)
+            statuses: dict[str, list[WriteStatus]] = {}
+            dead_instant = instants.get(DEAD_LETTERS)
+            if dead_instant is not None:
+                dead = dead_letters_of(cached)
+                if self.default_table is None:
+                    dead = dead.unionByName(self._untaken_dead_letters(cached, untaken))
+                statuses[DEAD_LETTERS] = self._write(
+                    self.tables[DEAD_LETTERS].coordinator, dead, dead_instant
+                )
+            for name, table in self.routed.items():
+                instant = instants.get(name)
+                if instant is None:
+                    continue  # this batch is committed there already
+                rows = good.where(taken[name])
+                after = _rows_from(self.tables.ranges_of(self.tables[name], ranges), ranges)
+                if after is not None:
+                    rows = rows.where(after)
+                statuses[name] = self._write_table(table, rows, instant)
+        finally:
+            cached.unpersist()
+        return statuses
+
+    def _refuse_untaken(self, good: DataFrame, untaken: Column) -> None:
+        first = good.where(untaken).select("kafka_topic", "kafka_partition", "kafka_offset")
+        found = first.limit(1).collect()
+        if found:
+            topic, partition, offset = found[0]
+            raise RoutingError(
+                f"record {topic}:{partition}@{offset} matches no table's route; set "
+                "route.default to a table, or errors.tolerance=all with "
+                "errors.deadletter.table to keep such records as dead letters"
+            )
+
+    @staticmethod
+    def _untaken_dead_letters(cached: DataFrame, untaken: Column) -> DataFrame:
+        """The decoded records no route takes, as dead letters with the reason."""
+        rows = cached.where(F.col(ERROR_COLUMN).isNull() & untaken)
+        return dead_letters_of(
+            rows.withColumn(ERROR_COLUMN, F.lit("no table's route matches this record"))
+        )
+
+    def _write_table(self, table: RoutedTable, rows: DataFrame, instant: Any) -> list[WriteStatus]:
+        prepared = prepare_rows(rows, table.cfg, table.transform, table.partition_fields)
+        required = tuple(f.name for f in table.output_schema.fields if not f.nullable)
+        return self._write(
+            table.coordinator,
+            prepared,
+            instant,
+            required,
+            plugin=table.plugin,
+            size=table.cfg["table.target.file.size.bytes"],
+        )
+
+    def _table_schema(
+        self, role: str, statuses: Sequence[WriteStatus], df: DataFrame
+    ) -> TableSchema:
+        if role == DEAD_LETTERS:
+            return self._schema_for(role, statuses, df)
+        table = self.routed[role]
+        arrow = _arrow_schema(df, table.output_schema)
+        if table.plugin.tasks_write_data_files:  # Iceberg keeps its own schema
+            return table.plugin.commit_schema(arrow, table.coordinator.name)
+        written = table.plugin.written_schema([str(s.extra.get("schema") or "") for s in statuses])
+        if written:
+            return TableSchema(str(written), arrow)
+        latest = table.coordinator.format.schema()
+        if latest:
+            return TableSchema.from_text(latest)
+        return table.plugin.commit_schema(arrow, table.coordinator.name)
+
+
+def _arrow_schema(df: DataFrame, schema: StructType) -> Any:
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    from lakesink.protocol.mutation import CHANGE_COLUMNS
+
+    zone = df.sparkSession.conf.get("spark.sql.session.timeZone") or "UTC"
+    arrow = to_arrow_schema(schema, timezone=zone)
+    return pa.schema([f for f in arrow if f.name not in CHANGE_COLUMNS])
+
+
+def check_routes_cover(tables: Sequence[RoutedTable], topics: Sequence[str]) -> None:
+    """Warn about a topic no table's route can take (its records go to route.default, the
+    dead letters, or fail the batch)."""
+    for topic in topics:
+        if not any(t.spec.route.takes_topic(topic) for t in tables):
+            log.warning("no table's route takes records of topic %s", topic)
+
+
+def route_mask(batch: pa.RecordBatch | pa.Table, route: Route) -> pa.Array:
+    """`route_condition` on decoded Arrow rows (what `lakesink verify` expects in a table):
+    per row whether the route takes it."""
+    n = batch.num_rows
+    taken = pa.array(np.ones(n, dtype=bool))
+    topic = batch.column("kafka_topic")
+    if route.topics:
+        taken = pc.and_(taken, pc.is_in(topic, value_set=pa.array(list(route.topics))))
+    elif route.topic_pattern is not None:
+        taken = pc.and_(taken, pc.match_substring_regex(topic, _full(route.topic_pattern)))
+    if route.field is not None and route.regex is not None:
+        text = _arrow_field_text(batch, route.field)
+        taken = pc.and_(taken, pc.match_substring_regex(text, _full(route.regex)))
+    return pc.fill_null(taken, False)
+
+
+def _arrow_field_text(batch: pa.RecordBatch | pa.Table, name: str) -> pa.Array:
+    if name == KAFKA_KEY_FIELD:
+        keys = batch.column(KAFKA_KEY_FIELD).to_pylist()
+        return pa.array([None if k is None else k.decode("utf-8", "replace") for k in keys])
+    if name.startswith(HEADER_PREFIX):
+        header = name[len(HEADER_PREFIX) :]
+        values = []
+        for headers in batch.column("kafka_headers").to_pylist():
+            found = [h["value"] for h in headers or () if h["key"] == header]
+            last = found[-1] if found else None
+            values.append(None if last is None else last.decode("utf-8", "replace"))
+        return pa.array(values, pa.string())
+    column = batch.column(name)
+    if pa.types.is_boolean(column.type):  # as Spark casts a boolean to text
+        return pc.if_else(column, "true", "false")
+    return column.cast(pa.string())
+
+
+def routed_coordinates(
+    cfg: LakesinkConfig, name: str, ranges: Sequence[OffsetRange]
+) -> set[tuple[str, int, int]]:
+    """The Kafka records of `ranges` that table `name` of the many-table ingestion `cfg`
+    takes (its route; for route.default, also what no other route takes), read and decoded
+    as the tasks read them: what `lakesink verify` expects in that table."""
+    from lakesink.kafka.reader import read_range
+    from lakesink.spark.source import value_deserializer
+
+    specs = {s.name: s for s in cfg.table_specs}
+    default = cfg["route.default"]
+    out: set[tuple[str, int, int]] = set()
+    for r in ranges:
+        for batch in read_range(
+            cfg["kafka.bootstrap.servers"],
+            r,
+            isolation_level=cfg["kafka.isolation.level"],
+            deserializer=value_deserializer(cfg),
+            consumer_config=cfg.consumer_config,
+            errors_tolerance="all",
+            on_dead_letter=lambda _record: None,
+        ):
+            if not batch.num_rows:
+                continue
+            mask = route_mask(batch, specs[name].route)
+            if name == default:
+                others = [route_mask(batch, s.route) for n, s in specs.items() if n != name]
+                untaken = pc.invert(reduce(pc.or_, others)) if others else mask
+                own = specs[name].route
+                mask = untaken if own.takes_everything else pc.or_(mask, untaken)
+            kept = batch.filter(mask)
+            out.update(
+                zip(
+                    kept.column("kafka_topic").to_pylist(),
+                    kept.column("kafka_partition").to_pylist(),
+                    kept.column("kafka_offset").to_pylist(),
+                    strict=True,
+                )
+            )
+    return out

@@ -1,0 +1,245 @@
+"""One ingestion writing many tables (`tables.<name>.*`, lakesink.spark.routing): two topics
+routed to three tables of both formats — by topic, by a field's regex, and the default for what
+no route takes — read from Kafka once per batch, each table committing its own offsets.
+
+The driver is killed (SIGKILL) between two tables' commits; the restart runs without Spark's
+checkpoint, so the source starts at the lowest offsets committed over the tables and the table
+that had committed the batch skips it. Each table is read back by a reader lakesink did not
+write (hudi-rs for Hudi, pyiceberg for Iceberg): every record in exactly the tables its route
+names, once."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from integration.conftest import run_ingestion, write_config_file
+
+from lakesink.config import LakesinkConfig, build_config
+from lakesink.errors import LakesinkError
+from lakesink.formats.hudi.audit import hudi_rs_batches
+from lakesink.kafka.producer import produce_values
+
+pytestmark = pytest.mark.integration
+
+PER_TOPIC = 120
+REGIONS = ("eu-west", "us-east", "eu-north", "ap-south")
+
+
+def _value(i: int, topic: str) -> bytes:
+    return json.dumps({"id": i, "region": REGIONS[i % 4], "source": topic}).encode()
+
+
+def _config(
+    bootstrap: str, orders: str, payments: str, folder: Path, **more: Any
+) -> LakesinkConfig:
+    return build_config(
+        {
+            "kafka.bootstrap.servers": bootstrap,
+            "kafka.topics": f"{orders},{payments}",
+            "value.format": "json",
+            "value.schema": "id BIGINT, region STRING, source STRING",
+            "kafka.max.records.per.batch": 100,
+            "writer.id": "routing",
+            "heartbeat.interval.s": 1,
+            "heartbeat.tolerance.s": 10,
+            "lock.lease.s": 10,
+            # every record of the orders topic
+            "tables.orders.table.path": str(folder / "orders"),
+            "tables.orders.route.topics": orders,
+            # the European records of both topics, in an Iceberg table
+            "tables.europe.table.path": str(folder / "warehouse"),
+            "tables.europe.table.format": "iceberg",
+            "tables.europe.table.name": "europe",
+            "tables.europe.route.field": "region",
+            "tables.europe.route.regex": "eu-.*",
+            # what no route takes: payments outside Europe
+            "tables.rest.table.path": str(folder / "rest"),
+            "route.default": "rest",
+            **more,
+        }
+    )
+
+
+def _expected(orders: str, payments: str) -> dict[str, list[tuple[str, int]]]:
+    want: dict[str, list[tuple[str, int]]] = {"orders": [], "europe": [], "rest": []}
+    for topic in (orders, payments):
+        for i in range(PER_TOPIC):
+            region = REGIONS[i % 4]
+            taken = False
+            if topic == orders:
+                want["orders"].append((topic, i))
+                taken = True
+            if region.startswith("eu-"):
+                want["europe"].append((topic, i))
+                taken = True
+            if not taken:
+                want["rest"].append((topic, i))
+    return {name: sorted(rows) for name, rows in want.items()}
+
+
+def _read(cfg: LakesinkConfig) -> dict[str, list[tuple[str, int]]]:
+    """Each table's (source topic, id) rows, by readers lakesink did not write."""
+    from lakesink.formats.iceberg.format import open_iceberg_table
+
+    out = {}
+    for spec, table in cfg.table_configs():
+        if table["table.format"] == "iceberg":
+            rows = open_iceberg_table(table.settings, create=False).pyiceberg.scan().to_arrow()
+        else:
+            rows = pa.Table.from_batches(hudi_rs_batches(str(table["table.path"])))
+        out[spec.name] = sorted(
+            zip(rows["source"].to_pylist(), rows["id"].to_pylist(), strict=True)
+        )
+    return out
+
+
+@pytest.fixture
+def topics(kafka_bootstrap: str, topic_factory: Callable[[str], str]) -> tuple[str, str]:
+    orders, payments = topic_factory("route-orders"), topic_factory("route-payments")
+    for topic in (orders, payments):
+        produce_values(kafka_bootstrap, topic, [_value(i, topic) for i in range(PER_TOPIC)])
+    return orders, payments
+
+
+def test_a_record_no_route_takes_fails_the_batch_without_a_default(
+    kafka_bootstrap: str, topics: tuple[str, str], tmp_path: Path, spark: Any
+) -> None:
+    orders, payments = topics
+    cfg = _config(kafka_bootstrap, orders, payments, tmp_path)
+    values = {k: v for k, v in cfg.values.items() if k != "route.default"}
+    tables = {n: t for n, t in cfg["tables"].items() if n != "rest"}
+    strict = build_config({**values, "tables": tables})
+    with pytest.raises(LakesinkError, match=r"matches no table's route; set route.default"):
+        run_ingestion(strict, spark)
+    for spec, table in strict.table_configs():  # nothing of the failed batch committed
+        from lakesink.spark.table_offsets import committed_offsets_of
+
+        assert committed_offsets_of(table).to_json() == {}, spec.name
+
+
+def test_killed_between_two_tables_commits_each_table_takes_its_records_once(
+    kafka_bootstrap: str,
+    topics: tuple[str, str],
+    tmp_path: Path,
+    spark: Any,
+    cli: Callable[..., Any],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    orders, payments = topics
+    cfg = _config(kafka_bootstrap, orders, payments, tmp_path)
+    conf = write_config_file(cfg, tmp_path / "c.toml")
+    killed = cli(
+        ["ingest", "--config", str(conf), "--once"],
+        env={"LAKESINK_CRASH_AT": "between-table-commits", "LAKESINK_CRASH_AFTER_BATCHES": "2"},
+    )
+    assert killed.returncode == -signal.SIGKILL, killed.stdout[-3000:]
+    behind = _read(cfg)
+    want = _expected(orders, payments)
+    for name, rows in behind.items():  # a prefix of each table's records, none twice
+        assert len(set(rows)) == len(rows) and set(rows) <= set(want[name]), name
+    positions = {spec.name: _committed(table) for spec, table in cfg.table_configs()}
+    assert len({json.dumps(p, sort_keys=True) for p in positions.values()}) > 1, positions
+    # Spark's checkpoint lost: the source starts at the lowest offsets over the tables, and
+    # the tables ahead skip what they have
+    shutil.rmtree(cfg.checkpoint_location)
+    result = run_ingestion(cfg, spark)
+    assert _read(cfg) == want
+    # every table committed every offset of the writer: the lowest over them is the end
+    assert result.committed == {f"{orders}:0": PER_TOPIC, f"{payments}:0": PER_TOPIC}
+    again = run_ingestion(cfg, spark)
+    assert again.nothing_new and _read(cfg) == want
+    # lakesink verify: each table holds the records its route takes, every one once
+    from lakesink.cli.verify import audit_tables
+
+    audits = dict(audit_tables(cfg))
+    assert list(audits) == ["europe", "orders", "rest"]
+    for name, report in audits.items():
+        assert report.ok, (name, report.problems)
+    # the audit checks the route: the rest table against the orders route fails
+    from lakesink.cli.verify import audit_config
+    from lakesink.spark.routing import routed_coordinates
+
+    rest = dict((spec.name, table) for spec, table in cfg.table_configs())["rest"]
+    wrong = audit_config(rest, route=lambda ranges: routed_coordinates(cfg, "orders", ranges))
+    assert not wrong.ok
+    # lakesink status: each table's committed offsets, all at the end of both topics
+    from lakesink.cli.status import run_status
+
+    capsys.readouterr()
+    assert run_status(cfg, as_json=True) == 0
+    statuses = json.loads(capsys.readouterr().out)
+    assert sorted(statuses) == ["europe", "orders", "rest"]
+    for name, st in statuses.items():
+        assert {p["committed"] for p in st["partitions"]} == {PER_TOPIC}, name
+
+
+def _committed(table: LakesinkConfig) -> dict[str, int]:
+    from lakesink.spark.table_offsets import committed_offsets_of
+
+    return committed_offsets_of(table).to_json()
+
+
+def test_the_routes_spark_and_arrow_forms_take_the_same_rows(spark: Any) -> None:
+    """What a batch writes (the Spark condition) and what `lakesink verify` expects (the Arrow
+    mask) agree on the same rows: topics, patterns, value fields, keys, headers and nulls."""
+    import random
+
+    from lakesink.config.tables import Route
+    from lakesink.kafka.dead_letters import HEADER_TYPE
+    from lakesink.spark.routing import route_condition, route_mask
+
+    rng = random.Random(7)
+    words = ["eu-west", "EU-west", "us", "", "eu-", "xeu-west", None]
+    rows = [
+        {
+            "kafka_topic": rng.choice(["orders", "payments", "orders2"]),
+            "kafka_key": None if (k := rng.choice(words)) is None else k.encode(),
+            "kafka_headers": rng.choice(
+                [
+                    None,
+                    [],
+                    [{"key": "region", "value": b"eu-1"}],
+                    [{"key": "region", "value": None}],
+                ]
+            ),
+            "region": rng.choice(words),
+            "flag": rng.choice([True, False, None]),
+            "n": rng.choice([1, 10, None]),
+        }
+        for _ in range(200)
+    ]
+    schema = pa.schema(
+        [
+            ("kafka_topic", pa.string()),
+            ("kafka_key", pa.binary()),
+            ("kafka_headers", HEADER_TYPE),
+            ("region", pa.string()),
+            ("flag", pa.bool_()),
+            ("n", pa.int64()),
+        ]
+    )
+    table = pa.Table.from_pylist(rows, schema=schema).append_column(
+        "i", pa.array(range(len(rows)), pa.int64())
+    )
+    df = spark.createDataFrame(table)  # Arrow types kept (pandas would make n a float)
+    routes = [
+        Route(topics=("orders",)),
+        Route(topic_pattern="orders.*"),
+        Route(field="region", regex="eu-.*"),
+        Route(topics=("payments",), field="kafka_key", regex="eu-.*|"),
+        Route(field="header:region", regex="eu-\\d"),
+        Route(field="flag", regex="true"),
+        Route(field="n", regex="1\\d*"),
+        Route(),
+    ]
+    for route in routes:
+        by_spark = sorted(r["i"] for r in df.where(route_condition(route)).select("i").collect())
+        by_arrow = table.filter(route_mask(table, route)).column("i").to_pylist()
+        assert by_spark == sorted(by_arrow), route

@@ -1,0 +1,165 @@
+"""The `tables.<name>.*` section of a many-table ingestion (lakesink.config.tables): keys from
+a file's nested sections and from flat `--set` keys alike, each table's configuration over the
+top-level defaults, the clear errors; and the offsets arithmetic of recovery per table
+(lowest committed over the tables, a table's ranges after its own position)."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lakesink.config import ConfigError, build_config, read_config_file
+from lakesink.config.tables import Route
+from lakesink.protocol.offsets import OffsetRange, TopicPartition, WriterOffsets
+from lakesink.spark.batch import ranges_after
+from lakesink.spark.table_offsets import lowest_committed
+
+BASE = {
+    "kafka.bootstrap.servers": "localhost:9092",
+    "kafka.topics": "orders,payments",
+    "value.format": "json",
+    "value.schema": "id BIGINT, region STRING",
+}
+
+TOML = """
+"kafka.bootstrap.servers" = "localhost:9092"
+"kafka.topics" = "orders,payments"
+"value.format" = "json"
+"value.schema" = "id BIGINT, region STRING"
+"table.partition.by" = "region"
+"route.default" = "rest"
+
+[tables.orders]
+table.path = "/data/orders"
+route.topics = ["orders"]
+
+[tables.europe]
+table.path = "/data/warehouse"
+table.format = "iceberg"
+route.field = "region"
+route.regex = "eu-.*"
+
+[tables.rest]
+table.path = "/data/rest"
+table.partition.by = ""
+"""
+
+
+def _cfg(**tables: dict[str, Any]) -> Any:
+    raw: dict[str, Any] = dict(BASE)
+    for name, keys in tables.items():
+        raw.update({f"tables.{name}.{k}": v for k, v in keys.items()})
+    return build_config(raw)
+
+
+def test_a_files_sections_and_flat_keys_give_the_same_tables(tmp_path: Path) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text(TOML)
+    from_file = build_config(read_config_file(path))
+    flat = {k: v for k, v in tomllib.loads(TOML).items() if k != "tables"}
+    for name, keys in tomllib.loads(TOML)["tables"].items():
+        for group, inner in keys.items():
+            flat.update({f"tables.{name}.{group}.{k}": v for k, v in inner.items()})
+    assert build_config(flat).table_specs == from_file.table_specs
+    tables = {spec.name: (spec, cfg) for spec, cfg in from_file.table_configs()}
+    assert list(tables) == ["europe", "orders", "rest"]  # commit order: by name
+    europe, europe_cfg = tables["europe"]
+    assert europe.route == Route(field="region", regex="eu-.*")
+    assert europe_cfg["table.format"] == "iceberg"
+    assert europe_cfg["table.partition.by"] == ("region",)  # the top-level default
+    assert tables["rest"][1]["table.partition.by"] == ()  # its own
+    assert tables["orders"][0].route.topics == ("orders",)
+    # one writer over every table, each keeping that writer's offsets
+    assert {cfg.writer_id for _, cfg in tables.values()} == {from_file.writer_id}
+    assert not any(cfg["tables"] for _, cfg in tables.values())
+
+
+@pytest.mark.parametrize(
+    ("keys", "message"),
+    [
+        (
+            {"a": {"table.path": "/t/a", "kafka.topics": "x"}},
+            r"tables\.a\.kafka\.topics: .*top level",
+        ),
+        (
+            {"a": {"table.path": "/t/a", "table.formt": "x"}},
+            r"tables\.a\.table\.formt: unknown key",
+        ),
+        ({"a": {"table.path": "/t/a", "route.regex": "("}}, r"tables\.a\.route\.regex=.*regular"),
+        ({"a": {"table.path": "/t/a", "route.regex": "x"}}, r"route\.field and route\.regex go"),
+        (
+            {"a": {"table.path": "/t/a", "route.topics": "x", "route.topic.pattern": "y"}},
+            "only one",
+        ),
+        ({"a.b": {"table.path": "/t/a"}}, r"unknown key 'b.table.path'"),
+        (
+            {"a": {"table.path": "/t/a"}, "b": {"table.format": "hudi"}},
+            r"tables\.b\.table\.path is required",
+        ),
+        ({"a": {"table.path": "/t/a"}, "b": {"table.path": "/t/a"}}, "are the same table"),
+        ({"a": {"table.path": "/t/a", "table.format": "parquet"}}, r"tables\.a: table\.format="),
+        (
+            {
+                "a": {
+                    "table.path": "/t/a",
+                    "write.operation": "cdc",
+                    "table.record.key.fields": "id",
+                }
+            },
+            "decoded for the whole ingestion",
+        ),
+    ],
+)
+def test_a_bad_table_key_is_named_with_what_is_valid(keys: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        _cfg(**keys)
+
+
+def test_what_many_tables_cannot_combine_with_is_refused() -> None:
+    tables = {"tables.a.table.path": "/t/a", "tables.b.table.path": "/t/b"}
+    with pytest.raises(ConfigError, match=r"route\.default='c' is not a table; .*a, b"):
+        build_config({**BASE, **tables, "route.default": "c"})
+    with pytest.raises(ConfigError, match=re.escape("commit.mode=async commits one table")):
+        build_config({**BASE, **tables, "commit.mode": "async"})
+    with pytest.raises(ConfigError, match=re.escape("write.path=direct writes one table")):
+        build_config({**BASE, **tables, "write.path": "direct"})
+    with pytest.raises(
+        ConfigError, match=re.escape("route.default names a table of the tables section")
+    ):
+        build_config({**BASE, "table.path": "/t/x", "route.default": "a"})
+
+
+def test_the_checkpoint_of_many_tables_is_where_the_first_tables_would_be() -> None:
+    cfg = _cfg(b={"table.path": "/t/b"}, a={"table.path": "/t/a"})
+    assert str(cfg.checkpoint_location).startswith("/t/a/.hoodie/.lakesink/checkpoints/")
+
+
+def test_a_route_takes_topics_by_name_or_pattern_or_every_one() -> None:
+    assert Route(topics=("a",)).takes_topic("a") and not Route(topics=("a",)).takes_topic("ab")
+    assert Route(topic_pattern="a.*").takes_topic("ab")
+    assert not Route(topic_pattern="a").takes_topic("ab")  # in full
+    assert Route().takes_everything and Route(field="f", regex="x").takes_topic("any")
+
+
+A, B = TopicPartition("t", 0), TopicPartition("t", 1)
+
+
+def test_the_writer_starts_at_the_lowest_offsets_committed_over_its_tables() -> None:
+    ahead = WriterOffsets({A: 300, B: 50})
+    behind = WriterOffsets({A: 200})
+    # B: one table never committed it, so it starts where kafka.starting.offsets says
+    assert lowest_committed([ahead, behind]) == WriterOffsets({A: 200})
+    assert lowest_committed([ahead]) == ahead
+    assert lowest_committed([]) == WriterOffsets.empty()
+
+
+def test_a_table_ahead_takes_each_range_from_its_own_position() -> None:
+    ranges = [OffsetRange(A, 200, 300), OffsetRange(B, 0, 100)]
+    committed = WriterOffsets({A: 250, B: 100})
+    assert ranges_after(committed, ranges) == [OffsetRange(A, 250, 300)]  # B's is done
+    assert ranges_after(WriterOffsets({A: 200}), ranges) == ranges
+    assert ranges_after(WriterOffsets({A: 300, B: 150}), ranges) == []
