@@ -186,12 +186,11 @@ class IngestionHandle:
         self._ingestion.close()
 
     def status(self) -> IngestionStatus:
-        from lakesink.formats import plugin_of
+        from lakesink.spark.table_offsets import committed_offsets_of
 
         stats = self._result
         progress = self._last_progress
-        settings = self.config.settings
-        committed = plugin_of(settings).committed_offsets(settings).to_json()
+        committed = committed_offsets_of(self.config).to_json()  # many tables: the lowest
         return IngestionStatus(
             writer_id=self.writer_id,
             table_path=self.table_path,

@@ -119,8 +119,10 @@ def check_local_paths(cfg: LakesinkConfig) -> None:
     from lakesink.errors import ConfigError
     from lakesink.storage import LocalStorage, is_remote_uri, open_storage
 
-    for key in ("table.path", "errors.deadletter.table", "checkpoint.location"):
-        value = cfg[key]
+    paths = [(key, cfg[key]) for key in ("table.path", "errors.deadletter.table")]
+    paths += [(f"tables.{s.name}.table.path", t["table.path"]) for s, t in cfg.table_configs()]
+    paths.append(("checkpoint.location", cfg["checkpoint.location"]))
+    for key, value in paths:
         if not value or is_remote_uri(str(value)):
             continue
         storage = open_storage(str(value)) if key != "checkpoint.location" else None
@@ -178,7 +180,12 @@ def run_ingest(
             "or it stops"
         )
     else:
-        say(f"lakesink: ingesting {topics} into {cfg['table.path']} as writer {cfg.writer_id}")
+        into = (
+            "tables " + ", ".join(f"{s.name} ({t['table.path']})" for s, t in cfg.table_configs())
+            if cfg["tables"]
+            else cfg["table.path"]
+        )
+        say(f"lakesink: ingesting {topics} into {into} as writer {cfg.writer_id}")
     result = ingest(cfg, once=once, debug=debug, partitions=partitions, standby=standby)
     if result is None:
         return 0

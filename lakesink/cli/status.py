@@ -78,8 +78,10 @@ def run_status(cfg: LakesinkConfig, *, as_json: bool, watch_s: float | None = No
                 "status --watch follows one table; with tables, run it with the first table's "
                 "keys, or run status without --watch for every table"
             )
+        from lakesink.spark.table_offsets import all_table_configs
+
         statuses = {
-            spec.name: (table, collect_status(table)) for spec, table in cfg.table_configs()
+            spec.name: (table, collect_status(table)) for spec, table in all_table_configs(cfg)
         }
         if as_json:
             emit_json({name: st for name, (_table, st) in statuses.items()})

@@ -14,9 +14,10 @@ def audit_tables(cfg: LakesinkConfig, *, spark: bool = False) -> list[tuple[str,
     records its route takes (lakesink.spark.routing.routed_coordinates) are expected in it,
     the others are accounted for."""
     from lakesink.spark.routing import routed_coordinates
+    from lakesink.spark.table_offsets import all_table_configs
 
     out = []
-    for spec, table in cfg.table_configs():
+    for spec, table in all_table_configs(cfg):
 
         def routed(ranges: list[OffsetRange], name: str = spec.name) -> set[Coordinate]:
             return routed_coordinates(cfg, name, ranges)
@@ -140,7 +141,10 @@ def _run_verify_tables(cfg: LakesinkConfig, *, as_json: bool) -> int:
     if as_json:
         emit_json({name: report.to_json() for name, report in reports})
     else:
-        for (_spec, table), (name, report) in zip(cfg.table_configs(), reports, strict=True):
+        from lakesink.spark.table_offsets import all_table_configs
+
+        tables = all_table_configs(cfg)
+        for (_spec, table), (name, report) in zip(tables, reports, strict=True):
             say(f"table {name}:")
             print_report(table, report)
     return 0 if all(report.ok for _, report in reports) else 10

@@ -27,7 +27,14 @@ from lakesink.config.spark import SPARK_KEYS
 from lakesink.config.standby import STANDBY_KEYS
 from lakesink.config.storage import STORAGE_KEYS
 from lakesink.config.table import TABLE_KEYS
-from lakesink.config.tables import TABLES_KEYS, TableSpec, gather_table_keys, parse_tables
+from lakesink.config.tables import (
+    TABLES_KEYS,
+    TableSpec,
+    check_dynamic_template,
+    dynamic_spec,
+    gather_table_keys,
+    parse_tables,
+)
 from lakesink.config.transform import TRANSFORM_KEYS
 from lakesink.errors import ConfigError
 from lakesink.security import MASK
@@ -201,22 +208,30 @@ class LakesinkConfig:
         """The tables of a many-table ingestion (`tables.<name>.*`), by name; () for one."""
         return parse_tables(self["tables"], frozenset(KEYS_BY_NAME))
 
+    def dynamic_table_config(self, name: str) -> tuple[TableSpec, LakesinkConfig]:
+        """Dynamic table `name` (`route.dynamic.*`) with its configuration, as a table of the
+        tables section: the top-level keys, its path from the template."""
+        spec = dynamic_spec(self["route.dynamic.field"], name, self["route.dynamic.path"])
+        return spec, self._table_config(spec)
+
+    def _table_config(self, spec: TableSpec) -> LakesinkConfig:
+        values = {
+            **{
+                k: v for k, v in self.values.items() if k != "tables" and not k.startswith("route.")
+            },
+            **spec.overrides,
+            "writer.id": self.writer_id,
+        }
+        try:
+            return build_config(values)
+        except ConfigError as e:
+            raise ConfigError(f"tables.{spec.name}: {e}") from None
+
     def table_configs(self) -> list[tuple[TableSpec, LakesinkConfig]]:
         """Each table of a many-table ingestion with its own configuration: the top-level
         keys, the table's over them, the ingestion's writer id (each table keeps that
         writer's offsets of its own) and no `tables` section."""
-        out = []
-        for spec in self.table_specs:
-            values = {
-                **{k: v for k, v in self.values.items() if k not in ("tables", "route.default")},
-                **spec.overrides,
-                "writer.id": self.writer_id,
-            }
-            try:
-                out.append((spec, build_config(values)))
-            except ConfigError as e:
-                raise ConfigError(f"tables.{spec.name}: {e}") from None
-        return out
+        return [(spec, self._table_config(spec)) for spec in self.table_specs]
 
     @property
     def settings(self) -> Settings:
@@ -639,8 +654,12 @@ def _check_tables(cfg: LakesinkConfig) -> None:
     except ValueError as e:
         raise ConfigError(str(e)) from None
     if not specs:
-        if cfg["route.default"]:
-            raise ConfigError("route.default names a table of the tables section: set tables")
+        for key in ("route.default", "route.dynamic.field", "route.dynamic.path"):
+            if cfg[key]:
+                raise ConfigError(
+                    f"{key} routes records among the tables of the tables section: set tables "
+                    "(dynamic tables need at least one, where the checkpoint is kept)"
+                )
         return
     names = [s.name for s in specs]
     if cfg["route.default"] and cfg["route.default"] not in names:
@@ -657,6 +676,18 @@ def _check_tables(cfg: LakesinkConfig) -> None:
         raise ConfigError(
             "write.path=direct writes one table; with tables set write.path=auto or dataframe"
         )
+    if cfg["route.dynamic.field"]:
+        try:
+            check_dynamic_template(cfg["route.dynamic.path"])
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
+        if cfg["table.format"] != "hudi":
+            raise ConfigError(
+                "route.dynamic.field creates Hudi tables; dynamic Iceberg tables are not built "
+                "yet: set table.format=hudi at the top level, or name the tables"
+            )
+    elif cfg["route.dynamic.path"]:
+        raise ConfigError("route.dynamic.path needs route.dynamic.field (the names' column)")
     seen: dict[tuple[str, str, str], str] = {}
     for spec, table in cfg.table_configs():
         if "table.path" not in spec.overrides:

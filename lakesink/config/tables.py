@@ -38,6 +38,8 @@ TABLE_SCOPED_PREFIXES = ("table.", "iceberg.", "transform.")
 TABLE_SCOPED_KEYS = frozenset({"write.operation"})
 
 KAFKA_KEY_FIELD = "kafka_key"
+DYNAMIC_ALLOW_DEFAULT = TABLE_NAME_RE.pattern.strip("^$")
+DYNAMIC_SLOT = "/{table}"
 HEADER_PREFIX = "header:"
 
 
@@ -98,6 +100,27 @@ TABLES_KEYS: tuple[Key, ...] = (
         "the table's own table.*, iceberg.*, transform.* and write.operation keys (the "
         "top-level ones are every table's defaults) and its route.* keys "
         "(docs/many-tables.md). Unset: one table, table.path.",
+    ),
+    Key(
+        "route.dynamic.field",
+        _route_field,
+        None,
+        "With tables: a value column (or kafka_key, or header:<name>) whose text names the Hudi "
+        "table a record goes to, created at route.dynamic.path on its first record; a name "
+        "route.dynamic.allow refuses, or a null, is a record no route takes.",
+    ),
+    Key(
+        "route.dynamic.allow",
+        _regex,
+        DYNAMIC_ALLOW_DEFAULT,
+        "The regular expression a dynamic table name must match in full.",
+    ),
+    Key(
+        "route.dynamic.path",
+        optional_str,
+        None,
+        "Where dynamic tables are: a path or URI ending in /{table}, the table's name in place "
+        "of {table} (e.g. s3://bucket/tables/{table}).",
     ),
     Key(
         "route.default",
@@ -246,3 +269,31 @@ def _route(name: str, keys: Mapping[str, Any]) -> Route:
             "match the regex)"
         )
     return route
+
+
+def dynamic_spec(field: str, name: str, template: str) -> TableSpec:
+    """The spec of dynamic table `name`: at the template's path, taking the records whose
+    `field` text is its name."""
+    return TableSpec(
+        name,
+        {"table.path": dynamic_path(template, name)},
+        Route(field=field, regex=re.escape(name)),
+    )
+
+
+def dynamic_path(template: str, name: str) -> str:
+    return template[: -len(DYNAMIC_SLOT)] + "/" + name
+
+
+def dynamic_parent(template: str) -> str:
+    """The folder that holds the dynamic tables (the template less its /{table})."""
+    return template[: -len(DYNAMIC_SLOT)]
+
+
+def check_dynamic_template(template: str | None) -> str:
+    if not template or not template.endswith(DYNAMIC_SLOT) or template.count("{table}") != 1:
+        raise ValueError(
+            f"route.dynamic.path={template!r}: expected a path or URI ending in /{{table}} "
+            "(e.g. /data/tables/{table}), where each dynamic table is created"
+        )
+    return template

@@ -261,30 +261,10 @@ def kept_coordinates(cfg: LakesinkConfig, ranges: Iterable[OffsetRange]) -> set[
     read them and given to the function in batches: what `lakesink verify` expects in the
     table. Records that cannot be decoded are not the function's (they are dead letters, or
     the ingestion refused them); nothing is produced to a dead-letter topic."""
-    from lakesink.kafka.reader import read_range
-    from lakesink.spark.source import value_deserializer
+    from lakesink.spark.source import batch_coordinates, read_decoded
 
     transform = plan_arrow_transform(cfg)
     out: set[Coordinate] = set()
-    for r in ranges:
-        for batch in read_range(
-            cfg["kafka.bootstrap.servers"],
-            r,
-            isolation_level=cfg["kafka.isolation.level"],
-            deserializer=value_deserializer(cfg),
-            consumer_config=cfg.consumer_config,
-            errors_tolerance="all",
-            on_dead_letter=lambda _record: None,
-        ):
-            if not batch.num_rows:
-                continue
-            kept = transform(batch)
-            out.update(
-                zip(
-                    kept.column("kafka_topic").to_pylist(),
-                    kept.column("kafka_partition").to_pylist(),
-                    kept.column("kafka_offset").to_pylist(),
-                    strict=True,
-                )
-            )
+    for batch in read_decoded(cfg, ranges):
+        out.update(batch_coordinates(transform(batch)))
     return out

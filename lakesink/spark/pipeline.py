@@ -18,6 +18,7 @@ from pyspark.sql.streaming.query import StreamingQuery
 from pyspark.sql.types import StructType
 
 from lakesink.config import LakesinkConfig
+from lakesink.config.tables import TableSpec
 from lakesink.engine.async_commit import AsyncCommitter
 from lakesink.engine.coordinator import BatchOutcome, Coordinator
 from lakesink.engine.format import CommitControl
@@ -42,7 +43,11 @@ from lakesink.spark.source import (
     encode_config,
     encode_secrets,
 )
-from lakesink.spark.table_offsets import committed_offsets_of, lowest_committed
+from lakesink.spark.table_offsets import (
+    all_table_configs,
+    committed_offsets_of,
+    lowest_committed,
+)
 from lakesink.spark.task_writer import DATE_PARTITION_COLUMN
 from lakesink.spark.worker_warmup import WorkerWarmup
 
@@ -240,30 +245,36 @@ class Ingestion:
         return lambda: spark_arrow_schema(self.spark, schema)
 
     def _open_routed_tables(self, query_id: str, topic_ids: TopicIds) -> list[RoutedTable]:
-        """Each table of `tables.<name>.*`, checked and opened (created if missing) with its
-        own coordinator and concurrency control, in name order."""
-        out = []
-        for spec, cfg in self.cfg.table_configs():
-            fields = partition_columns(cfg)
-            schema = analyze_rows(cfg, self.spark, fields)
-            plugin = plugin_of(cfg.settings)
-            plugin.check_options(cfg.settings)
-            table = plugin.open_table(
-                cfg.settings, partition_fields=fields, rows=self._arrow_rows(schema)
-            )
-            coordinator = plugin.open_coordinator(
-                cfg.settings,
-                table,
-                make_control(cfg),
-                query_id=query_id,
-                publish_delay_s=cfg["commit.publish.delay.s"],
-                topic_ids=topic_ids,
-                metrics=self.metrics,
-            )
-            out.append(
-                RoutedTable(spec, cfg, plugin, coordinator, schema, fields, load_transform(cfg))
-            )
-        return out
+        """Each table of `tables.<name>.*` and each dynamic table created so far, checked and
+        opened (created if missing) with its own coordinator and concurrency control."""
+        self._query_id, self._topic_ids = query_id, topic_ids
+        return [self._open_routed(spec, cfg) for spec, cfg in all_table_configs(self.cfg)]
+
+    def open_dynamic_table(self, name: str) -> RoutedTable:
+        """Dynamic table `name` (`route.dynamic.*`), created on its first record."""
+        routed = self._open_routed(*self.cfg.dynamic_table_config(name))
+        routed.coordinator.start()
+        log.info("created dynamic table %s at %s", name, routed.cfg["table.path"])
+        return routed
+
+    def _open_routed(self, spec: TableSpec, cfg: LakesinkConfig) -> RoutedTable:
+        fields = partition_columns(cfg)
+        schema = analyze_rows(cfg, self.spark, fields)
+        plugin = plugin_of(cfg.settings)
+        plugin.check_options(cfg.settings)
+        table = plugin.open_table(
+            cfg.settings, partition_fields=fields, rows=self._arrow_rows(schema)
+        )
+        coordinator = plugin.open_coordinator(
+            cfg.settings,
+            table,
+            make_control(cfg),
+            query_id=self._query_id,
+            publish_delay_s=cfg["commit.publish.delay.s"],
+            topic_ids=self._topic_ids,
+            metrics=self.metrics,
+        )
+        return RoutedTable(spec, cfg, plugin, coordinator, schema, fields, load_transform(cfg))
 
     def serve_metrics(self) -> str | None:
         """Start the Prometheus endpoint and the lag readings when `metrics.port` is set
@@ -360,7 +371,9 @@ class Ingestion:
         over lakesink's own source stream, tasks write without the DataFrame (spark/direct.py)."""
         dead_letters = self._dead_letter_coordinator()
         if self.routed:
-            return RoutingSink(self.cfg, self.routed, dead_letters)
+            return RoutingSink(
+                self.cfg, self.routed, dead_letters, open_dynamic=self.open_dynamic_table
+            )
         return CommittingSink(
             self.cfg,
             self.coordinator,

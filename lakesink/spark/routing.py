@@ -13,8 +13,9 @@ position on (`BatchTables(skip_committed=True)`): its rows below that position a
 
 from __future__ import annotations
 
+import json
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import reduce
 from typing import Any
@@ -32,13 +33,14 @@ from lakesink.engine.coordinator import BatchOutcome, Coordinator
 from lakesink.engine.schema import TableSchema
 from lakesink.errors import LakesinkError
 from lakesink.formats import FormatPlugin
+from lakesink.formats.task import TaskTarget
 from lakesink.protocol.commit import Verdict
 from lakesink.protocol.offsets import OffsetRange
 from lakesink.protocol.write_status import WriteStatus
 from lakesink.spark.batch import DEAD_LETTERS, BatchTable, BatchTables, Instants
 from lakesink.spark.sink import CommittingSink, dead_letters_of, prepare_rows
 from lakesink.spark.source import ERROR_COLUMN, RAW_VALUE_COLUMN
-from lakesink.spark.task_writer import rows_per_topic
+from lakesink.spark.task_writer import TableOutput, task_attempt, with_required
 
 log = logging.getLogger(__name__)
 
@@ -130,42 +132,67 @@ class RoutingSink(CommittingSink):
         cfg: LakesinkConfig,
         tables: Sequence[RoutedTable],
         dead_letters: Coordinator | None = None,
+        *,
+        open_dynamic: Callable[[str], RoutedTable] | None = None,
     ) -> None:
+        """`open_dynamic(name)`: creates dynamic table `name` (`route.dynamic.*`)."""
         first = tables[0]
         super().__init__(cfg, first.coordinator, None, dead_letters)
-        self.routed: dict[str, RoutedTable] = {t.name: t for t in tables}
+        self.dead_letter_coordinator = dead_letters
+        self.routed: dict[str, RoutedTable] = {}
+        self.default_table: str | None = cfg["route.default"]
+        self.dynamic_field: str | None = cfg["route.dynamic.field"]
+        self.dynamic_allow: str = cfg["route.dynamic.allow"]
+        self.open_dynamic = open_dynamic
+        self._set_tables(tables)
+
+    def _set_tables(self, tables: Sequence[RoutedTable]) -> None:
+        """The tables every batch writes: the dead letters first, then by name."""
+        self.routed = {t.name: t for t in sorted(tables, key=lambda t: t.name)}
+        dead = self.dead_letter_coordinator
         self.tables = BatchTables(
             [
-                *([BatchTable(DEAD_LETTERS, dead_letters)] if dead_letters is not None else []),
-                *(BatchTable(t.name, t.coordinator) for t in tables),
+                *([BatchTable(DEAD_LETTERS, dead)] if dead is not None else []),
+                *(BatchTable(name, t.coordinator) for name, t in self.routed.items()),
             ],
             skip_committed=True,
         )
-        self.default_table: str | None = cfg["route.default"]
 
     def _commit_batch_once(
         self, batch_df: DataFrame, batch_id: int, ranges: list[OffsetRange]
     ) -> BatchOutcome | None:
-        instants = self.tables.begin(batch_id, ranges)
-        if not any(instants.values()):
-            return None
+        # the batch is read once: the names of dynamic tables, then every table's rows
+        cached = batch_df.persist()
         try:
-            statuses = self._write_routed(batch_df, ranges, instants)
-        except BaseException:
-            self.tables.abort(batch_id, instants)
-            raise
-        table_statuses = [s for name in self.routed for s in statuses.get(name, ())]
-        self._rows_by_topic = rows_per_topic(table_statuses, ranges)
-        outcomes = self.tables.commit(
-            batch_id,
-            ranges,
-            instants,
-            statuses,
-            lambda role, written: self._table_schema(role, written, batch_df),
-            lost=self.lost,
+            if self.dynamic_field is not None:
+                self._add_dynamic_tables(cached)
+            return super()._commit_batch_once(cached, batch_id, ranges)
+        finally:
+            cached.unpersist()
+
+    def _add_dynamic_tables(self, batch_df: DataFrame) -> None:
+        """Create the dynamic tables this batch's records name for the first time."""
+        assert self.dynamic_field is not None and self.open_dynamic is not None
+        rows = batch_df
+        if DEAD_LETTERS in self.tables:
+            rows = rows.where(F.col(ERROR_COLUMN).isNull())
+        names = (
+            rows.select(_field_text(self.dynamic_field).alias("name"))
+            .where(F.col("name").rlike(_full(self.dynamic_allow)))
+            .distinct()
+            .collect()
         )
-        if DEAD_LETTERS in outcomes:
-            self._count_dead_letters(statuses[DEAD_LETTERS], ranges)
+        new = sorted({r["name"] for r in names} - set(self.routed))
+        if new:
+            self._set_tables([*self.routed.values(), *(self.open_dynamic(n) for n in new)])
+
+    def _row_statuses(self, statuses: Mapping[str, list[WriteStatus]]) -> list[WriteStatus]:
+        return [s for name in self.routed for s in statuses.get(name, ())]
+
+    def _batch_outcome(
+        self, batch_id: int, outcomes: Mapping[str, BatchOutcome]
+    ) -> BatchOutcome | None:
+        """The tables' outcomes as one: their records, files and publish time summed."""
         published = [outcomes[name] for name in self.routed if name in outcomes]
         if not published:
             return None
@@ -178,48 +205,87 @@ class RoutingSink(CommittingSink):
             publish_s=sum(o.publish_s for o in published),
         )
 
-    def _write_routed(
+    def _write_tables(
         self, batch_df: DataFrame, ranges: list[OffsetRange], instants: Instants
     ) -> dict[str, list[WriteStatus]]:
         """Each begun table's rows written by its own task writers; the records no route
-        takes to route.default, the dead-letter table, or a RoutingError before any write."""
-        cached = batch_df.persist()
-        try:
-            dead_table = DEAD_LETTERS in self.tables
-            good = (
-                cached.where(F.col(ERROR_COLUMN).isNull()).drop(ERROR_COLUMN, RAW_VALUE_COLUMN)
-                if dead_table
-                else cached
+        takes to route.default, the dead-letter table, or a RoutingError before any write.
+        `batch_df` is persisted (`_commit_batch_once`): each job reads it, not Kafka."""
+        dead_table = DEAD_LETTERS in self.tables
+        good = (
+            batch_df.where(F.col(ERROR_COLUMN).isNull()).drop(ERROR_COLUMN, RAW_VALUE_COLUMN)
+            if dead_table
+            else batch_df
+        )
+        taken = {name: route_condition(t.spec.route) for name, t in self.routed.items()}
+        default = self.default_table
+        others = [c for name, c in taken.items() if name != default] or [F.lit(False)]
+        untaken = ~reduce(lambda a, b: a | b, others)
+        if default is not None:  # without a route of its own it takes only the rest
+            own = self.routed[default].spec.route
+            taken[default] = untaken if own.takes_everything else taken[default] | untaken
+        elif not dead_table:
+            self._refuse_untaken(good, untaken)
+        statuses: dict[str, list[WriteStatus]] = {}
+        dead_instant = instants.get(DEAD_LETTERS)
+        if dead_instant is not None:
+            dead = dead_letters_of(batch_df)
+            if self.default_table is None:
+                dead = dead.unionByName(self._untaken_dead_letters(batch_df, untaken))
+            statuses[DEAD_LETTERS] = self._write(
+                self.tables[DEAD_LETTERS].coordinator, dead, dead_instant
             )
-            taken = {name: route_condition(t.spec.route) for name, t in self.routed.items()}
-            default = self.default_table
-            others = [c for name, c in taken.items() if name != default] or [F.lit(False)]
-            untaken = ~reduce(lambda a, b: a | b, others)
-            if default is not None:  # without a route of its own it takes only the rest
-                own = self.routed[default].spec.route
-                taken[default] = untaken if own.takes_everything else taken[default] | untaken
-            elif not dead_table:
-                self._refuse_untaken(good, untaken)
-            statuses: dict[str, list[WriteStatus]] = {}
-            dead_instant = instants.get(DEAD_LETTERS)
-            if dead_instant is not None:
-                dead = dead_letters_of(cached)
-                if self.default_table is None:
-                    dead = dead.unionByName(self._untaken_dead_letters(cached, untaken))
-                statuses[DEAD_LETTERS] = self._write(
-                    self.tables[DEAD_LETTERS].coordinator, dead, dead_instant
+        fanned = [
+            name
+            for name, table in self.routed.items()
+            if instants.get(name) is not None and self._fans_out(table)
+        ]
+        if len(fanned) > 1:  # one Spark job writes them all
+            statuses.update(self._write_fanned(good, fanned, instants, ranges))
+        for name, table in self.routed.items():
+            instant = instants.get(name)
+            if instant is None or name in statuses:
+                continue  # committed there already, or written by the fan-out job
+            rows = good.where(taken[name])
+            after = _rows_from(self.tables.ranges_of(self.tables[name], ranges), ranges)
+            if after is not None:
+                rows = rows.where(after)
+            statuses[name] = self._write_table(table, rows, instant)
+        return statuses
+
+    def _fans_out(self, table: RoutedTable) -> bool:
+        """Whether `table`'s rows can be written by the one fan-out job: appended, prepared as
+        the ingestion's (no transformation or date partition of its own)."""
+        own = ("transform.sql", "transform.python", "transform.arrow", "table.partition.date.from")
+        return table.cfg["write.operation"] == "append" and all(
+            table.cfg[k] == self.cfg[k] for k in own
+        )
+
+    def _write_fanned(
+        self, good: DataFrame, names: Sequence[str], instants: Instants, ranges: list[OffsetRange]
+    ) -> dict[str, list[WriteStatus]]:
+        """The tables `names` written by one Spark job (`FanOutTaskWriter`)."""
+        fields = tuple(dict.fromkeys(f for n in names for f in self.routed[n].partition_fields))
+        prepared = prepare_rows(good, self.cfg, self.transform, fields)
+        tables = []
+        for name in names:
+            table = self.routed[name]
+            instant = instants[name]
+            assert instant is not None
+            size = table.cfg["table.target.file.size.bytes"]
+            tables.append(
+                FannedTable(
+                    name,
+                    table.plugin.task_target(table.coordinator, instant.value, size),
+                    tuple(f.name for f in table.output_schema.fields if not f.nullable),
+                    _skipped(self.tables.ranges_of(self.tables[name], ranges), ranges),
                 )
-            for name, table in self.routed.items():
-                instant = instants.get(name)
-                if instant is None:
-                    continue  # this batch is committed there already
-                rows = good.where(taken[name])
-                after = _rows_from(self.tables.ranges_of(self.tables[name], ranges), ranges)
-                if after is not None:
-                    rows = rows.where(after)
-                statuses[name] = self._write_table(table, rows, instant)
-        finally:
-            cached.unpersist()
+            )
+        routes = {name: t.spec.route for name, t in self.routed.items()}
+        writer = FanOutTaskWriter(tables, routes, self.default_table)
+        statuses: dict[str, list[WriteStatus]] = {name: [] for name in names}
+        for row in prepared.mapInArrow(writer, "table string, status string").collect():
+            statuses[row["table"]].append(WriteStatus.from_json(json.loads(row["status"])))
         return statuses
 
     def _refuse_untaken(self, good: DataFrame, untaken: Column) -> None:
@@ -253,11 +319,10 @@ class RoutingSink(CommittingSink):
             size=table.cfg["table.target.file.size.bytes"],
         )
 
-    def _table_schema(
-        self, role: str, statuses: Sequence[WriteStatus], df: DataFrame
-    ) -> TableSchema:
+    def _schema_for(self, role: str, statuses: Sequence[WriteStatus], df: DataFrame) -> TableSchema:
+        """The schema table `role`'s commit records, as for one table with its own plugin."""
         if role == DEAD_LETTERS:
-            return self._schema_for(role, statuses, df)
+            return super()._schema_for(role, statuses, df)
         table = self.routed[role]
         arrow = _arrow_schema(df, table.output_schema)
         if table.plugin.tasks_write_data_files:  # Iceberg keeps its own schema
@@ -324,43 +389,119 @@ def _arrow_field_text(batch: pa.RecordBatch | pa.Table, name: str) -> pa.Array:
     return column.cast(pa.string())
 
 
+def route_masks(
+    batch: pa.RecordBatch | pa.Table, routes: Mapping[str, Route], default: str | None
+) -> dict[str, pa.Array]:
+    """Per table, the rows of `batch` it takes: its route's (`route_mask`); the route.default
+    table also takes what no other table's route takes (only that, without a route of its
+    own), as the Spark side does (`RoutingSink._write_tables`)."""
+    masks = {name: route_mask(batch, route) for name, route in routes.items()}
+    if default is not None:
+        others = [m for name, m in masks.items() if name != default]
+        untaken = (
+            pc.invert(reduce(pc.or_, others)) if others else pa.array(np.ones(batch.num_rows, bool))
+        )
+        own = masks[default]
+        masks[default] = untaken if routes[default].takes_everything else pc.or_(own, untaken)
+    return masks
+
+
 def routed_coordinates(
     cfg: LakesinkConfig, name: str, ranges: Sequence[OffsetRange]
 ) -> set[tuple[str, int, int]]:
     """The Kafka records of `ranges` that table `name` of the many-table ingestion `cfg`
-    takes (its route; for route.default, also what no other route takes), read and decoded
-    as the tasks read them: what `lakesink verify` expects in that table."""
-    from lakesink.kafka.reader import read_range
-    from lakesink.spark.source import value_deserializer
+    takes (`route_masks`), read and decoded as the tasks read them: what `lakesink verify`
+    expects in that table."""
+    from lakesink.spark.source import batch_coordinates, read_decoded
+    from lakesink.spark.table_offsets import all_table_configs
 
-    specs = {s.name: s for s in cfg.table_specs}
-    default = cfg["route.default"]
+    routes = {spec.name: spec.route for spec, _ in all_table_configs(cfg)}
     out: set[tuple[str, int, int]] = set()
-    for r in ranges:
-        for batch in read_range(
-            cfg["kafka.bootstrap.servers"],
-            r,
-            isolation_level=cfg["kafka.isolation.level"],
-            deserializer=value_deserializer(cfg),
-            consumer_config=cfg.consumer_config,
-            errors_tolerance="all",
-            on_dead_letter=lambda _record: None,
-        ):
+    for batch in read_decoded(cfg, ranges):
+        mask = route_masks(batch, routes, cfg["route.default"])[name]
+        out.update(batch_coordinates(batch.filter(mask)))
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class FannedTable:
+    """A table the fan-out writer writes: its name, task target, required columns, and the
+    partitions whose rows below an offset it has committed already (`ranges_after`: None,
+    the whole partition)."""
+
+    name: str
+    target: TaskTarget
+    required: tuple[str, ...]
+    skip_below: Mapping[tuple[str, int], int | None]
+
+
+class FanOutTaskWriter:
+    """A picklable `mapInArrow` function writing each row into every table whose route takes
+    it, in one Spark job for many tables (`RoutingSink`): the routes evaluated on the task's
+    Arrow batches (`route_masks`), one table writer per table and task attempt, one status row
+    per table."""
+
+    def __init__(
+        self, tables: Sequence[FannedTable], routes: Mapping[str, Route], default: str | None
+    ) -> None:
+        self.tables = tuple(tables)
+        self.routes = dict(routes)
+        self.default = default
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from pyspark import TaskContext
+
+        from lakesink.faults import task_fault
+        from lakesink.spark.worker_gc import freeze_worker_heap
+
+        freeze_worker_heap()
+        ctx = TaskContext.get()
+        attempt = task_attempt(ctx)
+        outputs = {t.name: TableOutput(t.target, attempt) for t in self.tables}
+        for batch in batches:
             if not batch.num_rows:
                 continue
-            mask = route_mask(batch, specs[name].route)
-            if name == default:
-                others = [route_mask(batch, s.route) for n, s in specs.items() if n != name]
-                untaken = pc.invert(reduce(pc.or_, others)) if others else mask
-                own = specs[name].route
-                mask = untaken if own.takes_everything else pc.or_(mask, untaken)
-            kept = batch.filter(mask)
-            out.update(
-                zip(
-                    kept.column("kafka_topic").to_pylist(),
-                    kept.column("kafka_partition").to_pylist(),
-                    kept.column("kafka_offset").to_pylist(),
-                    strict=True,
-                )
-            )
+            masks = route_masks(batch, self.routes, self.default)
+            for table in self.tables:
+                mask = _after_committed(batch, masks[table.name], table.skip_below)
+                rows = batch.filter(mask)
+                if rows.num_rows:
+                    outputs[table.name].write(with_required(rows, table.required))
+        statuses = [
+            {"table": name, "status": json.dumps(out.close().to_json())}
+            for name, out in outputs.items()
+        ]
+        if ctx is not None:  # a test fault: this attempt fails after its files are whole
+            task_fault(ctx.attemptNumber())
+        yield pa.RecordBatch.from_pylist(statuses, _FANNED_STATUS)
+
+
+_FANNED_STATUS = pa.schema([("table", pa.string()), ("status", pa.string())])
+
+
+def _after_committed(
+    batch: pa.RecordBatch, mask: pa.Array, skip_below: Mapping[tuple[str, int], int | None]
+) -> pa.Array:
+    for (topic, partition), start in skip_below.items():
+        here = pc.and_(
+            pc.equal(batch.column("kafka_topic"), topic),
+            pc.equal(batch.column("kafka_partition"), partition),
+        )
+        if start is not None:
+            here = pc.and_(here, pc.less(batch.column("kafka_offset"), start))
+        mask = pc.and_(mask, pc.invert(here))
+    return mask
+
+
+def _skipped(
+    ranges: Sequence[OffsetRange], planned: Sequence[OffsetRange]
+) -> dict[tuple[str, int], int | None]:
+    """`_rows_from` as data for the tasks: per planned partition a table does not take whole,
+    the offset its rows start at (None: none of them)."""
+    starts = {r.partition: r.start for r in ranges}
+    out: dict[tuple[str, int], int | None] = {}
+    for r in planned:
+        start = starts.get(r.partition)
+        if start != r.start:
+            out[(r.partition.topic, r.partition.partition)] = start
     return out

@@ -8,7 +8,7 @@ import json
 import logging
 import random
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -383,12 +383,11 @@ class CommittingSink:
         if not any(instants.values()):
             return None
         try:
-            write = self._write_direct if self.direct else self._write_frame
-            statuses = write(batch_df, ranges, instants)
+            statuses = self._write_tables(batch_df, ranges, instants)
         except BaseException:
             self.tables.abort(batch_id, instants)
             raise
-        self._rows_by_topic = rows_per_topic(statuses.get(ROWS, []), ranges)
+        self._rows_by_topic = rows_per_topic(self._row_statuses(statuses), ranges)
         outcomes = self.tables.commit(
             batch_id,
             ranges,
@@ -399,6 +398,25 @@ class CommittingSink:
         )
         if DEAD_LETTERS in outcomes:
             self._count_dead_letters(statuses[DEAD_LETTERS], ranges)
+        return self._batch_outcome(batch_id, outcomes)
+
+    # The steps a many-table sink (lakesink.spark.routing) does its own way.
+
+    def _write_tables(
+        self, batch_df: DataFrame, ranges: list[OffsetRange], instants: Instants
+    ) -> dict[str, list[WriteStatus]]:
+        """Every begun table's files written: their tasks' statuses by role."""
+        write = self._write_direct if self.direct else self._write_frame
+        return write(batch_df, ranges, instants)
+
+    def _row_statuses(self, statuses: Mapping[str, list[WriteStatus]]) -> list[WriteStatus]:
+        """The statuses of the tables of rows (not dead letters), for the per-topic counts."""
+        return statuses.get(ROWS, [])
+
+    def _batch_outcome(
+        self, batch_id: int, outcomes: Mapping[str, BatchOutcome]
+    ) -> BatchOutcome | None:
+        """What the batch did, for the driver: the main table's outcome (None: nothing new)."""
         return outcomes.get(ROWS)
 
     def _write_direct(

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -147,6 +147,36 @@ def _dead_letter_rows(schema: pa.Schema, failed: list[Any]) -> pa.RecordBatch:
         for f in schema
     ]
     return pa.RecordBatch.from_arrays(columns, schema=schema)
+
+
+def read_decoded(cfg: LakesinkConfig, ranges: Iterable[OffsetRange]) -> Iterator[pa.RecordBatch]:
+    """The records of `ranges` read and decoded as the tasks read them, in batches with rows
+    (what `lakesink verify` expects of a transformation or a route); records that cannot be
+    decoded are left out (dead letters, or refused by the ingestion) and sent nowhere."""
+    from lakesink.kafka.reader import read_range
+
+    for r in ranges:
+        for batch in read_range(
+            cfg["kafka.bootstrap.servers"],
+            r,
+            isolation_level=cfg["kafka.isolation.level"],
+            deserializer=value_deserializer(cfg),
+            consumer_config=cfg.consumer_config,
+            errors_tolerance="all",
+            on_dead_letter=lambda _record: None,
+        ):
+            if batch.num_rows:
+                yield batch
+
+
+def batch_coordinates(batch: pa.RecordBatch | pa.Table) -> Iterator[tuple[str, int, int]]:
+    """The (topic, partition, offset) of each row."""
+    return zip(
+        batch.column("kafka_topic").to_pylist(),
+        batch.column("kafka_partition").to_pylist(),
+        batch.column("kafka_offset").to_pylist(),
+        strict=True,
+    )
 
 
 def value_deserializer(cfg: LakesinkConfig) -> Any:

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from lakesink.config import LakesinkConfig
 from lakesink.engine.liveness import LivenessWatch, Takeover
 from lakesink.formats import FORMAT_KEY
-from lakesink.spark.liveness_file import liveness_key
+from lakesink.spark.liveness_file import liveness_key, liveness_storage
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -126,7 +126,7 @@ class Standby:
         self.cfg = cfg
         self.spark = spark
         self.watch = LivenessWatch(
-            cfg.table_storage,
+            liveness_storage(cfg),
             liveness_key(cfg),
             writer_id=cfg.writer_id,
             interval_s=cfg["standby.liveness.interval.s"],

@@ -1,6 +1,8 @@
 """One ingestion writing many tables (`tables.<name>.*`, lakesink.spark.routing): two topics
 routed to three tables of both formats — by topic, by a field's regex, and the default for what
-no route takes — read from Kafka once per batch, each table committing its own offsets.
+no route takes — read from Kafka once per batch, each table committing its own offsets. The
+tables that take the rows as they are share one Spark job (the fan-out writer); one with a
+transformation of its own gets its own job.
 
 The driver is killed (SIGKILL) between two tables' commits; the restart runs without Spark's
 checkpoint, so the source starts at the lowest offsets committed over the tables and the table
@@ -30,10 +32,15 @@ pytestmark = pytest.mark.integration
 
 PER_TOPIC = 120
 REGIONS = ("eu-west", "us-east", "eu-north", "ap-south")
+# the tenant naming a dynamic table: acme and globex are created on their first record; a
+# name route.dynamic.allow refuses, or none, is taken by no dynamic table
+TENANTS = ("acme", "globex", "not/allowed", None, None)
 
 
 def _value(i: int, topic: str) -> bytes:
-    return json.dumps({"id": i, "region": REGIONS[i % 4], "source": topic}).encode()
+    return json.dumps(
+        {"id": i, "region": REGIONS[i % 4], "source": topic, "tenant": TENANTS[i % 5]}
+    ).encode()
 
 
 def _config(
@@ -44,7 +51,7 @@ def _config(
             "kafka.bootstrap.servers": bootstrap,
             "kafka.topics": f"{orders},{payments}",
             "value.format": "json",
-            "value.schema": "id BIGINT, region STRING, source STRING",
+            "value.schema": "id BIGINT, region STRING, source STRING, tenant STRING",
             "kafka.max.records.per.batch": 100,
             "writer.id": "routing",
             "heartbeat.interval.s": 1,
@@ -59,7 +66,13 @@ def _config(
             "tables.europe.table.name": "europe",
             "tables.europe.route.field": "region",
             "tables.europe.route.regex": "eu-.*",
-            # what no route takes: payments outside Europe
+            # a transformation of its own: its rows written by a Spark job of their own (the
+            # other tables' by one fan-out job)
+            "tables.europe.transform.sql": "SELECT *, upper(region) AS area FROM source",
+            # a Hudi table per tenant, created on its first record
+            "route.dynamic.field": "tenant",
+            "route.dynamic.path": str(folder / "tenants" / "{table}"),
+            # what no route takes: payments outside Europe without a tenant
             "tables.rest.table.path": str(folder / "rest"),
             "route.default": "rest",
             **more,
@@ -68,32 +81,40 @@ def _config(
 
 
 def _expected(orders: str, payments: str) -> dict[str, list[tuple[str, int]]]:
-    want: dict[str, list[tuple[str, int]]] = {"orders": [], "europe": [], "rest": []}
+    want: dict[str, list[tuple[str, int]]] = {
+        "acme": [],
+        "europe": [],
+        "globex": [],
+        "orders": [],
+        "rest": [],
+    }
     for topic in (orders, payments):
         for i in range(PER_TOPIC):
-            region = REGIONS[i % 4]
-            taken = False
-            if topic == orders:
-                want["orders"].append((topic, i))
-                taken = True
-            if region.startswith("eu-"):
-                want["europe"].append((topic, i))
-                taken = True
-            if not taken:
-                want["rest"].append((topic, i))
+            takers = [
+                *(["orders"] if topic == orders else []),
+                *(["europe"] if REGIONS[i % 4].startswith("eu-") else []),
+                *([t] if (t := TENANTS[i % 5]) in ("acme", "globex") else []),
+            ]
+            for name in takers or ["rest"]:
+                want[name].append((topic, i))
     return {name: sorted(rows) for name, rows in want.items()}
 
 
 def _read(cfg: LakesinkConfig) -> dict[str, list[tuple[str, int]]]:
     """Each table's (source topic, id) rows, by readers lakesink did not write."""
     from lakesink.formats.iceberg.format import open_iceberg_table
+    from lakesink.spark.table_offsets import all_table_configs
 
     out = {}
-    for spec, table in cfg.table_configs():
+    for spec, table in all_table_configs(cfg):
         if table["table.format"] == "iceberg":
             rows = open_iceberg_table(table.settings, create=False).pyiceberg.scan().to_arrow()
         else:
-            rows = pa.Table.from_batches(hudi_rs_batches(str(table["table.path"])))
+            batches = hudi_rs_batches(str(table["table.path"]))
+            if not batches:  # a table with no commit yet
+                out[spec.name] = []
+                continue
+            rows = pa.Table.from_batches(batches)
         out[spec.name] = sorted(
             zip(rows["source"].to_pylist(), rows["id"].to_pylist(), strict=True)
         )
@@ -159,7 +180,7 @@ def test_killed_between_two_tables_commits_each_table_takes_its_records_once(
     from lakesink.cli.verify import audit_tables
 
     audits = dict(audit_tables(cfg))
-    assert list(audits) == ["europe", "orders", "rest"]
+    assert list(audits) == ["europe", "orders", "rest", "acme", "globex"]
     for name, report in audits.items():
         assert report.ok, (name, report.problems)
     # the audit checks the route: the rest table against the orders route fails
@@ -175,7 +196,7 @@ def test_killed_between_two_tables_commits_each_table_takes_its_records_once(
     capsys.readouterr()
     assert run_status(cfg, as_json=True) == 0
     statuses = json.loads(capsys.readouterr().out)
-    assert sorted(statuses) == ["europe", "orders", "rest"]
+    assert sorted(statuses) == ["acme", "europe", "globex", "orders", "rest"]
     for name, st in statuses.items():
         assert {p["committed"] for p in st["partitions"]} == {PER_TOPIC}, name
 

@@ -128,7 +128,7 @@ def test_what_many_tables_cannot_combine_with_is_refused() -> None:
     with pytest.raises(ConfigError, match=re.escape("write.path=direct writes one table")):
         build_config({**BASE, **tables, "write.path": "direct"})
     with pytest.raises(
-        ConfigError, match=re.escape("route.default names a table of the tables section")
+        ConfigError, match=re.escape("route.default routes records among the tables")
     ):
         build_config({**BASE, "table.path": "/t/x", "route.default": "a"})
 
@@ -163,3 +163,49 @@ def test_a_table_ahead_takes_each_range_from_its_own_position() -> None:
     assert ranges_after(committed, ranges) == [OffsetRange(A, 250, 300)]  # B's is done
     assert ranges_after(WriterOffsets({A: 200}), ranges) == ranges
     assert ranges_after(WriterOffsets({A: 300, B: 150}), ranges) == []
+
+
+def test_dynamic_tables_are_hudi_tables_at_the_template_with_the_top_level_keys() -> None:
+    cfg = _cfg(rest={"table.path": "/t/rest"}).with_overrides(
+        {"route.dynamic.field": "tenant", "route.dynamic.path": "s3://b/tables/{table}"}
+    )
+    spec, table = cfg.dynamic_table_config("acme-1")
+    assert table["table.path"] == "s3://b/tables/acme-1" and table.writer_id == cfg.writer_id
+    assert spec.route == Route(field="tenant", regex=re.escape("acme-1"))
+    assert re.fullmatch(spec.route.regex or "", "acme-1")
+    assert not re.fullmatch(spec.route.regex or "", "acme_1")
+    assert re.fullmatch(cfg["route.dynamic.allow"], "acme-1")
+    assert not re.fullmatch(cfg["route.dynamic.allow"], "not/allowed")
+
+
+@pytest.mark.parametrize(
+    ("keys", "message"),
+    [
+        ({"route.dynamic.field": "t"}, r"route\.dynamic\.path=None: expected .*/\{table\}"),
+        ({"route.dynamic.field": "t", "route.dynamic.path": "/d/{table}/x"}, "ending in"),
+        ({"route.dynamic.path": "/d/{table}"}, "needs route.dynamic.field"),
+        (
+            {
+                "route.dynamic.field": "t",
+                "route.dynamic.path": "/d/{table}",
+                "table.format": "iceberg",
+            },
+            "dynamic Iceberg tables are not built",
+        ),
+    ],
+)
+def test_a_bad_dynamic_route_is_named(keys: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        build_config({**BASE, "tables.rest.table.path": "/t/rest", **keys})
+
+
+def test_dynamic_routes_need_a_named_table() -> None:
+    with pytest.raises(ConfigError, match=r"route\.dynamic\.field routes records among the tables"):
+        build_config(
+            {
+                **BASE,
+                "table.path": "/t/x",
+                "route.dynamic.field": "t",
+                "route.dynamic.path": "/d/{table}",
+            }
+        )
