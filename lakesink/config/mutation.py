@@ -57,8 +57,9 @@ MUTATION_KEYS: tuple[Key, ...] = (
         "What a record does to the table: append (a new row, always), upsert (the new version "
         "of its key: table.record.key.fields) or cdc (the record says insert, update or delete: "
         "a Debezium change event, or cdc.format=field). upsert and cdc need "
-        "table.record.key.fields and a Hudi table; a key finds its file group by a bucket "
-        "index (table.bucket.count). See the docs page Change data capture.",
+        "table.record.key.fields; a key finds its file group by a bucket index "
+        "(table.bucket.count), on Iceberg tables copy-on-write only. See the docs pages Change "
+        "data capture and Iceberg tables.",
     ),
     Key(
         "table.type",
@@ -117,7 +118,9 @@ MUTATION_KEYS: tuple[Key, ...] = (
         positive_int,
         8,
         "upsert and cdc: the buckets (file groups) of each partition; a key's bucket is the "
-        "hash of its record key as Hudi's bucket index computes it, so no lookup is needed. "
+        "hash of its record key as Hudi's bucket index computes it, so no lookup is needed "
+        "(Iceberg: the partition field bucket[N] of the first record key field, unless "
+        "iceberg.partition.spec buckets a key field). "
         "Fixed when the table is created: a different count on an existing table is refused, "
         "naming both; another count means another table, filled again from Kafka. More "
         "buckets: more, smaller files and more parallel tasks; fewer: fewer, larger files.",
@@ -142,10 +145,12 @@ def check_mutation(cfg: Mapping[str, Any]) -> None:
                 "write.operation=upsert or cdc (append keeps every record)"
             )
         return
-    if cfg["table.format"] == "iceberg":
+    if cfg["table.format"] == "iceberg" and cfg["table.type"] != "COPY_ON_WRITE":
         raise ConfigError(
-            f"write.operation={operation} is not yet available for Iceberg tables: use "
-            "table.format=hudi, or write.operation=append"
+            f"table.type={cfg['table.type']} is not yet available for Iceberg tables: an "
+            f"Iceberg table written with write.operation={operation} is copy-on-write (each "
+            "batch rewrites the data files of the buckets it touches); set "
+            "table.type=COPY_ON_WRITE, or table.format=hudi"
         )
     if cfg["commit.mode"] == "async":
         # the next batch would rewrite buckets over slices the pending commit is replacing

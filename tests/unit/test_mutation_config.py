@@ -120,9 +120,11 @@ def test_mutations_need_a_record_key_other_than_the_kafka_coordinates(operation:
 
 
 @pytest.mark.parametrize("operation", ["upsert", "cdc"])
-def test_mutations_on_iceberg_tables_are_not_yet_available(operation: str) -> None:
+def test_mutations_on_iceberg_tables_are_copy_on_write_only(operation: str) -> None:
     raw = {**CDC, "write.operation": operation, "table.format": "iceberg"}
-    refused(raw, f"write.operation={operation}", "not yet available", "table.format=hudi")
+    assert build_config(raw).settings.mutation.operation == operation
+    mor = {**raw, "table.type": "merge_on_read"}
+    refused(mor, "table.type=MERGE_ON_READ", "not yet available", "table.type=COPY_ON_WRITE")
 
 
 @pytest.mark.parametrize("operation", ["upsert", "cdc"])

@@ -148,9 +148,19 @@ class IcebergBackfill(TransactionBackfill):
         backfill_id: str,
         sources: Sequence[str],
     ) -> IcebergBackfill:
-        """The backfill into the table of `settings` (`table`: its warehouse, as table.path)."""
+        """The backfill into the table of `settings` (`table`: its warehouse, as table.path).
+        A table of keys is refused: a backfill appends, which would duplicate its keys."""
+        from lakesink.formats.iceberg.keyed import layout_of
+
+        opened = open_iceberg_table(catalog_settings(table, settings), create=False)
+        if layout_of(opened.pyiceberg.metadata, opened.name) is not None:
+            raise ConfigError(
+                f"Iceberg table {opened.name} is a table of keys (write.operation upsert or "
+                "cdc): a backfill appends its rows, which would duplicate keys; backfill into "
+                "a table of keys is not available"
+            )
         return cls(
-            open_iceberg_table(catalog_settings(table, settings), create=False),
+            opened,
             writer_id=writer_id or f"backfill-{backfill_id}",
             backfill_id=backfill_id,
             sources=sources,

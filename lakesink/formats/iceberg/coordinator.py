@@ -27,6 +27,7 @@ from lakesink.engine.transaction import PostCommitHook, TableTransaction
 from lakesink.formats.iceberg.datafiles import FILES_KEY, MAX_TS_KEY, DataFileDescription
 from lakesink.formats.iceberg.format import VTTS_KEY, IcebergFormat
 from lakesink.formats.iceberg.snapshots import valid_through
+from lakesink.formats.iceberg.upsert import BUCKETS_KEY
 from lakesink.metrics import IngestionMetrics
 from lakesink.protocol.instant import InstantTime
 from lakesink.protocol.offsets import OffsetRange, TopicPartition, WriterOffsets
@@ -99,6 +100,9 @@ class IcebergCoordinator(Coordinator):
             DataFileDescription.from_json(d) for s in statuses for d in s.extra.get(FILES_KEY, ())
         ]
         self.format.add_files(tx.instant_time, described)
+        rewrites = [s.extra for s in statuses if BUCKETS_KEY in s.extra]
+        if rewrites:  # a batch of a table of keys: its commit replaces the buckets' files
+            self.format.stage_rewrite(tx.instant_time, rewrites)
         return tx.stage({f.path for s in statuses for f in s.files})
 
     def _format_extra(

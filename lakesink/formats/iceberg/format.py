@@ -40,6 +40,8 @@ from lakesink.settings import Settings, parse_kv
 if TYPE_CHECKING:
     import pyarrow as pa
 
+    from lakesink.formats.iceberg.upsert import BucketRewrite
+
 log = logging.getLogger(__name__)
 
 __all__ = [
@@ -53,6 +55,7 @@ __all__ = [
     "iceberg_partition_fields",
     "open_dead_letter_table",
     "open_iceberg_table",
+    "open_keyed_table",
 ]
 
 
@@ -106,6 +109,48 @@ def open_iceberg_table(
         create=create,
         evolution=settings.table.evolution,
     )
+
+
+def open_keyed_table(settings: Settings, rows: pa.Schema) -> IcebergTable:
+    """The table of keys of `settings` (write.operation upsert or cdc), created on first use from
+    the decoded `rows` with the record key as identifier fields (required columns), a bucket
+    partition field on a key column (`keyed_partition_fields`) and lakesink's properties. An
+    existing table must be a table of keys with the same key, ordering and buckets (ConfigError
+    naming both). Its schema is not evolved by the batches (schema.evolution is not applied)."""
+    import pyarrow as pa
+
+    from lakesink.formats.iceberg.keyed import (
+        check_layout,
+        keyed_partition_fields,
+        keyed_properties,
+        layout_of,
+        required_keys,
+    )
+    from lakesink.protocol.mutation import CHANGE_COLUMNS
+
+    mutation = settings.mutation
+    key = tuple(settings.table.record_key_fields)
+    ordering = mutation.ordering_column
+    configured = iceberg_partition_fields(settings)
+    # a change stream's operation and unavailable columns are never table columns
+    columns = [f for f in rows if f.name not in CHANGE_COLUMNS]
+    table = IcebergTable.open(
+        open_catalog(catalog_settings_for(settings)),
+        iceberg_identifier(settings),
+        required_keys(pa.schema(columns), key),
+        keyed_partition_fields(configured, key, mutation.bucket_count),
+        properties=keyed_properties(ordering),
+        identifier_fields=key,
+    )
+    layout = layout_of(table.pyiceberg.metadata, table.name)
+    if layout is None:
+        raise ConfigError(
+            f"write.operation={mutation.operation}, but Iceberg table {table.name} was created "
+            "for appends (it has no record key): write another table.name, or set "
+            "write.operation=append"
+        )
+    check_layout(layout, key, ordering, configured, mutation.bucket_count, table.name)
+    return table
 
 
 DEAD_LETTER_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -237,6 +282,8 @@ class IcebergFormat:
         self.writer_id: str | None = None
         self._field_ids: tuple[int, Mapping[str, int]] | None = None  # (schema id, ids)
         self._plans: dict[str, PlannedEvolution] = {}  # transaction id -> its schema change
+        # transaction id -> the files a batch of a table of keys replaces (its overwrite)
+        self._rewrites: dict[str, BucketRewrite] = {}
 
     def plan_evolution(
         self, instant_time: InstantTime, mode: EvolutionMode | None
@@ -312,6 +359,22 @@ class IcebergFormat:
     def add_files(self, instant_time: InstantTime, files: Sequence[DataFileDescription]) -> None:
         """The data files the tasks of `instant_time` reported (before `stage`)."""
         self._files.setdefault(instant_time.value, []).extend(files)
+
+    def stage_rewrite(
+        self, instant_time: InstantTime, extras: Sequence[Mapping[str, object]]
+    ) -> None:
+        """A batch of a table of keys: the files its tasks replace and the buckets they read
+        (their `WriteStatus.extra`), which its commit removes and checks."""
+        from lakesink.formats.iceberg.keyed import layout_of
+        from lakesink.formats.iceberg.upsert import BucketRewrite
+
+        layout = layout_of(self.table.pyiceberg.metadata, self.name)
+        if layout is None:
+            raise CommitError(
+                f"table {self.name} commit {instant_time}: tasks rewrote buckets of a table "
+                "that is not a table of keys"
+            )
+        self._rewrites[instant_time.value] = BucketRewrite.from_extras(layout, extras)
 
     def files(self, instant_time: InstantTime) -> list[DataFileDescription]:
         return list(self._files.get(instant_time.value, ()))
@@ -391,6 +454,7 @@ class IcebergFormat:
             incarnation=own,
             extra_summary={KEY_LOST: lost} if lost else None,
             schema=schema_from_text(metadata.schema.text),  # a batch that evolves the table
+            rewrite=self._rewrites.get(instant_time.value),  # a batch of a table of keys
         )
         if result.outcome is CommitOutcome.REPLAYED:
             raise CommitError(
@@ -412,11 +476,13 @@ class IcebergFormat:
     def finish(self, instant_time: InstantTime) -> None:
         self._files.pop(instant_time.value, None)
         self._plans.pop(instant_time.value, None)
+        self._rewrites.pop(instant_time.value, None)
 
     def rollback(self, instant_time: InstantTime) -> bool:
         """Delete the batch's data files (never those of a commit that landed)."""
         self.table.refresh()
         self._plans.pop(instant_time.value, None)
+        self._rewrites.pop(instant_time.value, None)  # the replaced files stay: still live
         files = self._files.pop(instant_time.value, [])
         if self.is_published(instant_time):
             return False

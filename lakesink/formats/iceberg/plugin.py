@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from lakesink.formats.iceberg.datafiles import IcebergTarget
     from lakesink.formats.iceberg.format import IcebergFormat
     from lakesink.formats.iceberg.table import IcebergTable
+    from lakesink.formats.iceberg.upsert import IcebergUpsertTarget
     from lakesink.metrics import IngestionMetrics
     from lakesink.protocol.offsets import TopicPartition, WriterOffsets
     from lakesink.settings import Settings, StorageAccess
@@ -36,7 +37,8 @@ class IcebergPlugin:
     name = "iceberg"
     tasks_write_data_files = True
     cli_commands = ("iceberg",)
-    task_modules = ("lakesink.formats.iceberg.datafiles",)  # IcebergTarget's writer
+    # the writers of IcebergTarget and IcebergUpsertTarget
+    task_modules = ("lakesink.formats.iceberg.datafiles", "lakesink.formats.iceberg.upsert")
 
     def check_options(self, settings: Settings) -> None:
         """A dead-letter table must be a table name (of the same catalog), not a path."""
@@ -46,7 +48,10 @@ class IcebergPlugin:
             dead_letter_identifier(settings)  # a table name in iceberg.namespace, not a path
 
     def record_key_columns(self, settings: Settings) -> tuple[str, ...]:
-        """None: an Iceberg table is append-only, unkeyed."""
+        """A table of keys' (write.operation upsert or cdc: its identifier fields); none for
+        an append table, which is unkeyed."""
+        if settings.mutation.mutates:
+            return tuple(settings.table.record_key_fields)
         return ()
 
     def liveness_key(self, settings: Settings) -> str:
@@ -95,7 +100,10 @@ class IcebergPlugin:
         from lakesink.formats.iceberg.format import catalog_settings_for, open_iceberg_table
 
         if fold is not None:
-            raise InternalError("an Iceberg table takes appends only: no fold to audit it by")
+            raise ConfigError(
+                "the fold audit of an Iceberg table of keys (write.operation upsert or cdc) is "
+                "not available yet: read the table with pyiceberg or DuckDB to check it"
+            )
         return audit_iceberg(
             open_iceberg_table(settings, create=False),
             settings.writer_id,
@@ -185,6 +193,13 @@ class IcebergPlugin:
             publish_delay_s=publish_delay_s,
         )
         coordinator.schema_evolution = settings.table.evolution
+        from lakesink.formats.iceberg.keyed import layout_of
+
+        if layout_of(table_format.table.pyiceberg.metadata, table_format.name) is not None:
+            # a table of keys: each batch overwrites the buckets it touches; one that lost a
+            # bucket to a concurrent commit is written again (the sink's conflict retry)
+            coordinator.operation_type = "UPSERT"
+            coordinator.schema_evolution = None
         return coordinator
 
     def table_partition_fields(self, coordinator: Coordinator) -> None:
@@ -193,10 +208,11 @@ class IcebergPlugin:
 
     def task_target(
         self, coordinator: Coordinator, instant_time: str, target_file_size: int
-    ) -> IcebergTarget:
+    ) -> IcebergTarget | IcebergUpsertTarget:
         """The table's write context: tasks write data files the commit describes (the table's
         own properties give their size), with the field ids of the schema change the batch's
-        commit makes, if any (`schema.evolution`)."""
+        commit makes, if any (`schema.evolution`). A table of keys gets a keyed target: each
+        task rewrites whole buckets over their files as of now."""
         from lakesink.formats.iceberg.coordinator import IcebergCoordinator
         from lakesink.formats.iceberg.datafiles import IcebergTarget
 
@@ -207,6 +223,14 @@ class IcebergPlugin:
         from lakesink.protocol.instant import InstantTime
 
         table_format = coordinator.format
+        if coordinator.operation_type == "UPSERT":  # a table of keys: whole buckets rewritten
+            from lakesink.formats.iceberg.upsert import IcebergUpsertTarget
+
+            table = table_format.table
+            table.refresh()  # the buckets' files as of now
+            return IcebergUpsertTarget.for_table(
+                table.pyiceberg, table.write_context(), instant_time
+            )
         mode = coordinator.schema_evolution
         plan = table_format.plan_evolution(InstantTime(instant_time), mode)
         # add-and-widen takes rows narrower than the table too: widened as they are written
@@ -323,9 +347,29 @@ class IcebergPlugin:
         rows: Callable[[], pa.Schema],
     ) -> IcebergTable:
         """The table `table.name` of the catalog, created from the `rows` schema with the
-        partition fields of iceberg.partition.spec (or table.partition.by)."""
-        from lakesink.formats.iceberg.format import open_iceberg_table
+        partition fields of iceberg.partition.spec (or table.partition.by); for
+        write.operation upsert or cdc a table of keys (`open_keyed_table`). An append into a
+        table of keys is refused: its rows would duplicate keys."""
+        from lakesink.errors import TableNotFoundError
+        from lakesink.formats.iceberg.errors import CatalogNotFoundError
+        from lakesink.formats.iceberg.format import open_iceberg_table, open_keyed_table
+        from lakesink.formats.iceberg.keyed import layout_of
 
+        if settings.mutation.mutates:
+            return open_keyed_table(settings, rows())
+        try:  # looked at before the rows are checked against it (its key columns are required)
+            existing = open_iceberg_table(settings, create=False)
+        except (CatalogNotFoundError, TableNotFoundError):
+            existing = None
+        if (
+            existing is not None
+            and layout_of(existing.pyiceberg.metadata, existing.name) is not None
+        ):
+            raise ConfigError(
+                f"Iceberg table {existing.name} is a table of keys (written with "
+                "write.operation upsert or cdc): appending would duplicate its keys; set "
+                "write.operation=upsert or cdc with its record key, or write another table.name"
+            )
         return open_iceberg_table(settings, rows())
 
     def open_dead_letter_coordinator(

@@ -77,6 +77,8 @@ if TYPE_CHECKING:
     from pyiceberg.table import Table
     from pyiceberg.table.metadata import TableMetadata
 
+    from lakesink.formats.iceberg.upsert import BucketRewrite
+
 log = logging.getLogger(__name__)
 
 __all__ = ["AppendResult", "CommitOutcome", "IcebergAppend", "IcebergTable"]
@@ -242,13 +244,15 @@ class IcebergTable:
         create: bool = True,
         properties: dict[str, str] | None = None,
         evolution: EvolutionMode | None = None,
+        identifier_fields: Sequence[str] = (),
         **kwargs: Any,
     ) -> IcebergTable:
         """The table `name` (`namespace.table`); created on first use from the Arrow schema
         of the decoded `rows` and the partition fields when `create`. An existing table must
         accept `rows` (SchemaMismatchError naming the column otherwise), or with `evolution`
         add-and-widen, be one they can evolve (SchemaEvolutionError naming the field: the
-        batches' commits evolve it)."""
+        batches' commits evolve it). `identifier_fields`: a new table's identifier fields (a
+        table of keys; they must be non-nullable in `rows`)."""
         require("pyiceberg", "Iceberg tables")
         from pyiceberg.exceptions import NoSuchTableError, TableAlreadyExistsError
 
@@ -262,6 +266,10 @@ class IcebergTable:
                     f"no Iceberg table {shown} in catalog {catalog.name!r}"
                 ) from e
             schema = iceberg_schema(rows)
+            if identifier_fields:
+                from lakesink.formats.iceberg.keyed import with_identifier_fields
+
+                schema = with_identifier_fields(schema, identifier_fields)
             spec = partition_spec(schema, partition_fields)
             catalog.create_namespace_if_not_exists(ident[:-1])
             try:
@@ -457,10 +465,14 @@ class IcebergTable:
         incarnation: int | None = None,
         extra_summary: Mapping[str, str] | None = None,
         schema: Schema | None = None,
+        rewrite: BucketRewrite | None = None,
     ) -> AppendResult:
         """One fast append of `files` with lakesink's summary (plus `extra_summary`, e.g. a
         backfill's id), if `requirement` holds; with `schema` (a batch's planned evolution),
-        the schema update in the same catalog commit.
+        the schema update in the same catalog commit. With `rewrite` (a batch of a table of
+        keys) an overwrite instead, that also removes the files the batch replaces, committed
+        only on the snapshot where each bucket it rewrote was checked to hold exactly the files
+        it read (CommitConflictError otherwise: the batch is written again).
 
         Retries (refreshing, re-checking) on pyiceberg's CommitFailedException and after a
         commit whose outcome is unknown. OffsetError when the writer's offsets moved
@@ -519,7 +531,11 @@ class IcebergTable:
             )
             try:
                 properties = {**summary.to_summary(), **(extra_summary or {})}
-                if in_catalog:
+                if rewrite is not None:
+                    rewrite.check(self._table)  # on the snapshot the overwrite must land on
+                    own = incarnation if in_catalog else None
+                    self._overwrite_on_base(files, rewrite, properties, summary.writer_id, own)
+                elif in_catalog:
                     self._append(files, requirement, summary, properties, incarnation, schema)
                 else:
                     self._append_on_base(files, properties, schema)
@@ -629,6 +645,55 @@ class IcebergTable:
         except (CommitFailedException, ValidationException):
             for producer in producers:
                 producer._clean_all_uncommitted()
+            raise
+
+    def _overwrite_on_base(
+        self,
+        files: Sequence[DataFileDescription],
+        rewrite: BucketRewrite,
+        properties: Mapping[str, str],
+        writer_id: str,
+        incarnation: int | None,
+    ) -> None:
+        """One overwrite snapshot: `rewrite.removed` out, `files` in. It requires that `main`
+        is still the snapshot the caller checked the offsets and the buckets on (any catalog
+        refuses it otherwise, CommitFailedException, and the caller checks again on the new
+        head), and on the SQL catalog also the writer's incarnation. pyiceberg's own retry,
+        which would move it onto a new head unchecked, is kept out as in `_append_on_base`."""
+        from pyiceberg.exceptions import CommitFailedException, ValidationException
+        from pyiceberg.table.refs import MAIN_BRANCH
+        from pyiceberg.table.snapshots import Operation
+        from pyiceberg.table.update import AssertRefSnapshotId
+        from pyiceberg.table.update.snapshot import _OverwriteFiles
+
+        metadata = self._table.metadata
+        main = metadata.refs.get(MAIN_BRANCH)
+        base = AssertRefSnapshotId.model_validate(
+            {"ref": MAIN_BRANCH, "snapshot-id": main.snapshot_id if main is not None else None}
+        )
+        tx = self._table.transaction()
+        tx._stage((), (base,))
+        if incarnation is not None:
+            tx._stage((), (_assert_incarnation_type()(writer_id=writer_id, expected=incarnation),))
+        version = metadata.format_version
+        producer = _OverwriteFiles(
+            operation=Operation.OVERWRITE,
+            transaction=tx,
+            io=self._table.io,
+            snapshot_properties=dict(properties),
+        )
+        with producer as overwrite:
+            for d in rewrite.removed:
+                overwrite.delete_data_file(to_data_file(d, version))
+            for f in files:
+                overwrite.append_data_file(to_data_file(f, version))
+        producers = list(getattr(tx, "_snapshot_producers", ()))
+        tx._snapshot_producers = []
+        try:
+            tx.commit_transaction()
+        except (CommitFailedException, ValidationException):
+            for p in producers:
+                p._clean_all_uncommitted()
             raise
 
     def _writer_snapshot(self, commit: WriterCommit) -> int | None:
