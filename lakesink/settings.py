@@ -164,6 +164,8 @@ class IcebergSettings:
     """Further pyiceberg catalog properties 'k=v,k=v', a secret [iceberg.catalog.properties]."""
     partition_spec: tuple[str, ...]
     """Partition fields used when the table is created [iceberg.partition.spec]."""
+    write_mode: Literal["copy-on-write", "merge-on-read"] = "copy-on-write"
+    """How a batch lands in a table of keys [iceberg.write.mode]."""
 
 
 @dataclass(frozen=True, slots=True)

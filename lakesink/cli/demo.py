@@ -153,19 +153,22 @@ CDC_ACCOUNTS = 1_000
 def run_cdc_demo(args: argparse.Namespace) -> int:
     """`lakesink demo --cdc`: a Debezium-shaped change stream of an `accounts` table (made up by
     lakesink.kafka.sample_changes: no database needed) ingested with write.operation=cdc into a
-    Hudi table keyed by `id`; the table is compared with the rows the changes leave, then the
-    fold audit runs (the table equals the fold of the committed records by key)."""
+    Hudi table keyed by `id` (`--format iceberg`: an Iceberg table of keys, `lakesink.accounts`
+    in the warehouse ./lakehouse/iceberg-cdc); the table is compared with the rows the changes
+    leave, then the fold audit runs (the table equals the fold of the committed records by
+    key)."""
     from lakesink.cli.ingest import ingest
     from lakesink.cli.verify import audit_config, print_report
     from lakesink.kafka.embedded_broker import EmbeddedBroker, noida_db_binary
     from lakesink.kafka.sample_changes import ACCOUNTS_DDL, produce_sample_changes
 
-    if getattr(args, "format", "hudi") != "hudi":
-        say("lakesink demo --cdc: change streams land in Hudi tables; Iceberg takes appends only")
-        return 2
-    hudi = require("hudi", "lakesink demo (it reads the table back with hudi-rs)")
+    iceberg = getattr(args, "format", "hudi") == "iceberg"
+    if iceberg:
+        require("pyiceberg", "lakesink demo --format iceberg (it writes an Iceberg table)")
+    else:
+        require("hudi", "lakesink demo (it reads the table back with hudi-rs)")
     noida_db_binary()
-    table_path = fresh_table(Path(args.dir).resolve() / "accounts")
+    table_path = fresh_table(Path(args.dir).resolve() / ("iceberg-cdc" if iceberg else "accounts"))
     with EmbeddedBroker() as broker:
         bootstrap = broker.bootstrap_servers
         stream = produce_sample_changes(
@@ -192,6 +195,7 @@ def run_cdc_demo(args: argparse.Namespace) -> int:
                 "kafka.max.records.per.batch": max(len(stream.records) // 4, 1000),
                 "writer.id": "demo-cdc-writer",
                 "lock.provider": "filesystem",
+                **({FORMAT_KEY: "iceberg", "table.name": "accounts"} if iceberg else {}),
             },
         )
         say(f"lakesink demo: ingesting with Spark {cfg['spark.master']} into {table_path} ...")
@@ -201,11 +205,8 @@ def run_cdc_demo(args: argparse.Namespace) -> int:
             f"lakesink demo: {result.records:,} changes applied in {result.batches} commits, "
             f"{result.elapsed_s:.1f}s from start (tombstones carry no change)"
         )
-        import pyarrow as pa
-
-        batches = hudi.HudiTableBuilder.from_base_uri(str(table_path)).build().read()
-        rows = pa.Table.from_batches(batches) if batches else None
-        got = {r["id"]: r for r in rows.to_pylist()} if rows is not None else {}
+        rows, reader, _ = plugin_of(cfg.settings).read_back(cfg.settings)
+        got = {r["id"]: r for r in rows.to_pylist()}
         columns = ("owner", "balance", "updated_at")
         differ = [
             k
@@ -215,13 +216,23 @@ def run_cdc_demo(args: argparse.Namespace) -> int:
             or any(got[k][c] != stream.rows[k][c] for c in columns)
         ]
         say(
-            f"\nhudi-rs reads {len(got):,} accounts; the change stream leaves "
+            f"\n{reader} reads {len(got):,} accounts; the change stream leaves "
             f"{len(stream.rows):,}; accounts that differ: {len(differ):,}"
         )
         for key in sorted(got)[:3]:
             say(f"  {{{', '.join(f'{c}: {got[key][c]}' for c in ('id', *columns))}}}")
-        report = audit_config(cfg)
+        report = audit_config(cfg, spark=iceberg)  # Spark with Iceberg's runtime reads it too
         print_report(cfg, report)
+    if iceberg:
+        say(
+            f"\nThe Iceberg warehouse is at {table_path} (SQLite catalog {table_path}/catalog.db), "
+            "one row per account in lakesink.accounts. Read it with pyiceberg:\n"
+            f'  python -c "from pyiceberg.catalog.sql import SqlCatalog; '
+            f"c = SqlCatalog('lakesink', uri='sqlite:///{table_path}/catalog.db', "
+            f"warehouse='file://{table_path}'); "
+            f"print(c.load_table('lakesink.accounts').scan().to_arrow().num_rows)\"\n"
+        )
+        return 0 if report.ok and not differ else 10
     say(
         f"\nThe table is at {table_path}, one row per account. Read it with hudi-rs:\n"
         f'  python -c "import hudi; '

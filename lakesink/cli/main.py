@@ -71,7 +71,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--cdc",
         action="store_true",
         help="a change stream instead (Debezium events of an accounts table: creates, updates, "
-        "deletes, key changes) landed as a current-state Hudi table (write.operation=cdc)",
+        "deletes, key changes) landed as a current-state table of keys, Hudi or, with "
+        "--format iceberg, Iceberg (write.operation=cdc)",
     )
     demo.add_argument(
         "--changes", type=int, default=20_000, help="with --cdc: changes after the creates"

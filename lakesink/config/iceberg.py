@@ -49,4 +49,16 @@ ICEBERG_KEYS: tuple[Key, ...] = (
         "`bucket[N](col)`. Used when the table is created; default: identity fields of "
         "table.partition.by.",
     ),
+    Key(
+        "iceberg.write.mode",
+        choice("copy-on-write", "merge-on-read"),
+        "copy-on-write",
+        "write.operation upsert or cdc on Iceberg (Iceberg's write.update.mode and "
+        "write.delete.mode values): copy-on-write (each batch rewrites the data files of the "
+        "buckets it touches) or merge-on-read (each batch adds position-delete files for the "
+        "rows it supersedes and data files of its new rows, one row-delta snapshot; lakesink "
+        "iceberg rewrite-data-files applies the deletes). Fixed when the table is created: the "
+        "other mode on an existing table is refused, naming both. See the docs page Iceberg "
+        "tables.",
+    ),
 )

@@ -58,7 +58,8 @@ MUTATION_KEYS: tuple[Key, ...] = (
         "of its key: table.record.key.fields) or cdc (the record says insert, update or delete: "
         "a Debezium change event, or cdc.format=field). upsert and cdc need "
         "table.record.key.fields; a key finds its file group by a bucket index "
-        "(table.bucket.count), on Iceberg tables copy-on-write only. See the docs pages Change "
+        "(table.bucket.count); on Iceberg tables iceberg.write.mode chooses copy-on-write or "
+        "merge-on-read. See the docs pages Change "
         "data capture and Iceberg tables.",
     ),
     Key(
@@ -144,13 +145,18 @@ def check_mutation(cfg: Mapping[str, Any]) -> None:
                 f"table.ordering.field={ordering} orders the versions of a key: it needs "
                 "write.operation=upsert or cdc (append keeps every record)"
             )
+        if cfg["iceberg.write.mode"] != "copy-on-write":
+            raise ConfigError(
+                f"iceberg.write.mode={cfg['iceberg.write.mode']} writes changes by key: it "
+                "needs write.operation=upsert or cdc (appends never delete a row)"
+            )
         return
     if cfg["table.format"] == "iceberg" and cfg["table.type"] != "COPY_ON_WRITE":
         raise ConfigError(
-            f"table.type={cfg['table.type']} is not yet available for Iceberg tables: an "
-            f"Iceberg table written with write.operation={operation} is copy-on-write (each "
-            "batch rewrites the data files of the buckets it touches); set "
-            "table.type=COPY_ON_WRITE, or table.format=hudi"
+            f"table.type={cfg['table.type']} is Hudi's key: an Iceberg table written with "
+            f"write.operation={operation} is merge-on-read with "
+            "iceberg.write.mode=merge-on-read (position deletes); leave "
+            "table.type=COPY_ON_WRITE"
         )
     if cfg["commit.mode"] == "async":
         # the next batch would rewrite buckets over slices the pending commit is replacing

@@ -272,6 +272,7 @@ def settings_of(cfg: LakesinkConfig, *, with_dead_letter_table: bool = True) -> 
             catalog_name=str(cfg["iceberg.catalog.name"] or "lakesink"),
             catalog_properties=cfg["iceberg.catalog.properties"],
             partition_spec=tuple(cfg["iceberg.partition.spec"]),
+            write_mode=cfg["iceberg.write.mode"],
         ),
         kafka=KafkaSettings(
             bootstrap_servers=cfg["kafka.bootstrap.servers"],

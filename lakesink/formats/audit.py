@@ -246,11 +246,14 @@ def compare_with_fold(
     isolation_level: str,
     consumer_config: Mapping[str, str],
     problems: list[str],
+    null_list_is_empty: bool = False,
 ) -> FoldComparison:
     """The table's `rows` (every column, as one reader read them) against the fold of the
     records Kafka holds in the writer's committed `spans`: the same keys, and for each key the
     same value in every column the fold has (the Kafka coordinates of the winning version
-    included). Each failure goes into `problems`, with a few keys as examples."""
+    included). Each failure goes into `problems`, with a few keys as examples.
+    `null_list_is_empty`: a null list and an empty one count as equal (the table's writer keeps
+    no difference: pyiceberg writes a null list as an empty one)."""
     expected, read, versions, failed = folded_versions(
         audit,
         spans,
@@ -259,7 +262,7 @@ def compare_with_fold(
         consumer_config=consumer_config,
         problems=problems,
     )
-    want = _by_key(expected, audit.key) if expected is not None else {}
+    want = _by_key(expected, audit.key, null_list_is_empty) if expected is not None else {}
     columns = list(expected.column_names) if expected is not None else []
     if rows is None:  # nothing committed yet
         rows = expected.schema.empty_table() if expected is not None else pa.table({})
@@ -267,7 +270,7 @@ def compare_with_fold(
     if missing:
         problems.append(f"the table has no column {', '.join(map(repr, missing))}")
         return FoldComparison(read, versions, len(want), len(want), failed)
-    got = _by_key(rows.select(columns), audit.key) if columns else {}
+    got = _by_key(rows.select(columns), audit.key, null_list_is_empty) if columns else {}
     wrong = sorted((k for k in want.keys() | got.keys() if want.get(k) != got.get(k)), key=repr)
     if len(got) != rows.num_rows:
         problems.append(f"{rows.num_rows - len(got)} rows repeat a key another row holds")
@@ -283,9 +286,14 @@ def compare_with_fold(
     return FoldComparison(read, versions, len(want), len(wrong), failed)
 
 
-def _by_key(rows: pa.Table, key: tuple[str, ...]) -> dict[tuple[Any, ...], tuple[Any, ...]]:
+def _by_key(
+    rows: pa.Table, key: tuple[str, ...], null_list_is_empty: bool = False
+) -> dict[tuple[Any, ...], tuple[Any, ...]]:
     names = rows.column_names
     out: dict[tuple[Any, ...], tuple[Any, ...]] = {}
     for row in rows.to_pylist():
-        out[tuple(row[k] for k in key)] = tuple(row[n] for n in names)
+        values = (row[n] for n in names)
+        if null_list_is_empty:
+            values = (None if v == [] else v for v in values)
+        out[tuple(row[k] for k in key)] = tuple(values)
     return out

@@ -1,10 +1,12 @@
 """A database's change stream landed as a current-state table: Debezium's PostgreSQL connector
 (Kafka Connect's standalone worker) streams inserts, updates, deletes, TOASTed values left
 alone, a primary-key change and a transaction over two tables from a real PostgreSQL into the
-test's Apache Kafka; lakesink ingests each topic with `write.operation=cdc` into a Hudi
-copy-on-write table, and the table equals `SELECT *` of the database row by row, read with
-hudi-rs and lakesink's own reader, after the first ingestion and again after more changes and
-a restart."""
+test's Apache Kafka; lakesink ingests the topics with `write.operation=cdc` into tables of each
+format (`FORMATS`: a Hudi copy-on-write table of each topic, an Iceberg table of keys of the
+customers; one connector and its topics serve both), and each table equals `SELECT *` of the
+database row by row, read with hudi-rs and lakesink's own reader (Hudi) or pyiceberg (Iceberg),
+after the first ingestion and again after more changes and a restart; then the fold audit passes
+(for Iceberg it also checks that DuckDB reads the rows pyiceberg reads)."""
 
 from __future__ import annotations
 
@@ -38,7 +40,11 @@ CUSTOMERS_DDL = (
     "id INT NOT NULL, name STRING, balance DECIMAL(12,2), updated_at STRING, notes STRING"
 )
 ORDERS_DDL = "id INT NOT NULL, customer_id INT, amount DECIMAL(12,2)"
+CUSTOMER_COLUMNS = ["id", "name", "balance", "updated_at", "notes"]
 LONG_NOTES = ("notes kept out of line by PostgreSQL " * 70)[:2300]  # TOASTed (EXTERNAL)
+# the tables each format lands from the one connector's topics; Iceberg the richer one only
+# (TOAST, a key change, restarts): the CI budget, about 6 s an ingestion
+FORMATS = {"hudi": ("customers", "orders"), "iceberg": ("customers",)}
 
 SETUP = (
     """CREATE TABLE customers (id integer PRIMARY KEY, name text NOT NULL,
@@ -170,45 +176,64 @@ def normalized(rows: dict[int, dict[str, Any]], columns: list[str]) -> dict[int,
     return {k: tuple(value(r[c]) for c in columns) for k, r in rows.items()}
 
 
+def by_key(rows: list[dict[str, Any]], reader: str) -> dict[int, dict[str, Any]]:
+    out = {r["id"]: r for r in rows}
+    assert len(out) == len(rows), f"{reader} reads two rows of one key"
+    return out
+
+
 def hudi_rs_rows(table: Path) -> dict[int, dict[str, Any]]:
     import hudi
 
     batches = hudi.HudiTableBuilder.from_base_uri(str(table)).build().read()
-    rows = pa.Table.from_batches(batches).to_pylist() if batches else []
-    out = {r["id"]: r for r in rows}
-    assert len(out) == len(rows), "hudi-rs reads two rows of one key"
-    return out
+    return by_key(pa.Table.from_batches(batches).to_pylist() if batches else [], "hudi-rs")
 
 
-def lakesink_rows(table: Path) -> dict[int, dict[str, Any]]:
+def table_rows(cfg: Any) -> dict[str, dict[int, dict[str, Any]]]:
+    """The rows of the table `cfg` writes, by key, as each reader of its format reads them:
+    hudi-rs and lakesink's own reader (Hudi); pyiceberg (Iceberg: the fold audit at the end
+    checks that DuckDB reads the same rows, every column)."""
+    if cfg["table.format"] == "iceberg":
+        from lakesink.formats.iceberg.format import open_iceberg_table
+
+        table = open_iceberg_table(cfg.settings, create=False).pyiceberg
+        return {"pyiceberg": by_key(table.scan().to_arrow().to_pylist(), "pyiceberg")}
     from lakesink.formats.hudi.table.hudi_table import HudiTable
     from lakesink.formats.hudi.table.reader import TableReader
 
-    rows = TableReader(HudiTable.open(table)).snapshot().to_pylist()
-    out = {r["id"]: r for r in rows}
-    assert len(out) == len(rows), "lakesink's reader reads two rows of one key"
-    return out
+    path = Path(cfg["table.path"])
+    own = TableReader(HudiTable.open(path)).snapshot().to_pylist()
+    return {"hudi-rs": hudi_rs_rows(path), "lakesink reader": by_key(own, "lakesink's reader")}
 
 
-def assert_table_equals_database(dsn: str, name: str, table: Path, columns: list[str]) -> None:
+def assert_table_equals_database(dsn: str, name: str, cfg: Any, columns: list[str]) -> None:
     expected = normalized(database_rows(dsn, name), columns)
-    for read in (hudi_rs_rows, lakesink_rows):
-        got = normalized(read(table), columns)
+    for reader, rows in table_rows(cfg).items():
+        got = normalized(rows, columns)
         wrong = {k for k in expected.keys() | got.keys() if expected.get(k) != got.get(k)}
-        assert not wrong, {k: (expected.get(k), got.get(k)) for k in sorted(wrong)[:5]}
+        assert not wrong, (reader, {k: (expected.get(k), got.get(k)) for k in sorted(wrong)[:5]})
 
 
-def cdc_config(bootstrap: str, topic: str, table: Path, ddl: str, writer: str) -> Any:
+def cdc_config(
+    bootstrap: str, topic: str, root: Path, name: str, ddl: str, writer: str, table_format: str
+) -> Any:
+    """The ingestion of `topic` into the table `name` of `table_format` under `root`."""
+    where = (
+        {"table__format": "iceberg", "table__name": name}
+        if table_format == "iceberg"
+        else {"table__format": "hudi"}
+    )
     return ingest_config(
         bootstrap,
         topic,
-        table,
+        root / table_format / (name if table_format == "hudi" else "warehouse"),
         value__schema=ddl,
         write__operation="cdc",
         table__record__key__fields="id",
         table__bucket__count=4,
         kafka__max__records__per__batch=20,
         writer__id=writer,
+        **where,
     )
 
 
@@ -225,42 +250,44 @@ def test_debezium_change_stream_lands_as_the_databases_current_rows(
         prefix, prefix, tables=("public.customers", "public.orders"), schemas_enable=True
     )
     customers_topic, orders_topic = f"{prefix}.public.customers", f"{prefix}.public.orders"
-    customers, orders = tmp_path / "customers", tmp_path / "orders"
-    customer_columns = ["id", "name", "balance", "updated_at", "notes"]
+    tables = [  # (database table, its columns, the ingestion of its topic), every format
+        (name, columns, cdc_config(kafka_bootstrap, topic, tmp_path, name, ddl, writer, fmt))
+        for fmt, names in FORMATS.items()
+        for name, columns, topic, ddl, writer in (
+            ("customers", CUSTOMER_COLUMNS, customers_topic, CUSTOMERS_DDL, "c"),
+            ("orders", ["id", "customer_id", "amount"], orders_topic, ORDERS_DDL, "o"),
+        )
+        if name in names
+    ]
     with ConnectWorker(tmp_path / "connect", kafka_bootstrap, source, [connector]) as worker:
         worker.wait_streaming(timeout_s=180)
         run_sql(dsn, FIRST_CHANGES, marker=900)
         wait_for_key(kafka_bootstrap, customers_topic, 900)
-        run_ingestion(
-            cdc_config(kafka_bootstrap, customers_topic, customers, CUSTOMERS_DDL, "c"), spark
-        )
-        run_ingestion(cdc_config(kafka_bootstrap, orders_topic, orders, ORDERS_DDL, "o"), spark)
-        assert_table_equals_database(dsn, "customers", customers, customer_columns)
-        assert_table_equals_database(dsn, "orders", orders, ["id", "customer_id", "amount"])
+        for name, columns, cfg in tables:
+            run_ingestion(cfg, spark)
+            assert_table_equals_database(dsn, name, cfg, columns)
 
         run_sql(dsn, SECOND_CHANGES, marker=901)
         wait_for_key(kafka_bootstrap, customers_topic, 901)
         # a new ingestion of each table: it resumes after the first one's offsets
-        run_ingestion(
-            cdc_config(kafka_bootstrap, customers_topic, customers, CUSTOMERS_DDL, "c"), spark
-        )
-        run_ingestion(cdc_config(kafka_bootstrap, orders_topic, orders, ORDERS_DDL, "o"), spark)
-        assert_table_equals_database(dsn, "customers", customers, customer_columns)
-        assert_table_equals_database(dsn, "orders", orders, ["id", "customer_id", "amount"])
+        for name, columns, cfg in tables:
+            run_ingestion(cfg, spark)
+            assert_table_equals_database(dsn, name, cfg, columns)
         assert worker.running
     # lakesink verify's fold audit: each table equals the fold of its committed records
-    for topic, table, ddl, writer, name in (
-        (customers_topic, customers, CUSTOMERS_DDL, "c", "customers"),
-        (orders_topic, orders, ORDERS_DDL, "o", "orders"),
-    ):
-        report = audit_config(cdc_config(kafka_bootstrap, topic, table, ddl, writer))
-        assert report.ok, report.problems
+    for name, _, cfg in tables:
+        report = audit_config(cfg)
+        assert report.ok, (cfg["table.format"], name, report.problems)
         assert report.keys == len(database_rows(dsn, name)) > 0
-        assert report.rows_hudi_rs == report.rows_lakesink == report.keys
+        if cfg["table.format"] == "iceberg":
+            assert report.readers == {"pyiceberg": report.keys, "duckdb": report.keys}
+        else:
+            assert report.rows_hudi_rs == report.rows_lakesink == report.keys
         assert report.commits >= 2
-    assert_the_fold_audit_sees_a_changed_row(
-        cdc_config(kafka_bootstrap, customers_topic, customers, CUSTOMERS_DDL, "c")
+    hudi_customers = next(
+        cfg for name, _, cfg in tables if name == "customers" and cfg["table.format"] == "hudi"
     )
+    assert_the_fold_audit_sees_a_changed_row(hudi_customers)
 
 
 def assert_the_fold_audit_sees_a_changed_row(cfg: Any) -> None:

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -183,3 +184,86 @@ def test_audit_with_spark_passes_on_a_table_of_kafka_records(
             table, cfg.writer_id, bootstrap=kafka_bootstrap, from_log_start=True,
             extra_readers={"spark": broken},
         )  # fmt: skip
+
+
+def _keyed_batch(coordinator: Any, batch_id: int, changes: pa.Table) -> None:
+    """One batch of `changes` (one Kafka partition, contiguous offsets) through the writer's
+    task target and commit, as the sink runs it, in one task."""
+    from lakesink.formats import plugin_for
+    from lakesink.formats.task import TaskAttempt
+    from lakesink.protocol.mutation import CHANGE_COLUMNS
+    from lakesink.protocol.write_status import WriteStatus
+
+    offsets = changes.column("kafka_offset").to_pylist()
+    ranges = [OffsetRange(TopicPartition("orders", 0), offsets[0], offsets[-1] + 1)]
+    t = coordinator.begin_batch(batch_id, ranges)
+    plugin = plugin_for("iceberg")
+    w = plugin.task_target(coordinator, t.value, 0).open(TaskAttempt(0, 1, 0, "1.0.0"))
+    for batch in changes.to_batches():
+        w.write(batch)
+    files, extra = w.close()
+    status = WriteStatus(t.value, "1.0.0", None, tuple(files), extra=extra)
+    data = pa.schema([f for f in changes.schema if f.name not in CHANGE_COLUMNS])
+    coordinator.complete_batch(t, batch_id, ranges, [status], plugin.commit_schema(data, "orders"))
+
+
+def test_spark_reads_a_merge_on_read_table_of_keys_as_pyiceberg_does(
+    java_iceberg: JavaIceberg, tmp_path: Path
+) -> None:
+    from lakesink.formats.iceberg.coordinator import IcebergCoordinator
+    from lakesink.formats.iceberg.format import IcebergFormat
+    from lakesink.formats.iceberg.keyed import (
+        MERGE_ON_READ,
+        keyed_partition_fields,
+        keyed_properties,
+        required_keys,
+    )
+    from lakesink.protocol.mutation import OPERATION_COLUMN, RowOperation
+
+    name = "mor_" + uuid.uuid4().hex[:8]
+    settings = CatalogSettings(warehouse=str(tmp_path / "wh"), name=name)
+    schema = pa.schema(
+        [("id", pa.int64()), ("v", pa.string()), ("kafka_topic", pa.string()),
+         ("kafka_partition", pa.int32()), ("kafka_offset", pa.int64())]
+    )  # fmt: skip
+    table = IcebergTable.open(
+        Backend(settings).catalog(), ("db", "orders"), required_keys(schema, ("id",)),
+        keyed_partition_fields((), ("id",), 2), properties=keyed_properties(None, MERGE_ON_READ),
+        identifier_fields=("id",),
+    )  # fmt: skip
+    coordinator = IcebergCoordinator(IcebergFormat(table), "w1", query_id="q")
+    coordinator.operation_type = "UPSERT"
+    coordinator.start()
+    ins, upd, dele = (
+        op.code for op in (RowOperation.INSERT, RowOperation.UPDATE, RowOperation.DELETE)
+    )
+    batches = [
+        [(k, ins) for k in range(8)],
+        [(1, upd), (2, dele), (5, upd), (9, ins)],
+        [(1, upd), (5, dele), (9, upd)],
+    ]
+    offset = 0
+    for n, batch in enumerate(batches, start=1):
+        changes = pa.Table.from_pylist(
+            [
+                {"id": k, "v": f"v{offset + i}", "kafka_topic": "orders", "kafka_partition": 0,
+                 "kafka_offset": offset + i, OPERATION_COLUMN: op}
+                for i, (k, op) in enumerate(batch)
+            ],
+            schema=pa.schema([*schema, (OPERATION_COLUMN, pa.int8())]),
+        )  # fmt: skip
+        offset += len(batch)
+        _keyed_batch(coordinator, n, changes)
+    table.refresh()
+    assert any(t.delete_files for t in table.pyiceberg.scan().plan_files())
+    sqlite_file = Path(table.pyiceberg.catalog.engine.url.database)  # type: ignore[attr-defined]
+    java_iceberg.register_catalog(name, sqlite_file, warehouse_uri(str(sqlite_file.parent)))
+    (got,) = java_iceberg.run([IcebergRead(f"{name}.db.orders")])
+    assert isinstance(got, pa.Table), got
+
+    def by_key(t: pa.Table) -> list[tuple[int, str]]:
+        return sorted(zip(t["id"].to_pylist(), t["v"].to_pylist(), strict=True))
+
+    want = by_key(table.pyiceberg.scan().to_arrow())
+    assert [k for k, _ in want] == [0, 1, 3, 4, 6, 7, 9]
+    assert by_key(got) == want

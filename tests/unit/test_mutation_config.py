@@ -120,11 +120,17 @@ def test_mutations_need_a_record_key_other_than_the_kafka_coordinates(operation:
 
 
 @pytest.mark.parametrize("operation", ["upsert", "cdc"])
-def test_mutations_on_iceberg_tables_are_copy_on_write_only(operation: str) -> None:
+def test_mutations_on_iceberg_tables_take_iceberg_write_mode(operation: str) -> None:
     raw = {**CDC, "write.operation": operation, "table.format": "iceberg"}
     assert build_config(raw).settings.mutation.operation == operation
-    mor = {**raw, "table.type": "merge_on_read"}
-    refused(mor, "table.type=MERGE_ON_READ", "not yet available", "table.type=COPY_ON_WRITE")
+    assert build_config(raw).settings.iceberg.write_mode == "copy-on-write"
+    mor = {**raw, "iceberg.write.mode": "merge-on-read"}
+    assert build_config(mor).settings.iceberg.write_mode == "merge-on-read"
+    hudi_key = {**raw, "table.type": "merge_on_read"}
+    refused(hudi_key, "table.type=MERGE_ON_READ", "iceberg.write.mode=merge-on-read")
+    appends = {k: v for k, v in raw.items() if k != "table.record.key.fields"}
+    appends["write.operation"] = "append"
+    refused({**appends, "iceberg.write.mode": "merge-on-read"}, "write.operation=upsert or cdc")
 
 
 @pytest.mark.parametrize("operation", ["upsert", "cdc"])

@@ -22,7 +22,7 @@ import os
 import subprocess
 import tempfile
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
@@ -183,6 +183,8 @@ class IcebergAuditReport:
     rows_below_log_start: int = 0
     committed: dict[str, int] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
+    keys: int | None = None  # a table of keys (upsert, cdc): the keys the fold leaves
+    wrong_keys: int = 0  # of a table of keys: keys that differ from the fold
 
     @property
     def ok(self) -> bool:
@@ -204,6 +206,7 @@ class IcebergAuditReport:
             "rows_below_log_start": self.rows_below_log_start,
             "committed": self.committed,
             "problems": self.problems,
+            **({"keys": self.keys, "wrong_keys": self.wrong_keys} if self.keys is not None else {}),
         }
 
 
@@ -233,9 +236,9 @@ def read_with_pyiceberg(table: IcebergTable) -> pa.Table:
     return table.pyiceberg.scan(selected_fields=tuple(COORDINATES)).to_arrow()
 
 
-def duckdb_reader() -> Callable[[str], pa.Table] | str:
-    """A reader of a metadata file with DuckDB's iceberg extension loaded from its PyPI package
-    (no network), or why there is none."""
+def duckdb_reader(columns: Sequence[str] | None = COORDINATES) -> Callable[[str], pa.Table] | str:
+    """A reader of a metadata file (its `columns`, None: every column) with DuckDB's iceberg
+    extension loaded from its PyPI package (no network), or why there is none."""
     try:
         import duckdb
 
@@ -264,7 +267,7 @@ def duckdb_reader() -> Callable[[str], pa.Table] | str:
         try:
             for binary in binaries:
                 con.execute(f"LOAD '{binary}'")
-            cols = ", ".join(COORDINATES)
+            cols = ", ".join(columns) if columns is not None else "*"
             return con.execute(
                 f"SELECT {cols} FROM iceberg_scan(?)", [metadata_location]
             ).to_arrow_table()

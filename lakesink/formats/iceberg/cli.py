@@ -11,7 +11,8 @@ from lakesink.settings import Settings
 
 HELP = {
     "expire-snapshots": "expire old snapshots, keeping each writer's newest commit (its offsets)",
-    "rewrite-data-files": "rewrite small data files into target-size ones (a replace snapshot)",
+    "rewrite-data-files": "apply position deletes, rewrite small data files into target-size "
+    "ones (replace snapshots)",
     "remove-orphan-files": "delete unreferenced files older than a safety window",
 }
 

@@ -24,10 +24,13 @@ from lakesink.errors import CommitError, ConfigError, CorruptTableError
 from lakesink.formats.iceberg.catalog import CatalogSettings, open_catalog
 from lakesink.formats.iceberg.datafiles import DataFileDescription
 from lakesink.formats.iceberg.evolution import PlannedEvolution, schema_from_text
+from lakesink.formats.iceberg.keyed import MUTATIONS_PROPERTY
 from lakesink.formats.iceberg.schema import PartitionFieldSetting, parse_partition_spec
 from lakesink.formats.iceberg.snapshots import (
     KEY_COMMIT_ID,
     KEY_LOST,
+    KEY_RANGES,
+    KEY_SKIPPED,
     KEY_WRITER_ID,
     AppendRequirement,
 )
@@ -40,6 +43,7 @@ from lakesink.settings import Settings, parse_kv
 if TYPE_CHECKING:
     import pyarrow as pa
 
+    from lakesink.formats.iceberg.rowdelta import RowDelta
     from lakesink.formats.iceberg.upsert import BucketRewrite
 
 log = logging.getLogger(__name__)
@@ -139,7 +143,7 @@ def open_keyed_table(settings: Settings, rows: pa.Schema) -> IcebergTable:
         iceberg_identifier(settings),
         required_keys(pa.schema(columns), key),
         keyed_partition_fields(configured, key, mutation.bucket_count),
-        properties=keyed_properties(ordering),
+        properties=keyed_properties(ordering, settings.iceberg.write_mode),
         identifier_fields=key,
     )
     layout = layout_of(table.pyiceberg.metadata, table.name)
@@ -150,6 +154,11 @@ def open_keyed_table(settings: Settings, rows: pa.Schema) -> IcebergTable:
             "write.operation=append"
         )
     check_layout(layout, key, ordering, configured, mutation.bucket_count, table.name)
+    if layout.mode != settings.iceberg.write_mode:
+        raise ConfigError(
+            f"iceberg.write.mode={settings.iceberg.write_mode}, but table {table.name} was "
+            f"created {layout.mode}: a table keeps the mode it was created with"
+        )
     return table
 
 
@@ -237,6 +246,20 @@ def _ranges(metadata: TableChange) -> tuple[OffsetRange, ...]:
     return tuple(OffsetRange(TopicPartition.parse(k), s, e) for k, s, e in raw)
 
 
+def _ranges_summary(metadata: TableChange) -> dict[str, str]:
+    """A table of keys' commit records the ranges it ingested (and the spans it passed over),
+    compact: its rows cannot tell (a later version of a key replaces them), and the fold audit
+    must know every range the writer committed."""
+    out = {KEY_RANGES: _compact(metadata.extra.get(keys.RANGES_KEY, "[]"))}
+    if keys.SKIPPED_KEY in metadata.extra:
+        out[KEY_SKIPPED] = _compact(metadata.extra[keys.SKIPPED_KEY])
+    return out
+
+
+def _compact(text: str) -> str:
+    return json.dumps(json.loads(text), separators=(",", ":"))
+
+
 class IcebergView:
     """The Iceberg table at its refreshed metadata: the requirements read the writer's offsets
     in the current lineage. Appends never conflict with each other; a writer without a lock
@@ -283,7 +306,7 @@ class IcebergFormat:
         self._field_ids: tuple[int, Mapping[str, int]] | None = None  # (schema id, ids)
         self._plans: dict[str, PlannedEvolution] = {}  # transaction id -> its schema change
         # transaction id -> the files a batch of a table of keys replaces (its overwrite)
-        self._rewrites: dict[str, BucketRewrite] = {}
+        self._rewrites: dict[str, BucketRewrite | RowDelta] = {}
 
     def plan_evolution(
         self, instant_time: InstantTime, mode: EvolutionMode | None
@@ -310,7 +333,8 @@ class IcebergFormat:
     def in_flight_files(self) -> list[str]:
         """The data files of this writer's transactions begun and not yet finished or rolled
         back: orphan removal must spare them."""
-        return [f.path for files in self._files.values() for f in files]
+        deletes = [d.path for r in self._rewrites.values() for d in getattr(r, "deletes", ())]
+        return [f.path for files in self._files.values() for f in files] + deletes
 
     @property
     def name(self) -> str:
@@ -365,7 +389,7 @@ class IcebergFormat:
     ) -> None:
         """A batch of a table of keys: the files its tasks replace and the buckets they read
         (their `WriteStatus.extra`), which its commit removes and checks."""
-        from lakesink.formats.iceberg.keyed import layout_of
+        from lakesink.formats.iceberg.keyed import MERGE_ON_READ, layout_of
         from lakesink.formats.iceberg.upsert import BucketRewrite
 
         layout = layout_of(self.table.pyiceberg.metadata, self.name)
@@ -374,6 +398,11 @@ class IcebergFormat:
                 f"table {self.name} commit {instant_time}: tasks rewrote buckets of a table "
                 "that is not a table of keys"
             )
+        if layout.mode == MERGE_ON_READ:  # position deletes and new files: one row delta
+            from lakesink.formats.iceberg.rowdelta import RowDelta
+
+            self._rewrites[instant_time.value] = RowDelta.from_extras(layout, extras)
+            return
         self._rewrites[instant_time.value] = BucketRewrite.from_extras(layout, extras)
 
     def files(self, instant_time: InstantTime) -> list[DataFileDescription]:
@@ -447,12 +476,15 @@ class IcebergFormat:
         writer_id = requirement.writer_id
         own = self.claimed[1] if self.claimed is not None and self.claimed[0] == writer_id else None
         lost = metadata.extra.get(keys.LOST_KEY)
+        extra = {KEY_LOST: lost} if lost else {}
+        if MUTATIONS_PROPERTY in self.table.pyiceberg.metadata.properties:
+            extra.update(_ranges_summary(metadata))  # what the fold audit folds
         result = self.table.commit_append(
             self.files(instant_time),
             requirement,
             int(vtts) if vtts else None,
             incarnation=own,
-            extra_summary={KEY_LOST: lost} if lost else None,
+            extra_summary=extra or None,
             schema=schema_from_text(metadata.schema.text),  # a batch that evolves the table
             rewrite=self._rewrites.get(instant_time.value),  # a batch of a table of keys
         )
@@ -482,8 +514,9 @@ class IcebergFormat:
         """Delete the batch's data files (never those of a commit that landed)."""
         self.table.refresh()
         self._plans.pop(instant_time.value, None)
-        self._rewrites.pop(instant_time.value, None)  # the replaced files stay: still live
-        files = self._files.pop(instant_time.value, [])
+        rewrite = self._rewrites.pop(instant_time.value, None)  # replaced files stay: still live
+        # a merge-on-read batch's own position-delete files go with its data files
+        files = [*self._files.pop(instant_time.value, []), *getattr(rewrite, "deletes", ())]
         if self.is_published(instant_time):
             return False
         self.table.abort(files)

@@ -6,8 +6,8 @@ A table of keys has
 - a partition field `bucket[N](col)` on one key column: Iceberg's own bucket transform (Murmur3 of
   the value, modulo N, as every Iceberg engine computes it), so every version of a key lands in
   one bucket. The partition spec's other fields (iceberg.partition.spec, table.partition.by) stay;
-- the table properties `lakesink.row-mutations` (`copy-on-write`) and, when versions are ordered by
-  a column, `lakesink.ordering-field`.
+- the table properties `lakesink.row-mutations` (`copy-on-write` or `merge-on-read`,
+  iceberg.write.mode) and, when versions are ordered by a column, `lakesink.ordering-field`.
 
 The key -> data file mapping is therefore the bucket value in each data file's partition tuple,
 kept by Iceberg itself in the manifests: a bucket's files are the current snapshot's data files
@@ -49,10 +49,14 @@ __all__ = [
 
 MUTATIONS_PROPERTY = "lakesink.row-mutations"
 """Table property of a table of keys: how a batch lands (`copy-on-write`: it rewrites the data
-files of the buckets its keys fall in)."""
+files of the buckets its keys fall in; `merge-on-read`: it adds position deletes and new data
+files, lakesink.formats.iceberg.rowdelta)."""
 ORDERING_PROPERTY = "lakesink.ordering-field"
 """Table property: the column ordering two versions of a key (absent: the Kafka offset alone)."""
 COPY_ON_WRITE = "copy-on-write"
+MERGE_ON_READ = "merge-on-read"
+# Iceberg's own properties naming the row-level mode, so other engines' writes match it
+_ICEBERG_MODE_PROPERTIES = ("write.update.mode", "write.delete.mode", "write.merge.mode")
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +70,8 @@ class KeyedLayout:
     bucket_count: int
     spec_id: int
     bucket_position: int
+    mode: str = COPY_ON_WRITE
+    """`copy-on-write` or `merge-on-read` (iceberg.write.mode when the table was created)."""
 
     def bucket_of_partition(self, partition: Sequence[Any]) -> int:
         """The bucket of a data file, from its partition tuple."""
@@ -94,9 +100,11 @@ def keyed_partition_fields(
     return (*fields, PartitionFieldSetting("bucket", key[0], bucket_count))
 
 
-def keyed_properties(ordering: str | None) -> dict[str, str]:
-    """The table properties a new table of keys is created with."""
-    out = {MUTATIONS_PROPERTY: COPY_ON_WRITE}
+def keyed_properties(ordering: str | None, mode: str = COPY_ON_WRITE) -> dict[str, str]:
+    """The table properties a new table of keys is created with (`mode`: iceberg.write.mode)."""
+    out = {MUTATIONS_PROPERTY: mode}
+    if mode == MERGE_ON_READ:
+        out.update(dict.fromkeys(_ICEBERG_MODE_PROPERTIES, MERGE_ON_READ))
     if ordering is not None:
         out[ORDERING_PROPERTY] = ordering
     return out
@@ -122,10 +130,10 @@ def layout_of(metadata: TableMetadata, table: str) -> KeyedLayout | None:
     if metadata.properties.get(MUTATIONS_PROPERTY) is None:
         return None
     mode = metadata.properties[MUTATIONS_PROPERTY]
-    if mode != COPY_ON_WRITE:
+    if mode not in (COPY_ON_WRITE, MERGE_ON_READ):
         raise UnsupportedTableError(
             f"table {table}: {MUTATIONS_PROPERTY}={mode!r}; this lakesink writes only "
-            f"{COPY_ON_WRITE!r} tables of keys"
+            f"{COPY_ON_WRITE!r} and {MERGE_ON_READ!r} tables of keys"
         )
     from pyiceberg.transforms import BucketTransform
 
@@ -142,6 +150,7 @@ def layout_of(metadata: TableMetadata, table: str) -> KeyedLayout | None:
                 int(field.transform.num_buckets),
                 spec.spec_id,
                 i,
+                mode,
             )
     raise UnsupportedTableError(
         f"table {table} is a table of keys ({MUTATIONS_PROPERTY}) but its partition spec has no "

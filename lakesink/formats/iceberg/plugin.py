@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from lakesink.formats.iceberg.coordinator import CatalogControl, IcebergCoordinator
     from lakesink.formats.iceberg.datafiles import IcebergTarget
     from lakesink.formats.iceberg.format import IcebergFormat
+    from lakesink.formats.iceberg.rowdelta import IcebergRowDeltaTarget
     from lakesink.formats.iceberg.table import IcebergTable
     from lakesink.formats.iceberg.upsert import IcebergUpsertTarget
     from lakesink.metrics import IngestionMetrics
@@ -99,10 +100,20 @@ class IcebergPlugin:
         from lakesink.formats.iceberg.audit import audit_iceberg, spark_reader
         from lakesink.formats.iceberg.format import catalog_settings_for, open_iceberg_table
 
-        if fold is not None:
-            raise ConfigError(
-                "the fold audit of an Iceberg table of keys (write.operation upsert or cdc) is "
-                "not available yet: read the table with pyiceberg or DuckDB to check it"
+        extra_readers = (
+            {"spark": spark_reader(catalog_settings_for(settings, create=False))} if spark else {}
+        )
+        if fold is not None:  # a table of keys: it must equal the fold of its records by key
+            from lakesink.formats.iceberg.fold_audit import audit_iceberg_fold
+
+            return audit_iceberg_fold(
+                open_iceberg_table(settings, create=False),
+                settings.writer_id,
+                fold,
+                bootstrap=settings.kafka.bootstrap_servers,
+                isolation_level=settings.kafka.isolation_level,
+                consumer_config=settings.kafka.consumer_config,
+                extra_readers=extra_readers,
             )
         return audit_iceberg(
             open_iceberg_table(settings, create=False),
@@ -112,11 +123,7 @@ class IcebergPlugin:
             consumer_config=settings.kafka.consumer_config,
             dead_letters=dead_letters,
             from_log_start=settings.kafka.starting_offsets == "earliest",
-            extra_readers=(
-                {"spark": spark_reader(catalog_settings_for(settings, create=False))}
-                if spark
-                else {}
-            ),
+            extra_readers=extra_readers,
             kept_by_transform=kept_by_transform,
         )
 
@@ -128,11 +135,22 @@ class IcebergPlugin:
         lines.extend(f"  rows read by {name + ':':<22} {n:,}" for name, n in report.readers.items())
         lines.extend(f"  not run: {why}" for why in report.not_run)
         lines.append(f"  Kafka records in committed ranges: {report.kafka_records:,}")
+        readers = ", ".join(report.readers)
+        if report.keys is not None:  # a table of keys (write.operation upsert or cdc)
+            lines.append(f"  keys in the fold of those records: {report.keys:,}")
+            if report.ok:
+                lines.append(
+                    f"  PASS ({readers}): the table equals the fold of the committed records "
+                    "by key; readers agree"
+                )
+            else:
+                lines.append("  FAIL:")
+                lines.extend(f"    - {p}" for p in report.problems)
+            return lines
         if report.dead_letters:
             lines.append(f"  dead-lettered records:         {report.dead_letters:,}")
         if report.filtered:
             lines.append(f"  filtered out by transform.arrow: {report.filtered:,}")
-        readers = ", ".join(report.readers)
         if report.ok:
             lines.append(
                 f"  PASS ({readers}): every record exactly once; no duplicates, no gaps, "
@@ -208,7 +226,7 @@ class IcebergPlugin:
 
     def task_target(
         self, coordinator: Coordinator, instant_time: str, target_file_size: int
-    ) -> IcebergTarget | IcebergUpsertTarget:
+    ) -> IcebergTarget | IcebergUpsertTarget | IcebergRowDeltaTarget:
         """The table's write context: tasks write data files the commit describes (the table's
         own properties give their size), with the field ids of the schema change the batch's
         commit makes, if any (`schema.evolution`). A table of keys gets a keyed target: each
@@ -224,10 +242,17 @@ class IcebergPlugin:
 
         table_format = coordinator.format
         if coordinator.operation_type == "UPSERT":  # a table of keys: whole buckets rewritten
+            from lakesink.formats.iceberg.keyed import MERGE_ON_READ, layout_of
+            from lakesink.formats.iceberg.rowdelta import IcebergRowDeltaTarget
             from lakesink.formats.iceberg.upsert import IcebergUpsertTarget
 
             table = table_format.table
             table.refresh()  # the buckets' files as of now
+            layout = layout_of(table.pyiceberg.metadata, table_format.name)
+            if layout is not None and layout.mode == MERGE_ON_READ:  # position deletes
+                return IcebergRowDeltaTarget.for_table(
+                    table.pyiceberg, table.write_context(), instant_time
+                )
             return IcebergUpsertTarget.for_table(
                 table.pyiceberg, table.write_context(), instant_time
             )

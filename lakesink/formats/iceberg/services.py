@@ -30,7 +30,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from lakesink.errors import CommitError, ConfigError
@@ -183,17 +183,20 @@ def _rewrite_once(table: IcebergTable, options: RewriteOptions, attempt: int) ->
     from pyiceberg.exceptions import CommitFailedException, ValidationException
 
     table.refresh()
-    groups = plan_rewrite(table.pyiceberg, options)
-    if not groups:
-        log.info("table %s: rewrite-data-files: nothing to do", table.name)
-        return RewriteResult(None, 0, 0, 0, attempt)
-    before = sum(len(g.files) for g in groups)
     summary = {
         KEY_LAYOUT: LAYOUT,
         KEY_MAINTENANCE: REWRITE,
         "lakesink.rewrite.small-file-bytes": str(options.small_file_bytes),
         "lakesink.rewrite.target-file-bytes": str(options.target_file_bytes),
     }
+    applied = _apply_deletes(table, options, summary)
+    groups = plan_rewrite(table.pyiceberg, options)
+    if not groups:
+        if applied is not None:
+            return replace(applied, attempts=attempt)
+        log.info("table %s: rewrite-data-files: nothing to do", table.name)
+        return RewriteResult(None, 0, 0, 0, attempt)
+    before = sum(len(g.files) for g in groups)
     try:
         out = replace_files(table.pyiceberg, groups, options, summary)
     except (ValidationException, CommitFailedException) as e:
@@ -210,8 +213,50 @@ def _rewrite_once(table: IcebergTable, options: RewriteOptions, attempt: int) ->
         "table %s: rewrite-data-files replaced %d files by %d (%d rows) in snapshot %s",
         table.name, before, len(out.added), out.rows, out.snapshot_id,
     )  # fmt: skip
+    if applied is not None:  # both: the deletes' snapshot, then the small files'
+        return RewriteResult(
+            out.snapshot_id,
+            applied.files_before + before,
+            applied.files_after + len(out.added),
+            applied.rows + out.rows,
+            attempt,
+            applied.removed + out.removed,
+            applied.added + out.added,
+        )
     return RewriteResult(
         out.snapshot_id, before, len(out.added), out.rows, attempt, out.removed, out.added
+    )
+
+
+def _apply_deletes(
+    table: IcebergTable, options: RewriteOptions, summary: dict[str, str]
+) -> RewriteResult | None:
+    """A merge-on-read table's position deletes applied first (lakesink.formats.iceberg.
+    rowdelta): the data files with deletes rewritten without the deleted rows, one REPLACE
+    snapshot; None when no data file has deletes."""
+    from pyiceberg.exceptions import CommitFailedException, ValidationException
+
+    from lakesink.formats.iceberg.rowdelta import apply_position_deletes
+
+    try:
+        out = apply_position_deletes(
+            table.pyiceberg,
+            {**summary, "lakesink.rewrite.applies": "position-deletes"},
+            options.target_file_bytes,
+        )
+    except (ValidationException, CommitFailedException) as e:
+        raise LostToConcurrentCommitError(
+            f"table {table.name}: applying position deletes lost to a concurrent commit"
+        ) from e
+    if out is None:
+        return None
+    table.refresh()
+    log.info(
+        "table %s: rewrite-data-files applied %d delete files to %d data files (%d rows) in "
+        "snapshot %s", table.name, out.delete_files, out.data_files, out.rows, out.snapshot_id,
+    )  # fmt: skip
+    return RewriteResult(
+        out.snapshot_id, out.data_files, len(out.added), out.rows, 0, out.removed, out.added
     )
 
 

@@ -41,6 +41,8 @@ __all__ = [
     "KEY_LOST",
     "KEY_MAINTENANCE",
     "KEY_OFFSETS",
+    "KEY_RANGES",
+    "KEY_SKIPPED",
     "KEY_VTTS",
     "KEY_WRITER_ID",
     "LAYOUT",
@@ -73,6 +75,12 @@ KEY_MAINTENANCE = PREFIX + "maintenance"
 KEY_LOST = PREFIX + "lost"
 """In the summary of a snapshot lakesink's maintenance committed (a rewrite): which action. Such a
 snapshot is no writer's commit; the lineage walk passes it by."""
+KEY_RANGES = PREFIX + "ranges"
+"""In the summary of a writer's commit to a table of keys: the Kafka ranges it ingested, compact
+JSON `[["topic:partition", from, to], ...]` (to exclusive); the fold audit chains them."""
+KEY_SKIPPED = PREFIX + "skipped"
+"""Beside `KEY_RANGES`: spans Kafka had deleted before they were read, passed over
+(kafka.fail.on.data.loss=false), in the same form."""
 
 
 def incarnation_key(writer_id: str) -> str:

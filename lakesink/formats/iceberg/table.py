@@ -77,6 +77,7 @@ if TYPE_CHECKING:
     from pyiceberg.table import Table
     from pyiceberg.table.metadata import TableMetadata
 
+    from lakesink.formats.iceberg.rowdelta import RowDelta
     from lakesink.formats.iceberg.upsert import BucketRewrite
 
 log = logging.getLogger(__name__)
@@ -465,7 +466,7 @@ class IcebergTable:
         incarnation: int | None = None,
         extra_summary: Mapping[str, str] | None = None,
         schema: Schema | None = None,
-        rewrite: BucketRewrite | None = None,
+        rewrite: BucketRewrite | RowDelta | None = None,
     ) -> AppendResult:
         """One fast append of `files` with lakesink's summary (plus `extra_summary`, e.g. a
         backfill's id), if `requirement` holds; with `schema` (a batch's planned evolution),
@@ -650,7 +651,7 @@ class IcebergTable:
     def _overwrite_on_base(
         self,
         files: Sequence[DataFileDescription],
-        rewrite: BucketRewrite,
+        rewrite: BucketRewrite | RowDelta,
         properties: Mapping[str, str],
         writer_id: str,
         incarnation: int | None,
@@ -666,6 +667,8 @@ class IcebergTable:
         from pyiceberg.table.update import AssertRefSnapshotId
         from pyiceberg.table.update.snapshot import _OverwriteFiles
 
+        from lakesink.formats.iceberg.upsert import BucketRewrite
+
         metadata = self._table.metadata
         main = metadata.refs.get(MAIN_BRANCH)
         base = AssertRefSnapshotId.model_validate(
@@ -676,17 +679,20 @@ class IcebergTable:
         if incarnation is not None:
             tx._stage((), (_assert_incarnation_type()(writer_id=writer_id, expected=incarnation),))
         version = metadata.format_version
-        producer = _OverwriteFiles(
-            operation=Operation.OVERWRITE,
-            transaction=tx,
-            io=self._table.io,
-            snapshot_properties=dict(properties),
-        )
-        with producer as overwrite:
-            for d in rewrite.removed:
-                overwrite.delete_data_file(to_data_file(d, version))
-            for f in files:
-                overwrite.append_data_file(to_data_file(f, version))
+        if not isinstance(rewrite, BucketRewrite):  # merge-on-read: a row delta (rowdelta.py)
+            rewrite.stage(tx, self._table.io, files, properties)
+        else:
+            producer = _OverwriteFiles(
+                operation=Operation.OVERWRITE,
+                transaction=tx,
+                io=self._table.io,
+                snapshot_properties=dict(properties),
+            )
+            with producer as overwrite:
+                for d in rewrite.removed:
+                    overwrite.delete_data_file(to_data_file(d, version))
+                for f in files:
+                    overwrite.append_data_file(to_data_file(f, version))
         producers = list(getattr(tx, "_snapshot_producers", ()))
         tx._snapshot_producers = []
         try:
