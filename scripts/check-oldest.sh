@@ -8,8 +8,16 @@
 # clone reuses it and it is rebuilt only when the lock changes. lakesink itself never goes into
 # it: each run installs this checkout into a throwaway venv that sees the dependencies through a
 # .pth file, so checkouts sharing the cache cannot see each other's code.
+#
+# Usage: check-oldest.sh [all|demo|unit] (default all). scripts/test.sh runs `demo` in its
+# set-up (which also makes the venv) and `unit` in the background during the integration tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+part="${1:-all}"
+case "$part" in
+  all|demo|unit) ;;
+  *) echo "check-oldest: unknown part '$part' (valid: all, demo, unit)" >&2; exit 2 ;;
+esac
 PYTHON="${PYTHON:-python3.11}"
 command -v "$PYTHON" >/dev/null 2>&1 || PYTHON=python3
 CACHE="${LAKESINK_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/lakesink}"
@@ -50,7 +58,10 @@ print("check-oldest:", ", ".join(f"{d} {md.version(d)}" for d in (
     "pyspark", "pyarrow", "pandas", "confluent-kafka", "fastavro", "pyyaml", "hudi", "noida-db")),
     "; lakesink from", lakesink.__file__)
 PY
-"$venv/bin/python" -m pytest -q -p no:cacheprovider tests/unit -x
+if [ "$part" != demo ]; then
+  "$venv/bin/python" -m pytest -q -p no:cacheprovider tests/unit -x
+fi
+[ "$part" != unit ] || exit 0
 # the demo's Spark start cache (class archive) in the work folder, not the user's home; its
 # short-lived driver on the JIT's first tier and the serial collector (far less CPU, the same
 # semantics: as in scripts/check-wheel.sh), unless SPARK_SUBMIT_OPTS says otherwise

@@ -6,7 +6,7 @@
 # the background while ruff, mypy, the unit and property tests, the docs site and the oldest pins
 # (which need none of them) run; each background step's output is printed when it ends, and a
 # failed one fails the run. The wheel check runs after them (its demo and examples keep both
-# cores busy), then the integration tests.
+# cores busy), then the integration tests, with the oldest pins' unit tests beside them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 started=$SECONDS
@@ -61,9 +61,10 @@ if [ $# -eq 0 ]; then
     python -m lakesink.spark.prepare "${LAKESINK_CACHE:-$PWD/.cache}/spark-start"
 fi
 stage "ruff"; ruff check lakesink tests benchmarks; ruff format --check lakesink tests benchmarks
-# mypy, the unit and property tests, the docs build and the oldest pins' unit tests are each one
-# busy process (and the oldest pins' install mostly waits on the network): side by side they use
-# both cores; on the whole run the pytest stage then runs the integration tests alone
+# mypy, the unit and property tests, the docs build and the oldest pins' demo are each one busy
+# process (and the oldest pins' install mostly waits on the network): side by side they use both
+# cores; on the whole run the pytest stage then runs the integration tests, with only the oldest
+# pins' unit tests beside them at a lower priority
 in_background mypy mypy lakesink
 if [ $# -eq 0 ]; then
   # every test file lies in one of the three folders the whole run covers
@@ -74,7 +75,12 @@ if [ $# -eq 0 ]; then
 fi
 stage "docs site"; bash scripts/build-docs.sh
 if [ $# -eq 0 ]; then   # the whole run (CI); with pytest arguments only the tests asked for
-  stage "oldest pins"; bash scripts/check-oldest.sh # lower bounds: unit tests + a real ingestion
+  # lower bounds: a real ingestion here (it makes the oldest pins' venv), their unit tests in the
+  # background at a lower priority: they take what CPU the integration tests leave idle (their
+  # brokers, JVM starts and kill-restart chains wait much of the time), and give way where
+  # those are busy
+  stage "oldest pins"; bash scripts/check-oldest.sh demo
+  in_background oldest-unit nice -n 10 bash scripts/check-oldest.sh unit
 fi
 stage "mypy"; finish mypy
 stage "Kafka, Java Iceberg and Iceberg REST jars"; finish jars
@@ -87,6 +93,7 @@ if [ $# -eq 0 ]; then
   stage "unit and property tests"; finish unit
   stage "pytest: integration"
   python -m pytest -q -p no:cacheprovider --durations=40 tests/integration
+  stage "oldest pins: unit tests"; finish oldest-unit
 else
   stage "pytest"; python -m pytest -q -p no:cacheprovider --durations=40 "$@"
 fi

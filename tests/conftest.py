@@ -13,12 +13,19 @@ import uuid
 from collections.abc import Callable, Iterator
 
 import pytest
+from hypothesis import settings
 from s3_server import S3Server
 
 from lakesink.kafka.kafka_server import BROKER_KINDS, LocalBroker, local_broker
 
 BOOTSTRAP_ENV = "LAKESINK_TEST_BOOTSTRAP_SERVERS"
 BROKER_ENV = "LAKESINK_TEST_BROKER"
+
+# No per-example deadline in the property tests: a deadline is a timing assertion, and timings
+# are measured in benchmarks, never asserted in tests (the oldest pins' unit tests run beside
+# the integration tests, at a lower priority, where any example may wait its turn)
+settings.register_profile("lakesink", deadline=None)
+settings.load_profile("lakesink")
 
 _session_tag = uuid.uuid4().hex[:8]
 _topic_counter = itertools.count()

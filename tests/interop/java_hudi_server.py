@@ -130,7 +130,7 @@ def _quiet_session() -> Any:
 
 
 def main() -> int:
-    return serve(_quiet_session, _run)
+    return serve(_quiet_session, _run, concurrent={"read", "sql"})
 
 
 if __name__ == "__main__":

@@ -13,11 +13,15 @@ from __future__ import annotations
 import json
 import os
 import sys
+import threading
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Collection
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 Handler = Callable[[Any, dict[str, Any]], dict[str, Any]]
+# statements of concurrent ops (see `serve`) take turns: the session's catalog is shared
+SQL_LOCK = threading.Lock()
 
 
 def protocol_stream() -> Any:
@@ -50,10 +54,12 @@ def session_builder(app: str, jars: str, memory_variable: str) -> Any:
 
 
 def run_sql(spark: Any, statements: list[str]) -> Any:
-    """Each statement in order; the last one's DataFrame (None when there are none)."""
+    """Each statement in order, under SQL_LOCK (the session's catalog is shared by the threads
+    of `serve`); the last one's DataFrame (None when there are none)."""
     df = None
-    for statement in statements:
-        df = spark.sql(statement)
+    with SQL_LOCK:
+        for statement in statements:
+            df = spark.sql(statement)
     return df
 
 
@@ -65,18 +71,37 @@ def answer(handle: Handler, spark: Any, op: dict[str, Any]) -> dict[str, Any]:
         return {"ok": False, "error": msg, "trace": traceback.format_exc()[-4000:]}
 
 
-def serve(make_session: Callable[[], Any], handle: Handler) -> int:
+def serve(
+    make_session: Callable[[], Any], handle: Handler, concurrent: Collection[str] = ()
+) -> int:
     """Start Spark with `make_session` (after stdout is kept for replies: nothing the JVM prints
     at start-up can reach it), then answer requests from stdin with `handle` until stdin
-    closes; then stop Spark."""
+    closes; then stop Spark. Ops whose kind is in `concurrent` (reads: they change nothing)
+    run as Spark jobs side by side, $LAKESINK_INTEROP_THREADS at a time (default 3): most of a
+    small table's read is the driver planning it on one core, so a batch of reads takes about
+    half the time; every other op runs alone, after the ops before it and before the ones after
+    it. SQL statements of concurrent ops run under one lock (`CREATE TABLE IF NOT EXISTS` of one
+    name from two threads would race), the jobs they start do not."""
     out = protocol_stream()
     spark = make_session()
     java = spark._jvm.java.lang.System.getProperty("java.version")
     out.write(json.dumps({"ready": True, "spark": spark.version, "java": java}) + "\n")
-    for line in sys.stdin:
-        if not line.strip():
-            continue
-        results = [answer(handle, spark, op) for op in json.loads(line)["ops"]]
-        out.write(json.dumps({"results": results}) + "\n")
+    threads = int(os.environ.get("LAKESINK_INTEROP_THREADS", "3"))
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        for line in sys.stdin:
+            if not line.strip():
+                continue
+            ops = json.loads(line)["ops"]
+            results: list[dict[str, Any]] = []
+            group: list[dict[str, Any]] = []  # consecutive concurrent ops, not yet run
+            for op in [*ops, None]:
+                if op is not None and op.get("op") in concurrent:
+                    group.append(op)
+                    continue
+                results += pool.map(lambda o: answer(handle, spark, o), group)
+                group = []
+                if op is not None:
+                    results.append(answer(handle, spark, op))
+            out.write(json.dumps({"results": results}) + "\n")
     spark.stop()
     return 0
