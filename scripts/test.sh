@@ -12,6 +12,15 @@ cd "$(dirname "$0")/.."
 started=$SECONDS
 # stage NAME: print the stage's heading with the seconds since the run started (where CI time goes)
 stage() { echo "== $1 (at $((SECONDS - started)) s)"; }
+# cpu_ticks: the machine's CPU time so far (/proc/stat, clock ticks): "busy nice total", busy
+# without the niced background steps
+cpu_ticks() { awk '/^cpu /{print $2+$4+$7+$8, $3, $2+$3+$4+$5+$6+$7+$8}' /proc/stat; }
+# cpu_share BEFORE: how busy the cores were since BEFORE (cpu_ticks), where CI time goes
+cpu_share() {
+  read -r b0 n0 t0 <<< "$1"; read -r b1 n1 t1 <<< "$(cpu_ticks)"
+  awk -v b=$((b1 - b0)) -v n=$((n1 - n0)) -v t=$((t1 - t0)) 'BEGIN { if (t > 0)
+    printf "cores busy %.0f%% of the time, niced background steps %.0f%%\n", 100*b/t, 100*n/t }'
+}
 stage "venv and PostgreSQL"
 EXTRAS=test bash scripts/setup-venv.sh
 bash scripts/install-postgres.sh
@@ -92,7 +101,9 @@ fi
 if [ $# -eq 0 ]; then
   stage "unit and property tests"; finish unit
   stage "pytest: integration"
+  before="$(cpu_ticks)"
   python -m pytest -q -p no:cacheprovider --durations=40 tests/integration
+  echo "integration tests: $(cpu_share "$before")"
   stage "oldest pins: unit tests"; finish oldest-unit
 else
   stage "pytest"; python -m pytest -q -p no:cacheprovider --durations=40 "$@"
