@@ -186,6 +186,10 @@ class RoutingSink(CommittingSink):
         if new:
             self._set_tables([*self.routed.values(), *(self.open_dynamic(n) for n in new)])
 
+    def _writes_by_key(self) -> bool:
+        """Any table written by key, not only the first (a conflict in any is retried)."""
+        return any(t.coordinator.operation_type == "UPSERT" for t in self.routed.values())
+
     def _row_statuses(self, statuses: Mapping[str, list[WriteStatus]]) -> list[WriteStatus]:
         return [s for name in self.routed for s in statuses.get(name, ())]
 

@@ -362,7 +362,7 @@ class CommittingSink:
                 # instant is rolled back; written again over that writer's files, it wins. The
                 # pause, random and growing, lets a writer that keeps losing to a busy one
                 # begin after the other's commit and publish before its next one.
-                if self.coordinator.operation_type != "UPSERT" or attempt == CONFLICT_ATTEMPTS:
+                if not self._writes_by_key() or attempt == CONFLICT_ATTEMPTS:
                     raise
                 pause = min(CONFLICT_PAUSE_MAX_S, 0.25 * 2**attempt) * random.uniform(0.2, 1.0)
                 log.warning(
@@ -375,6 +375,11 @@ class CommittingSink:
                 )
                 time.sleep(pause)
         raise InternalError("unreachable: the last attempt returns or raises")
+
+    def _writes_by_key(self) -> bool:
+        """Whether the batch writes a table by key: only those rewrite buckets that another
+        writer may have rewritten since the batch began (a CommitConflictError worth a retry)."""
+        return self.coordinator.operation_type == "UPSERT"
 
     def _commit_batch_once(
         self, batch_df: DataFrame, batch_id: int, ranges: list[OffsetRange]
