@@ -369,7 +369,9 @@ def parser() -> argparse.ArgumentParser:
         help="local broker: Apache Kafka (scripts/setup-kafka.sh) or noida-db",
     )
     ap.add_argument(
-        "--skip", default="", help="comma-separated: throughput,correctness,commit,recovery"
+        "--skip",
+        default="",
+        help="comma-separated: throughput,correctness,commit,recovery,requests",
     )
     ap.add_argument(
         "--no-peers", action="store_true", help="lakesink, raw and at-least-once only (quick)"
@@ -468,6 +470,8 @@ def main() -> None:
 
             report["commit"] = run_commit_cost(work / "commit", args.commit_repeats)
             print_commit_cost(report["commit"])
+        if "requests" not in skip:
+            report["requests"] = run_commit_requests(work / "requests.json")
     finally:
         shutil.rmtree(work, ignore_errors=True)
     report["load_avg_at_end"] = os.getloadavg()
@@ -479,6 +483,15 @@ def main() -> None:
         f"\nload average at start {report['load_avg_at_start']}, at end {report['load_avg_at_end']}"
     )
     print(f"results: {out}")
+
+
+def run_commit_requests(out: Path) -> dict[str, Any]:
+    """Storage requests per steady commit on S3, Hudi and Iceberg (bench_commit_requests.py,
+    in its own process: its own broker and Spark); it prints its table."""
+    subprocess.run(
+        [sys.executable, str(HERE / "bench_commit_requests.py"), "--json", str(out)], check=True
+    )
+    return json.loads(out.read_text())  # type: ignore[no-any-return]
 
 
 def print_recovery(r: dict[str, Any]) -> None:

@@ -77,6 +77,13 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument(
         "--changes", type=int, default=20_000, help="with --cdc: changes after the creates"
     )
+    demo.add_argument(
+        "--registry",
+        action="store_true",
+        help="a topic whose Avro schema evolves through a local schema registry (Apicurio "
+        "Registry, scripts/setup-registry.sh): the table created from the registered schema, "
+        "then evolved by three new versions (--events/40 visits each)",
+    )
 
     ingest = sub.add_parser("ingest", help="run the streaming ingestion")
     _add_config_args(ingest)
@@ -147,6 +154,10 @@ def load(args: argparse.Namespace):  # type: ignore[no-untyped-def]
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.command == "demo" and args.registry:
+        from lakesink.cli.demo_registry import run_registry_demo
+
+        return run_registry_demo(args)
     if args.command == "demo":
         from lakesink.cli.demo import run_demo
 

@@ -250,8 +250,8 @@ def _row_columns(cfg: Mapping[str, Any]) -> pa.Schema | None:
         return rows
     if any(cfg[k] for k in ("transform.sql", "transform.python", "transform.arrow")):
         return None
-    if cfg["schema.registry.url"] and not declared:
-        return None
+    if cfg["schema.registry.url"] and (not declared or cfg["key.format"] != "raw"):
+        return None  # the key's columns (key.format) join the row when the ingestion starts
     from lakesink.config.records import registry_settings
     from lakesink.kafka.deserializers import make_deserializer
     from lakesink.kafka.reader import output_schema

@@ -1,4 +1,4 @@
-"""The record keys (value.*): how a Kafka record's value is decoded."""
+"""The record keys (value.*, key.*): how a Kafka record's value and key are decoded."""
 
 from __future__ import annotations
 
@@ -57,6 +57,24 @@ RECORD_KEYS: tuple[Key, ...] = (
         "is registered; required with value.avro.wire.format=confluent. A value framed with "
         "another id is a bad record (its writer schema is unknown). Not used with "
         "schema.registry.url.",
+    ),
+    Key(
+        "key.format",
+        choice("raw", "avro", "jsonschema", "protobuf"),
+        "raw",
+        "How record keys are decoded: raw (the key's bytes, in kafka_key only) or, with "
+        "schema.registry.url, avro, jsonschema or protobuf in the registry's wire format: the "
+        "key's fields become columns too, so table.record.key.fields may name them (a value "
+        "column of the same name keeps the value's, the key's filling its nulls; the docs page "
+        "Schemas).",
+    ),
+    Key(
+        "key.schema",
+        optional_str,
+        None,
+        "The key's columns as a Spark DDL string, for key.format avro, jsonschema or protobuf; "
+        "unset: the latest schema registered under the topic's key subject (<topic>-key), "
+        "fixed when the ingestion starts.",
     ),
     Key(
         "schema.registry.url",
@@ -146,4 +164,33 @@ def check_registry_use(values: Mapping[str, Any]) -> None:
         raise ConfigError(
             "write.operation=cdc reads values through schema.registry.url in Avro (Debezium's "
             f"Avro converter): set value.format=avro, not {values['value.format']}"
+        )
+
+
+def check_key_format(values: Mapping[str, Any]) -> None:
+    """key.format and key.schema against the registry keys: a key decoded through the registry
+    needs schema.registry.url and the topic subject strategy (its subject is `<topic>-key`);
+    a change stream takes its key fields from the change event. ConfigError naming the key."""
+    fmt = values["key.format"]
+    if fmt == "raw":
+        if values["key.schema"] is not None:
+            raise ConfigError(
+                "key.schema applies to key.format avro, jsonschema or protobuf; with "
+                "key.format=raw the key is only the bytes in kafka_key"
+            )
+        return
+    if not values["schema.registry.url"]:
+        raise ConfigError(
+            f"key.format={fmt} needs schema.registry.url: keys are framed by the registry's "
+            "schema ids"
+        )
+    if values["write.operation"] == "cdc":
+        raise ConfigError(
+            f"key.format={fmt} does not apply to write.operation=cdc: a change event carries "
+            "its key fields (Debezium's before/after); leave key.format at raw"
+        )
+    if values["schema.registry.subject.strategy"] != "topic":
+        raise ConfigError(
+            f"key.format={fmt} reads the key subject <topic>-key of the topic subject "
+            "strategy; set schema.registry.subject.strategy=topic"
         )

@@ -479,7 +479,10 @@ def _check_combinations(cfg: LakesinkConfig) -> None:
 
 
 def _check_registry(cfg: LakesinkConfig) -> None:
-    """The schema.registry.* keys against value.format (docs/schemas.md)."""
+    """The schema.registry.* keys against value.format and key.format (docs/schemas.md)."""
+    from lakesink.config.records import check_key_format
+
+    check_key_format(cfg.values)
     fmt = cfg["value.format"]
     if not cfg["schema.registry.url"]:
         if fmt in ("jsonschema", "protobuf"):
@@ -626,7 +629,7 @@ def storage_settings(environ: Mapping[str, str] | None = None) -> dict[str, Any]
 def storage_access_from_env(environ: Mapping[str, str] | None = None) -> StorageAccess:
     """How a command run without a configuration reaches tables: the storage.* settings of
     the environment (`storage_settings`), for the formats below the edge."""
-    return StorageAccess(options_from_config(storage_settings(environ)))
+    return StorageAccess(options_from_config(storage_settings(environ), environ))
 
 
 def table_storage_at(path: str, environ: Mapping[str, str] | None = None) -> Storage:

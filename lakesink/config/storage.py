@@ -17,7 +17,8 @@ STORAGE_KEYS: tuple[Key, ...] = (
         optional_str,
         None,
         "S3 endpoint override for S3-compatible stores (MinIO, Ceph, R2), e.g. "
-        "http://127.0.0.1:9000 (default: AWS from the region).",
+        "http://127.0.0.1:9000 (default: AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL from the "
+        "environment, else AWS from the region).",
     ),
     Key(
         "storage.s3.region",
@@ -25,7 +26,13 @@ STORAGE_KEYS: tuple[Key, ...] = (
         None,
         "S3 region (default: AWS_REGION / AWS_DEFAULT_REGION from the environment).",
     ),
-    Key("storage.s3.allow.http", boolean, False, "Allow plain http:// endpoints (tests, MinIO)."),
+    Key(
+        "storage.s3.allow.http",
+        boolean,
+        False,
+        "Allow plain http:// endpoints (tests, MinIO); AWS_ALLOW_HTTP=true in the environment "
+        "also does.",
+    ),
     Key(
         "storage.s3.path.style",
         boolean,

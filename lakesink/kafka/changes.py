@@ -452,7 +452,15 @@ class KeyedValues:
         return self.inner.value_schema
 
     def decode(self, values: Sequence[bytes | None]) -> Decoded:
-        decoded = self.inner.decode(values)
+        return self._checked(self.inner.decode(values), values)
+
+    def decode_keyed(self, values: Sequence[bytes | None], keys: Sequence[bytes | None]) -> Decoded:
+        """As decode, handing `inner` the records' keys (key.format: kafka.registry_keys)."""
+        from lakesink.kafka.registry_keys import decode_with_keys
+
+        return self._checked(decode_with_keys(self.inner, values, keys), values)
+
+    def _checked(self, decoded: Decoded, values: Sequence[bytes | None]) -> Decoded:
         table = decoded.table
         keys = [k for k in self.key_columns if k in table.column_names]
         if not keys or table.num_rows == 0:

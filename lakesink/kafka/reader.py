@@ -333,7 +333,13 @@ class _RangeReader:
         offsets = list(map(Message.offset, msgs))
         values = list(map(Message.value, msgs))
         headers = list(map(_headers, msgs))
-        decoded = self.deserializer.decode(values)
+        # a deserializer that reads the records' keys too (key.format) is handed them
+        keyed = getattr(self.deserializer, "decode_keyed", None)
+        decoded = (
+            keyed(values, list(map(Message.key, msgs)))
+            if keyed is not None
+            else self.deserializer.decode(values)
+        )
         failures = decoded.failures
         skipped = decoded.skipped
         table = decoded.table

@@ -19,8 +19,9 @@ declared schema and the subject's registered versions): a column the writer sche
 null (a NOT NULL column is then a failure). A writer schema the columns cannot hold as they are
 (a field they lack, nested too, or a wider type: registry_schemas.uncovered) makes each of its
 values a dead letter naming the field with `schema.evolution = off`; with `add-and-widen` it
-ends the batch with one SchemaEvolutionError asking for a restart, which takes the new version
-into the columns (a run's columns are fixed: Spark's source schema is).
+ends the batch with one SchemaEvolutionError naming the id (`NOT_IN_COLUMNS`): the ingestion
+notes the id and starts its query again over columns that take it in (a query's columns are
+fixed: Spark's source schema is; spark/registry_columns.py, spark/pipeline.py).
 A value that is not framed, an id the registry does not know, or a payload
 that does not decode with its schema is a bad record with the reason. An unreachable registry is
 retried with backoff for `schema.registry.retry.s`, then ends the batch with one
@@ -57,6 +58,10 @@ RegistryFormat = Literal["avro", "jsonschema", "protobuf"]
 REGISTRY_FORMATS: tuple[RegistryFormat, ...] = ("avro", "jsonschema", "protobuf")
 
 # HTTP statuses worth retrying (the registry is starting, overloaded, or behind a proxy that is)
+# how the SchemaEvolutionError for a writer schema the run's columns lack goes on after its id
+# (spark/registry_columns.py finds the id by it, in the text Spark forwards from a task)
+NOT_IN_COLUMNS = "is not in this run's columns"
+
 _RETRIABLE_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 _FIRST_WAIT_S = 0.2
 _MAX_WAIT_S = 5.0
@@ -469,10 +474,10 @@ class RegistryDeserializer:
             return
         if self._evolution == "add-and-widen":
             raise SchemaEvolutionError(
-                f"field {path!r} of writer schema id {schema_id} is newer than this run's "
-                f"columns ({', '.join(self._schema.names)}), which were fixed from the registry "
-                "when the ingestion started: restart the ingestion (nothing of this batch was "
-                "committed) and it evolves the table with the new schema"
+                f"field {path!r} of writer schema id {schema_id} {NOT_IN_COLUMNS} "
+                f"({', '.join(self._schema.names)}), which were fixed from the registry "
+                "when the ingestion started; nothing of this batch was committed, and the "
+                "ingestion starts again with the table evolved by this schema"
             )
         raise BadRegistryValue(
             f"field {path!r} of writer schema id {schema_id} does not fit the table's columns "

@@ -33,6 +33,8 @@ __all__ = [
     "SubjectNaming",
     "SubjectStrategy",
     "WriterColumns",
+    "latest_version",
+    "schema_by_id",
     "subject_for",
     "subject_versions",
     "writer_columns",
@@ -94,7 +96,8 @@ def subject_for(topic: str, naming: SubjectNaming | None = None) -> str:
 
 def subject_versions(settings: RegistrySettings, subject: str, fmt: RegistryFormat) -> list[Any]:
     """The subject's registered schemas (confluent-kafka RegisteredSchema), oldest version
-    first; empty when the registry has no such subject."""
+    first; empty when the registry has no such subject. One request per version: a run's start
+    asks only for the latest (`latest_version`)."""
     try:
         versions = _fetch(settings, lambda c: c.get_versions(subject), f"subject {subject}")
     except UnknownSchemaId:
@@ -108,6 +111,29 @@ def subject_versions(settings: RegistrySettings, subject: str, fmt: RegistryForm
 
         out.append(_fetch(settings, get, f"version {v} of subject {subject}"))
     return out
+
+
+def latest_version(settings: RegistrySettings, subject: str, fmt: RegistryFormat) -> Any | None:
+    """The subject's latest registered schema (confluent-kafka RegisteredSchema), in one request;
+    None when the registry has no such subject. Asked as version "latest" rather than with the
+    client's get_latest_version, which keeps its answer for the life of the process (per subject,
+    whatever the format): a run started later in the same process must see a newer version."""
+    wire = "serialized" if fmt == "protobuf" else None
+
+    def get(client: Any) -> Any:
+        return client.get_version(subject, "latest", fmt=wire)
+
+    try:
+        return _fetch(settings, get, f"the latest version of subject {subject}")
+    except UnknownSchemaId:
+        return None
+
+
+def schema_by_id(settings: RegistrySettings, schema_id: int, fmt: RegistryFormat) -> Any:
+    """The schema (confluent-kafka Schema) registered under `schema_id`; UnknownSchemaId when
+    the registry does not know it (the client caches it by id)."""
+    wire = "serialized" if fmt == "protobuf" else None
+    return _fetch(settings, lambda c: c.get_schema(schema_id, fmt=wire), f"schema id {schema_id}")
 
 
 def writer_columns(fmt: RegistryFormat, schema: Any, settings: RegistrySettings) -> WriterColumns:

@@ -23,7 +23,7 @@ from lakesink.engine.async_commit import AsyncCommitter
 from lakesink.engine.coordinator import BatchOutcome, Coordinator
 from lakesink.engine.format import CommitControl
 from lakesink.engine.liveness import WriterLiveness
-from lakesink.errors import FencedError, LakesinkError
+from lakesink.errors import FencedError, LakesinkError, SchemaEvolutionError
 from lakesink.formats import plugin_of
 from lakesink.formats.status import pending_store_for
 from lakesink.kafka.client import TopicIds
@@ -32,7 +32,11 @@ from lakesink.protocol.offsets import TopicPartition, WriterOffsets
 from lakesink.spark.direct import spark_arrow_schema, uses_direct_path
 from lakesink.spark.liveness_file import writer_liveness
 from lakesink.spark.monitoring import LagMonitor
-from lakesink.spark.registry_columns import pin_registry_columns, uses_registry_columns
+from lakesink.spark.registry_columns import (
+    note_writer_schema,
+    pin_registry_columns,
+    uses_registry_columns,
+)
 from lakesink.spark.routing import RoutedTable, RoutingSink, check_routes_cover
 from lakesink.spark.session import check_workers_import_lakesink
 from lakesink.spark.sink import CommittingSink, analyze_rows, load_transform
@@ -190,6 +194,7 @@ class Ingestion:
         # analyzes it over an empty DataFrame); only then is the table created. `partitions`:
         # what check_kafka(cfg) returned just before (the caller checked already).
         self.partitions = check_kafka(cfg) if partitions is None else partitions
+        self._given = cfg  # before pinning: a new writer schema pins again (_take_new_schema)
         # values framed by a registry: this run's columns, fixed once from its subjects
         cfg = pin_registry_columns(cfg, {tp.topic for tp in self.partitions})
         self.cfg = cfg
@@ -200,6 +205,8 @@ class Ingestion:
         self.control = control or make_control(cfg)
         self.on_progress = on_progress
         self._stop = threading.Event()
+        # set when run() failed on a writer schema id its columns lack, noted for the next run
+        self.new_writer_schema: int | None = None
         self.plugin = plugin_of(cfg.settings)
         self.metrics = IngestionMetrics(
             writer_id=cfg.writer_id,
@@ -304,6 +311,40 @@ class Ingestion:
         """`liveness`: the writer's liveness file this process owns already (a standby that
         took over); by default it is taken now. It is renewed while this runs and marked
         stopped at the end, so a standby takes over at once."""
+        while True:
+            try:
+                return self._run_query(once=once, timeout_s=timeout_s, liveness=liveness)
+            except SchemaEvolutionError:
+                if self.new_writer_schema is None or self._stop.is_set():
+                    raise
+                self._take_new_schema()
+                liveness = None  # the failed run let it go; the next one takes it again
+
+    def _take_new_schema(self) -> None:
+        """After a batch failed on a writer schema id the run's columns lack (noted in the
+        checkpoint): this ingestion opened again over columns evolved by it, so that the next
+        query reads the failed batch again and its commit evolves the table. Spark fixes a
+        streaming query's columns when it starts, hence a new query rather than new columns."""
+        log.warning(
+            "%s: writer schema id %d is new to this run's columns; starting the query again "
+            "with the table evolved by it",
+            self.cfg.table_name,
+            self.new_writer_schema,
+        )
+        stop = self._stop  # a stop() asked meanwhile still counts
+        self.close()
+        self.__init__(  # type: ignore[misc]
+            self._given,
+            self.spark,
+            control=self.control,
+            on_progress=self.on_progress,
+            partitions=self.partitions,
+        )
+        self._stop = stop
+
+    def _run_query(
+        self, *, once: bool, timeout_s: float | None, liveness: WriterLiveness | None
+    ) -> IngestionResult:
         started = time.monotonic()
         self.serve_metrics()
         if liveness is not None or self.cfg["standby.liveness.enabled"]:
@@ -313,6 +354,8 @@ class Ingestion:
             return self._run(started, committer, once=once, timeout_s=timeout_s)
         except Exception as e:
             self.metrics.record_error(translate_query_error(e))
+            # a writer schema this run's columns lack: the next run's columns take it in
+            self.new_writer_schema = note_writer_schema(self.cfg, e)
             raise
         finally:
             if committer is not None:

@@ -225,6 +225,18 @@ def value_deserializer(cfg: LakesinkConfig) -> Any:
         registry=registry_settings(cfg.values),
         evolution=registry_evolution(cfg),
     )
+    registry = registry_settings(cfg.values)
+    if cfg["key.format"] != "raw" and registry is not None:  # the key's fields join the row
+        from lakesink.errors import ConfigError
+        from lakesink.kafka.ddl import ddl_to_arrow
+        from lakesink.kafka.registry_keys import RegistryKeys
+
+        if cfg["key.schema"] is None:
+            raise ConfigError(
+                f"key.format={cfg['key.format']}: the key's columns were not fixed (key.schema); "
+                "the ingestion pins them from the key subject when it starts"
+            )
+        values = RegistryKeys(values, cfg["key.format"], ddl_to_arrow(cfg["key.schema"]), registry)
     if cfg["write.operation"] == "upsert":  # a record without a key is a dead letter
         from lakesink.kafka.changes import KeyedValues
 

@@ -28,6 +28,7 @@ from lakesink.storage.objectstore import (
     OBJECT_STORE_SCHEMES,
     ObjectStoreOptions,
     ObjectStoreStorage,
+    with_environment_endpoint,
 )
 
 __all__ = [
@@ -68,8 +69,13 @@ def _reveal(v: Any) -> str | None:
     return str(reveal()) if callable(reveal) else str(v)
 
 
-def options_from_config(config: Mapping[str, Any] | None) -> ObjectStoreOptions:
-    """ObjectStoreOptions from lakesink's `storage.s3.*` keys (missing keys keep defaults)."""
+def options_from_config(
+    config: Mapping[str, Any] | None, environ: Mapping[str, str] | None = None
+) -> ObjectStoreOptions:
+    """ObjectStoreOptions from lakesink's `storage.s3.*` keys (missing keys keep defaults);
+    without `storage.s3.endpoint`, the endpoint of the AWS environment (`environ`, default
+    os.environ: AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL), resolved here once so that every client
+    and reader built from the options uses the same address."""
     c = config or {}
 
     def get(key: str, default: Any) -> Any:
@@ -83,7 +89,7 @@ def options_from_config(config: Mapping[str, Any] | None) -> ObjectStoreOptions:
         return bool(v)
 
     d = ObjectStoreOptions()
-    return ObjectStoreOptions(
+    given = ObjectStoreOptions(
         endpoint=get("storage.s3.endpoint", None),
         region=get("storage.s3.region", None),
         allow_http=flag("storage.s3.allow.http"),
@@ -98,6 +104,7 @@ def options_from_config(config: Mapping[str, Any] | None) -> ObjectStoreOptions:
         connect_timeout_s=float(get("storage.connect.timeout.s", d.connect_timeout_s)),
         request_timeout_s=float(get("storage.request.timeout.s", d.request_timeout_s)),
     )
+    return with_environment_endpoint(given, environ)
 
 
 _STORAGE_KEYS = (

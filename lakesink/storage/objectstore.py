@@ -8,7 +8,8 @@ from __future__ import annotations
 import logging
 import re
 import uuid
-from dataclasses import dataclass, field, fields
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
@@ -23,6 +24,12 @@ from lakesink.storage.base import (
     Storage,
     StorageError,
     StorageUnsupportedError,
+)
+from lakesink.storage.endpoint import (
+    ENDPOINT_KEY,
+    endpoint_overridden,
+    endpoint_problem,
+    environment_endpoint,
 )
 
 if TYPE_CHECKING:
@@ -54,6 +61,26 @@ class ObjectStoreOptions:
     max_backoff_s: float = 15.0
     connect_timeout_s: float = 5.0
     request_timeout_s: float = 30.0
+    endpoint_source: str = ENDPOINT_KEY
+    """Where `endpoint` came from (the key or an AWS_ENDPOINT_URL* variable): errors name it."""
+
+
+def with_environment_endpoint(
+    options: ObjectStoreOptions, environ: Mapping[str, str] | None = None
+) -> ObjectStoreOptions:
+    """`options` with the AWS environment's endpoint when they name none (boto3's rule), and
+    its `AWS_ALLOW_HTTP`; as they are otherwise."""
+    if options.endpoint:
+        return options
+    found = environment_endpoint(environ)
+    if found is None:
+        return options
+    return replace(
+        options,
+        endpoint=found.url,
+        endpoint_source=found.variable,
+        allow_http=options.allow_http or found.allow_http,
+    )
 
 
 @dataclass(frozen=True)
@@ -164,7 +191,8 @@ class ObjectStoreStorage(Storage):
             )
         require("obstore", f"tables on object stores ({uri})")
         self._uri = uri.rstrip("/")
-        self._options = options or ObjectStoreOptions()
+        options = options or ObjectStoreOptions()
+        self._options = with_environment_endpoint(options) if scheme in ("s3", "s3a") else options
         self._store: Any = None
         self._arrow: tuple[pyarrow.fs.FileSystem, str] | None = None
 
@@ -204,6 +232,18 @@ class ObjectStoreStorage(Storage):
 
     # -- clients -----------------------------------------------------------------------------
 
+    def _check_endpoint(self) -> None:
+        """Refuse, in one line naming the cause, an endpoint no request address can be built
+        on (before a client turns it into an HTTP builder error)."""
+        o = self._options
+        if split_uri(self._uri)[0] not in ("s3", "s3a"):
+            return
+        problem = endpoint_overridden(o.endpoint, o.endpoint_source)
+        if problem is None and o.endpoint:
+            problem = endpoint_problem(o.endpoint, o.endpoint_source, o.allow_http)
+        if problem is not None:
+            raise StorageError(f"cannot reach {self._uri}: {problem}")
+
     def _config(self) -> dict[str, Any]:
         o = self._options
         scheme = split_uri(self._uri)[0]
@@ -220,6 +260,7 @@ class ObjectStoreStorage(Storage):
             from obstore.store import from_url as _from_url
 
             from_url: Any = _from_url
+            self._check_endpoint()
             o = self._options
             scheme, bucket, prefix = split_uri(self._uri)
             url = f"{'s3' if scheme == 's3a' else scheme}://{bucket}"
@@ -257,6 +298,7 @@ class ObjectStoreStorage(Storage):
 
             scheme, bucket, prefix = split_uri(self._uri)
             root = f"{bucket}/{prefix}" if prefix else bucket
+            self._check_endpoint()
             if scheme in ("s3", "s3a"):
                 o = self._options
                 kwargs: dict[str, Any] = {

@@ -180,6 +180,87 @@ def test_a_lost_commit_response_is_recognised_by_its_commit_id(
     assert keys(rest.table(name)) == expected(R(P0, 0, 5))
 
 
+def test_two_starts_at_the_same_moment_share_an_incarnation_and_land_each_batch_once(
+    rest: Backend, namespace: str
+) -> None:
+    """The REST spec has no requirement on a table property: the claim is not atomic there. The
+    worst case, forced here: both starts read incarnation n and both set n + 1 (each one's
+    commit waits until the other has read). Safe all the same: each append asserts that `main`
+    is the snapshot its offsets were checked on, so of two writers with one incarnation each
+    batch lands once; a later start fences both."""
+    from lakesink.errors import FencedError
+    from lakesink.formats.iceberg.table import IcebergTable
+
+    name = f"{namespace}.events"
+    rest.table(name)
+    both_read = threading.Barrier(2, timeout=60)
+    claiming = [True]
+
+    def start() -> IcebergTable:
+        catalog = rest.catalog()
+        real = catalog.commit_table
+
+        def commit_table(table: Any, requirements: Any, updates: Any) -> Any:
+            if claiming[0]:
+                both_read.wait()  # the other start has read n too
+            return real(table, requirements, updates)
+
+        catalog.commit_table = commit_table  # type: ignore[method-assign]
+        return IcebergTable.open(catalog, name, sleep=lambda s: None)
+
+    a, b = start(), start()
+    claimed: dict[str, int] = {}
+    errors: list[BaseException] = []
+
+    def claim(who: str, table: IcebergTable) -> None:
+        try:
+            claimed[who] = table.claim_incarnation("w")
+        except BaseException as e:  # reported below
+            errors.append(e)
+            both_read.abort()
+
+    threads = [threading.Thread(target=claim, args=item) for item in (("a", a), ("b", b))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    claiming[0] = False
+    assert not errors, errors[0]
+    assert claimed["a"] == claimed["b"], claimed  # the race the REST catalog cannot refuse
+
+    # both write the same batch, on the same base, with the same incarnation: it lands once
+    results = []
+    for table in (a, b):
+        table.refresh()
+    for table in (a, b):
+        append = table.begin("w", [R(P0, 0, 10)])
+        append.stage(write(table, [R(P0, 0, 10)]))
+        results.append((table, append))
+    outcomes = [
+        table.commit_append(append.files, append.requirement, incarnation=claimed["a"]).outcome
+        for table, append in results
+    ]
+    assert outcomes == [CommitOutcome.COMMITTED, CommitOutcome.REPLAYED], outcomes
+    # a start after them fences both
+    newest = rest.table(name).claim_incarnation("w")
+    assert newest == claimed["a"] + 1
+    for table in (a, b):
+        with pytest.raises(FencedError, match=f"incarnation {claimed['a']} is fenced"):
+            ingest_as(table, R(P0, 10, 20), claimed["a"])
+    fresh = rest.table(name)
+    assert keys(fresh) == expected(R(P0, 0, 10))
+    assert len(fresh.pyiceberg.metadata.snapshots) == 1
+
+
+def ingest_as(table: Any, r: OffsetRange, incarnation: int) -> Any:
+    """One batch of `r` committed as incarnation `incarnation` of writer w, on the table as
+    it is now (a transaction's begin refreshes it)."""
+    table.refresh()
+    append = table.begin("w", [r])
+    append.stage(write(table, [r]))
+    return table.commit_append(append.files, append.requirement, incarnation=incarnation)
+
+
 # -- lakesink ingest through the REST catalog ---------------------------------------------------
 
 

@@ -1,8 +1,9 @@
 """What one streaming commit asks of an object store: the Coordinator drives batches on a table
 on the test S3 server (moto over HTTP), each request seen by the fault proxy (no faults). The
 timeline is listed once per lock hold (begin; commit: the view, plus the post-publish check for
-a racing publisher), an instant's markers twice (reconcile, delete), no data folder ever, and
-the commit the previous batch published is not read back."""
+a racing publisher), an instant's markers twice (reconcile, delete), no data folder ever, the
+commit the previous batch published is not read back, and the tasks are handed the schema from
+begin's listing (no task lists the timeline for it)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from s3_faults import FaultProxy, Request
 from s3_server import S3Server
 
 from lakesink.config import build_config
+from lakesink.formats import plugin_for
 from lakesink.formats.hudi.coordinator import HudiCoordinator
 from lakesink.formats.hudi.table.config import TableConfig
 from lakesink.formats.hudi.table.files import base_file_name, new_file_id
@@ -26,6 +28,7 @@ from lakesink.formats.hudi.table.markers import (
     wait_for_marker_deletions,
 )
 from lakesink.formats.hudi.table.timeline import timeline_key
+from lakesink.formats.hudi.table.writer import HudiTaskTarget
 from lakesink.protocol.offsets import OffsetRange, TopicPartition
 from lakesink.protocol.write_status import FileWrite, WriteStatus
 from lakesink.spark.pipeline import make_control
@@ -83,6 +86,13 @@ def test_one_commit_lists_the_timeline_once_per_lock_hold_and_no_data_folder(
         t = coordinator.begin_batch(batch, ranges)
         assert t is not None
         began = proxy.requests[at_begin:]
+        # what the tasks need of the timeline (the latest schema) comes from begin's listing
+        at_target = len(proxy.requests)
+        target = plugin_for("hudi").task_target(coordinator, t.value, 1 << 20)
+        assert isinstance(target, HudiTaskTarget) and target.schema_known
+        handed = proxy.requests[at_target:]
+        assert _listed(handed, "tbl")[timeline_key(table.layout)] == 0, handed
+        assert not [r for r in handed if f"/{timeline_key(table.layout)}/" in r.target], handed
         statuses = []
         for r in ranges:  # what the tasks would do: marker, then the file
             fid = new_file_id()

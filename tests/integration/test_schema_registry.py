@@ -267,6 +267,18 @@ EVOLVING_V4 = {
 }
 
 
+VISIT_KEY = {
+    "type": "record",
+    "name": "VisitKey",
+    "namespace": "shop",
+    "fields": [{"name": "id", "type": "long"}, {"name": "region", "type": "string"}],
+}
+
+
+def _region(i: int) -> str:
+    return "eu" if i % 2 else "us"
+
+
 def _visit(i: int, version: int) -> dict[str, Any]:
     row: dict[str, Any] = {"id": i, "visits": i, "address": {"city": f"c{i % 3}"}}
     if version >= 2:
@@ -285,19 +297,30 @@ def test_registry_schema_versions_create_and_evolve_the_table(
     tmp_path: Path,
     schema_registry: SchemaRegistry,
 ) -> None:
-    """No value.schema: the table is created from the subject's schema, and each --once run
-    takes in the versions registered since (a run's columns are fixed at its start), evolving
-    the table in its batch's commit; hudi-rs and lakesink's reader agree, every record once."""
+    """No value.schema: the table is created from the subject's schema; versions registered
+    after an ingestion fixed its columns are taken in by that ingestion (its query started
+    again over evolved columns, the id noted in the checkpoint), evolving the table in its
+    batch's commit; the Avro keys' region field lands as a column (key.format); hudi-rs and
+    lakesink's reader agree, every record once."""
     import pyarrow as pa
     from confluent_kafka.schema_registry.avro import AvroSerializer
     from confluent_kafka.serialization import MessageField, SerializationContext
 
     from lakesink.engine.evolution import concat_unified
     from lakesink.formats.hudi.audit import hudi_rs_batches
+    from lakesink.spark.pipeline import Ingestion
+    from lakesink.spark.registry_columns import noted_writer_ids
 
     topic = topic_factory("evolving")
     ctx = SerializationContext(topic, MessageField.VALUE)
     client = _client(schema_registry)
+    # Avro keys under <topic>-key (key.format=avro): their region field is a column too
+    key_ctx = SerializationContext(topic, MessageField.KEY)
+    key_of = AvroSerializer(client, json.dumps(VISIT_KEY))
+
+    def keys(ids: range) -> list[bytes | None]:
+        return [key_of({"id": i, "region": _region(i)}, key_ctx) for i in ids]
+
     v1, v2, v3, v4 = (
         AvroSerializer(client, json.dumps(s))
         for s in (EVOLVING_V1, EVOLVING_V2, EVOLVING_V3, EVOLVING_V4)
@@ -309,15 +332,23 @@ def test_registry_schema_versions_create_and_evolve_the_table(
         schema_registry,
         value__format="avro",
         value__schema=None,
+        key__format="avro",
     )
-    _produce(kafka_bootstrap, topic, [v1(_visit(i, 1), ctx) for i in range(4)])
+    create_topic(kafka_bootstrap, topic, 1)
+    produce_values(
+        kafka_bootstrap, topic, [v1(_visit(i, 1), ctx) for i in range(4)], keys=keys(range(4))
+    )
     assert run_ingestion(cfg, spark).records == 4
-    # two versions registered between runs (a field, then a nested field): one evolving commit
-    produce_values(kafka_bootstrap, topic, [v2(_visit(i, 2), ctx) for i in range(4, 7)])
-    produce_values(kafka_bootstrap, topic, [v3(_visit(i, 3), ctx) for i in range(7, 10)])
-    assert run_ingestion(cfg, spark).records == 6
-    produce_values(kafka_bootstrap, topic, [v4(_visit(i, 4), ctx) for i in range(10, 13)])
-    assert run_ingestion(cfg, spark).records == 3
+    # three versions registered after the ingestion fixed its columns (a field, a nested field,
+    # a widened type): its first batch fails on the first new id, which is noted, and the query
+    # starts again over columns that take them all in; one evolving commit
+    running = Ingestion(cfg, spark)
+    assert "country" not in running.cfg["value.schema"]
+    for version, v, ids in ((2, v2, range(4, 7)), (3, v3, range(7, 10)), (4, v4, range(10, 13))):
+        values = [v(_visit(i, version), ctx) for i in ids]
+        produce_values(kafka_bootstrap, topic, values, keys=keys(ids))
+    assert running.run(once=True, timeout_s=120).records == 9
+    assert noted_writer_ids(cfg) == [client.get_version(f"{topic}-value", 2).schema_id]
 
     report = audit_config(cfg)
     assert report.ok, report.problems
@@ -325,7 +356,7 @@ def test_registry_schema_versions_create_and_evolve_the_table(
     counts = {k: found[k] for k in ("rows_hudi_rs", "rows_lakesink", "kafka_records")}
     assert set(counts.values()) == {13}, counts
     ours = TableReader(HudiTable.open(cfg["table.path"])).snapshot(
-        columns=["id", "visits", "address", "country"]
+        columns=["id", "visits", "address", "country", "region"]
     )
     assert ours.schema.field("visits").type == pa.int64()
     by_id = {r["id"]: r for r in ours.to_pylist()}
@@ -334,10 +365,11 @@ def test_registry_schema_versions_create_and_evolve_the_table(
         version = 1 if i < 4 else 2 if i < 7 else 3 if i < 10 else 4
         want = _visit(i, version)
         want.setdefault("country", None)
+        want["region"] = _region(i)
         want["address"].setdefault("zip", None)
         assert by_id[i] == want, i
     theirs = concat_unified(hudi_rs_batches(str(cfg["table.path"])))
-    cols = ["id", "visits", "address", "country"]
+    cols = ["id", "visits", "address", "country", "region"]
     assert sorted(theirs.select(cols).to_pylist(), key=str) == sorted(
         ours.select(cols).to_pylist(), key=str
     )

@@ -1,7 +1,8 @@
 """Registry-driven columns (lakesink.spark.registry_columns, kafka.registry_schemas and
-kafka.registry_subjects) against confluent-kafka's mock registry: a run's columns evolved by
-every registered version, the table created from the latest one, and what a writer schema
-newer than the run's columns does under each schema.evolution."""
+kafka.registry_subjects) against confluent-kafka's mock registry: a run's columns from the
+latest registered version (one request at start), the table created from it, older versions
+decoded by id, and what a writer schema the run's columns lack does under each
+schema.evolution."""
 
 from __future__ import annotations
 
@@ -19,11 +20,17 @@ from google.protobuf import descriptor_pb2
 from lakesink.config import build_config
 from lakesink.config.records import registry_settings
 from lakesink.errors import ConfigError, SchemaEvolutionError
+from lakesink.kafka import registry
 from lakesink.kafka.ddl import ddl_to_arrow
 from lakesink.kafka.registry import RegistryDeserializer, RegistrySettings, registry_client
 from lakesink.kafka.registry_schemas import json_schema_columns, uncovered
 from lakesink.kafka.registry_subjects import subject_versions, writer_columns
-from lakesink.spark.registry_columns import pin_registry_columns, registry_columns
+from lakesink.spark.registry_columns import (
+    note_writer_schema,
+    noted_writer_ids,
+    pin_registry_columns,
+    registry_columns,
+)
 from lakesink.spark.source import value_deserializer
 
 TOPIC = "customers"
@@ -111,7 +118,7 @@ def test_uncovered_finds_new_nested_and_wider_fields() -> None:
     assert uncovered(columns, [pa.field("id", pa.string())]) == "id"
 
 
-def test_columns_without_value_schema_come_from_every_registered_version() -> None:
+def test_columns_without_value_schema_come_from_the_latest_version() -> None:
     url = _url()
     _register(url, V1, V2, V3, V3_ZIP, V4)
     columns = registry_columns(_config(url), [TOPIC])
@@ -125,7 +132,7 @@ def test_columns_without_value_schema_come_from_every_registered_version() -> No
     assert not columns.field("id").nullable
 
 
-def test_a_declared_schema_evolves_by_the_registered_versions() -> None:
+def test_a_declared_schema_evolves_by_the_latest_version() -> None:
     url = _url()
     _register(url, V1, V2, V3)
     cfg = _config(url, **{"value.schema": json.dumps(V1)})
@@ -154,9 +161,9 @@ def test_a_version_that_cannot_evolve_the_columns_is_one_error_at_start() -> Non
     narrowed = {**V1, "fields": [{"name": "id", "type": "string"}, *V1["fields"][1:]]}
     _register(url, V1, narrowed)
     with pytest.raises(
-        SchemaEvolutionError, match=r"version 1 of subject customers-value .*column 'id'"
+        SchemaEvolutionError, match=r"version 2 of subject customers-value .*column 'id'"
     ):
-        registry_columns(_config(url), [TOPIC])
+        registry_columns(_config(url, **{"value.schema": json.dumps(V1)}), [TOPIC])
 
 
 def test_no_subject_and_no_declared_schema_is_a_config_error() -> None:
@@ -184,6 +191,66 @@ def test_values_of_every_version_decode_into_the_pinned_columns() -> None:
     ]
 
 
+class _CountingClient:
+    """The mock registry client, counting the requests lakesink makes of it."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.calls: list[tuple[str, Any]] = []
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self.inner, name)
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            self.calls.append((name, args[:2]))
+            return method(*args, **kwargs)
+
+        return counted
+
+
+def test_a_run_starts_from_one_request_and_fetches_older_versions_by_id(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    url = _url()
+    old = _serialize(url, V1, {"id": 1, "visits": 3})
+    mid = _serialize(url, V3, {"id": 2, "visits": 4, "country": "NO", "address": {"city": "Oslo"}})
+    _register(url, V3_ZIP, V4)
+    cfg = _config(url)
+    settings = registry_settings(cfg.values)
+    assert settings is not None
+    counting = _CountingClient(registry_client(settings))
+    monkeypatch.setitem(registry._clients, settings, counting)
+    pinned = pin_registry_columns(cfg, [TOPIC])
+    # four versions registered, one request: the latest (never the version list)
+    assert counting.calls == [("get_version", ("customers-value", "latest"))]
+    assert ddl_to_arrow(pinned["value.schema"]).names == ["id", "visits", "country", "address"]
+    counting.calls.clear()
+    decoded = value_deserializer(pinned).decode([old, mid, old, mid])
+    assert decoded.failures == {}
+    assert [r["id"] for r in decoded.table.to_pylist()] == [1, 2, 1, 2]
+    # each older version fetched once, by the id its values carry
+    assert sorted(name for name, _ in counting.calls) == ["get_schema", "get_schema"]
+
+
+def test_an_id_the_columns_lack_is_noted_and_taken_in_by_the_next_run(tmp_path: Any) -> None:
+    url = _url()
+    # an older version with a field the latest dropped
+    older = _serialize(url, V2, {"id": 7, "visits": 1, "country": "SE"})
+    _register(url, V1)
+    cfg = _config(url, **{"checkpoint.location": str(tmp_path / "cp")})
+    first = pin_registry_columns(cfg, [TOPIC])
+    assert ddl_to_arrow(first["value.schema"]).names == ["id", "visits"]
+    with pytest.raises(SchemaEvolutionError, match="field 'country'") as failed:
+        value_deserializer(first).decode([older])
+    schema_id = note_writer_schema(cfg, failed.value)
+    assert schema_id is not None and noted_writer_ids(cfg) == [schema_id]
+    assert note_writer_schema(cfg, failed.value) is None  # noted once: no second start
+    assert note_writer_schema(cfg, SchemaEvolutionError("another error")) is None
+    again = pin_registry_columns(cfg, [TOPIC])
+    decoded = value_deserializer(again).decode([older])
+    assert decoded.table.to_pylist() == [{"id": 7, "visits": 1, "country": "SE"}]
+
+
 def test_a_writer_schema_newer_than_the_run_ends_the_batch_or_is_a_dead_letter() -> None:
     url = _url()
     _register(url, V1, V2)
@@ -192,7 +259,7 @@ def test_a_writer_schema_newer_than_the_run_ends_the_batch_or_is_a_dead_letter()
     # registered after the runs started: a nested field the columns lack
     later = _serialize(url, V3_ZIP, {"id": 5, "visits": 1, "address": {"city": "Oslo"}})
     with pytest.raises(
-        SchemaEvolutionError, match=r"field 'address' of writer schema id .* restart"
+        SchemaEvolutionError, match=r"field 'address' of writer schema id .* starts again"
     ):
         value_deserializer(evolving).decode([later])
     decoded = value_deserializer(off).decode([later])

@@ -35,6 +35,9 @@ from lakesink.settings import SchemaEvolutionMode, Settings
 __all__ = ["HudiCoordinator"]
 
 
+_BEGUN_KEPT = 8  # instants whose begin timeline is kept (async commit overlaps batches)
+
+
 class HudiCoordinator(Coordinator):
     """One writer on one Hudi table, through the commit engine (`HudiFormat`)."""
 
@@ -73,6 +76,10 @@ class HudiCoordinator(Coordinator):
         self.schema_evolution: SchemaEvolutionMode | None = None
         # The timeline recovery read, for the first `committed` after it (one LIST at start)
         self._recovered: Timeline | None = None
+        # The timelines the last instants begun here began on (listed under the lock): the
+        # batch's tasks are handed the schema (`task_schema`) and the inline services count
+        # commits on it (`begun_on`), instead of listing the timeline again
+        self._begun: dict[InstantTime, Timeline] = {}
 
     @classmethod
     def from_settings(
@@ -88,7 +95,7 @@ class HudiCoordinator(Coordinator):
     ) -> HudiCoordinator:
         """The writer's coordinator of `table`, with the configured conflict rules and the
         inline table services as its post-commit hook."""
-        return cls(
+        coordinator = cls(
             table,
             settings.writer_id,
             query_id=query_id,
@@ -98,14 +105,35 @@ class HudiCoordinator(Coordinator):
             allow_data_loss=not settings.kafka.fail_on_data_loss,
             topic_ids=topic_ids,
             metrics=metrics,
-            post_commit=(inline_services_hook(table, settings, control),),
         )
+        hook = inline_services_hook(table, settings, control, coordinator.begun_on)
+        coordinator.post_commit = (hook,)
+        return coordinator
 
     def _transaction_format(self) -> HudiFormat:
         """One per transaction: a `HudiFormat` keeps the timeline it listed under the lock
         between its calls, which a batch committed in the background must not share with
         the next batch's begin."""
-        return HudiFormat(self.table, self.control, mtimes=self._mtimes)
+        return HudiFormat(self.table, self.control, mtimes=self._mtimes, on_begin=self._on_begin)
+
+    def _on_begin(self, t: InstantTime, timeline: Timeline) -> None:
+        self._begun[t] = timeline
+        while len(self._begun) > _BEGUN_KEPT:  # batches that never published
+            del self._begun[min(self._begun)]
+
+    def begun_on(self, t: InstantTime) -> Timeline | None:
+        """The timeline instant `t` began on, when it began here (and was not asked for yet)."""
+        return self._begun.pop(t, None)
+
+    def task_schema(self, t: InstantTime) -> tuple[bool, str | None]:
+        """(known, schema): the table's latest schema as of the timeline instant `t` began on,
+        for the instant's tasks; (False, None) when `t` is not the instant last begun here (the
+        tasks read it themselves). The commit metadata it comes from is the one this process
+        published last (kept in memory): no request on the steady path."""
+        begun = self._begun.get(t)
+        if begun is None:
+            return False, None
+        return True, begun.latest_schema()
 
     def _side_files(self, t: InstantTime) -> list[str]:
         return [intent_key(t), precommitted_key(t)]

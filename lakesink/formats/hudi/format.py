@@ -92,8 +92,12 @@ class HudiFormat:
         control: HudiControl | None = None,
         *,
         mtimes: MtimeCache | None = None,
+        on_begin: Callable[[InstantTime, Timeline], None] | None = None,
     ) -> None:
         self.table = table
+        # told the timeline an instant began on (listed under the lock): the coordinator hands
+        # what its tasks need of it (the latest schema) to them, so no task lists it again
+        self.on_begin = on_begin
         # Hudi's control of the writer, when the format is made for one (a coordinator's):
         # the engine hands it back to every call, so no call narrows it at runtime
         self.control = control
@@ -149,7 +153,10 @@ class HudiFormat:
                 action, instant_time, requested_content=requested_content, snapshot_is_fresh=True
             )
         else:
-            self.table.timeline().begin(action, instant_time, requested_content=requested_content)
+            snapshot = self.table.timeline()
+            snapshot.begin(action, instant_time, requested_content=requested_content)
+        if self.on_begin is not None:
+            self.on_begin(instant_time, snapshot)
 
     def stage(self, instant_time: InstantTime, files: Collection[str]) -> set[str]:
         """Delete files of failed or duplicate task attempts (marked but in no accepted status)

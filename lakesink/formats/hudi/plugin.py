@@ -203,15 +203,23 @@ class HudiPlugin:
         from lakesink.formats.hudi.table.delta_upsert import HudiDeltaTaskTarget
         from lakesink.formats.hudi.table.upsert import HudiUpsertTaskTarget
         from lakesink.formats.hudi.table.writer import HudiTaskTarget
+        from lakesink.protocol.instant import InstantTime
 
         table = _hudi_coordinator(coordinator).table
         if table.config.bucket_count is not None and table.config.table_type == "MERGE_ON_READ":
             return HudiDeltaTaskTarget.for_table(table, instant_time, target_file_size)
         if table.config.bucket_count is not None:
             return HudiUpsertTaskTarget.for_table(table, instant_time, target_file_size)
-        evolution = _hudi_coordinator(coordinator).schema_evolution
+        hudi = _hudi_coordinator(coordinator)
+        known, schema = hudi.task_schema(InstantTime(instant_time))
         return HudiTaskTarget(
-            table.storage, table.config, instant_time, target_file_size, evolution
+            table.storage,
+            table.config,
+            instant_time,
+            target_file_size,
+            hudi.schema_evolution,
+            table_schema=schema,
+            schema_known=known,
         )
 
     def snapshot_files(self, storage: Storage, as_of: str | None) -> list[str]:

@@ -27,6 +27,7 @@ from lakesink.formats.hudi.services.compaction import (
     pending_compactions,
 )
 from lakesink.formats.hudi.table.hudi_table import HudiTable
+from lakesink.formats.hudi.table.timeline import Timeline
 from lakesink.protocol.conflicts import strategy_named
 from lakesink.protocol.instant import Action, InstantTime
 from lakesink.settings import Settings
@@ -117,27 +118,61 @@ def _last_run(table: HudiTable) -> InstantTime | None:
         return None
 
 
-def commits_since_last_run(table: HudiTable) -> int:
-    """Commits (deltacommits on a merge-on-read table) completed since the last inline run."""
-    last = _last_run(table)
+class LastRun:
+    """The last inline run a writer knows: read from the table once, then kept as the writer
+    writes it (one GET per commit less). A run by another writer on the same table is not
+    seen: this writer counts from its own, so it may run the services once more per N commits."""
+
+    def __init__(self) -> None:
+        self._value: InstantTime | None = None
+        self._read = False
+
+    def get(self, table: HudiTable) -> InstantTime | None:
+        if not self._read:
+            self._value, self._read = _last_run(table), True
+        return self._value
+
+    def set(self, t: InstantTime) -> None:
+        self._value, self._read = t, True
+
+
+def commits_since_last_run(
+    table: HudiTable,
+    begun_on: Timeline | None = None,
+    last_run: LastRun | None = None,
+) -> int:
+    """Commits (deltacommits on a merge-on-read table) completed since the last inline run.
+    `begun_on`: the timeline the commit just published began on (listed under the lock): its
+    completed commits and this one are counted, with no LIST of its own."""
+    last = last_run.get(table) if last_run is not None else _last_run(table)
     action = Action.DELTA_COMMIT if table.config.table_type == "MERGE_ON_READ" else Action.COMMIT
-    return sum(1 for i in table.timeline().completed(action) if last is None or i.time > last)
+    timeline = begun_on if begun_on is not None else table.timeline()
+    done = sum(1 for i in timeline.completed(action) if last is None or i.time > last)
+    return done + (1 if begun_on is not None else 0)
 
 
 def after_commit(
-    table: HudiTable, settings: Settings, control: CommitControl, instant_time: InstantTime
+    table: HudiTable,
+    settings: Settings,
+    control: CommitControl,
+    instant_time: InstantTime,
+    *,
+    begun_on: Timeline | None = None,
+    last_run: LastRun | None = None,
 ) -> InlineResult | None:
     """After the writer published `instant_time`: run the services when N commits passed since
-    the last run. Never raises."""
+    the last run (`commits_since_last_run`). Never raises."""
     try:
         compacted = None
         if table.config.table_type == "MERGE_ON_READ":
             # compaction first: the slices it supersedes are the cleaner's to delete
             compacted = compact_inline(table, settings, control)
         every = settings.services.inline_every_commits
-        if every <= 0 or commits_since_last_run(table) < every:
+        if every <= 0 or commits_since_last_run(table, begun_on, last_run) < every:
             return compacted
         table.storage.write(str(LAST_RUN_FILE), instant_time.value.encode())
+        if last_run is not None:
+            last_run.set(instant_time)
         result = run_inline_services(table, settings, control)
         if compacted is not None:
             result.compaction = compacted.compaction
@@ -165,11 +200,19 @@ def compact_inline(table: HudiTable, settings: Settings, control: CommitControl)
 
 
 def inline_services_hook(
-    table: HudiTable, settings: Settings, control: CommitControl
+    table: HudiTable,
+    settings: Settings,
+    control: CommitControl,
+    begun_on: Callable[[InstantTime], Timeline | None] | None = None,
 ) -> Callable[[InstantTime], InlineResult | None]:
-    """The post-commit hook a writer's commits run: `after_commit` with this table's config."""
+    """The post-commit hook a writer's commits run: `after_commit` with this table's config.
+    `begun_on(t)`: the timeline instant `t` began on, when the writer kept it."""
+    last_run = LastRun()
 
     def hook(instant_time: InstantTime) -> InlineResult | None:
-        return after_commit(table, settings, control, instant_time)
+        listed = begun_on(instant_time) if begun_on is not None else None
+        return after_commit(
+            table, settings, control, instant_time, begun_on=listed, last_run=last_run
+        )
 
     return hook

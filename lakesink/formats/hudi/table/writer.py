@@ -478,7 +478,10 @@ class PartitionedWriter:
         preserve_commit_time: bool = False,
         config: TableConfig | None = None,
         evolution: SchemaEvolutionMode | None = None,
+        table_schema_known: bool = False,
     ) -> None:
+        """`table_schema_known`: `table_schema` is the table's latest schema (None: it has
+        none yet), read by the caller; else the writer reads it from the timeline."""
         if isinstance(table, HudiTable):
             self.table = table
         elif config is not None:
@@ -493,7 +496,7 @@ class PartitionedWriter:
         self.check_schema = check_schema
         self.preserve_commit_time = preserve_commit_time
         self.evolution = evolution
-        self._schema_resolved = table_schema is not None or not check_schema
+        self._schema_resolved = table_schema_known or table_schema is not None or not check_schema
         self._writers: dict[str, BaseFileWriter] = {}
 
     def __getstate__(self) -> dict[str, object]:
@@ -587,6 +590,10 @@ class HudiTaskTarget:
     instant_time: str
     target_file_size: int
     evolution: SchemaEvolutionMode | None = None  # schema.evolution of the writer's table
+    # the table's latest schema as the driver read it when the instant began (None: none yet),
+    # when `schema_known`: no task lists the timeline and reads a commit for it
+    table_schema: str | None = None
+    schema_known: bool = False
 
     def open(self, attempt: TaskAttempt) -> HudiTaskWriter:
         return HudiTaskWriter(
@@ -597,6 +604,8 @@ class HudiTaskTarget:
                 target_file_size_bytes=self.target_file_size,
                 config=self.config,
                 evolution=self.evolution,
+                table_schema=self.table_schema,
+                table_schema_known=self.schema_known,
             )
         )
 
