@@ -6,7 +6,7 @@ against these, and `lakesink verify` builds the dead letters without knowing the
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +29,31 @@ def coordinates_in(table: pa.Table, topics: set[str]) -> list[Coordinate]:
     """The coordinates of `table`'s rows of `topics` (the audit checks only the writer's topics)."""
     cols = [table.column(c).to_pylist() for c in COORDINATES]
     return [(t, int(p), int(o)) for t, p, o in zip(*cols, strict=True) if t in topics]
+
+
+def follow_ranges(
+    spans: dict[TopicPartition, tuple[int, int]],
+    skipped: Iterable[Sequence[Any]],
+    ranges: Iterable[Sequence[Any]],
+    where: str,
+    problems: list[str],
+) -> None:
+    """Extend `spans` ([first start, end) per partition of a writer's commits so far) by one
+    commit's ranges, each a JSON triple (partition key, start, end): a skipped range (Kafka had
+    deleted it before it was read) extends a span it starts at the end of; a committed range
+    must start where the partition's span ends, else a problem naming `where` (the commit)."""
+    for key, start, end in skipped:
+        tp = TopicPartition.parse(key)
+        if tp in spans and spans[tp][1] == start:
+            spans[tp] = (spans[tp][0], end)
+    for key, start, end in ranges:
+        tp = TopicPartition.parse(key)
+        if tp in spans and spans[tp][1] != start:
+            problems.append(
+                f"{where}: range of {tp} starts at {start}, but the writer's previous commit "
+                f"ended at {spans[tp][1]}"
+            )
+        spans[tp] = (spans[tp][0] if tp in spans else start, end)
 
 
 def kafka_offsets(

@@ -38,7 +38,13 @@ from lakesink.protocol.commit import Verdict
 from lakesink.protocol.offsets import OffsetRange
 from lakesink.protocol.write_status import WriteStatus
 from lakesink.spark.batch import DEAD_LETTERS, BatchTable, BatchTables, Instants
-from lakesink.spark.sink import CommittingSink, dead_letters_of, prepare_rows
+from lakesink.spark.sink import (
+    CommittingSink,
+    commit_schema_of,
+    dead_letters_of,
+    prepare_rows,
+    rows_arrow,
+)
 from lakesink.spark.source import ERROR_COLUMN, RAW_VALUE_COLUMN
 from lakesink.spark.task_writer import TableOutput, task_attempt, with_required
 
@@ -107,17 +113,13 @@ def _field_text(name: str) -> Column:
     return F.col(name).cast("string")
 
 
-def _rows_from(ranges: Sequence[OffsetRange], planned: Sequence[OffsetRange]) -> Column | None:
-    """The rows of `planned` inside `ranges` (a table's ranges after its committed offsets);
-    None when they are the same."""
-    if list(ranges) == list(planned):
+def _rows_from(skip_below: Mapping[tuple[str, int], int | None]) -> Column | None:
+    """`_skip_below` as a Spark filter: the rows a table takes of the batch (None: all)."""
+    if not skip_below:
         return None
-    starts = {r.partition: r.start for r in ranges}
     skipped: list[Column] = []
-    for r in planned:
-        at = F.col("kafka_topic") == r.partition.topic
-        at = at & (F.col("kafka_partition") == r.partition.partition)
-        start = starts.get(r.partition)
+    for (topic, partition), start in skip_below.items():
+        at = (F.col("kafka_topic") == topic) & (F.col("kafka_partition") == partition)
         skipped.append(at if start is None else at & (F.col("kafka_offset") < start))
     return ~reduce(lambda a, b: a | b, skipped)
 
@@ -251,7 +253,9 @@ class RoutingSink(CommittingSink):
             if instant is None or name in statuses:
                 continue  # committed there already, or written by the fan-out job
             rows = good.where(taken[name])
-            after = _rows_from(self.tables.ranges_of(self.tables[name], ranges), ranges)
+            after = _rows_from(
+                _skip_below(self.tables.ranges_of(self.tables[name], ranges), ranges)
+            )
             if after is not None:
                 rows = rows.where(after)
             statuses[name] = self._write_table(table, rows, instant)
@@ -282,7 +286,7 @@ class RoutingSink(CommittingSink):
                     name,
                     table.plugin.task_target(table.coordinator, instant.value, size),
                     tuple(f.name for f in table.output_schema.fields if not f.nullable),
-                    _skipped(self.tables.ranges_of(self.tables[name], ranges), ranges),
+                    _skip_below(self.tables.ranges_of(self.tables[name], ranges), ranges),
                 )
             )
         routes = {name: t.spec.route for name, t in self.routed.items()}
@@ -328,27 +332,12 @@ class RoutingSink(CommittingSink):
         if role == DEAD_LETTERS:
             return super()._schema_for(role, statuses, df)
         table = self.routed[role]
-        arrow = _arrow_schema(df, table.output_schema)
-        if table.plugin.tasks_write_data_files:  # Iceberg keeps its own schema
-            return table.plugin.commit_schema(arrow, table.coordinator.name)
-        written = table.plugin.written_schema([str(s.extra.get("schema") or "") for s in statuses])
-        if written:
-            return TableSchema(str(written), arrow)
-        latest = table.coordinator.format.schema()
-        if latest:
-            return TableSchema.from_text(latest)
-        return table.plugin.commit_schema(arrow, table.coordinator.name)
-
-
-def _arrow_schema(df: DataFrame, schema: StructType) -> Any:
-    import pyarrow as pa
-    from pyspark.sql.pandas.types import to_arrow_schema
-
-    from lakesink.protocol.mutation import CHANGE_COLUMNS
-
-    zone = df.sparkSession.conf.get("spark.sql.session.timeZone") or "UTC"
-    arrow = to_arrow_schema(schema, timezone=zone)
-    return pa.schema([f for f in arrow if f.name not in CHANGE_COLUMNS])
+        return commit_schema_of(
+            table.plugin,
+            table.coordinator,
+            statuses,
+            lambda: rows_arrow(df, table.output_schema),
+        )
 
 
 def check_routes_cover(tables: Sequence[RoutedTable], topics: Sequence[str]) -> None:
@@ -486,6 +475,7 @@ _FANNED_STATUS = pa.schema([("table", pa.string()), ("status", pa.string())])
 def _after_committed(
     batch: pa.RecordBatch, mask: pa.Array, skip_below: Mapping[tuple[str, int], int | None]
 ) -> pa.Array:
+    """`mask` less the rows `_skip_below` skips (as Arrow, in the fan-out job's tasks)."""
     for (topic, partition), start in skip_below.items():
         here = pc.and_(
             pc.equal(batch.column("kafka_topic"), topic),
@@ -497,11 +487,13 @@ def _after_committed(
     return mask
 
 
-def _skipped(
+def _skip_below(
     ranges: Sequence[OffsetRange], planned: Sequence[OffsetRange]
 ) -> dict[tuple[str, int], int | None]:
-    """`_rows_from` as data for the tasks: per planned partition a table does not take whole,
-    the offset its rows start at (None: none of them)."""
+    """The rows a table takes of the batch's `planned` ranges, `ranges` being its own (after
+    its committed offsets): per planned partition it does not take whole, the offset its rows
+    start at (None: none of them); empty when it takes them all. Applied by Spark
+    (`_rows_from`) and in the fan-out job's tasks (`_after_committed`)."""
     starts = {r.partition: r.start for r in ranges}
     out: dict[tuple[str, int], int | None] = {}
     for r in planned:

@@ -247,9 +247,6 @@ class CommittingSink:
         self.in_batch = False  # a batch is running now
         self.metrics: IngestionMetrics | None = coordinator.metrics
         self.plugin = plugin_of(cfg.settings)
-        # an Iceberg table (the plugin's tasks_write_data_files): its tasks write data files
-        # (spark/direct.py), its coordinator keeps the table's schema and partition spec
-        self.writes_iceberg = self.plugin.tasks_write_data_files
         self._rows_by_topic: dict[str, tuple[int, int]] = {}
         self._rows_arrow: Any = None  # the rows' declared Arrow schema (`rows_arrow_schema`)
         # Spans cut off this batch at a restart, the broker's log end having moved back below
@@ -281,30 +278,14 @@ class CommittingSink:
         return tuple(f.name for f in self.output_schema.fields if not f.nullable)
 
     def rows_arrow_schema(self, df: DataFrame) -> Any:
-        """The rows' Arrow schema: declared nullability; timestamps as Spark hands them to
-        mapInArrow (the session's zone, UTC in lakesink's sessions). A zone is always given:
-        without one pyspark refuses timestamp columns. Derived once when the rows' schema is
+        """The rows' Arrow schema (`rows_arrow`), derived once when the rows' schema is
         declared (`output_schema`), else from each batch's DataFrame."""
-        from pyspark.sql.pandas.types import to_arrow_schema
-
         if self._rows_arrow is not None:
             return self._rows_arrow
-        zone = df.sparkSession.conf.get("spark.sql.session.timeZone") or "UTC"
-        arrow = to_arrow_schema(self.output_schema or df.schema, timezone=zone)
-        # a change stream's operation and unavailable columns are never table columns
-        arrow = pa.schema([f for f in arrow if f.name not in CHANGE_COLUMNS])
+        arrow = rows_arrow(df, self.output_schema or df.schema)
         if self.output_schema is not None:
             self._rows_arrow = arrow
         return arrow
-
-    def avro_schema_of(self, df: DataFrame) -> TableSchema:
-        """The schema of rows as written, for a batch whose tasks wrote no rows: the table's
-        latest (its text only), else the declared rows' (a first batch of gaps only:
-        compacted or aborted records)."""
-        latest = self.coordinator.format.schema()
-        if latest:
-            return TableSchema.from_text(latest)
-        return self.plugin.commit_schema(self.rows_arrow_schema(df), self.coordinator.name)
 
     def __call__(self, batch_df: DataFrame, batch_id: int) -> None:
         """Runs the batch; a failure is kept in `self.failure` and Spark gets a short stand-in.
@@ -475,21 +456,16 @@ class CommittingSink:
         return statuses
 
     def _schema_for(self, role: str, statuses: Sequence[WriteStatus], df: DataFrame) -> TableSchema:
-        """The schema a table's commit records (the plugin's `commit_schema`): of the dead
-        letters, or of the rows; for Hudi with the Avro text of the rows as written (the main
-        table's from its tasks, else the table's latest or the declared rows'); an Iceberg
-        table's has no text (the table keeps its own)."""
+        """The schema a table's commit records: of the dead letters, or of the rows
+        (`commit_schema_of`)."""
         from lakesink.kafka.dead_letters import DEAD_LETTER_SCHEMA
 
         if role == DEAD_LETTERS:
             name = self.tables[DEAD_LETTERS].coordinator.name
             return self.plugin.commit_schema(DEAD_LETTER_SCHEMA, name)
-        if self.writes_iceberg:
-            return self.plugin.commit_schema(self.rows_arrow_schema(df), self.coordinator.name)
-        written = self.plugin.written_schema([str(s.extra.get("schema") or "") for s in statuses])
-        if written:  # the tasks' text, of the declared rows (Hudi has no field ids)
-            return TableSchema(str(written), self.rows_arrow_schema(df))
-        return self.avro_schema_of(df)
+        return commit_schema_of(
+            self.plugin, self.coordinator, statuses, lambda: self.rows_arrow_schema(df)
+        )
 
     def _count_dead_letters(
         self, statuses: Sequence[WriteStatus], ranges: list[OffsetRange]
@@ -525,6 +501,39 @@ CONFLICT_ATTEMPTS = 12
 """How often an upsert batch that lost a file group to a concurrent writer is written at most
 (paused between attempts up to CONFLICT_PAUSE_MAX_S, random): about a minute of losing."""
 CONFLICT_PAUSE_MAX_S = 8.0
+
+
+def rows_arrow(df: DataFrame, schema: StructType) -> pa.Schema:
+    """The Arrow schema of rows of `schema` as a table keeps them: declared nullability;
+    timestamps as Spark hands them to mapInArrow (the session's zone, UTC in lakesink's
+    sessions: a zone is always given, without one pyspark refuses timestamp columns); no
+    change-stream columns (the operation and unavailable columns are never table columns)."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    zone = df.sparkSession.conf.get("spark.sql.session.timeZone") or "UTC"
+    arrow = to_arrow_schema(schema, timezone=zone)
+    return pa.schema([f for f in arrow if f.name not in CHANGE_COLUMNS])
+
+
+def commit_schema_of(
+    plugin: FormatPlugin,
+    coordinator: Coordinator,
+    statuses: Sequence[WriteStatus],
+    rows: Callable[[], pa.Schema],
+) -> TableSchema:
+    """The schema the commit of a table of rows records (the plugin's `commit_schema`; `rows`:
+    the rows' Arrow schema). An Iceberg table's has no text (the table keeps its own); a Hudi
+    table's has the Avro text of the rows as written: its tasks', else the table's latest, else
+    the declared rows' (a first batch of gaps only: compacted or aborted records)."""
+    if plugin.tasks_write_data_files:  # Iceberg: its tasks write data files (spark/direct.py)
+        return plugin.commit_schema(rows(), coordinator.name)
+    written = plugin.written_schema([str(s.extra.get("schema") or "") for s in statuses])
+    if written:  # the tasks' text, of the declared rows (Hudi has no field ids)
+        return TableSchema(str(written), rows())
+    latest = coordinator.format.schema()
+    if latest:
+        return TableSchema.from_text(latest)
+    return plugin.commit_schema(rows(), coordinator.name)
 
 
 def grouped_for(df: DataFrame, target: KeyedTaskTarget) -> DataFrame:

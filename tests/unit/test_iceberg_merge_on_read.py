@@ -18,12 +18,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_hudi_upsert import DELETE, INSERT, SCHEMA, UPDATE, reference, versions
 from test_iceberg_upsert import (
-    IDENT,
     Offsets,
     _settings,
     changes,
     commit,
     complete,
+    open_table,
     ranges_of,
     table_rows,
     write,
@@ -32,36 +32,15 @@ from test_iceberg_upsert import (
 
 from lakesink.errors import CommitConflictError, ConfigError
 from lakesink.formats import plugin_for
-from lakesink.formats.iceberg.catalog import CatalogSettings, open_catalog
 from lakesink.formats.iceberg.keyed import (
     COPY_ON_WRITE,
     MERGE_ON_READ,
-    keyed_partition_fields,
-    keyed_properties,
     layout_of,
-    required_keys,
 )
 from lakesink.formats.iceberg.rewrite import RewriteOptions
 from lakesink.formats.iceberg.rowdelta import DELETES_KEY, PATH_FIELD_ID
-from lakesink.formats.iceberg.schema import parse_partition_spec
 from lakesink.formats.iceberg.services import rewrite_data_files
 from lakesink.formats.iceberg.table import IcebergTable
-
-
-def open_table(
-    warehouse: Path, buckets: int, ordering: str | None, mode: str, partitioned: bool = False
-) -> IcebergTable:
-    """A table of keys `id` written in `mode`, as lakesink creates one."""
-    catalog = open_catalog(CatalogSettings(warehouse=str(warehouse)))
-    fields = parse_partition_spec("day") if partitioned else ()
-    return IcebergTable.open(
-        catalog,
-        IDENT,
-        required_keys(SCHEMA, ("id",)),
-        keyed_partition_fields(fields, ("id",), buckets),
-        properties=keyed_properties(ordering, mode),
-        identifier_fields=("id",),
-    )
 
 
 def local(path: str) -> str:
@@ -89,8 +68,8 @@ def test_merge_on_read_reads_back_as_copy_on_write_and_the_dict_fold(
     offsets = Offsets()
     rows = [[offsets.row(k, op, ts, p) for k, op, ts, p in batch] for batch in batches]
     with tempfile.TemporaryDirectory() as tmp:
-        mor = open_table(Path(tmp) / "mor", buckets, ordering, MERGE_ON_READ, partitioned)
-        cow = open_table(Path(tmp) / "cow", buckets, ordering, COPY_ON_WRITE, partitioned)
+        mor = open_table(Path(tmp) / "mor", buckets, ordering, partitioned, MERGE_ON_READ)
+        cow = open_table(Path(tmp) / "cow", buckets, ordering, partitioned, COPY_ON_WRITE)
         mor_writer, cow_writer = writer(mor), writer(cow)
         for n, batch in enumerate(rows, start=1):
             commit(mor_writer, n, changes(batch))
@@ -115,7 +94,7 @@ def test_merge_on_read_reads_back_as_copy_on_write_and_the_dict_fold(
 
 
 def test_each_batch_is_one_row_delta_snapshot(tmp_path: Path) -> None:
-    table = open_table(tmp_path / "wh", 2, "ts", MERGE_ON_READ)
+    table = open_table(tmp_path / "wh", 2, "ts", mode=MERGE_ON_READ)
     coordinator = writer(table)
     o = Offsets()
     commit(coordinator, 1, changes([o.row(k, INSERT, 1) for k in range(6)]))
@@ -141,7 +120,7 @@ def test_each_batch_is_one_row_delta_snapshot(tmp_path: Path) -> None:
 
 
 def test_a_rewrite_racing_a_batch_is_refused_then_the_batch_lands(tmp_path: Path) -> None:
-    table = open_table(tmp_path / "wh", 1, "ts", MERGE_ON_READ)
+    table = open_table(tmp_path / "wh", 1, "ts", mode=MERGE_ON_READ)
     o = Offsets()
     ours = writer(table)
     first = changes([o.row(1, INSERT, 1), o.row(2, INSERT, 1)])

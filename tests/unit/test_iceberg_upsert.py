@@ -29,6 +29,7 @@ from lakesink.formats.iceberg.catalog import CatalogSettings, open_catalog
 from lakesink.formats.iceberg.coordinator import IcebergCoordinator
 from lakesink.formats.iceberg.format import IcebergFormat
 from lakesink.formats.iceberg.keyed import (
+    COPY_ON_WRITE,
     keyed_partition_fields,
     keyed_properties,
     layout_of,
@@ -48,9 +49,14 @@ IDENT = ("shop", "orders")
 
 
 def open_table(
-    warehouse: Path, buckets: int, ordering: str | None, partitioned: bool = False
+    warehouse: Path,
+    buckets: int,
+    ordering: str | None,
+    partitioned: bool = False,
+    mode: str = COPY_ON_WRITE,
 ) -> IcebergTable:
-    """A table of keys `id`, as lakesink creates one for write.operation=upsert."""
+    """A table of keys `id` written in `mode`, as lakesink creates one for
+    write.operation=upsert."""
     catalog = open_catalog(CatalogSettings(warehouse=str(warehouse)))
     fields = parse_partition_spec("day") if partitioned else ()
     return IcebergTable.open(
@@ -58,7 +64,7 @@ def open_table(
         IDENT,
         required_keys(SCHEMA, ("id",)),
         keyed_partition_fields(fields, ("id",), buckets),
-        properties=keyed_properties(ordering),
+        properties=keyed_properties(ordering, mode),
         identifier_fields=("id",),
     )
 

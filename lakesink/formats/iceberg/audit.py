@@ -210,7 +210,10 @@ class IcebergAuditReport:
         }
 
 
-def _distinct(name: str, rows: list[Coordinate], report: IcebergAuditReport) -> set[Coordinate]:
+def distinct_coordinates(
+    name: str, rows: list[Coordinate], report: IcebergAuditReport
+) -> set[Coordinate]:
+    """The distinct coordinates `name` read; a record read twice is a problem in `report`."""
     counts = Counter(rows)
     dupes = sorted(c for c, n in counts.items() if n > 1)
     if dupes:
@@ -277,6 +280,58 @@ def duckdb_reader(columns: Sequence[str] | None = COORDINATES) -> Callable[[str]
     return read
 
 
+def read_with_duckdb(
+    table: IcebergTable, columns: Sequence[str] | None, not_run: list[str]
+) -> pa.Table | None:
+    """`columns` (None: every column) of the current snapshot by DuckDB's iceberg extension;
+    None when it cannot run here (why goes to `not_run`). ReaderError when it fails."""
+    duck = duckdb_reader(columns)
+    if isinstance(duck, str):
+        not_run.append(duck)
+        return None
+    if not table.pyiceberg.metadata_location.startswith(("file:", "/")):
+        not_run.append("DuckDB: reads local warehouses only in this audit")
+        return None
+    try:
+        return duck(table.pyiceberg.metadata_location.removeprefix("file://"))
+    except Exception as e:  # duckdb raises its own error types
+        raise ReaderError(f"DuckDB cannot read {table.name}: {e}") from e
+
+
+def read_with_extra_readers(
+    table: IcebergTable,
+    extra_readers: Mapping[str, Callable[[IcebergTable], pa.Table] | str] | None,
+    not_run: list[str],
+) -> list[tuple[str, pa.Table]]:
+    """What each of `extra_readers` read, by name. A reader given as text (why it cannot run)
+    goes to `not_run`, and so does how to get Spark when no reader is named "spark".
+    ReaderError naming a reader that fails."""
+    out: list[tuple[str, pa.Table]] = []
+    for name, reader in (extra_readers or {}).items():
+        if isinstance(reader, str):
+            not_run.append(reader)
+            continue
+        try:
+            out.append((name, reader(table)))
+        except Exception as e:  # each engine raises its own error types
+            raise ReaderError(f"{name} cannot read {table.name}: {e}") from e
+    if "spark" not in (extra_readers or {}):
+        not_run.append(SPARK_NOT_IN_AUDIT)
+    return out
+
+
+def offsets_moved_back(
+    last: Mapping[str, int], commit: WriterCommit, where: str, problems: list[str]
+) -> dict[str, int]:
+    """The writer's offsets after `commit` (its offsets over `last`, the ones before it); a
+    partition whose offset it moves back is a problem naming `where`."""
+    now = commit.offsets.to_json()
+    back = [k for k, pos in last.items() if now.get(k, pos) < pos]
+    if back:
+        problems.append(f"{where}: offsets of {', '.join(back)} moved back")
+    return {**last, **now}
+
+
 def audit_iceberg(
     table: IcebergTable,
     writer_id: str,
@@ -304,11 +359,7 @@ def audit_iceberg(
     report.commits = len(commits)
     last: dict[str, int] = {}
     for sid, c in commits:
-        now = c.offsets.to_json()
-        back = [k for k, pos in last.items() if now.get(k, pos) < pos]
-        if back:
-            report.problems.append(f"snapshot {sid}: offsets of {', '.join(back)} moved back")
-        last = {**last, **now}
+        last = offsets_moved_back(last, c, f"snapshot {sid}", report.problems)
     report.committed = dict(sorted(last.items()))
     ends = {TopicPartition.parse(k): v for k, v in last.items()}
     topics = {tp.topic for tp in ends}
@@ -319,33 +370,16 @@ def audit_iceberg(
     except Exception as e:  # pyiceberg and pyarrow raise their own error types
         raise ReaderError(f"pyiceberg cannot read {table.name}: {e}") from e
     report.readers["pyiceberg"] = len(rows)
-    readers["pyiceberg"] = _distinct("pyiceberg", rows, report)
-    duck = duckdb_reader()
-    if isinstance(duck, str):
-        report.not_run.append(duck)
-    elif table.pyiceberg.metadata_location.startswith(("file:", "/")):
-        try:
-            got = duck(table.pyiceberg.metadata_location.removeprefix("file://"))
-        except Exception as e:  # duckdb raises its own error types
-            raise ReaderError(f"DuckDB cannot read {table.name}: {e}") from e
+    readers["pyiceberg"] = distinct_coordinates("pyiceberg", rows, report)
+    got = read_with_duckdb(table, COORDINATES, report.not_run)
+    if got is not None:
         drows = coordinates_in(got, topics)
         report.readers["duckdb"] = len(drows)
-        readers["duckdb"] = _distinct("duckdb", drows, report)
-    else:
-        report.not_run.append("DuckDB: reads local warehouses only in this audit")
-    for name, reader in (extra_readers or {}).items():
-        if isinstance(reader, str):
-            report.not_run.append(reader)
-            continue
-        try:
-            got = reader(table)
-        except Exception as e:  # each engine raises its own error types
-            raise ReaderError(f"{name} cannot read {table.name}: {e}") from e
+        readers["duckdb"] = distinct_coordinates("duckdb", drows, report)
+    for name, got in read_with_extra_readers(table, extra_readers, report.not_run):
         xrows = coordinates_in(got, topics)
         report.readers[name] = len(xrows)
-        readers[name] = _distinct(name, xrows, report)
-    if "spark" not in (extra_readers or {}):
-        report.not_run.append(SPARK_NOT_IN_AUDIT)
+        readers[name] = distinct_coordinates(name, xrows, report)
     base = readers["pyiceberg"]
     for name, got_set in readers.items():
         if got_set != base:

@@ -26,8 +26,8 @@ from lakesink.engine.schema import TableSchema
 from lakesink.engine.transaction import PostCommitHook, TableTransaction
 from lakesink.formats.iceberg.datafiles import FILES_KEY, MAX_TS_KEY, DataFileDescription
 from lakesink.formats.iceberg.format import VTTS_KEY, IcebergFormat
+from lakesink.formats.iceberg.keyed_writer import BUCKETS_KEY
 from lakesink.formats.iceberg.snapshots import valid_through
-from lakesink.formats.iceberg.upsert import BUCKETS_KEY
 from lakesink.metrics import IngestionMetrics
 from lakesink.protocol.instant import InstantTime
 from lakesink.protocol.offsets import OffsetRange, TopicPartition, WriterOffsets

@@ -26,12 +26,13 @@ from typing import Any
 import pyarrow as pa
 
 from lakesink.errors import ReaderError
-from lakesink.formats.audit import FoldAudit, compare_with_fold, coordinates_in
+from lakesink.formats.audit import FoldAudit, compare_with_fold, coordinates_in, follow_ranges
 from lakesink.formats.iceberg.audit import (
-    SPARK_NOT_IN_AUDIT,
     IcebergAuditReport,
-    _distinct,
-    duckdb_reader,
+    distinct_coordinates,
+    offsets_moved_back,
+    read_with_duckdb,
+    read_with_extra_readers,
 )
 from lakesink.formats.iceberg.snapshots import (
     KEY_RANGES,
@@ -73,25 +74,10 @@ def committed_spans(
                 f"({KEY_RANGES}); the fold audit needs every range it committed"
             )
             continue
-        for key, start, end in json.loads(s.summary.get(KEY_SKIPPED, "[]")):
-            tp = TopicPartition.parse(key)
-            if tp in spans and spans[tp][1] == start:
-                spans[tp] = (spans[tp][0], end)
-        for key, start, end in json.loads(s.summary[KEY_RANGES]):
-            tp = TopicPartition.parse(key)
-            if tp in spans and spans[tp][1] != start:
-                report.problems.append(
-                    f"snapshot {s.snapshot_id}: range of {tp} starts at {start}, but the "
-                    f"writer's previous commit ended at {spans[tp][1]}"
-                )
-            spans[tp] = (spans[tp][0] if tp in spans else start, end)
-        now = commit.offsets.to_json()
-        back = [k for k, pos in last.items() if now.get(k, pos) < pos]
-        if back:
-            report.problems.append(
-                f"snapshot {s.snapshot_id}: offsets of {', '.join(back)} moved back"
-            )
-        last = {**last, **now}
+        skipped = json.loads(s.summary.get(KEY_SKIPPED, "[]"))
+        ranges = json.loads(s.summary[KEY_RANGES])
+        follow_ranges(spans, skipped, ranges, f"snapshot {s.snapshot_id}", report.problems)
+        last = offsets_moved_back(last, commit, f"snapshot {s.snapshot_id}", report.problems)
     for key, pos in last.items():
         tp = TopicPartition.parse(key)
         if tp in spans and spans[tp][1] != pos:
@@ -127,39 +113,22 @@ def audit_iceberg_fold(
     except Exception as e:  # pyiceberg and pyarrow raise their own error types
         raise ReaderError(f"pyiceberg cannot read {table.name}: {e}") from e
     report.readers["pyiceberg"] = rows.num_rows
-    base = _distinct("pyiceberg", coordinates_in(rows, topics), report)
-    duck = duckdb_reader(None)
-    if isinstance(duck, str):
-        report.not_run.append(duck)
-    elif table.pyiceberg.metadata_location.startswith(("file:", "/")):
-        try:
-            got = duck(table.pyiceberg.metadata_location.removeprefix("file://"))
-        except Exception as e:  # duckdb raises its own error types
-            raise ReaderError(f"DuckDB cannot read {table.name}: {e}") from e
+    base = distinct_coordinates("pyiceberg", coordinates_in(rows, topics), report)
+    got = read_with_duckdb(table, None, report.not_run)
+    if got is not None:
         report.readers["duckdb"] = got.num_rows
-        _distinct("duckdb", coordinates_in(got, topics), report)
+        distinct_coordinates("duckdb", coordinates_in(got, topics), report)
         differ = _rows_differ(rows, got, fold.key)
         if differ:
             report.problems.append(f"readers disagree: pyiceberg and DuckDB read {differ}")
-    else:
-        report.not_run.append("DuckDB: reads local warehouses only in this audit")
-    for name, reader in (extra_readers or {}).items():
-        if isinstance(reader, str):
-            report.not_run.append(reader)
-            continue
-        try:
-            got = reader(table)
-        except Exception as e:  # each engine raises its own error types
-            raise ReaderError(f"{name} cannot read {table.name}: {e}") from e
+    for name, got in read_with_extra_readers(table, extra_readers, report.not_run):
         report.readers[name] = got.num_rows
-        other = _distinct(name, coordinates_in(got, topics), report)
+        other = distinct_coordinates(name, coordinates_in(got, topics), report)
         if other != base:
             report.problems.append(
                 f"readers disagree: {len(base - other)} rows only in pyiceberg, "
                 f"{len(other - base)} only in {name}"
             )
-    if "spark" not in (extra_readers or {}):
-        report.not_run.append(SPARK_NOT_IN_AUDIT)
     if bootstrap is not None and spans:
         found = compare_with_fold(
             rows,

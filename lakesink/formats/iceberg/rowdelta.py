@@ -31,6 +31,7 @@ makes it plan again: its deletes are never dropped).
 
 from __future__ import annotations
 
+import functools
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -41,21 +42,25 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from lakesink.engine.fold import merge_over
-from lakesink.errors import CommitConflictError, CommitError, CorruptTableError
+from lakesink.errors import CorruptTableError
 from lakesink.formats.iceberg.datafiles import (
-    FILES_KEY,
-    MAX_TS_KEY,
     DataFileDescription,
     WriteContext,
     describe,
-    newest_record_ms,
     to_data_file,
     write_data_files,
 )
-from lakesink.formats.iceberg.keyed import KeyedLayout, buckets_of, layout_of, required_keys
-from lakesink.formats.iceberg.schema import check_compatible
-from lakesink.formats.iceberg.upsert import BUCKETS_KEY, _check_rows, _parsed, _schema
-from lakesink.protocol.mutation import CHANGE_COLUMNS, OPERATION_COLUMN, RowOperation
+from lakesink.formats.iceberg.keyed import KeyedLayout
+from lakesink.formats.iceberg.keyed_writer import (
+    BucketWrite,
+    KeyedWriter,
+    bucket_ids,
+    check_buckets_unchanged,
+    files_and_reads,
+    keyed_layout,
+    parsed_metadata,
+)
+from lakesink.formats.iceberg.on_base import commit_on_base
 
 if TYPE_CHECKING:
     from pyiceberg.io import FileIO
@@ -63,7 +68,6 @@ if TYPE_CHECKING:
     from pyiceberg.table import Table, Transaction
 
     from lakesink.formats.task import TaskAttempt
-    from lakesink.protocol.write_status import FileWrite
 
 __all__ = [
     "DELETES_KEY",
@@ -136,77 +140,32 @@ class IcebergRowDeltaTarget:
     def for_table(
         cls, table: Table, context: WriteContext, instant_time: str
     ) -> IcebergRowDeltaTarget:
-        layout = layout_of(table.metadata, context.table)
-        if layout is None:
-            from lakesink.errors import UnsupportedTableError
-
-            raise UnsupportedTableError(
-                f"table {context.table} is not a table of keys (created for write.operation=append)"
-            )
+        layout = keyed_layout(table, context)
         found = bucket_contents(table, layout)
         return cls(context, instant_time, layout, tuple(sorted(found.items())))
 
     def group_ids(self, batch: pa.RecordBatch) -> pa.Array:
         """The bucket of each row: a task gets whole buckets."""
-        rows = pa.Table.from_batches([batch])
-        return pa.array(buckets_of(rows, self.layout, _schema(self.context)), pa.int32())
+        return bucket_ids(batch, self.layout, self.context)
 
     def open(self, attempt: TaskAttempt) -> IcebergRowDeltaWriter:
         return IcebergRowDeltaWriter(self, attempt)
 
 
-class IcebergRowDeltaWriter:
+class IcebergRowDeltaWriter(KeyedWriter[IcebergRowDeltaTarget]):
     """One task attempt's writer: buffers its rows; at `close`, per bucket, the new rows' data
-    files and the position deletes of the rows they supersede."""
+    files and the position deletes of the rows they supersede (`DELETES_KEY`)."""
 
-    def __init__(self, target: IcebergRowDeltaTarget, attempt: TaskAttempt) -> None:
-        self.target = target
-        self.attempt = attempt
-        self._batches: list[pa.RecordBatch] = []
-        self._newest_ms: dict[str, int] = {}
+    files_key = DELETES_KEY
 
-    def write(self, batch: pa.RecordBatch) -> None:
-        if batch.num_rows:
-            self._batches.append(batch)
-            for key, ms in newest_record_ms(batch).items():
-                self._newest_ms[key] = max(ms, self._newest_ms.get(key, ms))
+    @functools.cached_property
+    def _stored_files(self) -> dict[int, tuple[BucketFile, ...]]:
+        return dict(self.target.files)
 
-    def close(self) -> tuple[list[FileWrite], dict[str, Any]]:
-        from lakesink.protocol.write_status import FileWrite
-
-        if not self._batches:
-            return [], {}
-        rows = pa.Table.from_batches(self._batches)
-        self._batches = []
-        layout = self.target.layout
-        _check_rows(layout, rows)
-        if OPERATION_COLUMN not in rows.column_names:  # a stream of upserts
-            code = pa.array(np.full(rows.num_rows, RowOperation.UPDATE.code, np.int8))
-            rows = rows.append_column(OPERATION_COLUMN, code)
-        context = self.target.context
-        schema = _schema(context)
-        data = pa.schema([f for f in rows.schema if f.name not in CHANGE_COLUMNS])
-        check_compatible(schema, required_keys(data, layout.key), context.table)
-        buckets = buckets_of(rows, layout, schema)
-        stored_files = dict(self.target.files)
-        written: list[DataFileDescription] = []
-        deletes: list[DataFileDescription] = []
-        read: dict[str, list[str]] = {}
-        for bucket in sorted({int(b) for b in buckets}):
-            incoming = rows.filter(pa.array(buckets == bucket))
-            files = stored_files.get(bucket, ())
-            name = f"{self.target.instant_time}-{self.target.token}-{self.attempt.name}-b{bucket}"
-            new, gone = fold_bucket(context, layout, files, incoming, name)
-            written += new
-            deletes += gone
-            read[str(bucket)] = [p for f in files for p in f.paths]
-        out = [FileWrite("", d.path, d.path, d.record_count, d.size_bytes) for d in written]
-        return out, {
-            FILES_KEY: [d.to_json() for d in written],
-            DELETES_KEY: [d.to_json() for d in deletes],
-            BUCKETS_KEY: read,
-            MAX_TS_KEY: self._newest_ms,
-        }
+    def write_bucket(self, bucket: int, incoming: pa.Table, name: str) -> BucketWrite:
+        files = self._stored_files.get(bucket, ())
+        new, gone = fold_bucket(self.target.context, self.target.layout, files, incoming, name)
+        return BucketWrite(new, gone, [p for f in files for p in f.paths])
 
 
 def fold_bucket(
@@ -253,7 +212,7 @@ def live_rows(context: WriteContext, files: Sequence[BucketFile]) -> pa.Table:
     from pyiceberg.io.pyarrow import ArrowScan
     from pyiceberg.table import FileScanTask
 
-    metadata = _parsed(context.metadata_json)
+    metadata = parsed_metadata(context.metadata_json)
     schema = metadata.schema()
     empty = schema.as_arrow().empty_table()
     empty = empty.append_column(_FILE, pa.array([], pa.string()))
@@ -312,7 +271,7 @@ def write_position_deletes(
 
     import pyarrow.parquet as pq
 
-    metadata = _parsed(context.metadata_json)
+    metadata = parsed_metadata(context.metadata_json)
     io = context.file_io(metadata.location)
     pos = np.sort(np.asarray(positions, dtype=np.int64))
     rows = pa.table(
@@ -377,20 +336,8 @@ class RowDelta:
 
     @classmethod
     def from_extras(cls, layout: KeyedLayout, extras: Sequence[Mapping[str, Any]]) -> RowDelta:
-        deletes: dict[str, DataFileDescription] = {}
-        read: dict[int, frozenset[str]] = {}
-        for extra in extras:
-            for d in extra.get(DELETES_KEY, ()):
-                desc = DataFileDescription.from_json(d)
-                deletes[desc.path] = desc
-            for bucket, paths in (extra.get(BUCKETS_KEY) or {}).items():
-                if int(bucket) in read:
-                    raise CommitError(
-                        f"bucket {bucket} was written by two tasks of one batch; the batch is "
-                        "not committed (retrying it is safe)"
-                    )
-                read[int(bucket)] = frozenset(paths)
-        return cls(layout, tuple(deletes[p] for p in sorted(deletes)), read)
+        """From the tasks' `WriteStatus.extra` maps."""
+        return cls(layout, *files_and_reads(extras, DELETES_KEY))
 
     def check(self, table: Table) -> None:
         """CommitConflictError naming a bucket whose data or delete files in `table`'s current
@@ -398,15 +345,8 @@ class RowDelta:
         if not self.read:
             return
         found = bucket_contents(table, self.layout)
-        for bucket, paths in sorted(self.read.items()):
-            now = frozenset(p for f in found.get(bucket, ()) for p in f.paths)
-            if now != paths:
-                gone, new = sorted(paths - now), sorted(now - paths)
-                raise CommitConflictError(
-                    f"table {'.'.join(table.name())}: bucket {bucket} changed since the batch "
-                    f"read it (files gone: {gone[:2]}, new: {new[:2]}); another writer or a "
-                    "rewrite committed it; the batch is written again over its files"
-                )
+        now = {b: frozenset(p for f in files for p in f.paths) for b, files in found.items()}
+        check_buckets_unchanged(".".join(table.name()), self.read, now)
 
     def stage(
         self,
@@ -551,29 +491,6 @@ def _row_delta_type() -> Any:
 
 EMPTY: Mapping[str, str] = {}
 _ROW_DELTA_CLASS: Any = None
-
-
-def commit_on_base(tx: Transaction) -> None:
-    """Commit `tx`, refused by the catalog when `main` moved since its metadata was read: the
-    caller plans again. pyiceberg's own retry, which would move the snapshot onto the new head
-    unchecked, is kept out; the manifests of a refused commit are deleted."""
-    from pyiceberg.exceptions import CommitFailedException, ValidationException
-    from pyiceberg.table.refs import MAIN_BRANCH
-    from pyiceberg.table.update import AssertRefSnapshotId
-
-    main = tx.table_metadata.refs.get(MAIN_BRANCH)
-    base = AssertRefSnapshotId.model_validate(
-        {"ref": MAIN_BRANCH, "snapshot-id": main.snapshot_id if main is not None else None}
-    )
-    tx._stage((), (base,))
-    producers = list(getattr(tx, "_snapshot_producers", ()))
-    tx._snapshot_producers = []
-    try:
-        tx.commit_transaction()
-    except (CommitFailedException, ValidationException):
-        for p in producers:
-            p._clean_all_uncommitted()
-        raise
 
 
 # -- applying the deletes ----------------------------------------------------------------------

@@ -51,6 +51,7 @@ from lakesink.formats.iceberg.evolution import (
     with_schema,
 )
 from lakesink.formats.iceberg.maintenance import referenced_files, remove_orphans
+from lakesink.formats.iceberg.on_base import commit_unretried, require_main_unmoved
 from lakesink.formats.iceberg.replan import commit_replanned
 from lakesink.formats.iceberg.schema import (
     PartitionFieldSetting,
@@ -619,17 +620,9 @@ class IcebergTable:
         """The append for a catalog that cannot run lakesink's requirement (REST): it requires
         that `main` is still the snapshot the caller checked the writer's offsets on, so the
         server refuses it (CommitFailedException) when any other commit landed meanwhile."""
-        from pyiceberg.exceptions import CommitFailedException, ValidationException
-        from pyiceberg.table.refs import MAIN_BRANCH
-        from pyiceberg.table.update import AssertRefSnapshotId
-
         metadata = self._table.metadata
-        main = metadata.refs.get(MAIN_BRANCH)
-        base = AssertRefSnapshotId.model_validate(
-            {"ref": MAIN_BRANCH, "snapshot-id": main.snapshot_id if main is not None else None}
-        )
         tx = self._table.transaction()
-        tx._stage((), (base,))
+        require_main_unmoved(tx)
         if schema is not None:
             stage_schema(tx, schema, self.name)
         snapshot = tx.update_snapshot(snapshot_properties=dict(properties))
@@ -637,16 +630,9 @@ class IcebergTable:
             for f in files:
                 append.append_data_file(to_data_file(f, metadata.format_version))
         # pyiceberg retries a refused commit by moving the append onto the new head, which would
-        # skip the offsets check: without its producers it raises instead, and the caller
-        # refreshes and checks again. Their manifests of a refused commit are deleted here.
-        producers = list(getattr(tx, "_snapshot_producers", ()))
-        tx._snapshot_producers = []
-        try:
-            tx.commit_transaction()
-        except (CommitFailedException, ValidationException):
-            for producer in producers:
-                producer._clean_all_uncommitted()
-            raise
+        # skip the offsets check: without that retry it raises instead, and the caller
+        # refreshes and checks again
+        commit_unretried(tx)
 
     def _overwrite_on_base(
         self,
@@ -661,21 +647,14 @@ class IcebergTable:
         refuses it otherwise, CommitFailedException, and the caller checks again on the new
         head), and on the SQL catalog also the writer's incarnation. pyiceberg's own retry,
         which would move it onto a new head unchecked, is kept out as in `_append_on_base`."""
-        from pyiceberg.exceptions import CommitFailedException, ValidationException
-        from pyiceberg.table.refs import MAIN_BRANCH
         from pyiceberg.table.snapshots import Operation
-        from pyiceberg.table.update import AssertRefSnapshotId
         from pyiceberg.table.update.snapshot import _OverwriteFiles
 
         from lakesink.formats.iceberg.upsert import BucketRewrite
 
         metadata = self._table.metadata
-        main = metadata.refs.get(MAIN_BRANCH)
-        base = AssertRefSnapshotId.model_validate(
-            {"ref": MAIN_BRANCH, "snapshot-id": main.snapshot_id if main is not None else None}
-        )
         tx = self._table.transaction()
-        tx._stage((), (base,))
+        require_main_unmoved(tx)
         if incarnation is not None:
             tx._stage((), (_assert_incarnation_type()(writer_id=writer_id, expected=incarnation),))
         version = metadata.format_version
@@ -693,14 +672,7 @@ class IcebergTable:
                     overwrite.delete_data_file(to_data_file(d, version))
                 for f in files:
                     overwrite.append_data_file(to_data_file(f, version))
-        producers = list(getattr(tx, "_snapshot_producers", ()))
-        tx._snapshot_producers = []
-        try:
-            tx.commit_transaction()
-        except (CommitFailedException, ValidationException):
-            for p in producers:
-                p._clean_all_uncommitted()
-            raise
+        commit_unretried(tx)
 
     def _writer_snapshot(self, commit: WriterCommit) -> int | None:
         snaps, current = snapshot_infos(self._table.metadata)
