@@ -35,6 +35,7 @@ from lakesink.formats.audit import (
     compare_with_fold,
     compare_with_kafka,
     coordinates_in,
+    follow_ranges,
 )
 from lakesink.formats.hudi.table.hudi_table import HudiTable
 from lakesink.formats.hudi.table.metadata import CommitMetadata
@@ -96,19 +97,10 @@ def writer_ranges(
         if extra.get(keys.WRITER_ID_KEY) != writer_id:
             continue
         report.commits += 1
-        for key, start, end in json.loads(extra.get(keys.SKIPPED_KEY, "[]")):
-            tp = TopicPartition.parse(key)
-            report.skipped.append((key, start, end))
-            if tp in spans and spans[tp][1] == start:
-                spans[tp] = (spans[tp][0], end)
-        for key, start, end in json.loads(extra.get(keys.RANGES_KEY, "[]")):
-            tp = TopicPartition.parse(key)
-            if tp in spans and spans[tp][1] != start:
-                report.problems.append(
-                    f"instant {instant.time}: range of {tp} starts at {start}, "
-                    f"but the previous commit ended at {spans[tp][1]}"
-                )
-            spans[tp] = (spans[tp][0] if tp in spans else start, end)
+        skipped = json.loads(extra.get(keys.SKIPPED_KEY, "[]"))
+        report.skipped.extend((key, start, end) for key, start, end in skipped)
+        ranges = json.loads(extra.get(keys.RANGES_KEY, "[]"))
+        follow_ranges(spans, skipped, ranges, f"instant {instant.time}", report.problems)
         offsets = json.loads(extra.get(keys.OFFSETS_KEY, "{}"))
         for key, pos in last_offsets.items():
             if offsets.get(key, pos) < pos:
