@@ -3,10 +3,11 @@
 # whole suite (unit, property and integration: real broker, real Spark, real PostgreSQL), build
 # the docs site strictly, and prove the packaging (the wheel in a clean venv, the oldest pins).
 # The cached environments (Maven and pip downloads, mostly waiting on the network) are built in
-# the background while ruff, mypy, the unit and property tests, the docs site and the oldest pins
-# (which need none of them) run; each background step's output is printed when it ends, and a
-# failed one fails the run. The wheel check runs after them (its demo and examples keep both
-# cores busy), then the integration tests, with the oldest pins' unit tests beside them.
+# the background while ruff, mypy, the docs site and the oldest pins' demo (which need none of
+# them) run; each background step's output is printed when it ends, and a failed one fails the
+# run. The wheel check runs after them (its demo and examples keep both cores busy), then the
+# integration tests; the unit and property tests (on the locked and on the oldest pins) run
+# beside all of it at a lower priority and are waited for at the end.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 started=$SECONDS
@@ -70,24 +71,26 @@ if [ $# -eq 0 ]; then
     python -m lakesink.spark.prepare "${LAKESINK_CACHE:-$PWD/.cache}/spark-start"
 fi
 stage "ruff"; ruff check lakesink tests benchmarks; ruff format --check lakesink tests benchmarks
-# mypy, the unit and property tests, the docs build and the oldest pins' demo are each one busy
-# process (and the oldest pins' install mostly waits on the network): side by side they use both
-# cores; on the whole run the pytest stage then runs the integration tests, with only the oldest
-# pins' unit tests beside them at a lower priority
+# mypy, the docs build, the oldest pins' demo and the wheel's are each one or two busy processes
+# (and the oldest pins' install mostly waits on the network); the unit and property tests and
+# the oldest pins' unit tests run beside them and then beside the integration tests at a lower
+# priority (nice 10): they take the CPU that the set-up and the integration tests (their brokers,
+# JVM starts and kill-restart chains wait much of the time) leave idle, and give way where those
+# are busy
 in_background mypy mypy lakesink
 if [ $# -eq 0 ]; then
   # every test file lies in one of the three folders the whole run covers
   stray="$(find tests -name 'test_*.py' ! -path 'tests/unit/*' ! -path 'tests/property/*' \
     ! -path 'tests/integration/*')"
   [ -z "$stray" ] || { echo "test.sh: tests outside unit/, property/, integration/: $stray" >&2; exit 1; }
-  in_background unit python -m pytest -q -p no:cacheprovider --durations=10 tests/unit tests/property
+  # at a lower priority: they take the CPU the set-up and then the integration tests leave idle
+  in_background unit nice -n 10 \
+    python -m pytest -q -p no:cacheprovider --durations=10 tests/unit tests/property
 fi
 stage "docs site"; bash scripts/build-docs.sh
 if [ $# -eq 0 ]; then   # the whole run (CI); with pytest arguments only the tests asked for
   # lower bounds: a real ingestion here (it makes the oldest pins' venv), their unit tests in the
-  # background at a lower priority: they take what CPU the integration tests leave idle (their
-  # brokers, JVM starts and kill-restart chains wait much of the time), and give way where
-  # those are busy
+  # background at a lower priority (see above)
   stage "oldest pins"; bash scripts/check-oldest.sh demo
   in_background oldest-unit nice -n 10 bash scripts/check-oldest.sh unit
 fi
@@ -99,11 +102,11 @@ if [ $# -eq 0 ]; then
   stage "Spark class-data archive"; finish spark-archive optional
 fi
 if [ $# -eq 0 ]; then
-  stage "unit and property tests"; finish unit
   stage "pytest: integration"
   before="$(cpu_ticks)"
   python -m pytest -q -p no:cacheprovider --durations=40 tests/integration
   echo "integration tests: $(cpu_share "$before")"
+  stage "unit and property tests"; finish unit
   stage "oldest pins: unit tests"; finish oldest-unit
 else
   stage "pytest"; python -m pytest -q -p no:cacheprovider --durations=40 "$@"
