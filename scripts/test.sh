@@ -5,8 +5,8 @@
 # The cached environments (Maven and pip downloads, mostly waiting on the network) are built in
 # the background while ruff, mypy, the docs site and the oldest pins' demo (which need none of
 # them) run; each background step's output is printed when it ends, and a failed one fails the
-# run. The wheel check runs after them (its demo and examples keep both cores busy), then the
-# integration tests; the unit and property tests (on the locked and on the oldest pins) run
+# run. The wheel check (its demo and examples keep both cores busy) runs while they finish, then
+# the integration tests; the unit and property tests (on the locked and on the oldest pins) run
 # beside all of it at a lower priority and are waited for at the end.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -39,6 +39,10 @@ in_background() {
   setsid -w "$@" > "$logs/$name.log" 2>&1 &
   echo "$!" > "$logs/$name.pid"
 }
+# LOWER COMMAND...: COMMAND at nice 10. Where Linux's autogroup scheduling is on, each session
+# (every in_background step has one of its own) is one group with an equal share, whatever its
+# processes' nice values: the session's group is niced too (raising it needs no privilege)
+LOWER=(bash -c 'echo 10 > /proc/self/autogroup 2>/dev/null || true; exec nice -n 10 "$@"' lower)
 # finish NAME [optional]: wait for NAME, print its output; exit with its status when it failed
 # (an optional step's failure is only reported)
 finish() {
@@ -84,7 +88,7 @@ if [ $# -eq 0 ]; then
     ! -path 'tests/integration/*')"
   [ -z "$stray" ] || { echo "test.sh: tests outside unit/, property/, integration/: $stray" >&2; exit 1; }
   # at a lower priority: they take the CPU the set-up and then the integration tests leave idle
-  in_background unit nice -n 10 \
+  in_background unit "${LOWER[@]}" \
     python -m pytest -q -p no:cacheprovider --durations=10 tests/unit tests/property
 fi
 stage "docs site"; bash scripts/build-docs.sh
@@ -92,13 +96,16 @@ if [ $# -eq 0 ]; then   # the whole run (CI); with pytest arguments only the tes
   # lower bounds: a real ingestion here (it makes the oldest pins' venv), their unit tests in the
   # background at a lower priority (see above)
   stage "oldest pins"; bash scripts/check-oldest.sh demo
-  in_background oldest-unit nice -n 10 bash scripts/check-oldest.sh unit
+  in_background oldest-unit "${LOWER[@]}" bash scripts/check-oldest.sh unit
+fi
+if [ $# -eq 0 ]; then  # the wheel needs none of the cached environments: built meanwhile
+  stage "wheel"; bash scripts/check-wheel.sh       # build, install in a clean venv, run the demo
 fi
 stage "mypy"; finish mypy
-stage "Kafka, Java Iceberg and Iceberg REST jars"; finish jars
-stage "interop environment, Debezium and the schema registry"; finish interop
+# (Maven's output may end without a new line: the next stage's heading starts on its own)
+stage "Kafka, Java Iceberg and Iceberg REST jars"; finish jars; echo
+stage "interop environment, Debezium and the schema registry"; finish interop; echo
 if [ $# -eq 0 ]; then
-  stage "wheel"; bash scripts/check-wheel.sh       # build, install in a clean venv, run the demo
   stage "Spark class-data archive"; finish spark-archive optional
 fi
 if [ $# -eq 0 ]; then
