@@ -56,10 +56,9 @@ from upsert import (  # noqa: E402
     SPACES,
     VALUE_DDL,
     Topic,
-    bucket_count,
     payload,
     per_batch,
-    produce,
+    produce_space,
 )
 
 VARIANTS = ("lakesink-cow", "lakesink-mor", "spark-merge", "pyiceberg-upsert")
@@ -368,22 +367,7 @@ def main() -> None:
         try:
             bs = broker.bootstrap_servers
             for space in args.spaces.split(","):
-                t0 = time.perf_counter()
-                topic = produce(bs, space, args)
-                buckets = bucket_count(len(topic.latest), args)
-                print(
-                    f"produced {topic.records:,} records over {len(topic.latest):,} keys "
-                    f"to {topic.name} in {time.perf_counter() - t0:.1f}s; "
-                    f"lakesink table.bucket.count {buckets}",
-                    flush=True,
-                )
-                entry: dict[str, Any] = {
-                    "records": topic.records,
-                    "keys": len(topic.latest),
-                    "value_bytes": topic.value_bytes,
-                    "per_batch": per_batch(topic, args),
-                    "buckets": buckets,
-                }
+                topic, buckets, entry = produce_space(bs, space, args)
                 entry["runs"] = throughput(bs, topic, buckets, work, args)
                 ls = entry["runs"].get("lakesink-cow", {})
                 entry["ratios"] = {

@@ -116,6 +116,30 @@ class Topic:
     records: int
 
 
+def produce_space(
+    bootstrap: str, space: str, args: argparse.Namespace
+) -> tuple[Topic, int, dict[str, Any]]:
+    """Produce the key space's stream (`produce`); its topic, lakesink's table.bucket.count for
+    it and the report entry every upsert benchmark starts the space's figures from."""
+    t0 = time.perf_counter()
+    topic = produce(bootstrap, space, args)
+    buckets = bucket_count(len(topic.latest), args)
+    print(
+        f"produced {topic.records:,} records over {len(topic.latest):,} keys "
+        f"({topic.value_bytes / 1e6:.1f} MB) to {topic.name} in "
+        f"{time.perf_counter() - t0:.1f}s; lakesink table.bucket.count {buckets}",
+        flush=True,
+    )
+    entry: dict[str, Any] = {
+        "records": topic.records,
+        "keys": len(topic.latest),
+        "value_bytes": topic.value_bytes,
+        "per_batch": per_batch(topic, args),
+        "buckets": buckets,
+    }
+    return topic, buckets, entry
+
+
 def produce(bootstrap: str, space: str, args: argparse.Namespace) -> Topic:
     from lakesink.kafka.client import create_topic
     from lakesink.kafka.producer import encode_event, make_producer
@@ -485,22 +509,7 @@ def main() -> None:
         try:
             bs = broker.bootstrap_servers
             for space in args.spaces.split(","):
-                t0 = time.perf_counter()
-                topic = produce(bs, space, args)
-                buckets = bucket_count(len(topic.latest), args)
-                print(
-                    f"produced {topic.records:,} records over {len(topic.latest):,} keys "
-                    f"({topic.value_bytes / 1e6:.1f} MB) to {topic.name} in "
-                    f"{time.perf_counter() - t0:.1f}s; lakesink table.bucket.count {buckets}",
-                    flush=True,
-                )
-                entry: dict[str, Any] = {
-                    "records": topic.records,
-                    "keys": len(topic.latest),
-                    "value_bytes": topic.value_bytes,
-                    "per_batch": per_batch(topic, args),
-                    "buckets": buckets,
-                }
+                topic, buckets, entry = produce_space(bs, space, args)
                 if "throughput" not in skip:
                     entry["runs"] = throughput(bs, topic, buckets, work, args)
                     ls = entry["runs"].get("lakesink", {})
