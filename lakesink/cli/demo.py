@@ -36,13 +36,9 @@ def run_demo(args: argparse.Namespace) -> int:
     from lakesink.kafka.embedded_broker import EmbeddedBroker, noida_db_binary
     from lakesink.kafka.producer import SAMPLE_EVENT_DDL, produce_sample_events
 
-    iceberg = getattr(args, "format", "hudi") == "iceberg"
     if getattr(args, "cdc", False):
         return run_cdc_demo(args)
-    if iceberg:
-        require("pyiceberg", "lakesink demo --format iceberg (it writes an Iceberg table)")
-    else:
-        require("hudi", "lakesink demo (it reads the table back with hudi-rs)")
+    iceberg = require_demo_format(args)
     noida_db_binary()  # the embedded broker: fail before anything starts when it is missing
     table_path = fresh_table(Path(args.dir).resolve() / ("iceberg" if iceberg else "demo_events"))
     with EmbeddedBroker() as broker:
@@ -150,6 +146,17 @@ def summarize(t: pa.Table, reader: str) -> None:
 CDC_ACCOUNTS = 1_000
 
 
+def require_demo_format(args: argparse.Namespace) -> bool:
+    """Whether a demo writes an Iceberg table (`--format iceberg`), after checking that the
+    extra it reads the table back with is installed (MissingExtraError naming it otherwise)."""
+    iceberg = getattr(args, "format", "hudi") == "iceberg"
+    if iceberg:
+        require("pyiceberg", "lakesink demo --format iceberg (it writes an Iceberg table)")
+    else:
+        require("hudi", "lakesink demo (it reads the table back with hudi-rs)")
+    return bool(iceberg)
+
+
 def run_cdc_demo(args: argparse.Namespace) -> int:
     """`lakesink demo --cdc`: a Debezium-shaped change stream of an `accounts` table (made up by
     lakesink.kafka.sample_changes: no database needed) ingested with write.operation=cdc into a
@@ -162,11 +169,7 @@ def run_cdc_demo(args: argparse.Namespace) -> int:
     from lakesink.kafka.embedded_broker import EmbeddedBroker, noida_db_binary
     from lakesink.kafka.sample_changes import ACCOUNTS_DDL, produce_sample_changes
 
-    iceberg = getattr(args, "format", "hudi") == "iceberg"
-    if iceberg:
-        require("pyiceberg", "lakesink demo --format iceberg (it writes an Iceberg table)")
-    else:
-        require("hudi", "lakesink demo (it reads the table back with hudi-rs)")
+    iceberg = require_demo_format(args)
     noida_db_binary()
     table_path = fresh_table(Path(args.dir).resolve() / ("iceberg-cdc" if iceberg else "accounts"))
     with EmbeddedBroker() as broker:

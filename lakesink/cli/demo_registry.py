@@ -19,7 +19,6 @@ from typing import Any
 from lakesink.config import load_config
 from lakesink.console import say
 from lakesink.errors import MissingExtraError
-from lakesink.extras import require
 from lakesink.formats import FORMAT_KEY, plugin_of
 
 TOPIC = "demo-visits"
@@ -80,18 +79,14 @@ def visit(i: int, version: int) -> dict[str, Any]:
 
 
 def run_registry_demo(args: argparse.Namespace) -> int:
-    from lakesink.cli.demo import fresh_table
+    from lakesink.cli.demo import fresh_table, require_demo_format
     from lakesink.cli.ingest import ingest
     from lakesink.cli.verify import audit_config, print_report
     from lakesink.kafka.embedded_broker import EmbeddedBroker, noida_db_binary
     from lakesink.kafka.kafka_server import java_binary
     from lakesink.kafka.registry_server import SchemaRegistry, registry_app_dir
 
-    iceberg = getattr(args, "format", "hudi") == "iceberg"
-    if iceberg:
-        require("pyiceberg", "lakesink demo --format iceberg (it writes an Iceberg table)")
-    else:
-        require("hudi", "lakesink demo (it reads the table back with hudi-rs)")
+    iceberg = require_demo_format(args)
     try:
         from confluent_kafka.schema_registry import SchemaRegistryClient
         from confluent_kafka.schema_registry.avro import AvroSerializer
