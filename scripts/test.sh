@@ -3,11 +3,11 @@
 # whole suite (unit, property and integration: real broker, real Spark, real PostgreSQL), build
 # the docs site strictly, and prove the packaging (the wheel in a clean venv, the oldest pins).
 # The cached environments (Maven and pip downloads, mostly waiting on the network) are built in
-# the background while ruff, mypy, the docs site and the oldest pins' demo (which need none of
-# them) run; each background step's output is printed when it ends, and a failed one fails the
-# run. The wheel check (its demo and examples keep both cores busy) runs while they finish, then
-# the integration tests; the unit and property tests (on the locked and on the oldest pins) run
-# beside all of it at a lower priority and are waited for at the end.
+# the background while ruff, mypy and the docs site (which need none of them) run; each
+# background step's output is printed when it ends, and a failed one fails the run. Then the
+# integration tests. The unit and property tests, the oldest pins' check (its install, unit tests
+# and demo) and the wheel check (build, clean install, demo and examples) run beside all of it at
+# a lower priority and are waited for at the end.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 started=$SECONDS
@@ -75,9 +75,8 @@ if [ $# -eq 0 ]; then
     python -m lakesink.spark.prepare "${LAKESINK_CACHE:-$PWD/.cache}/spark-start"
 fi
 stage "ruff"; ruff check lakesink tests benchmarks; ruff format --check lakesink tests benchmarks
-# mypy, the docs build, the oldest pins' demo and the wheel's are each one or two busy processes
-# (and the oldest pins' install mostly waits on the network); the unit and property tests and
-# the oldest pins' unit tests run beside them and then beside the integration tests at a lower
+# mypy and the docs build are each one busy process; the unit and property tests and the
+# packaging checks (below) run beside them and then beside the integration tests at a lower
 # priority (nice 10): they take the CPU that the set-up and the integration tests (their brokers,
 # JVM starts and kill-restart chains wait much of the time) leave idle, and give way where those
 # are busy
@@ -93,13 +92,15 @@ if [ $# -eq 0 ]; then
 fi
 stage "docs site"; bash scripts/build-docs.sh
 if [ $# -eq 0 ]; then   # the whole run (CI); with pytest arguments only the tests asked for
-  # lower bounds: a real ingestion here (it makes the oldest pins' venv), their unit tests in the
-  # background at a lower priority (see above)
-  stage "oldest pins"; bash scripts/check-oldest.sh demo
-  in_background oldest-unit "${LOWER[@]}" bash scripts/check-oldest.sh unit
-fi
-if [ $# -eq 0 ]; then  # the wheel needs none of the cached environments: built meanwhile
-  stage "wheel"; bash scripts/check-wheel.sh       # build, install in a clean venv, run the demo
+  # the packaging, in the background at a lower priority (see above): the lower bounds (the
+  # oldest pins' venv, their unit tests and a real ingestion) and the wheel (build, install in a
+  # clean venv, run the demo and the API examples). Neither needs the cached environments, and
+  # their brokers, Spark drivers and folders are their own (ephemeral ports, temporary folders),
+  # so they run beside the integration tests in the CPU those leave idle (29% of two cores in
+  # ci13) instead of 264 s of the set-up's foreground
+  # (one after the other: both build lakesink from this checkout, into the same egg-info folder)
+  in_background packaging "${LOWER[@]}" bash -c \
+    'bash scripts/check-oldest.sh all && bash scripts/check-wheel.sh'
 fi
 stage "mypy"; finish mypy
 # (Maven's output may end without a new line: the next stage's heading starts on its own)
@@ -114,7 +115,7 @@ if [ $# -eq 0 ]; then
   python -m pytest -q -p no:cacheprovider --durations=40 tests/integration
   echo "integration tests: $(cpu_share "$before")"
   stage "unit and property tests"; finish unit
-  stage "oldest pins: unit tests"; finish oldest-unit
+  stage "oldest pins (unit tests and demo) and the wheel"; finish packaging
 else
   stage "pytest"; python -m pytest -q -p no:cacheprovider --durations=40 "$@"
 fi
