@@ -71,10 +71,10 @@ KEY_BACKFILL_ID = PREFIX + "backfill-id"
 KEY_BACKFILL_SOURCE = PREFIX + "backfill-source"
 """In the summary of a backfill's snapshot: its first source files, as a JSON list."""
 KEY_MAINTENANCE = PREFIX + "maintenance"
-# spans cut off a batch at a restart, the broker's log end having moved back below them
-KEY_LOST = PREFIX + "lost"
 """In the summary of a snapshot lakesink's maintenance committed (a rewrite): which action. Such a
 snapshot is no writer's commit; the lineage walk passes it by."""
+KEY_LOST = PREFIX + "lost"
+"""Spans cut off a batch at a restart, the broker's log end having moved back below them."""
 KEY_RANGES = PREFIX + "ranges"
 """In the summary of a writer's commit to a table of keys: the Kafka ranges it ingested, compact
 JSON `[["topic:partition", from, to], ...]` (to exclusive); the fold audit chains them."""
