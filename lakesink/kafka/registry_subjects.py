@@ -60,6 +60,9 @@ class SubjectNaming:
     strategy: SubjectStrategy = "topic"
     record_name: str | None = None
     """The value record's full name (`namespace.name`); required by record and topic-record."""
+    key_record_name: str | None = None
+    """The key record's full name, for the key subject under record and topic-record (the
+    config's checks require it where the key's columns come from the registry)."""
 
     def __post_init__(self) -> None:
         if self.strategy not in SUBJECT_STRATEGIES:
@@ -87,6 +90,20 @@ class SubjectNaming:
         if self.strategy == "record":
             return str(self.record_name)
         return f"{topic}-{self.record_name}"
+
+    def key_subject(self, topic: str) -> str:
+        """The key subject of `topic`: as the value's, with the key record's name (Confluent's
+        serializers name a key's subject by the same strategy, from the key's own record)."""
+        if self.strategy == "topic":
+            return f"{topic}-key"
+        if not self.key_record_name:
+            raise ConfigError(
+                f"schema.registry.subject.strategy={self.strategy} needs "
+                "schema.registry.key.record.name to name the key subject"
+            )
+        if self.strategy == "record":
+            return self.key_record_name
+        return f"{topic}-{self.key_record_name}"
 
 
 def subject_for(topic: str, naming: SubjectNaming | None = None) -> str:

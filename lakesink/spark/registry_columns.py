@@ -220,27 +220,29 @@ def pin_registry_columns(cfg: LakesinkConfig, topics: Iterable[str]) -> Lakesink
 
 def _pinned_key(cfg: LakesinkConfig, topics: Iterable[str]) -> LakesinkConfig:
     """`cfg` with `key.schema` set to the columns of the latest schema registered under the
-    first topic's key subject (`<topic>-key`) that has one; `cfg` itself with key.format=raw or
-    a declared key.schema (kafka.registry_keys)."""
+    first topic's key subject that has one (`<topic>-key`, or by the key record's name under
+    the record strategies: kafka.registry_subjects); `cfg` itself with key.format=raw or a
+    declared key.schema (kafka.registry_keys)."""
     if cfg["key.format"] == "raw" or cfg["key.schema"] is not None:
         return cfg
-    from lakesink.config.records import registry_settings
+    from lakesink.config.records import registry_settings, subject_naming
     from lakesink.kafka.ddl import arrow_to_ddl
     from lakesink.kafka.registry_subjects import latest_version, writer_columns
 
     settings = registry_settings(cfg.values)
     if settings is None:  # the config's checks refuse it; nothing to pin from
         return cfg
+    key_subject = subject_naming(cfg.values).key_subject
     names = sorted(set(topics))
     for topic in names:
-        latest = latest_version(settings, f"{topic}-key", cfg["key.format"])
+        latest = latest_version(settings, key_subject(topic), cfg["key.format"])
         if latest is not None:
             columns = writer_columns(cfg["key.format"], latest.schema, settings).schema
             return cfg.with_overrides({"key.schema": arrow_to_ddl(columns)})
     raise ConfigError(
         f"key.format={cfg['key.format']} and key.schema is not set, but the schema registry has "
-        f"no subject {names[0] if names else '<topic>'}-key: register the topic's key schema, "
-        "or declare the key's columns in key.schema"
+        f"no subject {key_subject(names[0]) if names else '<topic>-key'}: register the topic's "
+        "key schema, or declare the key's columns in key.schema"
     )
 
 
