@@ -84,7 +84,8 @@ def registry_columns(cfg: LakesinkConfig, topics: Iterable[str]) -> pa.Schema | 
 
     settings = registry_settings(cfg.values)
     assert settings is not None
-    subject_for = subject_naming(cfg.values).subject
+    naming = subject_naming(cfg.values)
+    subject_for = naming.subject
     fmt = cfg["value.format"]
     mode = registry_evolution(cfg)
     declared = cfg["value.schema"] is not None or cfg["value.schema.file"] is not None
@@ -111,7 +112,7 @@ def registry_columns(cfg: LakesinkConfig, topics: Iterable[str]) -> pa.Schema | 
                 f"{subject_for(names[0])}: register the topic's value schema, or set "
                 "value.schema (or value.schema.file)"
             )
-        base = writer_columns(fmt, first.schema, settings).schema
+        base = writer_columns(fmt, first.schema, settings, naming.record_name).schema
     start = base
     if mode == "add-and-widen":
         for topic in names:
@@ -121,25 +122,29 @@ def registry_columns(cfg: LakesinkConfig, topics: Iterable[str]) -> pa.Schema | 
                     f"version {registered.version} of subject {subject_for(topic)} "
                     f"(schema id {registered.schema_id})"
                 )
-                base = _evolved(base, fmt, registered.schema, settings, where)
+                base = _evolved(base, fmt, registered.schema, settings, where, naming.record_name)
         for schema_id in noted_writer_ids(cfg):
-            base = _evolved_by_id(base, fmt, schema_id, settings)
+            base = _evolved_by_id(base, fmt, schema_id, settings, naming.record_name)
     if declared and base.equals(start):
         return None
     return base
 
 
-def _evolved(base: pa.Schema, fmt: str, schema: Any, settings: Any, where: str) -> pa.Schema:
+def _evolved(
+    base: pa.Schema, fmt: str, schema: Any, settings: Any, where: str, record: str | None
+) -> pa.Schema:
     from lakesink.kafka.registry_subjects import writer_columns
 
-    writer = writer_columns(fmt, schema, settings)  # type: ignore[arg-type]
+    writer = writer_columns(fmt, schema, settings, record)  # type: ignore[arg-type]
     try:
         return evolve(base, writer.schema, "add-and-widen", defaults=writer.defaults).schema
     except SchemaEvolutionError as e:
         raise SchemaEvolutionError(f"{where} cannot evolve the table's columns: {e}") from e
 
 
-def _evolved_by_id(base: pa.Schema, fmt: str, schema_id: int, settings: Any) -> pa.Schema:
+def _evolved_by_id(
+    base: pa.Schema, fmt: str, schema_id: int, settings: Any, record: str | None
+) -> pa.Schema:
     """`base` evolved by a writer schema a value was seen with; an id the registry no longer
     knows is passed over (its values are dead letters, registry.py)."""
     from lakesink.kafka.registry import UnknownSchemaId
@@ -150,7 +155,7 @@ def _evolved_by_id(base: pa.Schema, fmt: str, schema_id: int, settings: Any) -> 
     except UnknownSchemaId as e:
         log.warning("writer schema id %d noted in the checkpoint: %s", schema_id, e)
         return base
-    return _evolved(base, fmt, schema, settings, f"writer schema id {schema_id}")
+    return _evolved(base, fmt, schema, settings, f"writer schema id {schema_id}", record)
 
 
 # --- writer schema ids noted in the checkpoint ------------------------------------------------
@@ -232,12 +237,14 @@ def _pinned_key(cfg: LakesinkConfig, topics: Iterable[str]) -> LakesinkConfig:
     settings = registry_settings(cfg.values)
     if settings is None:  # the config's checks refuse it; nothing to pin from
         return cfg
-    key_subject = subject_naming(cfg.values).key_subject
+    naming = subject_naming(cfg.values)
+    key_subject = naming.key_subject
     names = sorted(set(topics))
     for topic in names:
         latest = latest_version(settings, key_subject(topic), cfg["key.format"])
         if latest is not None:
-            columns = writer_columns(cfg["key.format"], latest.schema, settings).schema
+            record = naming.key_record_name if naming.strategy != "topic" else None
+            columns = writer_columns(cfg["key.format"], latest.schema, settings, record).schema
             return cfg.with_overrides({"key.schema": arrow_to_ddl(columns)})
     raise ConfigError(
         f"key.format={cfg['key.format']} and key.schema is not set, but the schema registry has "

@@ -97,12 +97,17 @@ def _serialize(
     return out
 
 
-def _key_message() -> Any:
-    """The key as a Protobuf message built at run time (no generated code): shop.OrderKey."""
+def _key_message(after_another: bool = False) -> Any:
+    """The key as a Protobuf message built at run time (no generated code): shop.OrderKey;
+    `after_another`: second in its file, after a message of other fields (one .proto file with
+    a topic's several messages)."""
     f = descriptor_pb2.FieldDescriptorProto
     fdp = descriptor_pb2.FileDescriptorProto(
         name=f"lakesink_key_{uuid.uuid4().hex}.proto", package="shop", syntax="proto3"
     )
+    if after_another:
+        note = fdp.message_type.add(name="OrderNote")
+        note.field.add(name="note", number=1, type=f.TYPE_STRING, label=f.LABEL_OPTIONAL)
     key = fdp.message_type.add(name="OrderKey")
     key.field.add(name="region", number=1, type=f.TYPE_STRING, label=f.LABEL_OPTIONAL)
     key.field.add(name="id", number=2, type=f.TYPE_INT64, label=f.LABEL_OPTIONAL)
@@ -119,7 +124,8 @@ def _key_serializer(
     ctx = SerializationContext(TOPIC, MessageField.KEY)
     client = _client(url)
     if fmt == "protobuf":
-        message = _key_message()
+        # under the record strategies the subject names the message: it need not be the first
+        message = _key_message(after_another=strategy is not None)
         conf = {"use.deprecated.format": False, **_conf(strategy)}
         proto = ProtobufSerializer(message, client, conf)
 
