@@ -84,16 +84,7 @@ def run_demo(args: argparse.Namespace) -> int:
         report = audit_config(cfg, spark=True)
         print_report(cfg, report)
     if iceberg:
-        say(
-            f"\nThe Iceberg warehouse is at {table_path} (SQLite catalog {table_path}/catalog.db). "
-            "Read it with pyiceberg:\n"
-            f'  python -c "from pyiceberg.catalog.sql import SqlCatalog; '
-            f"c = SqlCatalog('lakesink', uri='sqlite:///{table_path}/catalog.db', "
-            f"warehouse='file://{table_path}'); "
-            f"print(c.load_table('lakesink.demo_events').scan().to_arrow().num_rows)\"\n"
-            "Spark, Trino and DuckDB: 'Reading with other engines' on the docs page "
-            "'Apache Iceberg tables'"
-        )
+        say_iceberg_warehouse(table_path, "demo_events")
         return 0 if report.ok else 10
     say(
         f"\nThe table is at {table_path}. Read it with hudi-rs:\n"
@@ -102,6 +93,20 @@ def run_demo(args: argparse.Namespace) -> int:
         f'print(sum(b.num_rows for b in t.read()))"'
     )
     return 0 if report.ok else 10
+
+
+def say_iceberg_warehouse(table_path: Path, table_name: str) -> None:
+    """Where a demo's Iceberg warehouse is and how to read its table `lakesink.<table_name>`."""
+    say(
+        f"\nThe Iceberg warehouse is at {table_path} (SQLite catalog {table_path}/catalog.db). "
+        "Read it with pyiceberg:\n"
+        f'  python -c "from pyiceberg.catalog.sql import SqlCatalog; '
+        f"c = SqlCatalog('lakesink', uri='sqlite:///{table_path}/catalog.db', "
+        f"warehouse='file://{table_path}'); "
+        f"print(c.load_table('lakesink.{table_name}').scan().to_arrow().num_rows)\"\n"
+        "Spark, Trino and DuckDB: 'Reading with other engines' on the docs page "
+        "'Apache Iceberg tables'"
+    )
 
 
 def fresh_table(table_path: Path) -> Path:

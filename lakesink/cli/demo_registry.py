@@ -79,7 +79,7 @@ def visit(i: int, version: int) -> dict[str, Any]:
 
 
 def run_registry_demo(args: argparse.Namespace) -> int:
-    from lakesink.cli.demo import fresh_table, require_demo_format
+    from lakesink.cli.demo import fresh_table, require_demo_format, say_iceberg_warehouse
     from lakesink.cli.ingest import ingest
     from lakesink.cli.verify import audit_config, print_report
     from lakesink.kafka.embedded_broker import EmbeddedBroker, noida_db_binary
@@ -155,9 +155,13 @@ def run_registry_demo(args: argparse.Namespace) -> int:
             print_report(cfg, report)
         finally:
             registry.stop()
+    if iceberg:
+        say_iceberg_warehouse(table_path, "visits")
+    else:
+        say(f"\nThe table is at {table_path}.")
     say(
-        f"\nThe table is at {table_path}. Its schema followed the topic's: see the docs page "
-        "Schemas for the rules per format and what each reader sees."
+        "Its schema followed the topic's: see the docs page Schemas for the rules per format "
+        "and what each reader sees."
     )
     return 0 if report.ok else 10
 

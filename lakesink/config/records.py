@@ -73,8 +73,9 @@ RECORD_KEYS: tuple[Key, ...] = (
         optional_str,
         None,
         "The key's columns as a Spark DDL string, for key.format avro, jsonschema or protobuf; "
-        "unset: the latest schema registered under the topic's key subject (<topic>-key), "
-        "fixed when the ingestion starts.",
+        "unset: the latest schema registered under the topic's key subject (<topic>-key; under "
+        "the record strategies, schema.registry.key.record.name), fixed when the ingestion "
+        "starts.",
     ),
     Key(
         "schema.registry.url",
@@ -126,6 +127,16 @@ RECORD_KEYS: tuple[Key, ...] = (
         "The full name of the value record (namespace.name, e.g. shop.public.customers.Envelope "
         "for a Debezium topic) for schema.registry.subject.strategy record or topic-record.",
     ),
+    Key(
+        "schema.registry.key.record.name",
+        optional_str,
+        None,
+        "The full name of the key record (namespace.name; a Protobuf key's message full name, "
+        "a JSON Schema key's title) whose latest schema gives the key's columns under "
+        "schema.registry.subject.strategy record (subject `<key record name>`) or topic-record "
+        "(`<topic>-<key record name>`), for key.format avro, jsonschema or protobuf without "
+        "key.schema.",
+    ),
 )
 
 
@@ -150,7 +161,9 @@ def subject_naming(values: Mapping[str, Any]) -> SubjectNaming:
     from lakesink.kafka.registry_subjects import SubjectNaming
 
     return SubjectNaming(
-        values["schema.registry.subject.strategy"], values["schema.registry.record.name"]
+        values["schema.registry.subject.strategy"],
+        values["schema.registry.record.name"],
+        values["schema.registry.key.record.name"],
     )
 
 
@@ -168,16 +181,20 @@ def check_registry_use(values: Mapping[str, Any]) -> None:
 
 
 def check_key_format(values: Mapping[str, Any]) -> None:
-    """key.format and key.schema against the registry keys: a key decoded through the registry
-    needs schema.registry.url and the topic subject strategy (its subject is `<topic>-key`);
-    a change stream takes its key fields from the change event. ConfigError naming the key."""
+    """key.format, key.schema and schema.registry.key.record.name against the registry keys: a
+    key decoded through the registry needs schema.registry.url; its subject follows the subject
+    strategy (`<topic>-key`, or the key record's name under record and topic-record, which then
+    need it unless key.schema declares the columns); a change stream takes its key fields from
+    the change event. ConfigError naming the key."""
     fmt = values["key.format"]
+    key_record = values["schema.registry.key.record.name"]
     if fmt == "raw":
-        if values["key.schema"] is not None:
-            raise ConfigError(
-                "key.schema applies to key.format avro, jsonschema or protobuf; with "
-                "key.format=raw the key is only the bytes in kafka_key"
-            )
+        for name in ("key.schema", "schema.registry.key.record.name"):
+            if values[name] is not None:
+                raise ConfigError(
+                    f"{name} applies to key.format avro, jsonschema or protobuf; with "
+                    "key.format=raw the key is only the bytes in kafka_key"
+                )
         return
     if not values["schema.registry.url"]:
         raise ConfigError(
@@ -189,8 +206,17 @@ def check_key_format(values: Mapping[str, Any]) -> None:
             f"key.format={fmt} does not apply to write.operation=cdc: a change event carries "
             "its key fields (Debezium's before/after); leave key.format at raw"
         )
-    if values["schema.registry.subject.strategy"] != "topic":
+    strategy = values["schema.registry.subject.strategy"]
+    if strategy == "topic":
+        if key_record is not None:
+            raise ConfigError(
+                "schema.registry.key.record.name applies to schema.registry.subject.strategy "
+                "record or topic-record; the topic strategy names the key subject <topic>-key"
+            )
+    elif not key_record and values["key.schema"] is None:
+        # the key's columns come from its subject, which the key record's name makes
         raise ConfigError(
-            f"key.format={fmt} reads the key subject <topic>-key of the topic subject "
-            "strategy; set schema.registry.subject.strategy=topic"
+            f"key.format={fmt} under schema.registry.subject.strategy={strategy} needs "
+            "schema.registry.key.record.name (the full name, namespace.name, of the key record "
+            "its schemas are registered under) or the key's columns in key.schema"
         )

@@ -266,6 +266,21 @@ class _ProtobufWriter:
             self._pool.Add(fdp)
             self._added.add(fdp.name)
 
+    def message_named(self, full_name: str) -> Any:
+        """The descriptor of message `full_name` (`package.Message`, nested too) of the file;
+        ValueError naming the file's messages when it has none of that name."""
+        prefix = f"{self._file.package}." if self._file.package else ""
+        if full_name.startswith(prefix):
+            desc = self._file.message_types_by_name.get(full_name[len(prefix) :].split(".")[0])
+            for part in full_name[len(prefix) :].split(".")[1:]:
+                desc = desc.nested_types_by_name.get(part) if desc is not None else None
+            if desc is not None:
+                return desc
+        raise ValueError(
+            f"{self._file.name} has no message {full_name} (its messages: "
+            f"{', '.join(prefix + n for n in self._file.message_types_by_name)})"
+        )
+
     def message_class(self, indexes: tuple[int, ...]) -> Any:
         cls = self._classes.get(indexes)
         if cls is None:

@@ -1,7 +1,8 @@
 """Record keys framed by a schema registry (key.format avro, jsonschema or protobuf): each key
 decoded with its own writer schema into the key's columns (`key.schema`, pinned at start from
-the latest schema of the topic's key subject `<topic>-key`: spark/registry_columns.py), which
-join the value's columns so that a record key field can come from the key.
+the latest schema of the topic's key subject, `<topic>-key` or by the key record's name under
+the record strategies: spark/registry_columns.py, kafka.registry_subjects), which join the
+value's columns so that a record key field can come from the key.
 
 A key field the value also has keeps the value's (a producer that writes the id in both agrees
 with itself); the key's fills the value's nulls. The two must have one type (ConfigError at

@@ -60,6 +60,9 @@ class SubjectNaming:
     strategy: SubjectStrategy = "topic"
     record_name: str | None = None
     """The value record's full name (`namespace.name`); required by record and topic-record."""
+    key_record_name: str | None = None
+    """The key record's full name, for the key subject under record and topic-record (the
+    config's checks require it where the key's columns come from the registry)."""
 
     def __post_init__(self) -> None:
         if self.strategy not in SUBJECT_STRATEGIES:
@@ -87,6 +90,20 @@ class SubjectNaming:
         if self.strategy == "record":
             return str(self.record_name)
         return f"{topic}-{self.record_name}"
+
+    def key_subject(self, topic: str) -> str:
+        """The key subject of `topic`: as the value's, with the key record's name (Confluent's
+        serializers name a key's subject by the same strategy, from the key's own record)."""
+        if self.strategy == "topic":
+            return f"{topic}-key"
+        if not self.key_record_name:
+            raise ConfigError(
+                f"schema.registry.subject.strategy={self.strategy} needs "
+                "schema.registry.key.record.name to name the key subject"
+            )
+        if self.strategy == "record":
+            return self.key_record_name
+        return f"{topic}-{self.key_record_name}"
 
 
 def subject_for(topic: str, naming: SubjectNaming | None = None) -> str:
@@ -136,15 +153,19 @@ def schema_by_id(settings: RegistrySettings, schema_id: int, fmt: RegistryFormat
     return _fetch(settings, lambda c: c.get_schema(schema_id, fmt=wire), f"schema id {schema_id}")
 
 
-def writer_columns(fmt: RegistryFormat, schema: Any, settings: RegistrySettings) -> WriterColumns:
+def writer_columns(
+    fmt: RegistryFormat, schema: Any, settings: RegistrySettings, record_name: str | None = None
+) -> WriterColumns:
     """The columns of a registered schema (confluent-kafka Schema) of format `fmt`; ConfigError
-    when it has no column mapping."""
+    when it has no column mapping. A Protobuf file's columns are those of its message
+    `record_name` (the record strategies' subjects name it: one file may hold a topic's key
+    and value messages) or, without one, of its first message."""
     try:
         if fmt == "avro":
             return _avro_columns(json.loads(schema.schema_str))
         if fmt == "jsonschema":
             return WriterColumns(json_schema_columns(json.loads(schema.schema_str)))
-        return _proto_columns(settings, schema)
+        return _proto_columns(settings, schema, record_name)
     except (ValueError, KeyError, TypeError) as e:
         raise ConfigError(f"the registered {fmt} schema has no column mapping: {e}") from e
 
@@ -158,7 +179,13 @@ def _avro_columns(raw: Any) -> WriterColumns:
     return WriterColumns(pa.schema(list(struct)), frozenset(defaults))
 
 
-def _proto_columns(settings: RegistrySettings, schema: Any) -> WriterColumns:
+def _proto_columns(
+    settings: RegistrySettings, schema: Any, record_name: str | None
+) -> WriterColumns:
     _file_descriptor(schema.schema_str)  # the same clear error for .proto text
-    message = _ProtobufWriter(settings, schema).message_class((0,)).DESCRIPTOR
+    writer = _ProtobufWriter(settings, schema)
+    if record_name is None:
+        message = writer.message_class((0,)).DESCRIPTOR
+    else:
+        message = writer.message_named(record_name)
     return WriterColumns(pa.schema(list(proto_message_struct(message))))

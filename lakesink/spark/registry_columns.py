@@ -84,7 +84,8 @@ def registry_columns(cfg: LakesinkConfig, topics: Iterable[str]) -> pa.Schema | 
 
     settings = registry_settings(cfg.values)
     assert settings is not None
-    subject_for = subject_naming(cfg.values).subject
+    naming = subject_naming(cfg.values)
+    subject_for = naming.subject
     fmt = cfg["value.format"]
     mode = registry_evolution(cfg)
     declared = cfg["value.schema"] is not None or cfg["value.schema.file"] is not None
@@ -111,7 +112,7 @@ def registry_columns(cfg: LakesinkConfig, topics: Iterable[str]) -> pa.Schema | 
                 f"{subject_for(names[0])}: register the topic's value schema, or set "
                 "value.schema (or value.schema.file)"
             )
-        base = writer_columns(fmt, first.schema, settings).schema
+        base = writer_columns(fmt, first.schema, settings, naming.record_name).schema
     start = base
     if mode == "add-and-widen":
         for topic in names:
@@ -121,25 +122,29 @@ def registry_columns(cfg: LakesinkConfig, topics: Iterable[str]) -> pa.Schema | 
                     f"version {registered.version} of subject {subject_for(topic)} "
                     f"(schema id {registered.schema_id})"
                 )
-                base = _evolved(base, fmt, registered.schema, settings, where)
+                base = _evolved(base, fmt, registered.schema, settings, where, naming.record_name)
         for schema_id in noted_writer_ids(cfg):
-            base = _evolved_by_id(base, fmt, schema_id, settings)
+            base = _evolved_by_id(base, fmt, schema_id, settings, naming.record_name)
     if declared and base.equals(start):
         return None
     return base
 
 
-def _evolved(base: pa.Schema, fmt: str, schema: Any, settings: Any, where: str) -> pa.Schema:
+def _evolved(
+    base: pa.Schema, fmt: str, schema: Any, settings: Any, where: str, record: str | None
+) -> pa.Schema:
     from lakesink.kafka.registry_subjects import writer_columns
 
-    writer = writer_columns(fmt, schema, settings)  # type: ignore[arg-type]
+    writer = writer_columns(fmt, schema, settings, record)  # type: ignore[arg-type]
     try:
         return evolve(base, writer.schema, "add-and-widen", defaults=writer.defaults).schema
     except SchemaEvolutionError as e:
         raise SchemaEvolutionError(f"{where} cannot evolve the table's columns: {e}") from e
 
 
-def _evolved_by_id(base: pa.Schema, fmt: str, schema_id: int, settings: Any) -> pa.Schema:
+def _evolved_by_id(
+    base: pa.Schema, fmt: str, schema_id: int, settings: Any, record: str | None
+) -> pa.Schema:
     """`base` evolved by a writer schema a value was seen with; an id the registry no longer
     knows is passed over (its values are dead letters, registry.py)."""
     from lakesink.kafka.registry import UnknownSchemaId
@@ -150,7 +155,7 @@ def _evolved_by_id(base: pa.Schema, fmt: str, schema_id: int, settings: Any) -> 
     except UnknownSchemaId as e:
         log.warning("writer schema id %d noted in the checkpoint: %s", schema_id, e)
         return base
-    return _evolved(base, fmt, schema, settings, f"writer schema id {schema_id}")
+    return _evolved(base, fmt, schema, settings, f"writer schema id {schema_id}", record)
 
 
 # --- writer schema ids noted in the checkpoint ------------------------------------------------
@@ -220,27 +225,31 @@ def pin_registry_columns(cfg: LakesinkConfig, topics: Iterable[str]) -> Lakesink
 
 def _pinned_key(cfg: LakesinkConfig, topics: Iterable[str]) -> LakesinkConfig:
     """`cfg` with `key.schema` set to the columns of the latest schema registered under the
-    first topic's key subject (`<topic>-key`) that has one; `cfg` itself with key.format=raw or
-    a declared key.schema (kafka.registry_keys)."""
+    first topic's key subject that has one (`<topic>-key`, or by the key record's name under
+    the record strategies: kafka.registry_subjects); `cfg` itself with key.format=raw or a
+    declared key.schema (kafka.registry_keys)."""
     if cfg["key.format"] == "raw" or cfg["key.schema"] is not None:
         return cfg
-    from lakesink.config.records import registry_settings
+    from lakesink.config.records import registry_settings, subject_naming
     from lakesink.kafka.ddl import arrow_to_ddl
     from lakesink.kafka.registry_subjects import latest_version, writer_columns
 
     settings = registry_settings(cfg.values)
     if settings is None:  # the config's checks refuse it; nothing to pin from
         return cfg
+    naming = subject_naming(cfg.values)
+    key_subject = naming.key_subject
     names = sorted(set(topics))
     for topic in names:
-        latest = latest_version(settings, f"{topic}-key", cfg["key.format"])
+        latest = latest_version(settings, key_subject(topic), cfg["key.format"])
         if latest is not None:
-            columns = writer_columns(cfg["key.format"], latest.schema, settings).schema
+            record = naming.key_record_name if naming.strategy != "topic" else None
+            columns = writer_columns(cfg["key.format"], latest.schema, settings, record).schema
             return cfg.with_overrides({"key.schema": arrow_to_ddl(columns)})
     raise ConfigError(
         f"key.format={cfg['key.format']} and key.schema is not set, but the schema registry has "
-        f"no subject {names[0] if names else '<topic>'}-key: register the topic's key schema, "
-        "or declare the key's columns in key.schema"
+        f"no subject {key_subject(names[0]) if names else '<topic>-key'}: register the topic's "
+        "key schema, or declare the key's columns in key.schema"
     )
 
 

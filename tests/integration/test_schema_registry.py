@@ -53,14 +53,19 @@ def _client(registry: SchemaRegistry) -> Any:
     return SchemaRegistryClient({"url": registry.url})
 
 
-def _produce(bootstrap: str, topic: str, values: Sequence[bytes | None]) -> None:
+def _produce(
+    bootstrap: str,
+    topic: str,
+    values: Sequence[bytes | None],
+    keys: Sequence[bytes | None] | None = None,
+) -> None:
     create_topic(bootstrap, topic, 1)
-    produce_values(bootstrap, topic, values)
+    produce_values(bootstrap, topic, values, keys=keys)
 
 
-def _rows(cfg: Any) -> list[tuple[Any, ...]]:
-    t = TableReader(HudiTable.open(cfg["table.path"])).snapshot(columns=["id", "name", "country"])
-    return sorted(zip(*(t.column(c).to_pylist() for c in ("id", "name", "country")), strict=True))
+def _rows(cfg: Any, columns: Sequence[str] = ("id", "name", "country")) -> list[tuple[Any, ...]]:
+    t = TableReader(HudiTable.open(cfg["table.path"])).snapshot(columns=list(columns))
+    return sorted(zip(*(t.column(c).to_pylist() for c in columns), strict=True))
 
 
 def _dead_letter_reasons(bootstrap: str, topic: str) -> list[str]:
@@ -146,6 +151,10 @@ def test_json_schema_and_protobuf_topics_ingest_through_the_registry(
     tmp_path: Path,
     schema_registry: SchemaRegistry,
 ) -> None:
+    """The keys too, in the value's format (key.format): JSON Schema keys under `<topic>-key`,
+    Protobuf keys (and values) under the topic-record strategy, `<topic>-<record name>`; the
+    key's region field lands as a column."""
+    from confluent_kafka.schema_registry import topic_record_subject_name_strategy
     from confluent_kafka.schema_registry.json_schema import JSONSerializer
     from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
     from confluent_kafka.serialization import MessageField, SerializationContext
@@ -153,6 +162,9 @@ def test_json_schema_and_protobuf_topics_ingest_through_the_registry(
 
     client = _client(schema_registry)
     json_topic, proto_topic = topic_factory("jsonschema"), topic_factory("protobuf")
+
+    def region(i: int) -> str:
+        return "eu" if i % 3 else "us"
 
     schema = {
         "type": "object",
@@ -165,6 +177,13 @@ def test_json_schema_and_protobuf_topics_ingest_through_the_registry(
     }
     to_json = JSONSerializer(json.dumps(schema), client)
     ctx = SerializationContext(json_topic, MessageField.VALUE)
+    key_schema = {
+        "type": "object",
+        "properties": {"region": {"type": "string"}},
+        "required": ["region"],
+    }
+    json_key = JSONSerializer(json.dumps(key_schema), client)
+    key_ctx = SerializationContext(json_topic, MessageField.KEY)
     _produce(
         kafka_bootstrap,
         json_topic,
@@ -172,6 +191,7 @@ def test_json_schema_and_protobuf_topics_ingest_through_the_registry(
             to_json({"id": i, "name": f"j{i}", "country": "FI" if i % 2 else None}, ctx)
             for i in range(8)
         ],
+        [json_key({"region": region(i)}, key_ctx) for i in range(8)],
     )
 
     # a message type built at run time (no generated code); lakesink decodes it from the
@@ -183,20 +203,45 @@ def test_json_schema_and_protobuf_topics_ingest_through_the_registry(
     msg = fdp.message_type.add(name="Customer")
     msg.field.add(name="id", number=1, type=f.TYPE_INT64, label=f.LABEL_OPTIONAL)
     msg.field.add(name="name", number=2, type=f.TYPE_STRING, label=f.LABEL_OPTIONAL)
+    key_msg = fdp.message_type.add(name="CustomerKey")
+    key_msg.field.add(name="region", number=1, type=f.TYPE_STRING, label=f.LABEL_OPTIONAL)
     pool = descriptor_pool.DescriptorPool()
     pool.Add(fdp)
     customer = message_factory.GetMessageClass(pool.FindMessageTypeByName("shop.Customer"))
-    to_proto = ProtobufSerializer(customer, client, {"use.deprecated.format": False})
+    customer_key = message_factory.GetMessageClass(pool.FindMessageTypeByName("shop.CustomerKey"))
+    by_record = {
+        "use.deprecated.format": False,
+        "subject.name.strategy": topic_record_subject_name_strategy,
+    }
+    to_proto = ProtobufSerializer(customer, client, by_record)
+    proto_key = ProtobufSerializer(customer_key, client, by_record)
     ctx = SerializationContext(proto_topic, MessageField.VALUE)
+    key_ctx = SerializationContext(proto_topic, MessageField.KEY)
     _produce(
         kafka_bootstrap,
         proto_topic,
         [to_proto(customer(id=i, name=f"p{i}"), ctx) for i in range(8)],
+        [proto_key(customer_key(region=region(i)), key_ctx) for i in range(8)],
     )
+    proto_subjects = {
+        "schema__registry__subject__strategy": "topic-record",
+        "schema__registry__record__name": "shop.Customer",
+        "schema__registry__key__record__name": "shop.CustomerKey",
+    }
 
-    for topic, fmt, expected in (
-        (json_topic, "jsonschema", [(i, f"j{i}", "FI" if i % 2 else None) for i in range(8)]),
-        (proto_topic, "protobuf", [(i, f"p{i}", None) for i in range(8)]),
+    for topic, fmt, expected, more in (
+        (
+            json_topic,
+            "jsonschema",
+            [(i, f"j{i}", "FI" if i % 2 else None, region(i)) for i in range(8)],
+            {},
+        ),
+        (
+            proto_topic,
+            "protobuf",
+            [(i, f"p{i}", None, region(i)) for i in range(8)],
+            proto_subjects,
+        ),
     ):
         cfg = _config(
             kafka_bootstrap,
@@ -205,9 +250,11 @@ def test_json_schema_and_protobuf_topics_ingest_through_the_registry(
             schema_registry,
             value__format=fmt,
             value__schema=COLUMNS_DDL,
+            key__format=fmt,
+            **more,
         )
         run_ingestion(cfg, spark)
-        assert _rows(cfg) == expected, fmt
+        assert _rows(cfg, ("id", "name", "country", "region")) == expected, fmt
         report = audit_config(cfg)
         assert report.ok, (fmt, report.problems)
         assert report.rows_hudi_rs == 8, fmt

@@ -35,11 +35,14 @@ def test_the_demo_versions_evolve_the_table_and_each_visit_fits_its_version() ->
     assert AvroDeserializer(schema=VERSIONS[-1][1], wire_format="plain").value_schema == columns
 
 
+@pytest.mark.parametrize("fmt", ["hudi", "iceberg"])
 def test_demo_registry_without_the_registry_app_is_one_line(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    fmt: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    args = build_parser().parse_args(["demo", "--registry", "--dir", str(tmp_path)])
-    assert args.registry
+    args = build_parser().parse_args(
+        ["demo", "--registry", "--format", fmt, "--dir", str(tmp_path)]
+    )
+    assert args.registry and args.format == fmt
     monkeypatch.setenv("LAKESINK_REGISTRY_APP", str(tmp_path / "nothing"))
     with pytest.raises(ConfigError, match=r"scripts/setup-registry\.sh"):
         run_registry_demo(args)

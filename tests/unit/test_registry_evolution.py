@@ -303,6 +303,8 @@ def test_json_schema_and_protobuf_writer_columns() -> None:
     msg = fdp.message_type.add(name="Order")
     msg.field.add(name="id", number=1, type=f.TYPE_INT64, label=f.LABEL_OPTIONAL)
     msg.field.add(name="qty", number=2, type=f.TYPE_INT32, label=f.LABEL_REPEATED)
+    line = msg.nested_type.add(name="Line")
+    line.field.add(name="sku", number=1, type=f.TYPE_STRING, label=f.LABEL_OPTIONAL)
     settings = RegistrySettings(url=_url(), retry_s=1)
     import base64
 
@@ -311,6 +313,14 @@ def test_json_schema_and_protobuf_writer_columns() -> None:
     assert out.schema == pa.schema(
         [pa.field("id", pa.int64()), pa.field("qty", pa.list_(pa.int32()))]
     )
+    # a record name (the record strategies) picks its message of the file, nested too
+    assert writer_columns("protobuf", registered, settings, "cols.Order") == out
+    nested = writer_columns("protobuf", registered, settings, "cols.Order.Line")
+    assert nested.schema == pa.schema([pa.field("sku", pa.string())])
+    with pytest.raises(
+        ConfigError, match=r"has no message cols\.Refund \(its messages: cols\.Order\)"
+    ):
+        writer_columns("protobuf", registered, settings, "cols.Refund")
 
 
 def test_a_table_of_keys_keeps_its_declared_columns() -> None:
