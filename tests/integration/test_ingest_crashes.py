@@ -1,13 +1,14 @@
 """The crash matrix: the driver is killed with SIGKILL at each step of the commit lifecycle
 (its JVM and Python workers die with it); a restart must finish or roll back the inflight
 instant, and the exactly-once audit (hudi-rs and lakesink's reader against Kafka; pyiceberg and
-DuckDB for Iceberg) must pass. On a local Hudi table of appends, an Iceberg table and a Hudi
-table on S3 of keys fed a change stream (write.operation=cdc: the fold audit, the table equals
-the fold of the committed records by key) the steps run as one chain of restarts each, on a
-table, topic and checkpoint of its own, each restart recovering the previous crash before it is
-killed at the next step; the three chains run side by side. (The S3 chain is the change stream's:
-the commit steps on S3 are the same for appends and upserts, and an upsert's rewritten file
-slices and rollbacks are the heavier S3 case.)"""
+DuckDB for Iceberg) must pass. On a local Hudi table of appends, an Iceberg table of appends, a
+Hudi table on S3 of keys fed a change stream (write.operation=cdc: the fold audit, the table
+equals the fold of the committed records by key) and a merge-on-read Iceberg table of keys fed
+a change stream (position deletes in row-delta snapshots) the steps run as one chain of
+restarts each, on a table, topic and checkpoint of its own, each restart recovering the
+previous crash before it is killed at the next step; the four chains run side by side. (The S3
+chain is the change stream's: the commit steps on S3 are the same for appends and upserts, and
+an upsert's rewritten file slices and rollbacks are the heavier S3 case.)"""
 
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ from lakesink.formats.hudi.table.hudi_table import HudiTable
 from lakesink.formats.hudi.table.view import FileSystemView
 from lakesink.kafka.producer import produce_sample_events
 from lakesink.kafka.sample_changes import ACCOUNTS_DDL, produce_sample_changes
+from lakesink.protocol.offsets import TopicPartition
 
 pytestmark = pytest.mark.integration
 
@@ -53,6 +55,9 @@ ICEBERG_CHAIN = [(p, "1") for p in SYNC_CRASH_POINTS if p != "during-rollback"]
 # slices) as it was; one run fewer than a separate replay run
 CDC_CHAIN = [*CHAIN[1:], ("before-begin", "0")]
 assert {p for p, _ in CDC_CHAIN} == set(SYNC_CRASH_POINTS) and CDC_CHAIN[-2][0] == "after-publish"
+# The Iceberg change stream's chain: Iceberg's steps with the replay folded in as CDC_CHAIN's
+ICEBERG_CDC_CHAIN = [c for c in CDC_CHAIN if c[0] != "during-rollback"]
+assert {p for p, _ in ICEBERG_CDC_CHAIN} == {p for p, _ in ICEBERG_CHAIN}
 
 
 # Each table runs the steps as one chain of restarts: N+1 driver starts prove what N
@@ -75,8 +80,9 @@ def test_driver_killed_at_each_commit_step_in_turn_each_restart_recovers_and_end
     reader sees a consistent table; the last run, without a crash, lands the rest exactly
     once. The chains `hudi-local` and `iceberg` run side by side (each CLI run is mostly one
     busy process while its JVM starts), with `hudi-cdc-s3` (a change stream upserted by key into
-    a table on S3); a failure names its chain. The session's Java Hudi starts (if it has not
-    yet) while they run."""
+    a table on S3) and `iceberg-cdc-mor` (one into a merge-on-read Iceberg table of keys); a
+    failure names its chain. The session's Java Hudi starts (if it has not yet) while they
+    run."""
     hudi_local = _hudi_config("local", kafka_bootstrap, topic_factory, tmp_path, request)
     cdc_s3 = table_at("s3", tmp_path, request, "accounts")
     java_hudi: list[Any] = []
@@ -86,6 +92,9 @@ def test_driver_killed_at_each_commit_step_in_turn_each_restart_recovers_and_end
             "iceberg": lambda: _iceberg_chain(kafka_bootstrap, topic_factory, tmp_path, cli),
             "hudi-cdc-s3": lambda: _cdc_chain(
                 kafka_bootstrap, topic_factory, tmp_path, cdc_s3, cli
+            ),
+            "iceberg-cdc-mor": lambda: _iceberg_cdc_chain(
+                kafka_bootstrap, topic_factory, tmp_path, cli
             ),
         },
         meanwhile=lambda: java_hudi.append(request.getfixturevalue("java_hudi")),
@@ -285,6 +294,113 @@ def _iceberg_rows(cfg: LakesinkConfig) -> int:
     readers = report.to_json()["readers"]
     assert len(set(readers.values())) == 1, readers  # every reader sees the same rows
     return int(readers["pyiceberg"])
+
+
+def _iceberg_cdc_chain(
+    kafka_bootstrap: str, topic_factory: Callable[[str], str], tmp_path: Path, cli: Any
+) -> None:
+    """One chain of runs on a merge-on-read Iceberg table of keys fed a change stream
+    (write.operation=cdc, iceberg.write.mode=merge-on-read): after every kill the fold audit
+    passes with pyiceberg and DuckDB reading the same row of every key, and every delete file
+    the table references exists and names a live data file; the replay of the batch published
+    before Spark recorded it commits nothing (the same snapshot, the same rows); the last run
+    leaves exactly the rows the stream leaves, its offsets at the end of the topic."""
+    from lakesink.kafka.client import watermarks
+
+    topic = topic_factory("ice-cdc-crash")
+    # few accounts, many changes: from the second batch on, most versions supersede a stored
+    # row (a position delete); 100 records per batch, the rest for the last run
+    stream = produce_sample_changes(kafka_bootstrap, topic, 40, 800, 2, seed=31)
+    folder = tmp_path / "iceberg-cdc"
+    folder.mkdir()
+    cfg = ingest_config(
+        kafka_bootstrap,
+        topic,
+        folder / "wh",
+        table__format="iceberg",
+        table__name="accounts",
+        value__schema=ACCOUNTS_DDL,
+        write__operation="cdc",
+        table__record__key__fields="id",
+        table__bucket__count=2,
+        iceberg__write__mode="merge-on-read",
+        kafka__max__records__per__batch=100,
+        writer__id="ice-cdc-writer",
+    )
+    conf = write_config_file(cfg, folder / "c.toml")
+    args = ["ingest", "--config", str(conf), "--once"]
+    published: tuple[dict[int, tuple[Any, ...]], int | None, frozenset[str]] | None = None
+    unrecorded = -1  # the batch on the table that Spark's commit log lacks
+    deleted = 0  # the most position deletes the table held after a kill
+    for point, after_batches in ICEBERG_CDC_CHAIN:
+        crashed = cli(
+            args, env={"LAKESINK_CRASH_AT": point, "LAKESINK_CRASH_AFTER_BATCHES": after_batches}
+        )
+        assert crashed.returncode == KILLED, (point, crashed.stdout[-3000:])
+        now = _iceberg_keyed_state(cfg, point)
+        deleted = max(deleted, now[3])
+        if published is not None:
+            # the batch was replayed (now in Spark's commit log) and skipped: same rows, same
+            # current snapshot, same data and delete files
+            assert unrecorded in _spark_log(cfg, "commits"), unrecorded
+            assert now[0] == published[0], _differing(published[0], now[0])
+            assert now[1:3] == published[1:], (published[1:], now[1:3])
+            published = None
+        if point == "after-publish":
+            published = now[:3]
+            unrecorded = max(_spark_log(cfg, "offsets"))
+            assert unrecorded not in _spark_log(cfg, "commits"), unrecorded
+    assert published is None, "the chain never ran the replay after the crash after publish"
+    assert deleted > 0, "no kill found position deletes on the table: the chain proves less"
+    # the last run takes the rest in one batch: its many small commits would prove nothing more
+    finished = cli([*args, "--set", "kafka.max.records.per.batch=5000"])
+    assert finished.returncode == 0, finished.stdout[-3000:]
+    got, _, _, _, report = _iceberg_keyed_state(cfg, "the end")
+    assert report.keys == len(stream.rows)
+    expected = {k: (r["owner"], r["balance"], r["updated_at"]) for k, r in stream.rows.items()}
+    assert got == expected, _differing(expected, got)
+    ends = watermarks(kafka_bootstrap, [TopicPartition(topic, p) for p in range(2)])
+    assert report.committed == {tp.key(): hi for tp, (_, hi) in ends.items()}, report.committed
+
+
+def _iceberg_keyed_state(
+    cfg: LakesinkConfig, point: str
+) -> tuple[dict[int, tuple[Any, ...]], int | None, frozenset[str], int, Any]:
+    """The fold audit of the Iceberg table of keys passed, pyiceberg and DuckDB reading one
+    row a key alike (it compares them by key), and every file the current snapshot references
+    is there, each delete file naming a live data file. Returns pyiceberg's accounts (id →
+    (owner, balance, updated_at)), the current snapshot id, the paths of its data and delete
+    files, the position deletes it holds and the report."""
+    from lakesink.formats.iceberg.format import open_iceberg_table
+    from lakesink.formats.iceberg.rowdelta import PATH_FIELD_ID
+
+    report = audit_config(cfg)
+    assert report.ok, (point, report.problems)
+    assert report.keys is not None and report.keys > 0, point
+    assert report.readers == {"pyiceberg": report.keys, "duckdb": report.keys}, point
+    table = open_iceberg_table(cfg.settings, create=False).pyiceberg
+    rows = table.scan(selected_fields=("id", "owner", "balance", "updated_at")).to_arrow()
+    accounts = {r["id"]: (r["owner"], r["balance"], r["updated_at"]) for r in rows.to_pylist()}
+    snapshot = table.current_snapshot()
+    assert snapshot is not None, point
+    data: set[str] = set()
+    deletes: dict[str, str | None] = {}  # delete file -> the data file it names
+    for manifest in snapshot.manifests(table.io):
+        for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
+            f = entry.data_file
+            if f.content.value == 0:  # data
+                data.add(f.file_path)
+            else:
+                lower = (f.lower_bounds or {}).get(PATH_FIELD_ID)
+                upper = (f.upper_bounds or {}).get(PATH_FIELD_ID)
+                deletes[f.file_path] = lower.decode() if lower and lower == upper else None
+    stray = {d: named for d, named in deletes.items() if named not in data}
+    assert not stray, (point, "delete files naming no live data file", stray)
+    missing = [p for p in sorted(data | deletes.keys()) if not table.io.new_input(p).exists()]
+    assert not missing, (point, "referenced files missing", missing[:3])
+    summary = snapshot.summary.additional_properties if snapshot.summary is not None else {}
+    positions = int(summary.get("total-position-deletes", 0))
+    return accounts, snapshot.snapshot_id, frozenset(data | deletes.keys()), positions, report
 
 
 def test_broker_restart_between_runs_loses_nothing(

@@ -8,7 +8,12 @@ from pathlib import Path
 import pytest
 
 from lakesink.errors import ConfigError
-from lakesink.formats.iceberg.inspection import iceberg_kind, newest_metadata, refuse_iceberg
+from lakesink.formats.iceberg.inspection import (
+    iceberg_kind,
+    newest_metadata,
+    refuse_iceberg,
+    snapshot_counts,
+)
 from lakesink.settings import StorageAccess
 from lakesink.storage import open_storage
 
@@ -49,3 +54,25 @@ def test_refusal_names_the_command_and_the_iceberg_maintenance_commands() -> Non
         r"iceberg expire-snapshots\|rewrite-data-files\|remove-orphan-files",
     ):
         raise refuse_iceberg("table clean")
+
+
+def test_snapshot_counts_take_the_position_deletes_off_the_rows_and_name_equality_deletes() -> None:
+    summary = {
+        "total-records": "10",
+        "total-data-files": "3",
+        "total-files-size": "900",
+        "total-delete-files": "2",
+        "total-position-deletes": "4",
+        "total-equality-deletes": "0",
+    }
+    assert snapshot_counts(summary) == {
+        "records": 6,
+        "records_in_files": 10,
+        "files": 3,
+        "bytes": 900,
+        "delete_files": 2,
+        "position_deletes": 4,
+    }
+    # equality deletes (another engine's) remove rows the totals cannot count: named apart
+    assert snapshot_counts({**summary, "total-equality-deletes": "1"})["equality_deletes"] == 1
+    assert snapshot_counts({})["records"] == 0  # a table without a snapshot

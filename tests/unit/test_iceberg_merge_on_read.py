@@ -8,6 +8,7 @@ kept by the table."""
 
 from __future__ import annotations
 
+import json
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,7 @@ from test_iceberg_upsert import (
     writer,
 )
 
+from lakesink.cli.main import main
 from lakesink.errors import CommitConflictError, ConfigError
 from lakesink.formats import plugin_for
 from lakesink.formats.iceberg.keyed import (
@@ -117,6 +119,38 @@ def test_each_batch_is_one_row_delta_snapshot(tmp_path: Path) -> None:
     summary = table.pyiceberg.current_snapshot().summary  # type: ignore[union-attr]
     assert summary is not None and summary.operation.value == "delete"
     assert [r["id"] for r in table_rows(table)] == [0, 1, 4, 5]
+
+
+def test_table_show_counts_live_rows_and_the_delete_files_that_wait_for_a_rewrite(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    table = open_table(tmp_path / "wh", 2, "ts", mode=MERGE_ON_READ)
+    coordinator = writer(table)
+    o = Offsets()
+    commit(coordinator, 1, changes([o.row(k, INSERT, 1) for k in range(6)]))
+    commit(coordinator, 2, changes([o.row(1, UPDATE, 2), o.row(2, DELETE, 2)]))
+    location = local(table.location)
+
+    def run(*args: str) -> Any:
+        capsys.readouterr()
+        assert main(["table", *args, location]) == 0
+        out = capsys.readouterr().out
+        return json.loads(out) if "--json" in args else out
+
+    pending = delete_files(table)
+    shown = run("show", "--json")
+    # 7 rows in the data files (6, then key 1's new version), 2 of them deleted by position
+    assert (shown["records"], shown["records_in_files"]) == (5, 7), shown
+    assert (shown["delete_files"], shown["position_deletes"]) == (len(pending), 2), shown
+    assert pending and "equality_deletes" not in shown
+    assert "wait for a rewrite: lakesink iceberg rewrite-data-files" in run("show")
+    files = run("files", "--json")
+    assert sum(f["delete_files"] for f in files) == len(pending)
+    assert run("timeline", "--json")[-1]["total_records"] == 5
+    rewrite_data_files(table, RewriteOptions(1, 1 << 20))
+    shown = run("show", "--json")
+    assert (shown["records"], shown["records_in_files"], shown["delete_files"]) == (5, 5, 0)
+    assert "wait for a rewrite" not in run("show")
 
 
 def test_a_rewrite_racing_a_batch_is_refused_then_the_batch_lands(tmp_path: Path) -> None:

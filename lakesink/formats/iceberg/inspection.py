@@ -90,7 +90,7 @@ def open_static(path: str, access: StorageAccess) -> Any:
 
 def snapshot_rows(tbl: Any, limit: int | None = None) -> list[dict[str, Any]]:
     """The snapshots of a pyiceberg table, oldest first: id, parent, time, operation, writer
-    (lakesink's summary key), records and data files added, totals."""
+    (lakesink's summary key), records and data files added, totals (the live rows)."""
     from lakesink.formats.iceberg.snapshots import KEY_COMMIT_ID, KEY_VTTS, KEY_WRITER_ID
 
     out = []
@@ -108,7 +108,7 @@ def snapshot_rows(tbl: Any, limit: int | None = None) -> list[dict[str, Any]]:
                 "vtts_ms": int(extra[KEY_VTTS]) if KEY_VTTS in extra else None,
                 "added_records": int(extra.get("added-records", 0)),
                 "added_files": int(extra.get("added-data-files", 0)),
-                "total_records": int(extra.get("total-records", 0)),
+                "total_records": snapshot_counts(extra)["records"],  # live: less deletes
                 "total_files": int(extra.get("total-data-files", 0)),
             }
         )
@@ -162,6 +162,8 @@ def run_table_command(command: str, path: str, as_json: bool, access: StorageAcc
             "path": t.file.file_path,
             "records": t.file.record_count,
             "bytes": t.file.file_size_in_bytes,
+            # the delete files that apply to it (merge-on-read), until a rewrite applies them
+            "delete_files": len(t.delete_files),
         }
         for t in tbl.scan().plan_files()
     ]
@@ -170,17 +172,44 @@ def run_table_command(command: str, path: str, as_json: bool, access: StorageAcc
         return 0
     say(
         table(
-            ["partition", "file", "records", "bytes"],
-            [[f["partition"], f["path"], f["records"], f["bytes"]] for f in files],
+            ["partition", "file", "records", "bytes", "delete files"],
+            [
+                [f["partition"], f["path"], f["records"], f["bytes"], f["delete_files"]]
+                for f in files
+            ],
         )
     )
     return 0
+
+
+def snapshot_counts(summary: Mapping[str, str]) -> dict[str, int]:
+    """A snapshot's table, from its summary's totals: `records`, the live rows (the rows of its
+    data files, `records_in_files`, less those its position deletes remove: exact for lakesink's
+    writes, which never delete a position twice), `files` (data files), `bytes`, and the delete
+    files that wait for a rewrite (`delete_files`, holding `position_deletes`; lakesink iceberg
+    rewrite-data-files applies them). `equality_deletes` only when there are some: lakesink
+    never writes them, and the rows they remove cannot be counted from the totals."""
+    stored = int(summary.get("total-records", 0))
+    positions = int(summary.get("total-position-deletes", 0))
+    out = {
+        "records": max(0, stored - positions),
+        "records_in_files": stored,
+        "files": int(summary.get("total-data-files", 0)),
+        "bytes": int(summary.get("total-files-size", 0)),
+        "delete_files": int(summary.get("total-delete-files", 0)),
+        "position_deletes": positions,
+    }
+    equality = int(summary.get("total-equality-deletes", 0))
+    if equality:
+        out["equality_deletes"] = equality
+    return out
 
 
 def _show(tbl: Any, path: str, as_json: bool) -> int:
     md = tbl.metadata
     current = tbl.current_snapshot()
     summary = dict(current.summary.additional_properties) if current and current.summary else {}
+    counts = snapshot_counts(summary)
     info = {
         "path": path,
         "format": "iceberg",
@@ -192,9 +221,7 @@ def _show(tbl: Any, path: str, as_json: bool) -> int:
         "partition_spec": str(tbl.spec()),
         "snapshots": len(md.snapshots),
         "current_snapshot": current.snapshot_id if current else None,
-        "records": int(summary.get("total-records", 0)),
-        "files": int(summary.get("total-data-files", 0)),
-        "bytes": int(summary.get("total-files-size", 0)),
+        **counts,
         "properties": dict(md.properties),
     }
     if as_json:
@@ -203,7 +230,17 @@ def _show(tbl: Any, path: str, as_json: bool) -> int:
     for k, v in info.items():
         if k != "properties":
             say(f"{k:18} {v}")
+    if counts["delete_files"]:
+        say(pending_deletes(counts))
     return 0
+
+
+def pending_deletes(counts: Mapping[str, int]) -> str:
+    """The line saying what the delete files of `snapshot_counts` wait for."""
+    return (
+        f"{counts['delete_files']} delete files ({counts['position_deletes']:,} position "
+        f"deletes) wait for a rewrite: lakesink iceberg rewrite-data-files applies them"
+    )
 
 
 def collect_iceberg_status(
@@ -243,13 +280,16 @@ def collect_iceberg_status(
     py = tbl.pyiceberg
     current = py.current_snapshot()
     summary = dict(current.summary.additional_properties) if current and current.summary else {}
+    counts = snapshot_counts(summary)
     out["table"] = {
         "name": tbl.name,
         "location": tbl.location,
         "snapshots": len(py.metadata.snapshots),
         "current_snapshot": current.snapshot_id if current else None,
-        "records": int(summary.get("total-records", 0)),
-        "files": int(summary.get("total-data-files", 0)),
+        "records": counts["records"],
+        "files": counts["files"],
+        "delete_files": counts["delete_files"],
+        "position_deletes": counts["position_deletes"],
         "recent": snapshot_rows(py, limit=10),
     }
     add_metrics(out)
@@ -297,6 +337,8 @@ def print_iceberg_status(st: dict[str, Any]) -> None:
         f"\nIceberg table {t['name']} at {t['location']}: {t['records']:,} records in "
         f"{t['files']} data files, {t['snapshots']} snapshots"
     )
+    if t.get("delete_files"):
+        say(pending_deletes(t))
     say("recent snapshots:")
     say(
         table(
