@@ -43,6 +43,8 @@ OBJECT_STORE_SCHEMES = ("s3", "s3a", "gs", "abfss", "abfs", "az", "azure")
 AZURE_SCHEMES = ("abfss", "abfs", "az", "azure")
 GCS_SCHEMES = ("gs",)
 PROBE_FOLDER = ".hoodie/.aux/lakesink/probe"
+_REFUSED_REQUEST = re.compile(r"\b(?:400 Bad Request|405 Method Not Allowed|501 Not Implemented)\b")
+"""A store's answer to a request it does not implement (an emulator's, to a conditional PUT)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -561,7 +563,20 @@ class ObjectStoreStorage(Storage):
         """Create a probe object twice (the second must be refused) and replace it with a stale
         ETag (must be refused): a store without conditional writes cannot hold a table."""
         key = f"{PROBE_FOLDER}/{uuid.uuid4().hex}"
-        etag = self.create(key, b"1")
+        try:
+            etag = self.create(key, b"1")
+        except StorageError as e:
+            refused = _REFUSED_REQUEST.search(str(e))
+            if type(e) is not StorageError or refused is None:
+                raise
+            # the request itself was refused, not the credentials, the address or the bucket:
+            # a store (an emulator) that does not implement the conditional PUT
+            raise StorageUnsupportedError(
+                f"the store of {self._uri} refused lakesink's conditional create (a PUT with a "
+                f"precondition; it answered {refused.group(0)}): lakesink needs conditional "
+                "writes to publish commits atomically; use a store that supports them (AWS S3, "
+                "MinIO, R2, GCS, Azure)"
+            ) from None
         try:
             try:
                 self.create(key, b"2")
