@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install, once and cached, the object-store emulators the GCS and Azure tests start on loopback:
 #   $LAKESINK_CACHE/azurite          Azurite (Microsoft's Azure Storage emulator), `npm ci` of
-#                                    scripts/azurite/package-lock.json (Node.js 18 or newer)
+#                                    scripts/azurite/package-lock.json (3.35.0: the last
+#                                    release that runs on Node.js 20, these machines' Node)
 #   $LAKESINK_CACHE/fake-gcs-server  fake-gcs-server (a GCS emulator), built from its Go module
 #                                    at the version pinned below with the machine's Go
 # LAKESINK_CACHE defaults to .cache/ in the repository (gitignored). Idempotent: stamp files hold

@@ -161,6 +161,8 @@ def _translate(err: BaseException, what: str, uri: str) -> StorageError:
     lowered = str(err).lower()
     if "nosuchbucket" in lowered:
         return StorageError(f"{what}: the bucket of {uri} does not exist; create it first")
+    if "containernotfound" in lowered:  # Azure's answer for a missing container
+        return StorageError(f"{what}: the container of {uri} does not exist; create it first")
     if isinstance(err, ox.NotFoundError | FileNotFoundError):
         return ObjectNotFoundError(f"{what}: no object ({uri})")
     if isinstance(err, ox.AlreadyExistsError):
@@ -175,9 +177,13 @@ def _translate(err: BaseException, what: str, uri: str) -> StorageError:
         or "accessdenied" in lowered
         or re.search(r"status(?: code)?:? 403\b|(?<!\d)403 forbidden", lowered) is not None
     ):
+        check = (
+            "storage.azure.account.key / AZURE_STORAGE_ACCOUNT_KEY"
+            if split_uri(uri)[0] in AZURE_SCHEMES
+            else "storage.s3.access.key.id / AWS_ACCESS_KEY_ID and the secret key"
+        )
         return StorageError(
-            f"{what}: the store refused the credentials for {uri} ({name}); check "
-            "storage.s3.access.key.id / AWS_ACCESS_KEY_ID and the secret key"
+            f"{what}: the store refused the credentials for {uri} ({name}); check {check}"
         )
     status = re.search(r"status code: (5\d\d)[^:]*", text)
     if status is not None:  # the store answered, with an error, until the retries ran out
