@@ -422,10 +422,11 @@ class ObjectStoreStorage(Storage):
             # the account (`blob.core.windows.net`); an emulator's address stays whole and
             # pyarrow puts the account in the path, as the endpoint does
             authority = host.split(".", 1)[1] if host.startswith(f"{account}.") else host
+            dfs = "dfs." + authority[5:] if authority.startswith("blob.") else authority
             scheme = parts.scheme.lower() or "https"
             kwargs.update(
                 blob_storage_authority=authority,
-                dfs_storage_authority=authority,
+                dfs_storage_authority=dfs,
                 blob_storage_scheme=scheme,
                 dfs_storage_scheme=scheme,
             )
