@@ -86,14 +86,13 @@ class Azurite:
                 "127.0.0.1",
                 "--blobPort",
                 str(self.port),
-                "--location",
-                str(self._log_dir / f"azurite-{self.port}"),
                 "--inMemoryPersistence",
                 "--skipApiVersionCheck",
                 "--silent",
             ],
             stdout=log,
             stderr=subprocess.STDOUT,
+            cwd=self._log_dir,  # where Azurite writes its debug log, if any
             start_new_session=True,
         )
         try:

@@ -492,8 +492,8 @@ class ObjectStoreStorage(Storage):
 
     def _if_match(self, tag: str) -> UpdateVersion:
         if split_uri(self._uri)[0] in GCS_SCHEMES:
-            return {"e_tag": None, "version": tag}
-        return {"e_tag": tag, "version": None}
+            return {"version": tag}  # obstore takes a missing key, not None, for "unset"
+        return {"e_tag": tag}
 
     def head(self, key: str) -> ObjectMeta | None:
         import obstore
