@@ -307,8 +307,12 @@ class ObjectStoreStorage(Storage):
         return cfg
 
     def _allow_http(self) -> bool:
-        """Plain http: asked for (S3), or an Azure endpoint written as http:// (an emulator)."""
+        """Plain http: asked for (S3), an Azure endpoint written as http:// (an emulator), or
+        GCS, whose address only a service-account file changes (object_store's own default
+        there: Google itself is https)."""
         o = self._options
+        if split_uri(self._uri)[0] in GCS_SCHEMES:
+            return True
         azure_http = split_uri(self._uri)[0] in AZURE_SCHEMES and bool(o.azure_endpoint)
         return o.allow_http or (
             azure_http and urlsplit(o.azure_endpoint or "").scheme.lower() == "http"

@@ -149,9 +149,10 @@ def test_storage_probe_accepts_a_store_with_conditional_writes(storage: Storage)
 def test_gcs_emulator_without_conditional_writes_is_refused_at_start_in_one_line(
     fake_gcs: FakeGcs, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """fake-gcs-server answers object_store's object PUT (GCS's XML API, which carries the
-    `x-goog-if-generation-match` precondition) with 400: it cannot hold a table. The probe at
-    start says so in one line, before any commit could be lost."""
+    """fake-gcs-server answers every object PUT of GCS's XML API, the one object_store
+    (lakesink's client, hudi-rs) sends and the one that carries the `x-goog-if-generation-match`
+    precondition, with 400 (it takes uploads on its JSON API only): it cannot hold a table.
+    The probe at start says so in one line, before any commit could be lost."""
     from lakesink.storage import StorageUnsupportedError
 
     for name, value in fake_gcs.env().items():
@@ -159,7 +160,10 @@ def test_gcs_emulator_without_conditional_writes_is_refused_at_start_in_one_line
     storage = open_storage(f"gs://{fake_gcs.new_bucket()}/t", {"storage.retry.max": 1})
     with pytest.raises(StorageUnsupportedError, match="conditional") as info:
         storage.probe()
-    assert "\n" not in str(info.value) and "gs://" in str(info.value)
+    assert "\n" not in str(info.value) and "400 Bad Request" in str(info.value)
+    with pytest.raises(StorageError, match="400 Bad Request"):  # a plain PUT alike
+        storage.write("k", b"1")
+    assert storage.list_prefix("") == []
 
 
 def test_open_storage_parses_uris(tmp_path: Path) -> None:
