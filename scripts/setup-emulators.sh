@@ -40,5 +40,7 @@ if [ "$(cat "$gcs/.lakesink-stamp" 2>/dev/null || true)" != "$want" ]; then
   GOBIN="$gcs/bin" GOPATH="$CACHE/go" GOMODCACHE="$CACHE/go/mod" GOCACHE="$CACHE/go/build" \
     GOFLAGS="-buildvcs=false -modcacherw" CGO_ENABLED=0 go install "$want"
   [ -x "$gcs/bin/fake-gcs-server" ] || { echo "setup-emulators: go left no fake-gcs-server in $gcs/bin" >&2; exit 1; }
+  # only the binary is kept: the modules and build cache (over 1 GB) serve this one build
+  rm -rf "$CACHE/go"
   echo "$want" > "$gcs/.lakesink-stamp"
 fi
