@@ -173,3 +173,25 @@ def test_gcs_conditional_replace_is_guarded_by_the_generation_other_stores_by_th
     assert gcs._tag(meta) == "1732751000123456" and s3._tag(meta) == '"abc"'
     assert gcs._if_match("1732751000123456") == {"version": "1732751000123456"}
     assert s3._if_match('"abc"') == {"e_tag": '"abc"'}
+
+
+def test_probe_refuses_a_store_that_answers_the_conditional_create_as_not_implemented() -> None:
+    """A store that cannot take the request (an emulator's 400 to GCS's XML PUT) is refused as
+    unsupported; an unreachable one keeps its own error."""
+    from lakesink.storage import StorageUnsupportedError
+
+    class Answering(ObjectStoreStorage):
+        answer = ""
+
+        def create(self, key: str, data: bytes) -> str:
+            raise StorageError(f"create {key} on {self.uri} failed: {self.answer}")
+
+    refused = Answering("gs://bucket/t")
+    refused.answer = "Server returned non-2xx status code: 400 Bad Request: invalid uploadType"
+    with pytest.raises(StorageUnsupportedError, match=r"gs://bucket/t refused .*400 Bad Request"):
+        refused.probe()
+    down = Answering("gs://bucket/20261128004000400")  # an instant's digits are no status
+    down.answer = "cannot reach the store (after retries): connection refused"
+    with pytest.raises(StorageError) as info:
+        down.probe()
+    assert type(info.value) is StorageError
