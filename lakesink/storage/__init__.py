@@ -2,7 +2,7 @@
 implementation and an object-store implementation (S3 and S3-compatible stores, GCS, Azure).
 
 `open_storage(uri, config)` is the one way to build a storage from a table URI and lakesink's
-configuration keys (`storage.s3.*`)."""
+configuration keys (`storage.s3.*`, `storage.azure.*`)."""
 
 from __future__ import annotations
 
@@ -55,7 +55,7 @@ __all__ = [
 
 
 def is_remote_uri(uri: str | Path) -> bool:
-    """Whether `uri` names an object store (s3://, gs://, abfss://) rather than a local path."""
+    """Whether `uri` names an object store (s3://, gs://, abfss://, az://), not a local path."""
     if isinstance(uri, Path):
         return False
     scheme = urlsplit(uri).scheme.lower()
@@ -72,10 +72,10 @@ def _reveal(v: Any) -> str | None:
 def options_from_config(
     config: Mapping[str, Any] | None, environ: Mapping[str, str] | None = None
 ) -> ObjectStoreOptions:
-    """ObjectStoreOptions from lakesink's `storage.s3.*` keys (missing keys keep defaults);
-    without `storage.s3.endpoint`, the endpoint of the AWS environment (`environ`, default
-    os.environ: AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL), resolved here once so that every client
-    and reader built from the options uses the same address."""
+    """ObjectStoreOptions from lakesink's `storage.s3.*` and `storage.azure.*` keys (missing
+    keys keep defaults); without `storage.s3.endpoint`, the endpoint of the AWS environment
+    (`environ`, default os.environ: AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL), resolved here once
+    so that every client and reader built from the options uses the same address."""
     c = config or {}
 
     def get(key: str, default: Any) -> Any:
@@ -97,6 +97,8 @@ def options_from_config(
         access_key_id=_reveal(c.get("storage.s3.access.key.id")),
         secret_access_key=_reveal(c.get("storage.s3.secret.access.key")),
         session_token=_reveal(c.get("storage.s3.session.token")),
+        azure_endpoint=get("storage.azure.endpoint", None),
+        azure_account_key=_reveal(c.get("storage.azure.account.key")),
         max_retries=int(get("storage.retry.max", d.max_retries)),
         retry_timeout_s=float(get("storage.retry.timeout.s", d.retry_timeout_s)),
         init_backoff_s=float(get("storage.retry.backoff.initial.s", d.init_backoff_s)),
@@ -115,6 +117,8 @@ _STORAGE_KEYS = (
     "storage.s3.access.key.id",
     "storage.s3.secret.access.key",
     "storage.s3.session.token",
+    "storage.azure.endpoint",
+    "storage.azure.account.key",
     "storage.retry.max",
     "storage.retry.timeout.s",
     "storage.retry.backoff.initial.s",

@@ -6,6 +6,7 @@ Parquet goes through pyarrow's native filesystems (multipart uploads, ranged rea
 from __future__ import annotations
 
 import logging
+import os
 import re
 import uuid
 from collections.abc import Mapping
@@ -34,11 +35,16 @@ from lakesink.storage.endpoint import (
 
 if TYPE_CHECKING:
     import pyarrow.fs
+    from obstore import UpdateVersion
 
 log = logging.getLogger(__name__)
 
-OBJECT_STORE_SCHEMES = ("s3", "s3a", "gs", "abfss", "az", "azure")
+OBJECT_STORE_SCHEMES = ("s3", "s3a", "gs", "abfss", "abfs", "az", "azure")
+AZURE_SCHEMES = ("abfss", "abfs", "az", "azure")
+GCS_SCHEMES = ("gs",)
 PROBE_FOLDER = ".hoodie/.aux/lakesink/probe"
+_REFUSED_REQUEST = re.compile(r"\b(?:400 Bad Request|405 Method Not Allowed|501 Not Implemented)\b")
+"""A store's answer to a request it does not implement (an emulator's, to a conditional PUT)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +61,9 @@ class ObjectStoreOptions:
     access_key_id: str | None = field(default=None, repr=False)
     secret_access_key: str | None = field(default=None, repr=False)
     session_token: str | None = field(default=None, repr=False)
+    azure_endpoint: str | None = None
+    """Azure Blob endpoint override (Azurite: http://127.0.0.1:10000/devstoreaccount1)."""
+    azure_account_key: str | None = field(default=None, repr=False)
     max_retries: int = 10
     retry_timeout_s: float = 180.0
     init_backoff_s: float = 0.1
@@ -127,6 +136,16 @@ def virtual_hosted(options: ObjectStoreOptions) -> bool:
     return not options.path_style and not options.endpoint
 
 
+def azure_account_container(uri: str) -> tuple[str | None, str]:
+    """The storage account and container of an Azure URI: `abfss://container@account.dfs.core.
+    windows.net/prefix` names both, `az://container/prefix` only the container (the account
+    then comes from AZURE_STORAGE_ACCOUNT_NAME)."""
+    parts = urlsplit(uri)
+    if parts.username:
+        return (parts.hostname or "").split(".", 1)[0] or None, parts.username
+    return None, parts.hostname or parts.netloc
+
+
 def split_uri(uri: str) -> tuple[str, str, str]:
     """`s3://bucket/some/prefix` -> ("s3", "bucket", "some/prefix")."""
     parts = urlsplit(uri)
@@ -142,6 +161,8 @@ def _translate(err: BaseException, what: str, uri: str) -> StorageError:
     lowered = str(err).lower()
     if "nosuchbucket" in lowered:
         return StorageError(f"{what}: the bucket of {uri} does not exist; create it first")
+    if "containernotfound" in lowered:  # Azure's answer for a missing container
+        return StorageError(f"{what}: the container of {uri} does not exist; create it first")
     if isinstance(err, ox.NotFoundError | FileNotFoundError):
         return ObjectNotFoundError(f"{what}: no object ({uri})")
     if isinstance(err, ox.AlreadyExistsError):
@@ -156,9 +177,13 @@ def _translate(err: BaseException, what: str, uri: str) -> StorageError:
         or "accessdenied" in lowered
         or re.search(r"status(?: code)?:? 403\b|(?<!\d)403 forbidden", lowered) is not None
     ):
+        check = (
+            "storage.azure.account.key / AZURE_STORAGE_ACCOUNT_KEY"
+            if split_uri(uri)[0] in AZURE_SCHEMES
+            else "storage.s3.access.key.id / AWS_ACCESS_KEY_ID and the secret key"
+        )
         return StorageError(
-            f"{what}: the store refused the credentials for {uri} ({name}); check "
-            "storage.s3.access.key.id / AWS_ACCESS_KEY_ID and the secret key"
+            f"{what}: the store refused the credentials for {uri} ({name}); check {check}"
         )
     status = re.search(r"status code: (5\d\d)[^:]*", text)
     if status is not None:  # the store answered, with an error, until the retries ran out
@@ -219,12 +244,35 @@ class ObjectStoreStorage(Storage):
         """object_store configuration for other readers of the table (hudi-rs): the endpoint,
         region and credentials. Holds secrets: hand it to a client, never log it."""
         o = self._options
-        if split_uri(self._uri)[0] not in ("s3", "s3a"):
+        scheme = split_uri(self._uri)[0]
+        if scheme in AZURE_SCHEMES:
+            return self._azure_options("azure_storage_")
+        if scheme not in ("s3", "s3a"):
             return {}
         out = {"aws_allow_http": "true" if o.allow_http else "false"}
         out.update(s3_options(o, OBJECT_STORE_KEYS))
         if not virtual_hosted(o):
             out["aws_virtual_hosted_style_request"] = "false"
+        return out
+
+    def _azure_account_key(self) -> str | None:
+        return self._options.azure_account_key or os.environ.get("AZURE_STORAGE_ACCOUNT_KEY")
+
+    def _azure_options(self, prefix: str) -> dict[str, str]:
+        """The Azure account, key and endpoint that are set, as object_store options (`prefix`
+        "" for obstore's names, "azure_storage_" for other readers'). Holds secrets."""
+        o = self._options
+        account = azure_account_container(self._uri)[0]
+        out: dict[str, str] = {}
+        if account:
+            out[f"{prefix}account_name"] = account
+        key = self._azure_account_key()
+        if key:
+            out[f"{prefix}account_key"] = key
+        if o.azure_endpoint:
+            out[f"{prefix}endpoint"] = o.azure_endpoint
+            if urlsplit(o.azure_endpoint).scheme.lower() == "http":
+                out["azure_allow_http"] = "true"
         return out
 
     def _url(self, key: str) -> str:
@@ -252,7 +300,23 @@ class ObjectStoreStorage(Storage):
             cfg.update(s3_options(o, OBSTORE_KEYS))
             cfg["virtual_hosted_style_request"] = virtual_hosted(o)
             cfg["conditional_put"] = "etag"
+        elif scheme in AZURE_SCHEMES:
+            azure = self._azure_options("")
+            azure.pop("azure_allow_http", None)  # a client option, below
+            cfg.update(azure)
         return cfg
+
+    def _allow_http(self) -> bool:
+        """Plain http: asked for (S3), an Azure endpoint written as http:// (an emulator), or
+        GCS, whose address only a service-account file changes (object_store's own default
+        there: Google itself is https)."""
+        o = self._options
+        if split_uri(self._uri)[0] in GCS_SCHEMES:
+            return True
+        azure_http = split_uri(self._uri)[0] in AZURE_SCHEMES and bool(o.azure_endpoint)
+        return o.allow_http or (
+            azure_http and urlsplit(o.azure_endpoint or "").scheme.lower() == "http"
+        )
 
     @property
     def store(self) -> Any:
@@ -271,7 +335,7 @@ class ObjectStoreStorage(Storage):
                     url,
                     config=self._config(),
                     client_options={
-                        "allow_http": o.allow_http,
+                        "allow_http": self._allow_http(),
                         "connect_timeout": timedelta(seconds=o.connect_timeout_s),
                         "timeout": timedelta(seconds=o.request_timeout_s),
                     },
@@ -324,10 +388,53 @@ class ObjectStoreStorage(Storage):
                     if o.session_token:
                         kwargs["session_token"] = o.session_token
                 self._arrow = (pafs.S3FileSystem(**kwargs), root)
+            elif scheme in AZURE_SCHEMES:
+                self._arrow = (self._azure_filesystem(), self._azure_root())
             else:
                 fs, path = pafs.FileSystem.from_uri(self._uri)
                 self._arrow = (fs, path.rstrip("/"))
         return self._arrow
+
+    def _azure_root(self) -> str:
+        _, container = azure_account_container(self._uri)
+        prefix = split_uri(self._uri)[2]
+        return f"{container}/{prefix}" if prefix else container
+
+    def _azure_filesystem(self) -> pyarrow.fs.FileSystem:
+        """pyarrow's AzureFileSystem with the account, key and endpoint lakesink's own client
+        uses (pyarrow reads neither the key nor an endpoint from the environment)."""
+        import pyarrow.fs as pafs
+
+        account = azure_account_container(self._uri)[0] or os.environ.get(
+            "AZURE_STORAGE_ACCOUNT_NAME"
+        )
+        if not account:
+            raise StorageError(
+                f"{self._uri}: no Azure storage account; write the table path as "
+                "abfss://container@ACCOUNT.dfs.core.windows.net/prefix or set "
+                "AZURE_STORAGE_ACCOUNT_NAME"
+            )
+        kwargs: dict[str, Any] = {"account_name": account}
+        key = self._azure_account_key()
+        if key:
+            kwargs["account_key"] = key
+        endpoint = self._options.azure_endpoint
+        if endpoint:
+            parts = urlsplit(endpoint)
+            host = parts.netloc
+            # pyarrow takes the service's authority: an account's own host name goes without
+            # the account (`blob.core.windows.net`); an emulator's address stays whole and
+            # pyarrow puts the account in the path, as the endpoint does
+            authority = host.split(".", 1)[1] if host.startswith(f"{account}.") else host
+            dfs = "dfs." + authority[5:] if authority.startswith("blob.") else authority
+            scheme = parts.scheme.lower() or "https"
+            kwargs.update(
+                blob_storage_authority=authority,
+                dfs_storage_authority=dfs,
+                blob_storage_scheme=scheme,
+                dfs_storage_scheme=scheme,
+            )
+        return pafs.AzureFileSystem(**kwargs)
 
     def open_output(self, key: str) -> Any:
         fs, root = self.arrow()
@@ -347,7 +454,7 @@ class ObjectStoreStorage(Storage):
         try:
             res = obstore.get(self.store, key)
             data = bytes(res.bytes())
-            return data, str(res.meta.get("e_tag") or "")
+            return data, self._tag(res.meta)
         except Exception as e:
             raise _translate(e, f"read {key}", self._url(key)) from None
 
@@ -366,19 +473,31 @@ class ObjectStoreStorage(Storage):
             res = obstore.put(self.store, key, data, mode="create", use_multipart=False)
         except Exception as e:
             raise _translate(e, f"create {key}", self._url(key)) from None
-        return str(res.get("e_tag") or "")
+        return self._tag(res)
 
     def replace_if_unchanged(self, key: str, data: bytes, etag: str) -> str:
         import obstore
 
         try:
-            res = obstore.put(self.store, key, data, mode={"e_tag": etag}, use_multipart=False)
+            res = obstore.put(self.store, key, data, mode=self._if_match(etag), use_multipart=False)
         except Exception as e:
             err = _translate(e, f"replace {key}", self._url(key))
             if isinstance(err, ObjectNotFoundError):
                 raise ObjectChangedError(f"replace {key}: gone ({self._url(key)})") from None
             raise err from None
-        return str(res.get("e_tag") or "")
+        return self._tag(res)
+
+    def _tag(self, meta: Mapping[str, Any]) -> str:
+        """The version tag replace_if_unchanged is guarded by: the ETag, or on GCS the object's
+        generation (object_store sends GCS's `x-goog-if-generation-match` only for a version;
+        an ETag alone is refused there before any request)."""
+        field_name = "version" if split_uri(self._uri)[0] in GCS_SCHEMES else "e_tag"
+        return str(meta.get(field_name) or "")
+
+    def _if_match(self, tag: str) -> UpdateVersion:
+        if split_uri(self._uri)[0] in GCS_SCHEMES:
+            return {"version": tag}  # obstore takes a missing key, not None, for "unset"
+        return {"e_tag": tag}
 
     def head(self, key: str) -> ObjectMeta | None:
         import obstore
@@ -392,7 +511,7 @@ class ObjectStoreStorage(Storage):
             raise err from None
         modified = m.get("last_modified")
         stamp = modified.timestamp() if modified is not None else 0.0
-        return ObjectMeta(key, int(m["size"]), str(m.get("e_tag") or ""), stamp)
+        return ObjectMeta(key, int(m["size"]), self._tag(m), stamp)
 
     def list_prefix(self, prefix: str) -> list[ObjectMeta]:
         import obstore
@@ -407,7 +526,7 @@ class ObjectStoreStorage(Storage):
                 ObjectMeta(
                     str(m["path"]),
                     int(m["size"]),
-                    str(m.get("e_tag") or ""),
+                    self._tag(m),
                     m["last_modified"].timestamp() if m.get("last_modified") else 0.0,
                 )
                 for m in metas
@@ -424,8 +543,7 @@ class ObjectStoreStorage(Storage):
         except Exception as e:
             raise _translate(e, f"list {prefix}", self._url(prefix)) from None
         objects = tuple(
-            ObjectMeta(str(m["path"]), int(m["size"]), str(m.get("e_tag") or ""))
-            for m in res["objects"]
+            ObjectMeta(str(m["path"]), int(m["size"]), self._tag(m)) for m in res["objects"]
         )
         folders = tuple(str(c).rstrip("/").rsplit("/", 1)[-1] for c in res["common_prefixes"])
         return Listing(tuple(sorted(objects, key=lambda m: m.key)), tuple(sorted(folders)))
@@ -456,7 +574,20 @@ class ObjectStoreStorage(Storage):
         """Create a probe object twice (the second must be refused) and replace it with a stale
         ETag (must be refused): a store without conditional writes cannot hold a table."""
         key = f"{PROBE_FOLDER}/{uuid.uuid4().hex}"
-        etag = self.create(key, b"1")
+        try:
+            etag = self.create(key, b"1")
+        except StorageError as e:
+            refused = _REFUSED_REQUEST.search(str(e))
+            if type(e) is not StorageError or refused is None:
+                raise
+            # the request itself was refused, not the credentials, the address or the bucket:
+            # a store (an emulator) that does not implement the conditional PUT
+            raise StorageUnsupportedError(
+                f"the store of {self._uri} refused lakesink's conditional create (a PUT with a "
+                f"precondition; it answered {refused.group(0)}): lakesink needs conditional "
+                "writes to publish commits atomically; use a store that supports them (AWS S3, "
+                "MinIO, R2, GCS, Azure)"
+            ) from None
         try:
             try:
                 self.create(key, b"2")

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from integration.conftest import audit_config, ingest_config, run_ingestion
-from integration.table_stores import STORES, table_at
+from integration.table_stores import EMULATED, STORES, table_at
 
 from lakesink.errors import LakesinkError
 from lakesink.formats.hudi.writer_state import committed_offsets_at
@@ -35,7 +35,7 @@ def test_ingest_once_lands_every_record_once_and_hudi_rs_agrees(
     assert report.rows_hudi_rs == report.rows_lakesink == report.kafka_records == 1000
 
 
-@pytest.mark.parametrize("store", STORES)
+@pytest.mark.parametrize("store", [*STORES, *EMULATED])
 def test_second_run_continues_from_the_table_offsets(
     store: str,
     spark: Any,

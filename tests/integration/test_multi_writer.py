@@ -35,7 +35,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from integration.table_stores import STORES, table_uri_in_env
+from integration.table_stores import EMULATED, STORES, table_uri_in_env
 
 from lakesink.errors import CommitConflictError, HeartbeatExpiredError, LakesinkError, LockError
 from lakesink.formats.hudi.audit import audit, read_with_hudi_rs
@@ -396,12 +396,14 @@ ingest({path!r}, {writer!r}, {topic!r}, {batches}, "filesystem", None)
 """
 
 
+@pytest.mark.parametrize("store", ["local", *EMULATED])
 def test_writer_killed_mid_commit_is_rolled_back_lazily_and_restarts_once(
-    tmp_path: Path,
+    store: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     # SIGKILL after reconcile of the 3rd batch: its instant stays inflight with a stale
     # heartbeat; the cleaner's lazy rollback removes it; the restart re-commits from the table
-    path = tmp_path / "t"
+    # (on Azure Blob too: Azurite, its settings in the environment the killed writer inherits)
+    path = table_uri_in_env(store, tmp_path, request)
     create_table(path)
     code = WORKER.format(
         tests=str(REPO / "tests"), path=str(path), writer="w-a", topic="topic-a", batches=5

@@ -1,6 +1,8 @@
-"""The storage contract, one test body for the local filesystem and for S3 (moto over HTTP):
-whole-object reads and writes, create-if-absent, replace-if-unchanged, listing, deletes,
-Parquet through the pyarrow filesystem, and the lost races that commits and locks rely on."""
+"""The storage contract, one test body for the local filesystem, S3 (moto over HTTP) and Azure
+Blob (Azurite over HTTP): whole-object reads and writes, create-if-absent, replace-if-unchanged,
+listing, deletes, Parquet through the pyarrow filesystem, and the lost races that commits and
+locks rely on. GCS's emulator (fake-gcs-server) implements no conditional write of the API
+lakesink's client speaks: the store is refused at start, in one line."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from emulators import Azurite, FakeGcs
 from s3_server import S3Server
 
 from lakesink.storage import (
@@ -27,10 +30,13 @@ from lakesink.storage import (
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture(params=["local", "s3"])
+@pytest.fixture(params=["local", "s3", "azure"])
 def storage(request: pytest.FixtureRequest, tmp_path: Path) -> Storage:
     if request.param == "local":
         return open_storage(str(tmp_path / "root"))
+    if request.param == "azure":
+        azurite: Azurite = request.getfixturevalue("azurite")
+        return open_storage(azurite.new_table_uri("root"), azurite.storage_config())
     server: S3Server = request.getfixturevalue("s3_server")
     bucket = server.new_bucket()
     return open_storage(f"s3://{bucket}/root", server.storage_config())
@@ -138,6 +144,26 @@ def test_storage_parquet_round_trip_through_arrow_filesystem(storage: Storage) -
 def test_storage_probe_accepts_a_store_with_conditional_writes(storage: Storage) -> None:
     storage.probe()
     assert [m.key for m in storage.list_prefix(".hoodie/.aux/lakesink/probe")] == []
+
+
+def test_gcs_emulator_without_conditional_writes_is_refused_at_start_in_one_line(
+    fake_gcs: FakeGcs, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """fake-gcs-server answers every object PUT of GCS's XML API, the one object_store
+    (lakesink's client, hudi-rs) sends and the one that carries the `x-goog-if-generation-match`
+    precondition, with 400 (it takes uploads on its JSON API only): it cannot hold a table.
+    The probe at start says so in one line, before any commit could be lost."""
+    from lakesink.storage import StorageUnsupportedError
+
+    for name, value in fake_gcs.env().items():
+        monkeypatch.setenv(name, value)
+    storage = open_storage(f"gs://{fake_gcs.new_bucket()}/t", {"storage.retry.max": 1})
+    with pytest.raises(StorageUnsupportedError, match="conditional") as info:
+        storage.probe()
+    assert "\n" not in str(info.value) and "400 Bad Request" in str(info.value)
+    with pytest.raises(StorageError, match="400 Bad Request"):  # a plain PUT alike
+        storage.write("k", b"1")
+    assert storage.list_prefix("") == []
 
 
 def test_open_storage_parses_uris(tmp_path: Path) -> None:

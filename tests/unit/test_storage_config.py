@@ -121,3 +121,77 @@ def test_storage_settings_come_from_lakesink_environment_variables() -> None:
     assert parsed["storage.s3.allow.http"] is True and parsed["storage.retry.max"] == 2
     with pytest.raises(ConfigError, match=r"storage\.retry\.max"):
         storage_settings({"LAKESINK_STORAGE_RETRY_MAX": "2.5"})
+
+
+def test_azure_keys_reach_lakesinks_client_pyarrow_and_hudi_rs_without_showing_the_key(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("AZURE_STORAGE_ACCOUNT_KEY", raising=False)
+    cfg = _cfg(
+        **{
+            "table.path": "abfss://events@acct.dfs.core.windows.net/t",
+            "storage.azure.endpoint": "http://127.0.0.1:10000/acct",
+            "storage.azure.account.key": "a2V5LW5ldmVyLXNob3du",
+        }
+    )
+    assert isinstance(cfg["storage.azure.account.key"], Secret)
+    storage = open_storage("abfss://events@acct.dfs.core.windows.net/t", cfg.values)
+    assert isinstance(storage, ObjectStoreStorage)
+    assert "a2V5LW5ldmVyLXNob3du" not in repr(storage.options) + repr(storage)
+    # lakesink's own client: account, key and endpoint; plain http because the endpoint says so
+    assert storage._config() == {
+        "account_name": "acct",
+        "account_key": "a2V5LW5ldmVyLXNob3du",
+        "endpoint": "http://127.0.0.1:10000/acct",
+    }
+    assert storage._allow_http()
+    # hudi-rs: object_store's names for the same
+    assert storage.reader_options() == {
+        "azure_storage_account_name": "acct",
+        "azure_storage_account_key": "a2V5LW5ldmVyLXNob3du",
+        "azure_storage_endpoint": "http://127.0.0.1:10000/acct",
+        "azure_allow_http": "true",
+    }
+    # without an endpoint: Azure itself over https, the key from the environment
+    monkeypatch.setenv("AZURE_STORAGE_ACCOUNT_KEY", "ZW52LWtleQ==")
+    plain = open_storage("az://events/t", {})
+    assert isinstance(plain, ObjectStoreStorage)
+    assert plain._config() == {"account_key": "ZW52LWtleQ=="} and not plain._allow_http()
+    assert plain._azure_root() == "events/t"
+    assert settings_from_env({"LAKESINK_STORAGE_AZURE_ENDPOINT": "http://h:1/a"}) == {
+        "storage.azure.endpoint": "http://h:1/a"
+    }
+
+
+def test_gcs_conditional_replace_is_guarded_by_the_generation_other_stores_by_the_etag() -> None:
+    """object_store sends GCS's generation precondition only for a version; an ETag alone is
+    refused on GCS before any request is sent."""
+    gcs = open_storage("gs://bucket/t")
+    s3 = open_storage("s3://bucket/t", {"storage.s3.region": "us-east-1"})
+    assert isinstance(gcs, ObjectStoreStorage) and isinstance(s3, ObjectStoreStorage)
+    meta = {"e_tag": '"abc"', "version": "1732751000123456"}
+    assert gcs._tag(meta) == "1732751000123456" and s3._tag(meta) == '"abc"'
+    assert gcs._if_match("1732751000123456") == {"version": "1732751000123456"}
+    assert s3._if_match('"abc"') == {"e_tag": '"abc"'}
+
+
+def test_probe_refuses_a_store_that_answers_the_conditional_create_as_not_implemented() -> None:
+    """A store that cannot take the request (an emulator's 400 to GCS's XML PUT) is refused as
+    unsupported; an unreachable one keeps its own error."""
+    from lakesink.storage import StorageUnsupportedError
+
+    class Answering(ObjectStoreStorage):
+        answer = ""
+
+        def create(self, key: str, data: bytes) -> str:
+            raise StorageError(f"create {key} on {self.uri} failed: {self.answer}")
+
+    refused = Answering("gs://bucket/t")
+    refused.answer = "Server returned non-2xx status code: 400 Bad Request: invalid uploadType"
+    with pytest.raises(StorageUnsupportedError, match=r"gs://bucket/t refused .*400 Bad Request"):
+        refused.probe()
+    down = Answering("gs://bucket/20261128004000400")  # an instant's digits are no status
+    down.answer = "cannot reach the store (after retries): connection refused"
+    with pytest.raises(StorageError) as info:
+        down.probe()
+    assert type(info.value) is StorageError
