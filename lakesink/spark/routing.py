@@ -192,8 +192,10 @@ class RoutingSink(CommittingSink):
         """Any table written by key, not only the first (a conflict in any is retried)."""
         return any(t.coordinator.operation_type == "UPSERT" for t in self.routed.values())
 
-    def _row_statuses(self, statuses: Mapping[str, list[WriteStatus]]) -> list[WriteStatus]:
-        return [s for name in self.routed for s in statuses.get(name, ())]
+    def _row_statuses(
+        self, statuses: Mapping[str, list[WriteStatus]]
+    ) -> dict[str, list[WriteStatus]]:
+        return {name: statuses[name] for name in self.routed if name in statuses}
 
     def _batch_outcome(
         self, batch_id: int, outcomes: Mapping[str, BatchOutcome]
