@@ -10,6 +10,7 @@ two ingestions in one process never mix their counts); `serve()` exposes it over
 
 from __future__ import annotations
 
+import copy
 import logging
 import threading
 from collections.abc import Iterable, Mapping
@@ -65,14 +66,14 @@ METRICS: tuple[MetricSpec, ...] = (
     MetricSpec(
         "lakesink_records_ingested",
         "counter",
-        ("topic",),
-        "Rows committed to the table, per Kafka topic.",
+        ("table", "topic"),
+        "Rows committed, per table and Kafka topic.",
     ),
     MetricSpec(
         "lakesink_bytes_ingested",
         "counter",
-        ("topic",),
-        "Bytes of the rows committed to the table (Arrow in-memory size as written), per topic.",
+        ("table", "topic"),
+        "Bytes of the rows committed (Arrow in-memory size as written), per table and topic.",
     ),
     MetricSpec(
         "lakesink_batches",
@@ -83,9 +84,9 @@ METRICS: tuple[MetricSpec, ...] = (
     MetricSpec(
         "lakesink_dead_letters",
         "counter",
-        ("topic",),
-        "Records that failed to decode, committed to the dead-letter table "
-        "(errors.deadletter.table), per source topic.",
+        ("table", "topic"),
+        "Records that failed to decode (or that no table's route takes), committed to the "
+        "dead-letter table (errors.deadletter.table, the table label), per source topic.",
     ),
     MetricSpec(
         "lakesink_offsets_lost",
@@ -98,20 +99,20 @@ METRICS: tuple[MetricSpec, ...] = (
     MetricSpec(
         "lakesink_partition_committed_offset",
         "gauge",
-        ("topic", "partition"),
-        "The writer's committed next offset per Kafka partition.",
+        ("table", "topic", "partition"),
+        "The writer's committed next offset per table and Kafka partition.",
     ),
     MetricSpec(
         "lakesink_partition_high_watermark",
         "gauge",
-        ("topic", "partition"),
+        ("table", "topic", "partition"),
         "The partition's high watermark (last stable offset under read_committed).",
     ),
     MetricSpec(
         "lakesink_partition_lag",
         "gauge",
-        ("topic", "partition"),
-        "Offsets between the committed offset and the high watermark, per partition.",
+        ("table", "topic", "partition"),
+        "Offsets between the table's committed offset and the high watermark, per partition.",
     ),
     MetricSpec(
         "lakesink_batch_duration_seconds",
@@ -123,27 +124,27 @@ METRICS: tuple[MetricSpec, ...] = (
     MetricSpec(
         "lakesink_commit_duration_seconds",
         "histogram",
-        (),
+        ("table",),
         "Seconds one table commit takes: lock, checks, publish of the completed instant.",
         _LATENCY,
     ),
     MetricSpec(
         "lakesink_lock_wait_seconds",
         "histogram",
-        (),
-        "Seconds spent waiting for the table lock.",
+        ("table",),
+        "Seconds spent waiting for the table's lock.",
         _WAIT,
     ),
     MetricSpec(
         "lakesink_pending_epochs",
         "gauge",
-        (),
+        ("table",),
         "Pre-committed epochs not yet published (commit.mode=async; 0 otherwise).",
     ),
     MetricSpec(
         "lakesink_rollbacks",
         "counter",
-        ("reason",),
+        ("table", "reason"),
         "Instants rolled back: batch_failed (this writer's batch failed) or recovery "
         "(unfinished instants found at start).",
     ),
@@ -156,8 +157,8 @@ METRICS: tuple[MetricSpec, ...] = (
     MetricSpec(
         "lakesink_last_commit_timestamp_seconds",
         "gauge",
-        (),
-        "Unix time of the last published commit.",
+        ("table",),
+        "Unix time of the table's last published commit.",
     ),
 )
 
@@ -204,6 +205,28 @@ def value_of(snapshot: Snapshot, sample: str, **labels: str) -> float:
     )
 
 
+TABLE_SERIES = frozenset(
+    n for m in METRICS if "table" in m.labels and m.kind != "info" for n in m.series_names
+)
+"""The sample names of the metrics about a table (their `table` label names it; the info
+metric's `table` label is the table path as configured)."""
+
+
+def table_samples(snapshot: Snapshot, table: str) -> Snapshot:
+    """`snapshot` with the samples about tables other than `table` left out (the ingestion's
+    own samples kept); a name left without samples is dropped."""
+    out: Snapshot = {}
+    for name, samples in snapshot.items():
+        kept = (
+            [s for s in samples if s["labels"].get("table") == table]
+            if name in TABLE_SERIES
+            else samples
+        )
+        if kept:
+            out[name] = kept
+    return out
+
+
 BATCH_OUTCOMES = ("published", "skipped")
 """The `outcome` labels of lakesink_batches."""
 ROLLBACK_REASONS = ("batch_failed", "recovery")
@@ -224,7 +247,13 @@ def error_classes() -> tuple[str, ...]:
 
 
 class IngestionMetrics:
-    """The metrics of one ingestion, in a registry of their own."""
+    """The metrics of one ingestion, in a registry of their own.
+
+    The metrics about a table (rows, bytes, dead letters, partition gauges, commit latency,
+    lock wait, pending epochs, rollbacks, last commit) carry a `table` label: each table's
+    coordinator records into the view `of_table(name)` gives, which shares this registry and
+    labels what it records with that table's name. The ingestion's own metrics (batches,
+    errors, lost offsets) have no table label."""
 
     def __init__(
         self,
@@ -233,13 +262,23 @@ class IngestionMetrics:
         table: str = "",
         topics: str = "",
         topic_names: Iterable[str] = (),
+        table_names: Iterable[str] = (),
+        dead_letter_table: str | None = None,
     ) -> None:
-        """`topics`: what the ingestion reads as configured (names or a pattern), for the info
-        metric; `topic_names`: the topics known at start, whose per-topic series start at 0."""
+        """`table`: the table path (or paths) for the info metric; `topics`: what the
+        ingestion reads as configured (names or a pattern), for the info metric;
+        `topic_names`: the topics known at start, `table_names`: the tables (the first is what
+        this object records as, see `of_table`), `dead_letter_table`: the dead-letter table's
+        name: their per-table and per-topic series start at 0."""
         self.registry = CollectorRegistry(auto_describe=True)
         self._lock = threading.Lock()
         self._server: Any = None
         self._thread: threading.Thread | None = None
+        names = list(table_names)
+        self.table_label = names[0] if names else ""
+        """The `table` label of what this object records (a view: its table's name)."""
+        self._root = self
+        self._views: dict[str, IngestionMetrics] = {}
         r = self.registry
         self.info = Info(
             "lakesink_ingestion", METRICS_BY_NAME["lakesink_ingestion"].help, registry=r
@@ -273,26 +312,56 @@ class IngestionMetrics:
         self.rollbacks = counter("lakesink_rollbacks")
         self.errors = counter("lakesink_errors")
         self.last_commit = gauge("lakesink_last_commit_timestamp_seconds")
-        self._start_at_zero(topic_names)
+        self._start_at_zero(list(topic_names), names, dead_letter_table)
 
-    def _start_at_zero(self, topic_names: Iterable[str]) -> None:
+    def of_table(self, name: str) -> IngestionMetrics:
+        """The view of these metrics that records as table `name` (one per name): the same
+        registry and series, its `table_label` that name, its rollback series started at 0
+        (they give the dashboard its list of tables). Serving and closing stay the
+        ingestion's (`serve`, `close` act on the object that made the registry)."""
+        root = self._root
+        with root._lock:
+            view = root._views.get(name)
+            if view is None:
+                view = copy.copy(root)
+                view.table_label = name
+                root._views[name] = view
+                for reason in ROLLBACK_REASONS:  # a table created later (dynamic) reads 0 too
+                    root.rollbacks.labels(table=name, reason=reason)
+        return view
+
+    def _start_at_zero(
+        self, topic_names: list[str], table_names: list[str], dead_letter_table: str | None
+    ) -> None:
         """Create the labelled counters' series a dashboard shows before anything happened at
         0: a panel of rollbacks, dead letters or errors reads 0, not "No data", and `increase`
         counts the first event (a series born at 1 has no increase)."""
         for outcome in BATCH_OUTCOMES:
             self.batches.labels(outcome)
-        for reason in ROLLBACK_REASONS:
-            self.rollbacks.labels(reason)
         for error in error_classes():
             self.errors.labels(error)
+        for table in table_names:
+            for reason in ROLLBACK_REASONS:
+                self.rollbacks.labels(table=table, reason=reason)
+            for topic in topic_names:
+                self.records.labels(table=table, topic=topic)
+                self.bytes.labels(table=table, topic=topic)
         for topic in topic_names:
-            for per_topic in (self.records, self.bytes, self.dead_letters, self.offsets_lost):
-                per_topic.labels(topic)
+            self.offsets_lost.labels(topic)
+        if dead_letter_table is not None:
+            self.start_dead_letters(dead_letter_table, topic_names)
 
-    # --- recording -------------------------------------------------------------------------
+    def start_dead_letters(self, table: str, topic_names: Iterable[str]) -> None:
+        """Create the dead-letter series of dead-letter table `table` at 0 (`_start_at_zero`),
+        once its name is known."""
+        for topic in topic_names:
+            self.dead_letters.labels(table=table, topic=topic)
+
+    # --- recording (as `table_label`, for the metrics about a table) ----------------------
     def record_rows(self, topic: str, records: int, nbytes: int) -> None:
-        self.records.labels(topic or UNKNOWN_TOPIC).inc(records)
-        self.bytes.labels(topic or UNKNOWN_TOPIC).inc(nbytes)
+        labels = {"table": self.table_label, "topic": topic or UNKNOWN_TOPIC}
+        self.records.labels(**labels).inc(records)
+        self.bytes.labels(**labels).inc(nbytes)
 
     def record_batch(self, outcome: str, seconds: float | None = None) -> None:
         self.batches.labels(outcome).inc()
@@ -300,31 +369,32 @@ class IngestionMetrics:
             self.batch_duration.observe(seconds)
 
     def record_dead_letters(self, topic: str, count: int) -> None:
-        self.dead_letters.labels(topic or UNKNOWN_TOPIC).inc(count)
+        """Dead letters committed to this view's table (the dead-letter table's view)."""
+        self.dead_letters.labels(table=self.table_label, topic=topic or UNKNOWN_TOPIC).inc(count)
 
     def record_offsets_lost(self, topic: str, count: int) -> None:
         self.offsets_lost.labels(topic or UNKNOWN_TOPIC).inc(count)
 
     def record_commit(self, seconds: float, at_unix_s: float) -> None:
-        self.commit_duration.observe(seconds)
-        self.last_commit.set(at_unix_s)
+        self.commit_duration.labels(self.table_label).observe(seconds)
+        self.last_commit.labels(self.table_label).set(at_unix_s)
 
     def record_lock_wait(self, seconds: float) -> None:
-        self.lock_wait.observe(seconds)
+        self.lock_wait.labels(self.table_label).observe(seconds)
 
     def record_rollback(self, reason: str, count: int = 1) -> None:
-        self.rollbacks.labels(reason).inc(count)
+        self.rollbacks.labels(table=self.table_label, reason=reason).inc(count)
 
     def record_error(self, error: BaseException) -> None:
         self.errors.labels(type(error).__name__).inc()
 
     def set_pending_epochs(self, count: int) -> None:
-        self.pending_epochs.set(count)
+        self.pending_epochs.labels(self.table_label).set(count)
 
     def set_partition(
         self, topic: str, partition: int, committed: int | None, high_watermark: int | None
     ) -> None:
-        labels = (topic, str(partition))
+        labels = (self.table_label, topic, str(partition))
         if committed is not None:
             self.committed_offset.labels(*labels).set(committed)
         if high_watermark is not None:
@@ -339,6 +409,8 @@ class IngestionMetrics:
     def serve(self, host: str, port: int) -> str:
         """Start the HTTP endpoint (`/metrics`) on a daemon thread; returns its URL. Port 0
         picks a free port."""
+        if self._root is not self:
+            return self._root.serve(host, port)
         with self._lock:
             if self._server is None:
                 try:
@@ -357,12 +429,16 @@ class IngestionMetrics:
 
     @property
     def url(self) -> str | None:
+        if self._root is not self:
+            return self._root.url
         if self._server is None:
             return None
         host, port = self._server.server_address[:2]
         return f"http://{_url_host(str(host))}:{port}/metrics"
 
     def close(self) -> None:
+        if self._root is not self:
+            return  # a table's view: the ingestion closes its endpoint
         with self._lock:
             if self._server is not None:
                 self._server.shutdown()

@@ -9,18 +9,18 @@ from typing import Any
 
 from lakesink.config import LakesinkConfig
 from lakesink.console import emit_json, say
-from lakesink.errors import ConfigError
 from lakesink.formats import plugin_of
 from lakesink.metrics import Snapshot
 
 
-def collect_status(cfg: LakesinkConfig) -> dict[str, Any]:
+def collect_status(cfg: LakesinkConfig, table: str | None = None) -> dict[str, Any]:
     """The status of the writer of `cfg` and its table (its format's plugin collects it), with
-    the metrics."""
+    the metrics of that table (`table`: its label, a name of the tables section; by default
+    the table's name)."""
     from lakesink.spark.pipeline import high_watermarks
 
     def add_metrics(out: dict[str, Any]) -> None:
-        out["metrics_source"], out["metrics"] = status_metrics(cfg, out)
+        out["metrics_source"], out["metrics"] = status_metrics(cfg, out, table)
 
     return plugin_of(cfg.settings).status(
         cfg.settings, high_watermarks=lambda: high_watermarks(cfg), add_metrics=add_metrics
@@ -38,13 +38,20 @@ def metrics_url(cfg: LakesinkConfig) -> str | None:
     return f"http://{host}:{port}/metrics"
 
 
-def status_metrics(cfg: LakesinkConfig, st: dict[str, Any]) -> tuple[str | None, Snapshot]:
+def status_metrics(
+    cfg: LakesinkConfig, st: dict[str, Any], table: str | None = None
+) -> tuple[str | None, Snapshot]:
     """The metrics as the endpoint names them: the running ingestion's samples when its
-    endpoint answers, with the partition gauges and pending epochs computed here (fresher)."""
-    from lakesink.metrics import IngestionMetrics, scrape
+    endpoint answers, with the partition gauges and pending epochs computed here (fresher).
+    Of the samples with a `table` label, only those of `table` (default: the table's name):
+    a many-table ingestion's endpoint serves every table's."""
+    from lakesink.metrics import IngestionMetrics, scrape, table_samples
     from lakesink.protocol.offsets import TopicPartition
 
-    computed = IngestionMetrics(writer_id=cfg.writer_id, table=str(cfg["table.path"]))
+    label = table or cfg.table_name
+    computed = IngestionMetrics(
+        writer_id=cfg.writer_id, table=str(cfg["table.path"]), table_names=[label]
+    )
     for p in st["partitions"]:
         tp = TopicPartition.parse(p["partition"])
         computed.set_partition(tp.topic, tp.partition, p["committed"], p["high_watermark"])
@@ -66,22 +73,31 @@ def status_metrics(cfg: LakesinkConfig, st: dict[str, Any]) -> tuple[str | None,
     }
     if "pending" in st:
         partition_gauges.add("lakesink_pending_epochs")
-    merged = {k: v for k, v in live.items() if k not in partition_gauges}
+    merged = {k: v for k, v in table_samples(live, label).items() if k not in partition_gauges}
     merged.update({k: v for k, v in ours.items() if k in partition_gauges})
     return url, dict(sorted(merged.items()))
+
+
+def collect_tables_status(cfg: LakesinkConfig) -> dict[str, dict[str, Any]]:
+    """Each table's status of a many-table ingestion by name (the tables section's, then the
+    dynamic tables found so far), each with its own table's metrics."""
+    from lakesink.spark.table_offsets import all_table_configs
+
+    return {spec.name: collect_status(table, spec.name) for spec, table in all_table_configs(cfg)}
 
 
 def run_status(cfg: LakesinkConfig, *, as_json: bool, watch_s: float | None = None) -> int:
     if cfg["tables"]:  # many tables: each one's status, by name
         if watch_s is not None:
-            raise ConfigError(
-                "status --watch follows one table; with tables, run it with the first table's "
-                "keys, or run status without --watch for every table"
-            )
+            from lakesink.cli.watch import watch_tables
+
+            watch_tables(cfg, interval_s=watch_s, collect=collect_tables_status)
+            return 0
         from lakesink.spark.table_offsets import all_table_configs
 
         statuses = {
-            spec.name: (table, collect_status(table)) for spec, table in all_table_configs(cfg)
+            spec.name: (table, collect_status(table, spec.name))
+            for spec, table in all_table_configs(cfg)
         }
         if as_json:
             emit_json({name: st for name, (_table, st) in statuses.items()})

@@ -1,5 +1,6 @@
 """`lakesink status --watch`: a live terminal view of lag per partition, rates and recent
-instants (Hudi) or snapshots (Iceberg) with their UTC times, refreshed every few seconds (rich).
+instants (Hudi) or snapshots (Iceberg) with their UTC times, refreshed every few seconds (rich);
+for a many-table ingestion, a row per table (`render_tables`).
 
 Rates are smoothed over about `SMOOTHING_S` seconds: a micro-batch writer commits in steps, and
 a refresh that caught a commit next to one that did not would otherwise swing between thousands
@@ -145,7 +146,8 @@ def render(
         summary.append(f"{len(st['pending']['pending_epochs'])} pending epochs")
     body: list[Any] = [title, parts, Text("  ".join(summary))]
     quiet = state.quiet_s()
-    if trigger_s is not None and total_lag > 0 and quiet > STALLED_TRIGGERS * trigger_s:
+    if stalled(state, total_lag, trigger_s):
+        assert trigger_s is not None
         body.append(
             Text(
                 f"writer {st['writer_id']}: no commit for {quiet:,.0f}s (more than "
@@ -200,6 +202,115 @@ def render(
     return Group(*body)
 
 
+def last_commit_unix_s(st: dict[str, Any]) -> float | None:
+    """When the table's last commit completed (Unix seconds; None: none, or no table yet):
+    the completion time of the last completed Hudi instant listed, or the time of the
+    latest Iceberg snapshot."""
+    table = st.get("table")
+    if not table:
+        return None
+    if st.get("format") == "iceberg":
+        stamps = [r["timestamp_ms"] for r in table.get("recent", ()) if r.get("timestamp_ms")]
+        return max(stamps) / 1000 if stamps else None
+    for text in reversed(table.get("instants", ())):
+        m = _INSTANT.match(text)
+        if m is not None and m.group(3) == "completed":
+            return _unix_s(m.group(4) or m.group(1))
+    return None
+
+
+def _unix_s(instant_time: str) -> float:
+    at = datetime.strptime(instant_time[:14], "%Y%m%d%H%M%S").replace(tzinfo=UTC)
+    return at.timestamp() + int(instant_time[14:17]) / 1000
+
+
+def _age(seconds: float) -> str:
+    seconds = max(0.0, seconds)
+    if seconds < 120:
+        return f"{seconds:,.0f}s ago"
+    if seconds < 7200:
+        return f"{seconds / 60:,.0f}m ago"
+    return f"{seconds / 3600:,.1f}h ago"
+
+
+def stalled(state: WatchState, lag: int, trigger_s: float | None) -> bool:
+    """Whether a writer with `lag` offsets to ingest has not moved its committed offsets for
+    more than STALLED_TRIGGERS triggers (stopped, crashed or stuck)."""
+    return trigger_s is not None and lag > 0 and state.quiet_s() > STALLED_TRIGGERS * trigger_s
+
+
+def render_tables(
+    statuses: dict[str, dict[str, Any]],
+    states: dict[str, WatchState],
+    interval_s: float,
+    trigger_s: float | None = None,
+    now_unix_s: float | None = None,
+) -> Group:
+    """One frame of the view of a many-table ingestion: a row per table (its format, lag,
+    offsets and records per second, the age of its last commit), a table whose offsets
+    stopped moving while it has lag flagged (`stalled`)."""
+    now = time.time() if now_unix_s is None else now_unix_s
+    clock = time.strftime("%H:%M:%S", time.gmtime(now))
+    writer = next((st["writer_id"] for st in statuses.values()), "")
+    title = Text.assemble(
+        ("lakesink status", "bold"),
+        Text(f"  writer {writer}  {len(statuses)} tables  "),
+        (f"{clock} UTC, every {interval_s:g}s, refresh {_refreshes(states)}", "dim"),
+    )
+    rows = Table(title="tables", title_justify="left", expand=False)
+    for column in ("table", "format", "lag", "offsets/s", "records/s", "last commit", "state"):
+        rows.add_column(column, justify="left" if column in ("table", "format") else "right")
+    flagged: list[Text] = []
+    total_lag = 0
+    for name, st in statuses.items():
+        state = states.get(name) or WatchState()
+        lag = sum(p["lag"] or 0 for p in st["partitions"])
+        total_lag += lag
+        rate = sum(state.rates.values()) if state.rates else None
+        last = last_commit_unix_s(st)
+        if st.get("table") is None:
+            condition = Text("not created yet", style="dim")
+        elif stalled(state, lag, trigger_s):
+            condition = Text("stopped?", style="bold red")
+            flagged.append(
+                Text(
+                    f"table {name}: no commit for {state.quiet_s():,.0f}s (more than "
+                    f"{STALLED_TRIGGERS} triggers of {trigger_s:g}s) with {lag:,} offsets "
+                    "to ingest: is the ingestion stopped or stuck? See its log.",
+                    style="bold red",
+                )
+            )
+        else:
+            condition = Text("ok", style="green")
+        rows.add_row(
+            Text(name),
+            st.get("format") or "hudi",
+            Text(f"{lag:,}", style="yellow" if lag else "green"),
+            "-" if rate is None else f"{rate:,.0f}",
+            "-" if state.records_per_s is None else f"{state.records_per_s:,.0f}",
+            "-" if last is None else _age(now - last),
+            condition,
+        )
+    summary = [f"total lag {total_lag:,}"]
+    rates = [sum(s.rates.values()) for s in states.values() if s.rates]
+    if rates:
+        summary.append(f"{sum(rates):,.0f} offsets/s over the tables")
+    body: list[Any] = [title, rows, Text("  ".join(summary)), *flagged]
+    with_dead = [st for st in statuses.values() if "dead_letter_table" in st]
+    if with_dead:  # one dead-letter table for the ingestion
+        dead = with_dead[0]["dead_letter_table"]
+        body.append(
+            Text("dead-letter table: not created yet", style="dim")
+            if dead is None
+            else Text(f"dead-letter table {dead['name']}: {dead['records']:,} records")
+        )
+    return Group(*body)
+
+
+def _refreshes(states: dict[str, WatchState]) -> int:
+    return max((s.refreshes for s in states.values()), default=0)
+
+
 def _instant_of_ms(ms: int) -> str:
     return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y%m%d%H%M%S%f")[:17]
 
@@ -232,3 +343,33 @@ def watch_status(
     except KeyboardInterrupt:
         pass
     return state.refreshes
+
+
+def watch_tables(
+    cfg: LakesinkConfig,
+    *,
+    interval_s: float,
+    collect: Callable[[LakesinkConfig], dict[str, dict[str, Any]]],
+    console: Console | None = None,
+    refreshes: int | None = None,
+) -> int:
+    """`watch_status` for a many-table ingestion: `collect` gathers every table's status by
+    name (the tables section's, then the dynamic ones found so far), a row per table."""
+    states: dict[str, WatchState] = {}
+    trigger_s = float(cfg["trigger.interval.s"])
+    shown = 0
+    try:
+        with Live(console=console, auto_refresh=False, transient=False) as live:
+            while True:
+                statuses = collect(cfg)
+                now = time.monotonic()
+                for name, st in statuses.items():
+                    states.setdefault(name, WatchState()).update(st, now)
+                live.update(render_tables(statuses, states, interval_s, trigger_s), refresh=True)
+                shown += 1
+                if refreshes is not None and shown >= refreshes:
+                    break
+                time.sleep(interval_s)
+    except KeyboardInterrupt:
+        pass
+    return shown

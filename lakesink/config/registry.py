@@ -29,8 +29,10 @@ from lakesink.config.storage import STORAGE_KEYS
 from lakesink.config.table import TABLE_KEYS
 from lakesink.config.tables import (
     TABLES_KEYS,
+    Route,
     TableSpec,
     check_dynamic_template,
+    dynamic_parent,
     dynamic_spec,
     gather_table_keys,
     parse_tables,
@@ -211,8 +213,20 @@ class LakesinkConfig:
     def dynamic_table_config(self, name: str) -> tuple[TableSpec, LakesinkConfig]:
         """Dynamic table `name` (`route.dynamic.*`) with its configuration, as a table of the
         tables section: the top-level keys, its path from the template."""
-        spec = dynamic_spec(self["route.dynamic.field"], name, self["route.dynamic.path"])
+        spec = dynamic_spec(
+            self["route.dynamic.field"], name, self["route.dynamic.path"], self["table.format"]
+        )
         return spec, self._table_config(spec)
+
+    def dynamic_location_config(self) -> LakesinkConfig:
+        """Where the dynamic tables are, as a configuration whose table.path is the folder
+        before the template's /{table} (the Hudi tables' parent folder, or the Iceberg
+        warehouse) with the top-level keys: what the format plugin lists them from
+        (`FormatPlugin.table_names`)."""
+        spec = TableSpec(
+            "dynamic", {"table.path": dynamic_parent(self["route.dynamic.path"])}, Route()
+        )
+        return self._table_config(spec)
 
     def _table_config(self, spec: TableSpec) -> LakesinkConfig:
         values = {
@@ -685,11 +699,6 @@ def _check_tables(cfg: LakesinkConfig) -> None:
             check_dynamic_template(cfg["route.dynamic.path"])
         except ValueError as e:
             raise ConfigError(str(e)) from None
-        if cfg["table.format"] != "hudi":
-            raise ConfigError(
-                "route.dynamic.field creates Hudi tables; dynamic Iceberg tables are not built "
-                "yet: set table.format=hudi at the top level, or name the tables"
-            )
     elif cfg["route.dynamic.path"]:
         raise ConfigError("route.dynamic.path needs route.dynamic.field (the names' column)")
     seen: dict[tuple[str, str, str], str] = {}

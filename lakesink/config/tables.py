@@ -105,9 +105,10 @@ TABLES_KEYS: tuple[Key, ...] = (
         "route.dynamic.field",
         _route_field,
         None,
-        "With tables: a value column (or kafka_key, or header:<name>) whose text names the Hudi "
-        "table a record goes to, created at route.dynamic.path on its first record; a name "
-        "route.dynamic.allow refuses, or a null, is a record no route takes.",
+        "With tables: a value column (or kafka_key, or header:<name>) whose text names the "
+        "table a record goes to, created on its first record (at route.dynamic.path, in the "
+        "top-level table.format); a name route.dynamic.allow refuses, or a null, is a record "
+        "no route takes.",
     ),
     Key(
         "route.dynamic.allow",
@@ -120,7 +121,8 @@ TABLES_KEYS: tuple[Key, ...] = (
         optional_str,
         None,
         "Where dynamic tables are: a path or URI ending in /{table}, the table's name in place "
-        "of {table} (e.g. s3://bucket/tables/{table}).",
+        "of {table} (e.g. s3://bucket/tables/{table}); for Iceberg tables the folder before "
+        "/{table} is the warehouse and {table} the table's name in iceberg.namespace.",
     ),
     Key(
         "route.default",
@@ -271,14 +273,16 @@ def _route(name: str, keys: Mapping[str, Any]) -> Route:
     return route
 
 
-def dynamic_spec(field: str, name: str, template: str) -> TableSpec:
-    """The spec of dynamic table `name`: at the template's path, taking the records whose
-    `field` text is its name."""
-    return TableSpec(
-        name,
-        {"table.path": dynamic_path(template, name)},
-        Route(field=field, regex=re.escape(name)),
+def dynamic_spec(field: str, name: str, template: str, table_format: str = "hudi") -> TableSpec:
+    """The spec of dynamic table `name`, taking the records whose `field` text is its name: a
+    Hudi table at the template's path; an Iceberg table named `name` in the warehouse the
+    template's folder is (its catalog and namespace: the top-level iceberg.* keys)."""
+    where = (
+        {"table.path": dynamic_parent(template), "table.name": name}
+        if table_format == "iceberg"
+        else {"table.path": dynamic_path(template, name)}
     )
+    return TableSpec(name, where, Route(field=field, regex=re.escape(name)))
 
 
 def dynamic_path(template: str, name: str) -> str:

@@ -81,6 +81,11 @@ class FormatPlugin(Protocol):
         """The writer's committed offsets, read from the table."""
         ...
 
+    def table_names(self, settings: Settings) -> list[str]:
+        """The names of the tables of this format at `settings`' table.path (none when it
+        does not exist yet): how a many-table ingestion finds its dynamic tables again."""
+        ...
+
     def committed_topic_ids(self, settings: Settings) -> dict[str, str]:
         """The Kafka topic ids the writer's newest commit recorded (none when not recorded)."""
         ...

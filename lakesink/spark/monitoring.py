@@ -1,11 +1,12 @@
 """Lag readings for the metrics: the high watermark of every ingested partition, read from the
-brokers every `metrics.lag.interval.s` on a thread of the driver, beside the writer's committed
-offsets (updated after every batch)."""
+brokers every `metrics.lag.interval.s` on a thread of the driver, beside each table's committed
+offsets (updated after every batch); the gauges carry the table's label."""
 
 from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from lakesink.config import LakesinkConfig
@@ -18,17 +19,20 @@ log = logging.getLogger(__name__)
 
 
 class LagMonitor:
-    """Keeps the partition gauges (committed offset, high watermark, lag) of one ingestion."""
+    """Keeps the partition gauges (committed offset, high watermark, lag) of one ingestion,
+    per table."""
 
     def __init__(
         self,
         cfg: LakesinkConfig,
-        coordinator: Coordinator,
+        coordinators: Callable[[], Sequence[Coordinator]],
         metrics: IngestionMetrics,
         partitions: list[TopicPartition],
     ) -> None:
+        """`coordinators()`: the tables' coordinators now (a many-table ingestion adds its
+        dynamic tables as they are created); each records into its own metrics view."""
         self.cfg = cfg
-        self.coordinator = coordinator
+        self.coordinators = coordinators
         self.metrics = metrics
         self.partitions = list(partitions)
         self.interval_s: float = cfg["metrics.lag.interval.s"]
@@ -81,8 +85,10 @@ class LagMonitor:
                 client.close()
 
     def _publish(self) -> None:
-        committed = self.coordinator.committed
         with self._lock:
             marks = dict(self._marks)
-        for tp in sorted(set(marks) | set(committed.next_offsets), key=lambda p: p.key()):
-            self.metrics.set_partition(tp.topic, tp.partition, committed.get(tp), marks.get(tp))
+        for coordinator in self.coordinators():
+            committed = coordinator.committed
+            metrics = coordinator.metrics or self.metrics
+            for tp in sorted(set(marks) | set(committed.next_offsets), key=lambda p: p.key()):
+                metrics.set_partition(tp.topic, tp.partition, committed.get(tp), marks.get(tp))

@@ -208,17 +208,21 @@ class Ingestion:
         # set when run() failed on a writer schema id its columns lack, noted for the next run
         self.new_writer_schema: int | None = None
         self.plugin = plugin_of(cfg.settings)
+        # the metrics about a table carry its name: the tables section's names, else the table's
+        table_names = [spec.name for spec in cfg.table_specs] or [cfg.table_name]
         self.metrics = IngestionMetrics(
             writer_id=cfg.writer_id,
             table=str(cfg["table.path"]),
             topics=",".join(cfg["kafka.topics"]) or str(cfg["kafka.topic.pattern"]),
             topic_names=cfg["kafka.topics"],
+            table_names=table_names,
         )
         topic_ids = TopicIds(cfg["kafka.bootstrap.servers"], cfg.kafka_client_config)
         query_id = str(uuid.uuid4())
         # many tables (tables.<name>.*): each its own, the first one standing for the writer
         # where one coordinator is asked (lag readings)
         self.routed = self._open_routed_tables(query_id, topic_ids) if cfg["tables"] else []
+        self.dynamic: list[RoutedTable] = []  # dynamic tables this run created
         self.monitor: LagMonitor | None = None  # lag readings while metrics are served
         self.liveness: WriterLiveness | None = None  # renewed while run() runs
         if self.routed:
@@ -245,7 +249,7 @@ class Ingestion:
             query_id=query_id,
             publish_delay_s=cfg["commit.publish.delay.s"],
             topic_ids=topic_ids,
-            metrics=self.metrics,
+            metrics=self.metrics.of_table(cfg.table_name),
         )
 
     def _arrow_rows(self, schema: StructType) -> Callable[[], pa.Schema]:
@@ -261,6 +265,7 @@ class Ingestion:
         """Dynamic table `name` (`route.dynamic.*`), created on its first record."""
         routed = self._open_routed(*self.cfg.dynamic_table_config(name))
         routed.coordinator.start()
+        self.dynamic.append(routed)  # for the lag readings
         log.info("created dynamic table %s at %s", name, routed.cfg["table.path"])
         return routed
 
@@ -279,7 +284,7 @@ class Ingestion:
             query_id=self._query_id,
             publish_delay_s=cfg["commit.publish.delay.s"],
             topic_ids=self._topic_ids,
-            metrics=self.metrics,
+            metrics=self.metrics.of_table(spec.name),
         )
         return RoutedTable(spec, cfg, plugin, coordinator, schema, fields, load_transform(cfg))
 
@@ -290,7 +295,9 @@ class Ingestion:
             return None
         url = self.metrics.serve(self.cfg["metrics.host"], self.cfg["metrics.port"])
         if self.monitor is None:
-            self.monitor = LagMonitor(self.cfg, self.coordinator, self.metrics, self.partitions)
+            self.monitor = LagMonitor(
+                self.cfg, self._table_coordinators, self.metrics, self.partitions
+            )
             self.monitor.start()
         return url
 
@@ -578,7 +585,15 @@ class Ingestion:
             query_id=self.coordinator.query_id,
         )
         coordinator.start()
+        self.metrics.start_dead_letters(coordinator.name, self.cfg["kafka.topics"])
         return coordinator
+
+    def _table_coordinators(self) -> list[Coordinator]:
+        """The coordinators of the tables of rows: the table, or each routed table (dynamic
+        ones included), whose committed offsets the lag readings show per table."""
+        if not self.routed:
+            return [self.coordinator]
+        return [t.coordinator for t in (*self.routed, *self.dynamic)]
 
     def _let_batch_finish(self, query: StreamingQuery, sink: CommittingSink) -> None:
         """Waits (bounded) until the batch that caught up is in Spark's commit log, so the next

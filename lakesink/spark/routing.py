@@ -146,6 +146,8 @@ class RoutingSink(CommittingSink):
         self.dynamic_field: str | None = cfg["route.dynamic.field"]
         self.dynamic_allow: str = cfg["route.dynamic.allow"]
         self.open_dynamic = open_dynamic
+        # names that are tables of the tables section under another name: never dynamic
+        self._not_dynamic: set[str] = set()
         self._set_tables(tables)
 
     def _set_tables(self, tables: Sequence[RoutedTable]) -> None:
@@ -184,16 +186,29 @@ class RoutingSink(CommittingSink):
             .distinct()
             .collect()
         )
-        new = sorted({r["name"] for r in names} - set(self.routed))
-        if new:
-            self._set_tables([*self.routed.values(), *(self.open_dynamic(n) for n in new)])
+        from lakesink.spark.table_offsets import is_named_table, named_tables
+
+        new = sorted({r["name"] for r in names} - set(self.routed) - self._not_dynamic)
+        if not new:
+            return
+        named = named_tables(self.cfg)
+        opened = []
+        for name in new:
+            if is_named_table(self.cfg.dynamic_table_config(name)[1], name, named):
+                self._not_dynamic.add(name)  # records no dynamic table takes
+                continue
+            opened.append(self.open_dynamic(name))
+        if opened:
+            self._set_tables([*self.routed.values(), *opened])
 
     def _writes_by_key(self) -> bool:
         """Any table written by key, not only the first (a conflict in any is retried)."""
         return any(t.coordinator.operation_type == "UPSERT" for t in self.routed.values())
 
-    def _row_statuses(self, statuses: Mapping[str, list[WriteStatus]]) -> list[WriteStatus]:
-        return [s for name in self.routed for s in statuses.get(name, ())]
+    def _row_statuses(
+        self, statuses: Mapping[str, list[WriteStatus]]
+    ) -> dict[str, list[WriteStatus]]:
+        return {name: statuses[name] for name in self.routed if name in statuses}
 
     def _batch_outcome(
         self, batch_id: int, outcomes: Mapping[str, BatchOutcome]

@@ -247,7 +247,8 @@ class CommittingSink:
         self.in_batch = False  # a batch is running now
         self.metrics: IngestionMetrics | None = coordinator.metrics
         self.plugin = plugin_of(cfg.settings)
-        self._rows_by_topic: dict[str, tuple[int, int]] = {}
+        # rows and bytes per topic of each table the batch committed, for the metrics
+        self._rows_by_table: dict[str, dict[str, tuple[int, int]]] = {}
         self._rows_arrow: Any = None  # the rows' declared Arrow schema (`rows_arrow_schema`)
         # Spans cut off this batch at a restart, the broker's log end having moved back below
         # them (spark/replay_check.py): recorded in the main table's commit
@@ -309,7 +310,7 @@ class CommittingSink:
 
     def _run_batch(self, batch_df: DataFrame, batch_id: int) -> None:
         started = time.perf_counter()
-        self._rows_by_topic = {}
+        self._rows_by_table = {}
         ranges = planned_ranges(self.cfg.checkpoint_location, batch_id)
         self.lost = lost_spans(self.cfg.checkpoint_location, batch_id)
         if self.committer is not None:
@@ -325,8 +326,10 @@ class CommittingSink:
         self.stats.last_batch_s = time.perf_counter() - started
         if self.metrics is not None:
             self.metrics.record_batch("published", self.stats.last_batch_s)
-            for topic, (rows, nbytes) in self._rows_by_topic.items():
-                self.metrics.record_rows(topic, rows, nbytes)
+            for role, per_topic in self._rows_by_table.items():
+                table_metrics = self.tables[role].coordinator.metrics or self.metrics
+                for topic, (rows, nbytes) in per_topic.items():
+                    table_metrics.record_rows(topic, rows, nbytes)
         if self.on_batch:
             self.on_batch(outcome)
 
@@ -373,7 +376,10 @@ class CommittingSink:
         except BaseException:
             self.tables.abort(batch_id, instants)
             raise
-        self._rows_by_topic = rows_per_topic(self._row_statuses(statuses), ranges)
+        self._rows_by_table = {
+            role: rows_per_topic(written, ranges)
+            for role, written in self._row_statuses(statuses).items()
+        }
         outcomes = self.tables.commit(
             batch_id,
             ranges,
@@ -395,9 +401,12 @@ class CommittingSink:
         write = self._write_direct if self.direct else self._write_frame
         return write(batch_df, ranges, instants)
 
-    def _row_statuses(self, statuses: Mapping[str, list[WriteStatus]]) -> list[WriteStatus]:
-        """The statuses of the tables of rows (not dead letters), for the per-topic counts."""
-        return statuses.get(ROWS, [])
+    def _row_statuses(
+        self, statuses: Mapping[str, list[WriteStatus]]
+    ) -> dict[str, list[WriteStatus]]:
+        """The statuses of the tables of rows (not dead letters) by role, for the per-table
+        and per-topic counts."""
+        return {ROWS: statuses[ROWS]} if ROWS in statuses else {}
 
     def _batch_outcome(
         self, batch_id: int, outcomes: Mapping[str, BatchOutcome]
@@ -472,8 +481,9 @@ class CommittingSink:
     ) -> None:
         self.stats.dead_letters += sum(s.records_written for s in statuses)
         if self.metrics is not None:
+            dead = self.metrics.of_table(self.tables[DEAD_LETTERS].coordinator.name)
             for topic, (rows, _nbytes) in rows_per_topic(list(statuses), ranges).items():
-                self.metrics.record_dead_letters(topic, rows)
+                dead.record_dead_letters(topic, rows)
 
     def _write(
         self,

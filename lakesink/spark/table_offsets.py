@@ -8,20 +8,18 @@ import re
 from collections.abc import Sequence
 
 from lakesink.config import LakesinkConfig
-from lakesink.config.tables import TableSpec, dynamic_parent
+from lakesink.config.tables import TableSpec
 from lakesink.formats import plugin_of
 from lakesink.protocol.offsets import WriterOffsets
-from lakesink.storage import open_storage
-
-# a folder holding this is a Hudi table (the marker hudi-rs and Hudi look for)
-HOODIE_PROPERTIES = ".hoodie/hoodie.properties"
 
 __all__ = [
     "all_table_configs",
     "committed_offsets_of",
     "committed_topic_ids_of",
     "dynamic_table_names",
+    "is_named_table",
     "lowest_committed",
+    "named_tables",
 ]
 
 
@@ -32,25 +30,54 @@ def all_table_configs(cfg: LakesinkConfig) -> list[tuple[TableSpec, LakesinkConf
 
 
 def dynamic_table_names(cfg: LakesinkConfig) -> list[str]:
-    """The dynamic tables (`route.dynamic.*`) that exist: the folders under the template's
-    parent whose name route.dynamic.allow takes and that hold a Hudi table, less the names of
-    the tables section (one LIST, and one HEAD per folder)."""
+    """The dynamic tables (`route.dynamic.*`) that exist: the tables of the top-level format
+    where the template puts them (Hudi: the folders before its /{table} that hold a Hudi
+    table; Iceberg: the catalog's tables in iceberg.namespace of that warehouse) whose name
+    route.dynamic.allow takes, less the tables of the tables section (by name, or being the
+    same table: `is_named_table`)."""
     if not cfg["route.dynamic.field"]:
         return []
-    named = {spec.name for spec in cfg.table_specs}
     allow = re.compile(cfg["route.dynamic.allow"])
-    parent = open_storage(dynamic_parent(cfg["route.dynamic.path"]), cfg.values)
-    try:
-        folders = parent.list_folder("").folders
-    except FileNotFoundError:  # no dynamic table yet
-        return []
-    return sorted(
+    where = cfg.dynamic_location_config()
+    found = plugin_of(where.settings).table_names(where.settings)
+    named = named_tables(cfg)
+    return [
         name
-        for name in folders
-        if name not in named
-        and allow.fullmatch(name)
-        and parent.exists(f"{name}/{HOODIE_PROPERTIES}")
+        for name in found
+        if allow.fullmatch(name)
+        and not is_named_table(cfg.dynamic_table_config(name)[1], name, named)
+    ]
+
+
+TableIdentity = tuple[str, str, str, str]
+
+
+def table_identity(table: LakesinkConfig) -> TableIdentity:
+    """What makes two configurations the same table: path, format, name and namespace."""
+    iceberg = table["table.format"] == "iceberg"
+    namespace = str(table["iceberg.namespace"] or "lakesink") if iceberg else ""
+    path = str(table["table.path"]).rstrip("/")
+    return (path, table["table.format"], table.table_name, namespace)
+
+
+def named_tables(cfg: LakesinkConfig) -> tuple[frozenset[str], frozenset[TableIdentity]]:
+    """The names of the tables section and the tables they are (`is_named_table`)."""
+    configs = cfg.table_configs()
+    return (
+        frozenset(spec.name for spec, _ in configs),
+        frozenset(table_identity(t) for _, t in configs),
     )
+
+
+def is_named_table(
+    dynamic: LakesinkConfig, name: str, named: tuple[frozenset[str], frozenset[TableIdentity]]
+) -> bool:
+    """Whether dynamic table `name` (its configuration `dynamic`) is a table of the tables
+    section: one of its names, or the same table under another name (an Iceberg table of the
+    section in the dynamic tables' warehouse): such records go where the section's routes
+    send them, never to a second writer of that table."""
+    names, identities = named
+    return name in names or table_identity(dynamic) in identities
 
 
 def lowest_committed(offsets: Sequence[WriterOffsets]) -> WriterOffsets:

@@ -71,6 +71,9 @@ def test_ingest_api_metrics_endpoint_scraped_during_ingestion_counts_what_was_in
         # rows per topic, as produced; bytes counted for both
         assert value_of(final, "lakesink_records_ingested_total", topic=first) == 800
         assert value_of(final, "lakesink_records_ingested_total", topic=second) == 400
+        # one table: the metrics about it carry its name (the last folder of table.path)
+        assert {s["labels"]["table"] for s in final["lakesink_partition_lag"]} == {"events"}
+        assert value_of(final, "lakesink_records_ingested_total", table="events") == 1200
         assert value_of(final, "lakesink_bytes_ingested_total", topic=first) > 0
         assert value_of(final, "lakesink_bytes_ingested_total", topic=second) > 0
         # one batch, one commit, at least two lock waits (begin and publish) per published batch

@@ -12,6 +12,7 @@ names, once."""
 
 from __future__ import annotations
 
+import io
 import json
 import shutil
 import signal
@@ -22,11 +23,16 @@ from typing import Any
 import pyarrow as pa
 import pytest
 from integration.conftest import run_ingestion, write_config_file
+from rich.console import Console
 
+from lakesink.cli.watch import render_tables
 from lakesink.config import LakesinkConfig, build_config
 from lakesink.errors import LakesinkError
 from lakesink.formats.hudi.audit import hudi_rs_batches
 from lakesink.kafka.producer import produce_values
+from lakesink.metrics import value_of
+from lakesink.spark.pipeline import Ingestion
+from lakesink.spark.table_offsets import all_table_configs
 
 pytestmark = pytest.mark.integration
 
@@ -44,11 +50,15 @@ def _value(i: int, topic: str) -> bytes:
 
 
 def _config(
-    bootstrap: str, orders: str, payments: str, folder: Path, **more: Any
+    bootstrap: str, orders: str, payments: str, folder: Path, dynamic: str = "hudi", **more: Any
 ) -> LakesinkConfig:
+    """`dynamic`: the format of the dynamic tables (the top-level table.format); Iceberg ones
+    are made in the europe table's warehouse and catalog."""
+    template = folder / ("warehouse" if dynamic == "iceberg" else "tenants") / "{table}"
     return build_config(
         {
             "kafka.bootstrap.servers": bootstrap,
+            "table.format": dynamic,
             "kafka.topics": f"{orders},{payments}",
             "value.format": "json",
             "value.schema": "id BIGINT, region STRING, source STRING, tenant STRING",
@@ -59,6 +69,7 @@ def _config(
             "lock.lease.s": 10,
             # every record of the orders topic
             "tables.orders.table.path": str(folder / "orders"),
+            "tables.orders.table.format": "hudi",
             "tables.orders.route.topics": orders,
             # the European records of both topics, in an Iceberg table
             "tables.europe.table.path": str(folder / "warehouse"),
@@ -69,11 +80,12 @@ def _config(
             # a transformation of its own: its rows written by a Spark job of their own (the
             # other tables' by one fan-out job)
             "tables.europe.transform.sql": "SELECT *, upper(region) AS area FROM source",
-            # a Hudi table per tenant, created on its first record
+            # a table per tenant, created on its first record
             "route.dynamic.field": "tenant",
-            "route.dynamic.path": str(folder / "tenants" / "{table}"),
+            "route.dynamic.path": str(template),
             # what no route takes: payments outside Europe without a tenant
             "tables.rest.table.path": str(folder / "rest"),
+            "tables.rest.table.format": "hudi",
             "route.default": "rest",
             **more,
         }
@@ -139,9 +151,13 @@ def test_a_record_no_route_takes_fails_the_batch_without_a_default(
     strict = build_config({**values, "tables": tables})
     with pytest.raises(LakesinkError, match=r"matches no table's route; set route.default"):
         run_ingestion(strict, spark)
-    for spec, table in strict.table_configs():  # nothing of the failed batch committed
-        from lakesink.spark.table_offsets import committed_offsets_of
+    from lakesink.spark.table_offsets import all_table_configs, committed_offsets_of
 
+    # the dynamic Hudi tables the batch named were created before it failed, and are found
+    # again as a restart finds them (the folders holding a Hudi table)
+    tables = all_table_configs(strict)
+    assert [spec.name for spec, _ in tables] == ["europe", "orders", "acme", "globex"]
+    for spec, table in tables:  # nothing of the failed batch committed
         assert committed_offsets_of(table).to_json() == {}, spec.name
 
 
@@ -154,7 +170,9 @@ def test_killed_between_two_tables_commits_each_table_takes_its_records_once(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     orders, payments = topics
-    cfg = _config(kafka_bootstrap, orders, payments, tmp_path)
+    # the dynamic tables in Iceberg, beside the europe table (the named ones in Hudi: both
+    # formats' dynamic tables are covered, Hudi's by the test above)
+    cfg = _config(kafka_bootstrap, orders, payments, tmp_path, dynamic="iceberg")
     conf = write_config_file(cfg, tmp_path / "c.toml")
     killed = cli(
         ["ingest", "--config", str(conf), "--once"],
@@ -167,11 +185,23 @@ def test_killed_between_two_tables_commits_each_table_takes_its_records_once(
         assert len(set(rows)) == len(rows) and set(rows) <= set(want[name]), name
     positions = {spec.name: _committed(table) for spec, table in cfg.table_configs()}
     assert len({json.dumps(p, sort_keys=True) for p in positions.values()}) > 1, positions
+    ahead = {spec.name: _committed(table) for spec, table in all_table_configs(cfg)}
+    assert sorted(ahead) == sorted(want)  # the dynamic Iceberg tables found in the catalog
     # Spark's checkpoint lost: the source starts at the lowest offsets over the tables, and
     # the tables ahead skip what they have
     shutil.rmtree(cfg.checkpoint_location)
-    result = run_ingestion(cfg, spark)
+    ingestion = Ingestion(cfg, spark)
+    result = ingestion.run(once=True, timeout_s=120)
     assert _read(cfg) == want
+    # the metrics per table: the rows each table took in this run, a commit in each table
+    # that was behind
+    end = {f"{orders}:0": PER_TOPIC, f"{payments}:0": PER_TOPIC}
+    snap = ingestion.metrics.snapshot()
+    for name, rows in want.items():
+        taken = value_of(snap, "lakesink_records_ingested_total", table=name)
+        assert taken == len(rows) - len(behind[name]), name
+        commits = value_of(snap, "lakesink_commit_duration_seconds_count", table=name)
+        assert (commits > 0) == (ahead[name] != end), (name, commits, ahead[name])
     # every table committed every offset of the writer: the lowest over them is the end
     assert result.committed == {f"{orders}:0": PER_TOPIC, f"{payments}:0": PER_TOPIC}
     again = run_ingestion(cfg, spark)
@@ -199,6 +229,17 @@ def test_killed_between_two_tables_commits_each_table_takes_its_records_once(
     assert sorted(statuses) == ["acme", "europe", "globex", "orders", "rest"]
     for name, st in statuses.items():
         assert {p["committed"] for p in st["partitions"]} == {PER_TOPIC}, name
+        # its metrics: its own table's samples
+        lag = st["metrics"]["lakesink_partition_committed_offset"]
+        assert {(s["labels"]["table"], s["value"]) for s in lag} == {(name, PER_TOPIC)}, name
+    # status --watch: a row per table (table, format, lag, rates, last commit, state)
+    frame = io.StringIO()
+    Console(file=frame, width=160, color_system=None).print(render_tables(statuses, {}, 1.0))
+    for name in statuses:
+        row = next(ln for ln in frame.getvalue().splitlines() if f" {name} " in ln)
+        cells = row.replace("│", " ").split()
+        fmt = "iceberg" if name in ("europe", "acme", "globex") else "hudi"
+        assert cells[1:3] == [fmt, "0"] and cells[-2:] == ["ago", "ok"], row
 
 
 def _committed(table: LakesinkConfig) -> dict[str, int]:

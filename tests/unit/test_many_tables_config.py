@@ -184,14 +184,6 @@ def test_dynamic_tables_are_hudi_tables_at_the_template_with_the_top_level_keys(
         ({"route.dynamic.field": "t"}, r"route\.dynamic\.path=None: expected .*/\{table\}"),
         ({"route.dynamic.field": "t", "route.dynamic.path": "/d/{table}/x"}, "ending in"),
         ({"route.dynamic.path": "/d/{table}"}, "needs route.dynamic.field"),
-        (
-            {
-                "route.dynamic.field": "t",
-                "route.dynamic.path": "/d/{table}",
-                "table.format": "iceberg",
-            },
-            "dynamic Iceberg tables are not built",
-        ),
     ],
 )
 def test_a_bad_dynamic_route_is_named(keys: dict[str, Any], message: str) -> None:
@@ -209,3 +201,62 @@ def test_dynamic_routes_need_a_named_table() -> None:
                 "route.dynamic.path": "/d/{table}",
             }
         )
+
+
+def test_dynamic_iceberg_tables_are_named_tables_of_the_templates_warehouse() -> None:
+    cfg = _cfg(rest={"table.path": "/t/rest", "table.format": "hudi"}).with_overrides(
+        {
+            "table.format": "iceberg",
+            "iceberg.namespace": "tenants",
+            "route.dynamic.field": "tenant",
+            "route.dynamic.path": "/data/warehouse/{table}",
+        }
+    )
+    spec, table = cfg.dynamic_table_config("acme-1")
+    assert table["table.format"] == "iceberg" and table["table.path"] == "/data/warehouse"
+    assert table.table_name == "acme-1" and table["iceberg.namespace"] == "tenants"
+    assert spec.route == Route(field="tenant", regex=re.escape("acme-1"))
+    where = cfg.dynamic_location_config()  # what the catalog is listed from
+    assert where["table.path"] == "/data/warehouse" and where["table.format"] == "iceberg"
+
+
+def test_dynamic_tables_are_found_again_less_the_tables_of_the_section(tmp_path: Path) -> None:
+    from lakesink.spark.table_offsets import dynamic_table_names, is_named_table, named_tables
+
+    tenants = tmp_path / "tenants"
+    for name in ("acme", "globex", "rest", "bad name", "empty"):
+        (tenants / name).mkdir(parents=True)
+    for name in ("acme", "globex", "rest", "bad name"):  # Hudi tables (but "empty")
+        (tenants / name / ".hoodie").mkdir()
+        (tenants / name / ".hoodie" / "hoodie.properties").write_text("hoodie.table.name=x\n")
+    cfg = _cfg(
+        rest={"table.path": str(tenants / "rest")}, europe={"table.path": "/w", "table.name": "eu"}
+    ).with_overrides(
+        {"route.dynamic.field": "tenant", "route.dynamic.path": str(tenants / "{table}")}
+    )
+    # "rest" is a table of the section; "bad name" is refused by route.dynamic.allow
+    assert dynamic_table_names(cfg) == ["acme", "globex"]
+    named = named_tables(cfg)
+    assert is_named_table(cfg.dynamic_table_config("rest")[1], "rest", named)
+    assert not is_named_table(cfg.dynamic_table_config("acme")[1], "acme", named)
+    # an Iceberg table of the section in the dynamic tables' warehouse, under another name
+    iceberg = _cfg(
+        rest={"table.path": "/t/rest", "table.format": "hudi"},
+        europe={"table.path": "/w", "table.name": "eu"},
+    ).with_overrides(
+        {
+            "table.format": "iceberg",
+            "route.dynamic.field": "tenant",
+            "route.dynamic.path": "/w/{table}",
+        }
+    )
+    named = named_tables(iceberg)
+    assert is_named_table(iceberg.dynamic_table_config("eu")[1], "eu", named)
+    assert not is_named_table(iceberg.dynamic_table_config("acme")[1], "acme", named)
+    # nothing created yet: no catalog, no dynamic table
+    assert (
+        dynamic_table_names(
+            iceberg.with_overrides({"route.dynamic.path": f"{tmp_path}/w/{{table}}"})
+        )
+        == []
+    )

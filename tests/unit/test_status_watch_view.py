@@ -1,5 +1,6 @@
 """`lakesink status --watch`'s view without a table or broker: instants as UTC times, rates
-smoothed across refreshes, a writer with lag and no commit for several triggers flagged."""
+smoothed across refreshes, a writer with lag and no commit for several triggers flagged; with
+many tables, a row per table."""
 
 from __future__ import annotations
 
@@ -13,7 +14,9 @@ from lakesink.cli.watch import (
     STALLED_TRIGGERS,
     WatchState,
     instant_columns,
+    last_commit_unix_s,
     render,
+    render_tables,
     utc_time,
 )
 
@@ -81,3 +84,52 @@ def test_a_writer_with_lag_and_no_commit_for_several_triggers_is_flagged() -> No
     idle.update(status(500, 500), 0.0)
     idle.update(status(500, 500), 10 * STALLED_TRIGGERS * trigger)
     assert "no commit for" not in shown(status(500, 500), idle, trigger)
+
+
+def iceberg_status(
+    committed: int, high: int, snapshot_ms: int | None, records: int
+) -> dict[str, Any]:
+    st = status(committed, high)
+    st["format"] = "iceberg"
+    st["table"] = {"recent": [{"timestamp_ms": snapshot_ms}] if snapshot_ms else []}
+    # the table's metrics, as status_metrics keeps them (its own table's samples)
+    ingested = {"labels": {"table": "europe", "topic": "events"}, "value": records}
+    st["metrics"] = {"lakesink_records_ingested_total": [ingested]}
+    return st
+
+
+def row_of(text: str, name: str) -> list[str]:
+    line = next(ln for ln in text.splitlines() if ln.replace("│", " ").split()[:1] == [name])
+    return line.replace("│", " ").split()
+
+
+def test_many_tables_show_a_row_each_with_lag_rates_last_commit_and_a_stopped_flag() -> None:
+    now = 1_795_824_300.0  # 2026-11-28 00:05:00 UTC
+    hudi_done = "20261128000440000.commit [completed done 20261128000445500]"  # 14.5 s before
+    trigger = 2.0
+    statuses = {
+        "orders": status(100, 500, instants=(hudi_done, "20261128000450000.commit [inflight]")),
+        "europe": iceberg_status(300, 300, int((now - 600) * 1000), 0),
+        "later": {**status(0, 0), "table": None},
+    }
+    assert last_commit_unix_s(statuses["orders"]) == now - 14.5  # the completed one's end
+    assert last_commit_unix_s(statuses["europe"]) == now - 600
+    assert last_commit_unix_s(statuses["later"]) is None
+    states = {name: WatchState() for name in statuses}
+    for name, st in statuses.items():
+        states[name].update(st, 0.0)
+    moved = dict(statuses, europe=iceberg_status(400, 400, int((now - 600) * 1000), 70))
+    for name, st in moved.items():
+        states[name].update(st, STALLED_TRIGGERS * trigger + 1.0)  # 7 s: 100 offsets in
+    out = io.StringIO()
+    frame = render_tables(moved, states, 1.0, trigger, now_unix_s=now)
+    Console(file=out, width=160, color_system=None).print(frame)
+    text = out.getvalue()
+    assert "3 tables" in text and "refresh 2" in text
+    # table, format, lag, offsets/s, records/s, last commit, state
+    assert row_of(text, "orders") == ["orders", "hudi", "400", "0", "-", "14s", "ago", "stopped?"]
+    assert row_of(text, "europe") == ["europe", "iceberg", "0", "14", "10", "10m", "ago", "ok"]
+    assert row_of(text, "later") == ["later", "hudi", "0", "0", "-", "-", "not", "created", "yet"]
+    assert "table orders: no commit for 7s" in text and "400 offsets to ingest" in text
+    assert "table europe: no commit" not in text  # it moved; and "later" has no lag
+    assert "total lag 400" in text

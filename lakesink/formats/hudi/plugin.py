@@ -53,6 +53,17 @@ class HudiPlugin:
 
         return committed_offsets_at(settings.table_storage(), settings.writer_id)
 
+    def table_names(self, settings: Settings) -> list[str]:
+        """The folders of table.path that hold a Hudi table (one LIST, one HEAD per folder)."""
+        from lakesink.formats.hudi.table.hudi_table import PROPERTIES_FILE
+
+        root = settings.table_storage()
+        try:
+            folders = root.list_folder("").folders
+        except FileNotFoundError:  # no table yet
+            return []
+        return sorted(name for name in folders if root.exists(f"{name}/{PROPERTIES_FILE}"))
+
     def committed_topic_ids(self, settings: Settings) -> dict[str, str]:
         from lakesink.formats.hudi.writer_state import committed_topic_ids_at
 

@@ -221,6 +221,25 @@ def committed_offsets_of(settings: Settings) -> WriterOffsets:
     return table.committed_offsets(settings.writer_id)
 
 
+def iceberg_table_names(settings: Settings) -> list[str]:
+    """The names of the catalog's tables in iceberg.namespace (`settings`' table.path is the
+    warehouse); none when the catalog or the namespace does not exist yet."""
+    from pyiceberg.exceptions import NoSuchNamespaceError
+
+    from lakesink.formats.iceberg.errors import CatalogNotFoundError
+
+    try:
+        catalog = open_catalog(catalog_settings_for(settings, create=False))
+    except CatalogNotFoundError:
+        return []
+    namespace = tuple(p for p in settings.iceberg.namespace.split(".") if p)
+    try:
+        identifiers = catalog.list_tables(namespace)
+    except NoSuchNamespaceError:
+        return []
+    return sorted(ident[-1] for ident in identifiers)
+
+
 VTTS_KEY = "lakesink.vtts_ms"
 """The batch's valid-through timestamp (ms) in the commit metadata's extra map (Iceberg)."""
 

@@ -65,6 +65,12 @@ class IcebergPlugin:
 
         return committed_offsets_of(settings)
 
+    def table_names(self, settings: Settings) -> list[str]:
+        """The catalog's tables in iceberg.namespace (table.path: the warehouse)."""
+        from lakesink.formats.iceberg.format import iceberg_table_names
+
+        return iceberg_table_names(settings)
+
     def committed_topic_ids(self, settings: Settings) -> dict[str, str]:
         """None: snapshots do not record topic ids."""
         return {}
