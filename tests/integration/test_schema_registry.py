@@ -337,7 +337,9 @@ def _visit(i: int, version: int) -> dict[str, Any]:
     return row
 
 
+@pytest.mark.parametrize("table_format", ["hudi", "iceberg"])
 def test_registry_schema_versions_create_and_evolve_the_table(
+    table_format: str,
     spark: Any,
     kafka_bootstrap: str,
     topic_factory: Callable[[str], str],
@@ -347,8 +349,9 @@ def test_registry_schema_versions_create_and_evolve_the_table(
     """No value.schema: the table is created from the subject's schema; versions registered
     after an ingestion fixed its columns are taken in by that ingestion (its query started
     again over evolved columns, the id noted in the checkpoint), evolving the table in its
-    batch's commit; the Avro keys' region field lands as a column (key.format); hudi-rs and
-    lakesink's reader agree, every record once."""
+    batch's commit; the Avro keys' region field lands as a column (key.format); every record
+    once, and the readers agree: hudi-rs and lakesink's reader on a Hudi table; pyiceberg and
+    DuckDB on an Iceberg table (one schema more, the evolution's)."""
     import pyarrow as pa
     from confluent_kafka.schema_registry.avro import AvroSerializer
     from confluent_kafka.serialization import MessageField, SerializationContext
@@ -380,6 +383,11 @@ def test_registry_schema_versions_create_and_evolve_the_table(
         value__format="avro",
         value__schema=None,
         key__format="avro",
+        **(
+            {"table__format": "iceberg", "table__name": "visits"}
+            if table_format == "iceberg"
+            else {}
+        ),
     )
     create_topic(kafka_bootstrap, topic, 1)
     produce_values(
@@ -400,11 +408,21 @@ def test_registry_schema_versions_create_and_evolve_the_table(
     report = audit_config(cfg)
     assert report.ok, report.problems
     found = report.to_json()
-    counts = {k: found[k] for k in ("rows_hudi_rs", "rows_lakesink", "kafka_records")}
-    assert set(counts.values()) == {13}, counts
-    ours = TableReader(HudiTable.open(cfg["table.path"])).snapshot(
-        columns=["id", "visits", "address", "country", "region"]
-    )
+    cols = ["id", "visits", "address", "country", "region"]
+    if table_format == "iceberg":
+        from lakesink.formats.iceberg.format import open_iceberg_table
+
+        # pyiceberg and DuckDB read the 13 records
+        assert found["kafka_records"] == 13, found
+        assert found["readers"] == {"pyiceberg": 13, "duckdb": 13}, found
+        table = open_iceberg_table(cfg.settings, create=False).pyiceberg
+        ours = table.scan(selected_fields=tuple(cols)).to_arrow()
+        # one schema for the created table, one for the commit that evolved it
+        assert len(table.metadata.schemas) == 2, table.metadata.schemas
+    else:
+        counts = {k: found[k] for k in ("rows_hudi_rs", "rows_lakesink", "kafka_records")}
+        assert set(counts.values()) == {13}, counts
+        ours = TableReader(HudiTable.open(cfg["table.path"])).snapshot(columns=cols)
     assert ours.schema.field("visits").type == pa.int64()
     by_id = {r["id"]: r for r in ours.to_pylist()}
     assert sorted(by_id) == list(range(13))
@@ -415,8 +433,9 @@ def test_registry_schema_versions_create_and_evolve_the_table(
         want["region"] = _region(i)
         want["address"].setdefault("zip", None)
         assert by_id[i] == want, i
+    if table_format == "iceberg":
+        return
     theirs = concat_unified(hudi_rs_batches(str(cfg["table.path"])))
-    cols = ["id", "visits", "address", "country", "region"]
     assert sorted(theirs.select(cols).to_pylist(), key=str) == sorted(
         ours.select(cols).to_pylist(), key=str
     )
