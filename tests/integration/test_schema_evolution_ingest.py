@@ -1,18 +1,21 @@
 """Schema evolution committed with the data, in both formats: a second `lakesink ingest` whose
 `value.schema` adds a column, adds a nested field and widens int to long evolves the table in
 its own commit; every reader (Hudi: hudi-rs and lakesink's reader; Iceberg: pyiceberg and
-DuckDB through the audit) reads each record once, the older rows null-filled and widened."""
+DuckDB through the audit) reads each record once, the older rows null-filled and widened. The
+evolving run is first killed (SIGKILL) after its batch wrote its files, before their commit: the
+schema change never lands without its data, and the restart evolves the table once."""
 
 from __future__ import annotations
 
 import json
+import signal
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pytest
-from integration.conftest import ingest_config, run_ingestion
+from integration.conftest import ingest_config, run_ingestion, write_config_file
 
 from lakesink.cli.verify import audit_config
 from lakesink.config import LakesinkConfig
@@ -63,7 +66,12 @@ def _rows(fmt: str, cfg: LakesinkConfig) -> pa.Table:
 
 @pytest.mark.parametrize("fmt", ["hudi", "iceberg"])
 def test_second_run_with_a_wider_value_schema_evolves_the_table_in_its_commit(
-    fmt: str, kafka_bootstrap: str, topic_factory: Callable[[str], str], tmp_path: Path, spark: Any
+    fmt: str,
+    kafka_bootstrap: str,
+    topic_factory: Callable[[str], str],
+    tmp_path: Path,
+    spark: Any,
+    cli: Callable[..., Any],
 ) -> None:
     topic = topic_factory(f"evolve-{fmt}")
     produce_values(kafka_bootstrap, topic, _values(0, 6, v2=False))
@@ -72,6 +80,17 @@ def test_second_run_with_a_wider_value_schema_evolves_the_table_in_its_commit(
     # the writer's value.schema edited between two runs: a column, a nested field, a widening
     produce_values(kafka_bootstrap, topic, _values(6, 6, v2=True))
     second = _config(fmt, kafka_bootstrap, topic, tmp_path, V2)
+    # the evolving batch's driver killed after its files were written and checked, before the
+    # commit that carries the new schema: the table keeps its schema and rows
+    conf = write_config_file(second, tmp_path / "second.toml")
+    killed = cli(
+        ["ingest", "--config", str(conf), "--once"],
+        env={"LAKESINK_CRASH_AT": "after-reconcile", "LAKESINK_CRASH_AFTER_BATCHES": "0"},
+    )
+    assert killed.returncode == -signal.SIGKILL, killed.stdout[-3000:]
+    before = _rows(fmt, second)
+    assert before.num_rows == 6 and "country" not in before.schema.names, before.schema
+    # the restart takes the batch again (Spark's checkpoint names its ranges) and evolves once
     assert run_ingestion(second, spark).records == 6
 
     report = audit_config(second)
