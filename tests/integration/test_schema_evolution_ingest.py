@@ -1,6 +1,6 @@
 """Schema evolution committed with the data, in both formats: a second `lakesink ingest` whose
 `value.schema` adds a column, adds a nested field and widens int to long evolves the table in
-its own commit; every reader (Hudi: hudi-rs and lakesink's reader; Iceberg: pyiceberg and
+its own commit; every reader (Hudi: hudi-rs, Java Hudi and lakesink's reader; Iceberg: pyiceberg and
 DuckDB through the audit) reads each record once, the older rows null-filled and widened. The
 evolving run is first killed (SIGKILL) after its batch wrote its files, before their commit: the
 schema change never lands without its data, and the restart evolves the table once."""
@@ -16,6 +16,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 from integration.conftest import ingest_config, run_ingestion, write_config_file
+from interop.compare import assert_java_hudi_agrees
 
 from lakesink.cli.verify import audit_config
 from lakesink.config import LakesinkConfig
@@ -72,6 +73,7 @@ def test_second_run_with_a_wider_value_schema_evolves_the_table_in_its_commit(
     tmp_path: Path,
     spark: Any,
     cli: Callable[..., Any],
+    request: pytest.FixtureRequest,
 ) -> None:
     topic = topic_factory(f"evolve-{fmt}")
     produce_values(kafka_bootstrap, topic, _values(0, 6, v2=False))
@@ -112,6 +114,9 @@ def test_second_run_with_a_wider_value_schema_evolves_the_table_in_its_commit(
     assert sorted(by_id) == [*range(6), *(i + 2**40 for i in range(6, 12))]
     if fmt == "hudi":
         _check_hudi(second, rows, spark)
+        # Java Hudi too: every query lakesink's reader answers (snapshot, time travel to the
+        # commit before the evolution, incremental across it), the same rows
+        assert_java_hudi_agrees(request.getfixturevalue("java_hudi"), second["table.path"])
     else:
         from lakesink.formats.iceberg.format import open_iceberg_table
 
