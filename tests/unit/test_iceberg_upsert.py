@@ -298,6 +298,31 @@ def test_a_batch_plans_the_snapshot_once_while_main_does_not_move(
     assert len(planned) == 1 and planned[0] == table.pyiceberg.metadata.current_snapshot_id
 
 
+@pytest.mark.parametrize("mode", [COPY_ON_WRITE, MERGE_ON_READ])
+def test_a_commit_builds_the_staged_metadata_once_per_change(
+    tmp_path: Path, mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import pyiceberg.table
+
+    table = open_table(tmp_path / "wh", 2, "ts", mode=mode)
+    coordinator = writer(table)
+    o = Offsets()
+    commit(coordinator, 1, changes([o.row(k, INSERT, 1) for k in range(4)]))
+    built = []
+    update = pyiceberg.table.update_table_metadata
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        built.append(len(args[1]))  # the updates staged so far
+        return update(*args, **kwargs)
+
+    monkeypatch.setattr(pyiceberg.table, "update_table_metadata", counted)
+    commit(coordinator, 2, changes([o.row(1, UPDATE, 2), o.row(2, DELETE, 2)]))
+    # pyiceberg's own transaction deep-copies the whole metadata on every read of it (some
+    # twenty per commit, each growing with the snapshots kept); lakesink's once per change
+    assert 0 < len(built) == len(set(built)) <= 3, built
+    assert [r["id"] for r in table_rows(table)] == [0, 1, 3]
+
+
 def test_a_delete_of_every_key_leaves_the_bucket_without_files(tmp_path: Path) -> None:
     table = open_table(tmp_path / "wh", 2, None)
     coordinator = writer(table)

@@ -60,7 +60,7 @@ from lakesink.formats.iceberg.keyed_writer import (
     keyed_layout,
     parsed_metadata,
 )
-from lakesink.formats.iceberg.on_base import commit_on_base
+from lakesink.formats.iceberg.on_base import commit_on_base, transaction
 
 if TYPE_CHECKING:
     from pyiceberg.io import FileIO
@@ -558,7 +558,7 @@ def apply_position_deletes(
             rows += data.num_rows
             if data.num_rows:
                 added.extend(_write_rows(table, data, target_file_bytes))
-        tx = table.transaction()
+        tx = transaction(table)
         producer = _row_delta_type()(
             operation=Operation.OVERWRITE, transaction=tx, io=table.io,
             snapshot_properties=dict(summary),
