@@ -13,13 +13,14 @@ the tables in order. A failed or retried attempt leaves files that are in no ret
 the coordinator's marker reconciliation deletes them before it publishes, as on the
 DataFrame path.
 
-Writes by key into an Iceberg table of keys (write.operation upsert or cdc) need every row of
-a bucket in one writer task, which rewrites the bucket. Their job has two stages: the read tasks
-(one per piece, as above) decode their rows and split them by the writer of their bucket
-(`group % writers`, one writer per core as on the DataFrame path), handing each part on as an
-Arrow IPC stream through Spark's shuffle; each writer task folds its buckets' rows over their
-files. The rows never take the JVM's row format, and the Python data source, the DataFrame's
-two Python stages and its planning are left out: one Python worker per task and stage.
+Writes by key into an Iceberg table of keys (write.operation upsert or cdc) need every row of a
+bucket in one writer task, which rewrites the bucket. Their job has two stages: the read tasks
+(the pieces as above, a small batch's gathered into one task per core) decode their rows and
+split them by the writer of their bucket (`group % writers`, one writer per core as on the
+DataFrame path), handing each part on as an Arrow IPC stream through Spark's shuffle; each
+writer task folds its buckets' rows over their files. The rows never take the JVM's row format,
+and the Python data source, the DataFrame's two Python stages and its planning are left out: one
+Python worker per task and stage.
 
 The rows come out as Spark would hand them to the writer: `transform.arrow` (if set) is
 applied to each decoded batch first, as the DataFrame path applies it before the date column
@@ -337,9 +338,10 @@ def write_direct_batch(
         required=required,
         transform=transform,
     )
-    pieces = task_pieces(ranges, cfg["kafka.max.records.per.task"])
+    per_task = cfg["kafka.max.records.per.task"]
+    pieces = task_pieces(ranges, per_task)
     if isinstance(task.rows, KeyedTaskTarget):  # a table of keys: the rows shuffled by group
-        return {ROWS: _run_keyed_tasks(spark, task, task.rows, pieces), DEAD_LETTERS: []}
+        return {ROWS: _run_keyed_tasks(spark, task, task.rows, pieces, per_task), DEAD_LETTERS: []}
     statuses = _run_tasks(spark, task, pieces)
     return {
         ROWS: [s.rows for s in statuses if s.rows is not None],
@@ -383,12 +385,13 @@ class KeyedReadTask:
         self.target = target
         self.tasks = tasks
 
-    def __call__(self, pieces: Iterable[OffsetRange]) -> Iterator[tuple[int, bytes]]:
+    def __call__(self, groups: Iterable[Sequence[OffsetRange]]) -> Iterator[tuple[int, bytes]]:
         import numpy as np
 
         from lakesink.spark.worker_gc import freeze_worker_heap
 
         freeze_worker_heap()
+        pieces = [piece for group in groups for piece in group]
         for batch in self.task.rows_of(pieces, []):
             groups = self.target.group_ids(batch).to_numpy(zero_copy_only=False)
             writers = np.asarray(groups, dtype=np.int64) % self.tasks
@@ -436,19 +439,50 @@ def _writer_of(task: int) -> int:
     return task
 
 
+def read_groups(
+    pieces: Sequence[OffsetRange], per_task: int, slots: int
+) -> list[list[OffsetRange]]:
+    """The read tasks of a batch written by key: its pieces in as few tasks as keep every core
+    busy (`slots`) and each task near `per_task` offsets (kafka.max.records.per.task), the
+    largest pieces placed first, each on the task with the fewest offsets. Unlike an append's
+    tasks these write nothing, so they need not be one per piece: a small batch over many
+    Kafka partitions takes `slots` tasks, not one per partition, each task a fixed cost."""
+    if not pieces:
+        return []
+    total = sum(p.end - p.start for p in pieces)
+    count = min(len(pieces), max(slots, -(-total // per_task)))
+    groups: list[list[OffsetRange]] = [[] for _ in range(count)]
+    sizes = [0] * count
+    for piece in sorted(pieces, key=lambda p: p.end - p.start, reverse=True):
+        at = sizes.index(min(sizes))
+        groups[at].append(piece)
+        sizes[at] += piece.end - piece.start
+    order = {id(p): i for i, p in enumerate(pieces)}
+    return [sorted(g, key=lambda p: order[id(p)]) for g in groups]
+
+
 def _run_keyed_tasks(
-    spark: SparkSession, task: DirectTask, target: KeyedTaskTarget, pieces: list[OffsetRange]
+    spark: SparkSession,
+    task: DirectTask,
+    target: KeyedTaskTarget,
+    pieces: list[OffsetRange],
+    per_task: int,
 ) -> list[WriteStatus]:
-    """One job of two stages: the pieces read and split by group, then one writer task per
-    core rewriting whole groups (as the DataFrame path's shuffle hands them out)."""
+    """One job of two stages: the pieces read and split by group (`read_groups`), then one
+    writer task per core rewriting whole groups (as the DataFrame path's shuffle hands them
+    out)."""
     if not pieces:
         return []
     sc = spark.sparkContext
     tasks = max(1, sc.defaultParallelism)
-    sc.setJobDescription(f"lakesink: read {len(pieces)} Kafka range(s), write by key in {tasks}")
+    groups = read_groups(pieces, per_task, tasks)
+    sc.setJobDescription(
+        f"lakesink: read {len(pieces)} Kafka range(s) in {len(groups)} task(s), write by key "
+        f"in {tasks}"
+    )
     try:
         rows = (
-            sc.parallelize(pieces, len(pieces))
+            sc.parallelize(groups, len(groups))
             .mapPartitions(KeyedReadTask(task, target, tasks))
             .partitionBy(tasks, _writer_of)
             .mapPartitions(KeyedWriteTask(target))

@@ -30,12 +30,14 @@ from lakesink.errors import ConfigError
 from lakesink.formats import plugin_for
 from lakesink.formats.iceberg.keyed import COPY_ON_WRITE, MERGE_ON_READ
 from lakesink.formats.task import KeyedTaskTarget
+from lakesink.protocol.offsets import OffsetRange, TopicPartition
 from lakesink.protocol.write_status import WriteStatus
 from lakesink.spark.direct import (
     KeyedReadTask,
     KeyedWriteTask,
     TaskStatuses,
     _writer_of,
+    read_groups,
     uses_direct_path,
 )
 
@@ -139,3 +141,21 @@ def test_the_two_stages_read_back_as_the_fold_and_give_each_bucket_one_writer(
             # no bucket reached two writers (the commit refuses that, CommitError)
             complete(coordinator, t, n, data, statuses)
             assert table_rows(table) == reference(rows[:n], "ts")
+
+
+@given(
+    spans=st.lists(st.integers(1, 500), min_size=1, max_size=12),
+    per_task=st.integers(1, 1000),
+    slots=st.integers(1, 4),
+)
+def test_read_tasks_gather_small_pieces_and_keep_every_piece_once(
+    spans: list[int], per_task: int, slots: int
+) -> None:
+    pieces = [OffsetRange(TopicPartition("t", p), 10, 10 + n) for p, n in enumerate(spans)]
+    groups = read_groups(pieces, per_task, slots)
+    assert sorted(p for g in groups for p in g) == sorted(pieces)
+    assert all(g == sorted(g) for g in groups) and all(groups)  # in the source's order
+    wanted = max(slots, -(-sum(spans) // per_task))
+    assert len(groups) == min(len(pieces), wanted)
+    # eight small Kafka partitions on two cores: two read tasks, not eight
+    assert len(read_groups(pieces[:8], 10_000, 2)) == min(2, len(pieces))
