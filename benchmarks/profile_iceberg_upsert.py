@@ -39,8 +39,10 @@ TIMED = [
     ("lakesink.spark.sink", "CommittingSink", "_run_batch", "batch (foreachBatch)"),
     ("lakesink.spark.batch", "BatchTables", "begin", "  begin (instant time)"),
     ("lakesink.spark.sink", "CommittingSink", "_write", "  write: target + Spark job"),
+    ("lakesink.spark.sink", "", "write_direct_batch", "  write (direct): target + job"),
     ("lakesink.formats.iceberg.plugin", "IcebergPlugin", "task_target", "    task target"),
     ("lakesink.spark.sink", "", "parse_statuses", "    (statuses parsed)"),
+    ("lakesink.spark.direct", "", "_run_keyed_tasks", "    Spark job (direct, by key)"),
     ("lakesink.spark.batch", "BatchTables", "commit", "  commit"),
     ("lakesink.formats.iceberg.coordinator", "IcebergCoordinator", "precommit", "    precommit"),
     ("lakesink.formats.iceberg.format", "IcebergFormat", "stage", "      files exist"),
@@ -62,7 +64,9 @@ def install_timers(calls: list[tuple[str, float, float]]) -> None:
         owner: Any = importlib.import_module(module)
         if cls:
             owner = getattr(owner, cls)
-        original = getattr(owner, func)
+        original = getattr(owner, func, None)
+        if original is None:  # a step of another version of lakesink
+            continue
 
         def timed(*a: Any, __f: Any = original, __label: str = label, **k: Any) -> Any:
             t0 = time.time()
