@@ -3,8 +3,6 @@
 
 - the driver's steps timed in the process (wall ms per steady batch and calls per batch: the
   catalog loads, the snapshot planning, the Spark job, the commit and its parts);
-- Spark's own jobs, stages and tasks per batch, from its event log (wall, run and deserialize
-  time of the tasks);
 - the process tree's CPU per steady batch by role (driver Python, JVM, Python workers).
 
     python benchmarks/profile_iceberg_upsert.py                     # copy-on-write, large
@@ -88,67 +86,6 @@ def child(cfg: dict[str, Any], expected: int) -> None:
     print("BENCH-RESULT " + json.dumps(out), flush=True)
 
 
-def spark_events(log_dir: Path) -> list[dict[str, Any]]:
-    files = [p for p in log_dir.iterdir() if p.is_file()]
-    events = []
-    for p in files:
-        for line in p.read_text().splitlines():
-            if line.strip():
-                events.append(json.loads(line))
-    return events
-
-
-def spark_per_batch(events: list[dict[str, Any]], windows: list[tuple[float, float]]) -> Any:
-    """Jobs, stages and tasks whose start falls in each batch's window (epoch seconds)."""
-    jobs: dict[int, dict[str, Any]] = {}
-    stages: dict[int, dict[str, Any]] = {}
-    tasks: list[dict[str, Any]] = []
-    for e in events:
-        kind = e.get("Event")
-        if kind == "SparkListenerJobStart":
-            jobs[e["Job ID"]] = {"start": e["Submission Time"] / 1000}
-        elif kind == "SparkListenerJobEnd":
-            jobs[e["Job ID"]]["end"] = e["Completion Time"] / 1000
-        elif kind == "SparkListenerStageCompleted":
-            info = e["Stage Info"]
-            stages[info["Stage ID"]] = {
-                "start": info.get("Submission Time", 0) / 1000,
-                "end": info.get("Completion Time", 0) / 1000,
-                "tasks": info["Number of Tasks"],
-                "name": info["Stage Name"],
-            }
-        elif kind == "SparkListenerTaskEnd":
-            info, m = e["Task Info"], e.get("Task Metrics") or {}
-            tasks.append(
-                {
-                    "start": info["Launch Time"] / 1000,
-                    "wall": (info["Finish Time"] - info["Launch Time"]) / 1000,
-                    "run": m.get("Executor Run Time", 0) / 1000,
-                    "deser": m.get("Executor Deserialize Time", 0) / 1000,
-                    "stage": e["Stage ID"],
-                }
-            )
-    out = []
-    for t0, t1 in windows:
-        js = [j for j in jobs.values() if t0 <= j["start"] <= t1]
-        ss = [s for s in stages.values() if t0 <= s["start"] <= t1]
-        ts = [t for t in tasks if t0 <= t["start"] <= t1]
-        out.append(
-            {
-                "jobs": len(js),
-                "job_wall_s": sum(j.get("end", j["start"]) - j["start"] for j in js),
-                "stages": [
-                    (s["name"][:40], s["tasks"], round(s["end"] - s["start"], 3)) for s in ss
-                ],
-                "tasks": len(ts),
-                "task_wall_s": sum(t["wall"] for t in ts),
-                "task_run_s": sum(t["run"] for t in ts),
-                "task_deser_s": sum(t["deser"] for t in ts),
-            }
-        )
-    return out
-
-
 def main() -> None:
     import bench_iceberg_upsert as bench
     from run import run_child
@@ -171,24 +108,17 @@ def main() -> None:
     broker.start()
     try:
         topic, buckets, _ = produce_space(broker.bootstrap_servers, args.space, bargs)
-        events_dir = work / "events"
-        events_dir.mkdir()
         cfg = bench.lakesink_config(
             broker.bootstrap_servers, topic, work / "warehouse", buckets, args.mode, bargs
         )
         cfg["write.path"] = args.write_path
-        cfg["spark.conf"] = (
-            f"spark.eventLog.enabled=true,spark.eventLog.dir={events_dir.as_uri()},"
-            "spark.eventLog.compress=false"
-        )
         (work / "warehouse").mkdir()
         cmd = [sys.executable, __file__, "--child", json.dumps(cfg), str(topic.records)]
         res, mon, _ = run_child(cmd, name="profile")
-        events = spark_events(events_dir)
     finally:
         broker.close()
         shutil.rmtree(work, ignore_errors=True)
-    report = summarize(res, mon, events, args, buckets)
+    report = summarize(res, mon, args, buckets)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     out = HERE / "results" / f"profile-iceberg-upsert-{stamp}.json"
     out.parent.mkdir(exist_ok=True)
@@ -196,7 +126,7 @@ def main() -> None:
     print(f"results: {out}")
 
 
-def summarize(res: Any, mon: Any, events: Any, args: Any, buckets: int) -> dict[str, Any]:
+def summarize(res: Any, mon: Any, args: Any, buckets: int) -> dict[str, Any]:
     calls = res["calls"]
     windows = [(a, b) for label, a, b in calls if label == "batch (foreachBatch)"]
     steady = windows[1:]  # the first batch warms the JVM and the workers
@@ -207,7 +137,6 @@ def summarize(res: Any, mon: Any, events: Any, args: Any, buckets: int) -> dict[
             per[label][0] += b - a
             per[label][1] += 1
     gaps = [b0 - a1 for (_, a1), (b0, _) in itertools.pairwise(windows)]
-    spark = spark_per_batch(events, windows)
     cpu = mon.cpu_by_role_between(steady[0][0], steady[-1][1]) if steady else {}
     size = res["records"] // max(1, len(windows))
     print(
@@ -220,8 +149,6 @@ def summarize(res: Any, mon: Any, events: Any, args: Any, buckets: int) -> dict[
             print(f"  {label:<34} {1000 * total / n:>8.0f} ms  {count / n:>5.1f} calls")
     between = 1000 * sum(gaps[1:]) / max(1, len(gaps) - 1)
     print(f"  {'between batches (Spark streaming)':<34} {between:>8.0f} ms")
-    for i, s in enumerate(spark):
-        print(f"  spark batch {i}: {s}")
     print(f"  CPU s in the steady batches by role: { {k: round(v, 2) for k, v in cpu.items()} }")
     return {
         "mode": args.mode,
@@ -230,7 +157,6 @@ def summarize(res: Any, mon: Any, events: Any, args: Any, buckets: int) -> dict[
         "steady_ms": {k: 1000 * v[0] / n for k, v in per.items()},
         "steady_calls": {k: v[1] / n for k, v in per.items()},
         "gaps_s": gaps,
-        "spark": spark,
         "cpu_by_role_s": cpu,
     }
 
