@@ -166,6 +166,9 @@ class IcebergSettings:
     """Partition fields used when the table is created [iceberg.partition.spec]."""
     write_mode: Literal["copy-on-write", "merge-on-read"] = "copy-on-write"
     """How a batch lands in a table of keys [iceberg.write.mode]."""
+    rewrite_delete_files: int = 0
+    """Live position-delete files that make the writer apply them inline; 0: off
+    [iceberg.services.rewrite.delete.files]."""
 
 
 @dataclass(frozen=True, slots=True)

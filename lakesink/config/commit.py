@@ -24,10 +24,13 @@ COMMIT_KEYS: tuple[Key, ...] = (
         choice("auto", "direct", "dataframe"),
         "auto",
         "How tasks write: direct (each task reads its Kafka range, decodes and writes its base "
-        "files in one Python worker, no rows through the JVM), dataframe (through a Spark "
-        "DataFrame, needed by transform.sql and transform.python), or auto (direct unless "
-        "transform.sql or transform.python is set or table.partition.date.from names a column "
-        "that is not a timestamp or date; transform.arrow runs on either path).",
+        "files in one Python worker, no rows through the JVM; writes by key into an Iceberg "
+        "table: one job whose read tasks hand each bucket's rows to one writer task through "
+        "Spark's shuffle, still no rows through the JVM's row format), dataframe (through a "
+        "Spark DataFrame, needed by transform.sql and transform.python), or auto (direct unless "
+        "transform.sql or transform.python is set, table.partition.date.from names a column "
+        "that is not a timestamp or date, or write.operation upsert or cdc writes a Hudi table "
+        "or has errors.deadletter.table; transform.arrow runs on either path).",
     ),
     Key(
         "commit.mode",

@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from lakesink.config.parsers import Key, choice, optional_secret, optional_str, str_list
+from lakesink.config.parsers import (
+    Key,
+    choice,
+    non_negative_int,
+    optional_secret,
+    optional_str,
+    str_list,
+)
 
 ICEBERG_KEYS: tuple[Key, ...] = (
     Key(
@@ -60,5 +67,16 @@ ICEBERG_KEYS: tuple[Key, ...] = (
         "iceberg rewrite-data-files applies the deletes). Fixed when the table is created: the "
         "other mode on an existing table is refused, naming both. See the docs page Iceberg "
         "tables.",
+    ),
+    Key(
+        "iceberg.services.rewrite.delete.files",
+        non_negative_int,
+        0,
+        "Merge-on-read tables of keys: after a commit that leaves at least this many "
+        "position-delete files live in the table (its snapshot summary's total-delete-files), "
+        "the writer runs rewrite-data-files inline, which applies the deletes (each batch "
+        "reads its buckets' delete files, so their number drives its cost); on top of "
+        "table.services.inline's schedule, and also when table.services.inline.every.commits "
+        "is 0. 0: only that schedule.",
     ),
 )

@@ -164,10 +164,10 @@ def check_mutation(cfg: Mapping[str, Any]) -> None:
             f"write.operation={operation} commits each batch before the next one rewrites its "
             "buckets: set commit.mode=sync (the default)"
         )
-    if cfg["write.path"] == "direct":
+    if cfg["write.path"] == "direct" and cfg["table.format"] != "iceberg":
         raise ConfigError(
-            f"write.path=direct cannot serve write.operation={operation}: each bucket is "
-            "rewritten by one task, so rows are shuffled on a Spark DataFrame; set "
+            f"write.path=direct cannot serve write.operation={operation} on a Hudi table: each "
+            "bucket is rewritten by one task, so rows are shuffled on a Spark DataFrame; set "
             "write.path=auto or dataframe"
         )
     keys = tuple(cfg["table.record.key.fields"])

@@ -287,6 +287,7 @@ def settings_of(cfg: LakesinkConfig, *, with_dead_letter_table: bool = True) -> 
             catalog_properties=cfg["iceberg.catalog.properties"],
             partition_spec=tuple(cfg["iceberg.partition.spec"]),
             write_mode=cfg["iceberg.write.mode"],
+            rewrite_delete_files=cfg["iceberg.services.rewrite.delete.files"],
         ),
         kafka=KafkaSettings(
             bootstrap_servers=cfg["kafka.bootstrap.servers"],

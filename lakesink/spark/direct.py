@@ -13,6 +13,15 @@ the tables in order. A failed or retried attempt leaves files that are in no ret
 the coordinator's marker reconciliation deletes them before it publishes, as on the
 DataFrame path.
 
+Writes by key into an Iceberg table of keys (write.operation upsert or cdc) need every row of a
+bucket in one writer task, which rewrites the bucket. Their job has two stages: the read tasks
+(the pieces as above, a small batch's gathered into one task per core) decode their rows and
+split them by the writer of their bucket (`group % writers`, one writer per core as on the
+DataFrame path), handing each part on as an Arrow IPC stream through Spark's shuffle; each
+writer task folds its buckets' rows over their files. The rows never take the JVM's row format,
+and the Python data source, the DataFrame's two Python stages and its planning are left out: one
+Python worker per task and stage.
+
 The rows come out as Spark would hand them to the writer: `transform.arrow` (if set) is
 applied to each decoded batch first, as the DataFrame path applies it before the date column
 (spark/arrow_transform.py), every batch is cast to the Arrow schema Spark derives from the
@@ -33,13 +42,13 @@ import pyarrow as pa
 
 from lakesink.config import LakesinkConfig
 from lakesink.errors import ConfigError
+from lakesink.formats.task import KeyedTaskTarget, TaskTarget
 from lakesink.protocol.offsets import OffsetRange
 from lakesink.protocol.write_status import WriteStatus
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from lakesink.formats.task import TaskTarget
     from lakesink.spark.arrow_transform import ArrowTransform
     from lakesink.spark.batch import BatchTables, Instants
 
@@ -66,10 +75,16 @@ def uses_direct_path(cfg: LakesinkConfig) -> bool:
 def _direct_path_obstacle(cfg: LakesinkConfig) -> str | None:
     if cfg["transform.sql"] or cfg["transform.python"]:
         return "transform.sql and transform.python run on a Spark DataFrame"
-    if cfg["write.operation"] != "append":
+    operation = cfg["write.operation"]
+    if operation != "append" and cfg["table.format"] != "iceberg":
         return (
-            f"write.operation={cfg['write.operation']} rewrites each bucket in one task, so the "
-            "rows of all Kafka partitions are shuffled by bucket on a Spark DataFrame"
+            f"write.operation={operation} on a Hudi table rewrites each bucket in one task, so "
+            "the rows of all Kafka partitions are shuffled by bucket on a Spark DataFrame"
+        )
+    if operation != "append" and cfg["errors.deadletter.table"]:
+        return (
+            f"write.operation={operation} with errors.deadletter.table splits the dead letters "
+            "off the rows shuffled by bucket on a Spark DataFrame"
         )
     date_from = cfg["table.partition.date.from"]
     if date_from:
@@ -158,6 +173,34 @@ class DirectTask:
         from pyspark import TaskContext
 
         from lakesink.faults import task_fault
+        from lakesink.spark.task_writer import TableOutput, task_attempt
+        from lakesink.spark.worker_gc import freeze_worker_heap
+
+        freeze_worker_heap()
+        ctx = TaskContext.get()
+        attempt = task_attempt(ctx)
+        rows = None if self.rows is None else TableOutput(self.rows, attempt)
+        dead = None if self.dead_letters is None else TableOutput(self.dead_letters, attempt)
+        failed: list[Any] = []
+        for batch in self.rows_of(pieces, failed, keep=rows is not None):
+            assert rows is not None
+            rows.write(batch)
+        if failed and dead is not None:
+            dead.write(dead_letter_batch(failed, self.dead_letter_schema))
+        statuses = TaskStatuses(
+            None if rows is None else rows.close(), None if dead is None else dead.close()
+        )
+        if ctx is not None:  # a test fault: this attempt fails after its files are whole
+            task_fault(ctx.attemptNumber())
+        yield statuses.to_json()
+
+    def rows_of(
+        self, pieces: Iterable[OffsetRange], failed: list[Any], *, keep: bool = True
+    ) -> Iterator[pa.RecordBatch]:
+        """The rows of the pieces' records as the DataFrame path's writer gets them
+        (`transform.arrow`, Spark's Arrow form, the date column, the declared non-nullable
+        columns); with a dead-letter table the records that failed to decode go to `failed`.
+        `keep=False`: the records are read for their dead letters only."""
         from lakesink.kafka.reader import read_range
         from lakesink.spark.source import (
             CONFIG_OPTION,
@@ -165,16 +208,9 @@ class DirectTask:
             decode_config,
             value_deserializer,
         )
-        from lakesink.spark.task_writer import TableOutput, task_attempt, with_required
-        from lakesink.spark.worker_gc import freeze_worker_heap
+        from lakesink.spark.task_writer import with_required
 
-        freeze_worker_heap()
         cfg = decode_config({CONFIG_OPTION: self.config_json, SECRETS_OPTION: self.secrets_json})
-        ctx = TaskContext.get()
-        attempt = task_attempt(ctx)
-        rows = None if self.rows is None else TableOutput(self.rows, attempt)
-        dead = None if self.dead_letters is None else TableOutput(self.dead_letters, attempt)
-        failed: list[Any] = []
         date_from = cfg["table.partition.date.from"]
         for piece in pieces:
             batches = read_range(
@@ -189,22 +225,14 @@ class DirectTask:
                 on_dead_letter=failed.append if self.dead_letter_table else None,
             )
             for batch in batches:
-                if rows is None or not batch.num_rows:
+                if not keep or not batch.num_rows:
                     continue
                 if self.transform is not None:
                     batch = self.transform(batch)
                     if not batch.num_rows:  # the function kept none of these records
                         continue
                 shaped = shape_rows(batch, self.rows_schema, date_from)
-                rows.write(with_required(shaped, self.required))
-        if failed and dead is not None:
-            dead.write(dead_letter_batch(failed, self.dead_letter_schema))
-        statuses = TaskStatuses(
-            None if rows is None else rows.close(), None if dead is None else dead.close()
-        )
-        if ctx is not None:  # a test fault: this attempt fails after its files are whole
-            task_fault(ctx.attemptNumber())
-        yield statuses.to_json()
+                yield with_required(shaped, self.required)
 
 
 def shape_rows(batch: pa.RecordBatch, schema: pa.Schema, date_from: str | None) -> pa.RecordBatch:
@@ -310,7 +338,11 @@ def write_direct_batch(
         required=required,
         transform=transform,
     )
-    statuses = _run_tasks(spark, task, task_pieces(ranges, cfg["kafka.max.records.per.task"]))
+    per_task = cfg["kafka.max.records.per.task"]
+    pieces = task_pieces(ranges, per_task)
+    if isinstance(task.rows, KeyedTaskTarget):  # a table of keys: the rows shuffled by group
+        return {ROWS: _run_keyed_tasks(spark, task, task.rows, pieces, per_task), DEAD_LETTERS: []}
+    statuses = _run_tasks(spark, task, pieces)
     return {
         ROWS: [s.rows for s in statuses if s.rows is not None],
         DEAD_LETTERS: [s.dead_letters for s in statuses if s.dead_letters is not None],
@@ -340,6 +372,125 @@ def _relaxed(schema: pa.Schema, required: Sequence[str]) -> pa.Schema:
     """`schema` with the top-level columns outside `required` nullable, as the source hands
     them to Spark (`with_required` restores the rest)."""
     return pa.schema([f if f.name in required else f.with_nullable(True) for f in schema])
+
+
+class KeyedReadTask:
+    """Stage one of a batch written by key on the direct path (`RDD.mapPartitions`): reads and
+    decodes its pieces as `DirectTask` does, and yields each batch's rows split by the writer
+    task their group goes to (`group % tasks`), as (task, Arrow IPC stream) pairs for the
+    shuffle: every row of a group reaches one writer, which rewrites the group (a bucket)."""
+
+    def __init__(self, task: DirectTask, target: KeyedTaskTarget, tasks: int) -> None:
+        self.task = task
+        self.target = target
+        self.tasks = tasks
+
+    def __call__(self, groups: Iterable[Sequence[OffsetRange]]) -> Iterator[tuple[int, bytes]]:
+        import numpy as np
+
+        from lakesink.spark.worker_gc import freeze_worker_heap
+
+        freeze_worker_heap()
+        pieces = [piece for group in groups for piece in group]
+        for batch in self.task.rows_of(pieces, []):
+            groups = self.target.group_ids(batch).to_numpy(zero_copy_only=False)
+            writers = np.asarray(groups, dtype=np.int64) % self.tasks
+            for writer in np.unique(writers):
+                yield int(writer), ipc_bytes(batch.filter(pa.array(writers == writer)))
+
+
+class KeyedWriteTask:
+    """Stage two of a batch written by key on the direct path: the rows of its groups (Arrow
+    IPC streams from `KeyedReadTask`) into the format's keyed writer; yields one
+    `TaskStatuses` as JSON, as `DirectTask` does."""
+
+    def __init__(self, target: KeyedTaskTarget) -> None:
+        self.target = target
+
+    def __call__(self, shuffled: Iterable[tuple[int, bytes]]) -> Iterator[str]:
+        from pyspark import TaskContext
+
+        from lakesink.faults import task_fault
+        from lakesink.spark.task_writer import TableOutput, task_attempt
+        from lakesink.spark.worker_gc import freeze_worker_heap
+
+        freeze_worker_heap()
+        ctx = TaskContext.get()
+        out = TableOutput(self.target, task_attempt(ctx))
+        for _, data in shuffled:
+            for batch in pa.ipc.open_stream(data):
+                out.write(batch)
+        status = out.close()
+        if ctx is not None:  # a test fault: this attempt fails after its files are whole
+            task_fault(ctx.attemptNumber())
+        yield TaskStatuses(status, None).to_json()
+
+
+def ipc_bytes(batch: pa.RecordBatch) -> bytes:
+    """`batch` as one Arrow IPC stream (what the shuffle carries between the two stages)."""
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, batch.schema) as writer:
+        writer.write_batch(batch)
+    return bytes(sink.getvalue().to_pybytes())
+
+
+def _writer_of(task: int) -> int:
+    """The shuffle's partition function: `KeyedReadTask` keys each piece by its writer task."""
+    return task
+
+
+def read_groups(
+    pieces: Sequence[OffsetRange], per_task: int, slots: int
+) -> list[list[OffsetRange]]:
+    """The read tasks of a batch written by key: its pieces in as few tasks as keep every core
+    busy (`slots`) and each task near `per_task` offsets (kafka.max.records.per.task), the
+    largest pieces placed first, each on the task with the fewest offsets. Unlike an append's
+    tasks these write nothing, so they need not be one per piece: a small batch over many
+    Kafka partitions takes `slots` tasks, not one per partition, each task a fixed cost."""
+    if not pieces:
+        return []
+    total = sum(p.end - p.start for p in pieces)
+    count = min(len(pieces), max(slots, -(-total // per_task)))
+    groups: list[list[OffsetRange]] = [[] for _ in range(count)]
+    sizes = [0] * count
+    for piece in sorted(pieces, key=lambda p: p.end - p.start, reverse=True):
+        at = sizes.index(min(sizes))
+        groups[at].append(piece)
+        sizes[at] += piece.end - piece.start
+    order = {id(p): i for i, p in enumerate(pieces)}
+    return [sorted(g, key=lambda p: order[id(p)]) for g in groups]
+
+
+def _run_keyed_tasks(
+    spark: SparkSession,
+    task: DirectTask,
+    target: KeyedTaskTarget,
+    pieces: list[OffsetRange],
+    per_task: int,
+) -> list[WriteStatus]:
+    """One job of two stages: the pieces read and split by group (`read_groups`), then one
+    writer task per core rewriting whole groups (as the DataFrame path's shuffle hands them
+    out)."""
+    if not pieces:
+        return []
+    sc = spark.sparkContext
+    tasks = max(1, sc.defaultParallelism)
+    groups = read_groups(pieces, per_task, tasks)
+    sc.setJobDescription(
+        f"lakesink: read {len(pieces)} Kafka range(s) in {len(groups)} task(s), write by key "
+        f"in {tasks}"
+    )
+    try:
+        rows = (
+            sc.parallelize(groups, len(groups))
+            .mapPartitions(KeyedReadTask(task, target, tasks))
+            .partitionBy(tasks, _writer_of)
+            .mapPartitions(KeyedWriteTask(target))
+            .collect()
+        )
+    finally:
+        sc.setJobDescription(None)  # type: ignore[arg-type]  # None clears it
+    return [s.rows for s in map(TaskStatuses.from_json, rows) if s.rows is not None]
 
 
 def _run_tasks(

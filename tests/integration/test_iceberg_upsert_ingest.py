@@ -52,9 +52,17 @@ def _duckdb_rows(metadata_location: str) -> pa.Table:
         con.close()
 
 
-@pytest.mark.parametrize("mode", ["copy-on-write", "merge-on-read"])
+# each mode on one write path: the direct path's keyed job, and the DataFrame path's shuffle
+@pytest.mark.parametrize(
+    ("mode", "write_path"), [("copy-on-write", "dataframe"), ("merge-on-read", "auto")]
+)
 def test_a_change_stream_lands_in_an_iceberg_table_of_keys_that_every_reader_reads_alike(
-    kafka_bootstrap: str, topic_factory: Callable[[str], str], tmp_path: Path, spark: Any, mode: str
+    kafka_bootstrap: str,
+    topic_factory: Callable[[str], str],
+    tmp_path: Path,
+    spark: Any,
+    mode: str,
+    write_path: str,
 ) -> None:
     topic = topic_factory(f"ice-cdc-{mode}")
     stream = produce_sample_changes(kafka_bootstrap, topic, 20, 90, 2, seed=7)
@@ -71,6 +79,7 @@ def test_a_change_stream_lands_in_an_iceberg_table_of_keys_that_every_reader_rea
         table__bucket__count=2,
         kafka__max__records__per__batch=60,
         iceberg__write__mode=mode,
+        write__path=write_path,
     )
     run_ingestion(cfg, spark)
     table = open_iceberg_table(cfg.settings, create=False)

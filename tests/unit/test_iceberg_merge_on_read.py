@@ -188,3 +188,31 @@ def test_the_mode_is_kept_by_the_table(tmp_path: Path) -> None:
     assert table.pyiceberg.metadata.properties["write.delete.mode"] == MERGE_ON_READ
     with pytest.raises(ConfigError, match=r"iceberg.write.mode=copy-on-write.*merge-on-read"):
         plugin.open_table(_settings(tmp_path), partition_fields=(), rows=lambda: SCHEMA)
+
+
+@pytest.mark.parametrize("every", [0, 10])
+def test_delete_files_past_the_trigger_are_applied_inline(tmp_path: Path, every: int) -> None:
+    from lakesink.formats.iceberg.services import iceberg_maintenance_hook, live_delete_files
+
+    table = open_table(tmp_path / "wh", 2, "ts", mode=MERGE_ON_READ)
+    coordinator = writer(table)
+    keys = {
+        "iceberg.write.mode": "merge-on-read",
+        "iceberg.services.rewrite.delete.files": 3,
+        "table.services.inline.every.commits": every,  # 0: the trigger alone
+    }
+    settings = _settings(tmp_path, **keys)
+    hook = iceberg_maintenance_hook(table, settings)
+    o = Offsets()
+    rows = []
+    found = []
+    for n in range(1, 5):
+        batch = [o.row(k, INSERT if n == 1 else UPDATE, n) for k in range(4)]
+        rows.append(batch)
+        commit(coordinator, n, changes(batch))
+        ran = hook(coordinator.format.next_instant_time(coordinator.control))
+        found.append((live_delete_files(table), ran is not None))
+    # batches 2 and 3 leave 2 then 4 delete files (one per bucket each): the 4 are applied
+    assert found[:3] == [(0, False), (2, False), (0, True)]
+    assert found[3] == (2, False)
+    assert delete_files(table) != [] and table_rows(table) == reference(rows, "ts")

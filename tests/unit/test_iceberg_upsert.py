@@ -30,6 +30,7 @@ from lakesink.formats.iceberg.coordinator import IcebergCoordinator
 from lakesink.formats.iceberg.format import IcebergFormat
 from lakesink.formats.iceberg.keyed import (
     COPY_ON_WRITE,
+    MERGE_ON_READ,
     keyed_partition_fields,
     keyed_properties,
     layout_of,
@@ -261,6 +262,65 @@ def test_a_bucket_changed_since_the_batch_began_is_refused_then_written_again(
     # written again (the sink's conflict retry): over the other commit's files, it lands
     commit(ours, 2, batch)
     assert table_rows(table) == reference([first.to_pylist(), other_rows, batch.to_pylist()], "ts")
+
+
+@pytest.mark.parametrize("mode", [COPY_ON_WRITE, MERGE_ON_READ])
+def test_a_batch_plans_the_snapshot_once_while_main_does_not_move(
+    tmp_path: Path, mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pyiceberg.table import DataScan
+
+    table = open_table(tmp_path / "wh", 2, "ts", mode=mode)
+    coordinator = writer(table)
+    o = Offsets()
+    commit(coordinator, 1, changes([o.row(k, INSERT, 1) for k in range(4)]))
+    planned = []
+    plan_files = DataScan.plan_files
+
+    def counted(scan: DataScan) -> Any:
+        planned.append(scan.table_metadata.current_snapshot_id)
+        return plan_files(scan)
+
+    monkeypatch.setattr(DataScan, "plan_files", counted)
+    # the tasks' target plans the buckets, the commit checks them on the same snapshot: once
+    commit(coordinator, 2, changes([o.row(1, UPDATE, 2), o.row(2, DELETE, 2)]))
+    assert len(planned) == 1
+    # another commit moved main: the check plans the new snapshot (and finds the bucket changed)
+    batch = changes([o.row(3, UPDATE, 3)])
+    t = coordinator.begin_batch(3, ranges_of(batch))
+    assert t is not None
+    statuses = write(coordinator, t, batch)
+    _replace_bucket_files(table)
+    planned.clear()
+    with pytest.raises(CommitConflictError, match="changed since the batch read it"):
+        complete(coordinator, t, 3, batch, statuses)
+    coordinator.abort(t)
+    assert len(planned) == 1 and planned[0] == table.pyiceberg.metadata.current_snapshot_id
+
+
+@pytest.mark.parametrize("mode", [COPY_ON_WRITE, MERGE_ON_READ])
+def test_a_commit_builds_the_staged_metadata_once_per_change(
+    tmp_path: Path, mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import pyiceberg.table
+
+    table = open_table(tmp_path / "wh", 2, "ts", mode=mode)
+    coordinator = writer(table)
+    o = Offsets()
+    commit(coordinator, 1, changes([o.row(k, INSERT, 1) for k in range(4)]))
+    built = []
+    update = pyiceberg.table.update_table_metadata
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        built.append(len(args[1]))  # the updates staged so far
+        return update(*args, **kwargs)
+
+    monkeypatch.setattr(pyiceberg.table, "update_table_metadata", counted)
+    commit(coordinator, 2, changes([o.row(1, UPDATE, 2), o.row(2, DELETE, 2)]))
+    # pyiceberg's own transaction deep-copies the whole metadata on every read of it (some
+    # twenty per commit, each growing with the snapshots kept); lakesink's once per change
+    assert 0 < len(built) == len(set(built)) <= 3, built
+    assert [r["id"] for r in table_rows(table)] == [0, 1, 3]
 
 
 def test_a_delete_of_every_key_leaves_the_bucket_without_files(tmp_path: Path) -> None:

@@ -19,9 +19,11 @@ rewrite_data_files) keeps the layout: it never puts rows of two buckets in one f
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -44,8 +46,11 @@ __all__ = [
     "keyed_partition_fields",
     "keyed_properties",
     "layout_of",
+    "planned_once",
     "required_keys",
 ]
+
+T = TypeVar("T")
 
 MUTATIONS_PROPERTY = "lakesink.row-mutations"
 """Table property of a table of keys: how a batch lands (`copy-on-write`: it rewrites the data
@@ -196,12 +201,46 @@ def check_layout(
         )
 
 
-def bucket_files(table: Table, layout: KeyedLayout) -> dict[int, tuple[DataFileDescription, ...]]:
+_PLANNED: OrderedDict[tuple[str, int, Hashable], Mapping[int, Any]] = OrderedDict()
+_PLANNED_MAX = 8  # a writer needs its table's newest one or two; a process may write several
+
+
+def planned_once(
+    table: Table, what: Hashable, plan: Callable[[], Mapping[int, T]]
+) -> Mapping[int, T]:
+    """`plan()` of the table's current snapshot, planned once per snapshot in this process (a
+    read-only view: it is shared). A snapshot never changes (its id names one manifest list
+    of immutable manifests), so a batch that planned its buckets at its start checks them at
+    commit without reading every manifest again while `main` has not moved; after any other
+    commit the new snapshot is planned afresh."""
+    snapshot = table.metadata.current_snapshot_id
+    if snapshot is None:
+        return MappingProxyType({})
+    key = (str(table.metadata.table_uuid), snapshot, what)
+    found = _PLANNED.get(key)
+    if found is None:
+        found = MappingProxyType(dict(plan()))
+        _PLANNED[key] = found
+        while len(_PLANNED) > _PLANNED_MAX:
+            _PLANNED.popitem(last=False)
+    else:
+        _PLANNED.move_to_end(key)
+    return found
+
+
+def bucket_files(
+    table: Table, layout: KeyedLayout
+) -> Mapping[int, tuple[DataFileDescription, ...]]:
     """The data files of each bucket in the table's current snapshot (buckets without files
-    absent), each as its description. UnsupportedTableError for a file of another partition
-    spec or one with delete files: lakesink writes neither into a table of keys."""
-    if table.metadata.current_snapshot_id is None:
-        return {}
+    absent), each as its description, planned once per snapshot (`planned_once`).
+    UnsupportedTableError for a file of another partition spec or one with delete files:
+    lakesink writes neither into a table of keys."""
+    return planned_once(table, ("data files", layout), lambda: _plan_bucket_files(table, layout))
+
+
+def _plan_bucket_files(
+    table: Table, layout: KeyedLayout
+) -> dict[int, tuple[DataFileDescription, ...]]:
     name = ".".join(table.name())
     out: dict[int, list[DataFileDescription]] = {}
     for task in table.scan().plan_files():

@@ -13,9 +13,46 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from pyiceberg.table import Table, Transaction
+    from pyiceberg.table.metadata import TableMetadata
+
+__all__ = ["commit_on_base", "commit_unretried", "require_main_unmoved", "transaction"]
+
+
+def transaction(table: Table) -> Transaction:
+    """A pyiceberg transaction on `table` whose metadata with the staged changes is computed
+    once per change staged. pyiceberg's own recomputes it, with a deep copy of the whole
+    metadata, every time a snapshot producer or requirement reads it (about twenty times per
+    commit), so a commit's cost grew with every snapshot the table kept (issue 30)."""
+    return _memo_transaction_type()(table)
+
+
+def _memo_transaction_type() -> type[Transaction]:
+    """The Transaction subclass of `transaction`, built on first use (pyiceberg is optional)."""
+    global _MEMO_TRANSACTION
+    if _MEMO_TRANSACTION is not None:
+        return _MEMO_TRANSACTION
     from pyiceberg.table import Transaction
 
-__all__ = ["commit_on_base", "commit_unretried", "require_main_unmoved"]
+    class MemoTransaction(Transaction):
+        _memo: tuple[object, object, TableMetadata] | None = None
+
+        @property
+        def table_metadata(self) -> TableMetadata:
+            # the base metadata and the staged updates (an immutable tuple, replaced on every
+            # stage) name the result; pyiceberg's metadata models are frozen, so one copy serves
+            base, updates = self._table.metadata, self._updates
+            memo = self._memo
+            if memo is None or memo[0] is not base or memo[1] is not updates:
+                memo = (base, updates, Transaction.table_metadata.fget(self))  # type: ignore[attr-defined]
+                self._memo = memo
+            return memo[2]
+
+    _MEMO_TRANSACTION = MemoTransaction
+    return MemoTransaction
+
+
+_MEMO_TRANSACTION: type[Transaction] | None = None
 
 
 def require_main_unmoved(tx: Transaction) -> None:

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from lakesink.errors import ConfigError, CorruptTableError, UnsupportedTableError
 from lakesink.extras import require
+from lakesink.formats.iceberg.on_base import transaction
 
 if TYPE_CHECKING:
     from pyiceberg.manifest import DataFile
@@ -214,7 +215,7 @@ def replace_files(
             added.extend(_write_rows(table, data, options.target_file_bytes))
         from pyiceberg.table.snapshots import Operation
 
-        tx = table.transaction()
+        tx = transaction(table)
         # built as an overwrite (for pyiceberg's summary totals), published as a replace
         producer = _replace_files_type()(
             operation=Operation.OVERWRITE,

@@ -50,7 +50,7 @@ from lakesink.formats.iceberg.datafiles import (
     to_data_file,
     write_data_files,
 )
-from lakesink.formats.iceberg.keyed import KeyedLayout
+from lakesink.formats.iceberg.keyed import KeyedLayout, planned_once
 from lakesink.formats.iceberg.keyed_writer import (
     BucketWrite,
     KeyedWriter,
@@ -60,7 +60,7 @@ from lakesink.formats.iceberg.keyed_writer import (
     keyed_layout,
     parsed_metadata,
 )
-from lakesink.formats.iceberg.on_base import commit_on_base
+from lakesink.formats.iceberg.on_base import commit_on_base, transaction
 
 if TYPE_CHECKING:
     from pyiceberg.io import FileIO
@@ -101,14 +101,17 @@ class BucketFile:
         return (self.data.path, *(d.path for d in self.deletes))
 
 
-def bucket_contents(table: Table, layout: KeyedLayout) -> dict[int, tuple[BucketFile, ...]]:
+def bucket_contents(table: Table, layout: KeyedLayout) -> Mapping[int, tuple[BucketFile, ...]]:
     """The data files of each bucket in the table's current snapshot, each with its delete files
-    (pyiceberg's planning matches them by sequence number, partition and path). A file of
-    another spec than the bucket spec: UnsupportedTableError (rewrite it first)."""
+    (pyiceberg's planning matches them by sequence number, partition and path), planned once
+    per snapshot (`planned_once`). A file of another spec than the bucket spec:
+    UnsupportedTableError (rewrite it first)."""
+    return planned_once(table, ("with deletes", layout), lambda: _plan_contents(table, layout))
+
+
+def _plan_contents(table: Table, layout: KeyedLayout) -> dict[int, tuple[BucketFile, ...]]:
     from lakesink.errors import UnsupportedTableError
 
-    if table.metadata.current_snapshot_id is None:
-        return {}
     name = ".".join(table.name())
     out: dict[int, list[BucketFile]] = {}
     for task in table.scan().plan_files():
@@ -555,7 +558,7 @@ def apply_position_deletes(
             rows += data.num_rows
             if data.num_rows:
                 added.extend(_write_rows(table, data, target_file_bytes))
-        tx = table.transaction()
+        tx = transaction(table)
         producer = _row_delta_type()(
             operation=Operation.OVERWRITE, transaction=tx, io=table.io,
             snapshot_properties=dict(summary),

@@ -19,7 +19,11 @@ small.file.bytes` and `.min.files` (rewrite threshold) and `table.target.file.si
 default), the writer's post-commit hook (`iceberg_maintenance_hook`) runs what
 `table.services.inline` names:
 Iceberg's names, or the Hudi services' (`clean` = expire-snapshots then remove-orphan-files,
-`cluster` = rewrite-data-files; `archive` has no Iceberg counterpart and is skipped). Inline,
+`cluster` = rewrite-data-files; `archive` has no Iceberg counterpart and is skipped). On a
+merge-on-read table of keys, `iceberg.services.rewrite.delete.files` also runs rewrite-data-files
+(which applies the position deletes first) after any commit that leaves that many delete files
+live: each batch reads its buckets' delete files, so their number, not the commits counted,
+drives its cost. Inline,
 orphan removal also spares the files of the writer's own batches in flight, whatever their age.
 An action that fails or keeps losing to concurrent commits is logged and given up until the next
 run: it never fails the batch it follows.
@@ -56,6 +60,7 @@ __all__ = [
     "expire_snapshots",
     "iceberg_maintenance_hook",
     "inline_actions",
+    "live_delete_files",
     "remove_orphan_files",
     "rewrite_data_files",
     "run_iceberg_maintenance",
@@ -346,30 +351,56 @@ def iceberg_maintenance_hook(
 
     every = settings.services.inline_every_commits
     which = inline_actions(tuple(settings.services.inline))
+    deletes_at = settings.iceberg.rewrite_delete_files
     options = IcebergMaintenanceOptions.from_settings(settings)
     storage = settings.storage
     count = 0
 
-    def hook(result: AppendResult | InstantTime) -> MaintenanceRun | None:
-        nonlocal count
-        landed = isinstance(result, InstantTime) or result.outcome is CommitOutcome.COMMITTED
-        if every <= 0 or not landed:
-            return None
-        count += 1
-        if count < every:
-            return None
-        count = 0
+    def run(actions: Sequence[str]) -> MaintenanceRun | None:
         try:
-            run = run_iceberg_maintenance(
-                table, options, which, storage_options=storage, in_flight=in_flight
+            done = run_iceberg_maintenance(
+                table, options, actions, storage_options=storage, in_flight=in_flight
             )
         except Exception:  # never fail a published commit
             log.exception("table %s: inline maintenance failed", table.name)
             return None
         log.info(
-            "table %s: inline maintenance ran %s%s", table.name, ", ".join(which),
-            f" ({len(run.errors)} given up: {'; '.join(run.errors)})" if run.errors else "",
+            "table %s: inline maintenance ran %s%s", table.name, ", ".join(actions),
+            f" ({len(done.errors)} given up: {'; '.join(done.errors)})" if done.errors else "",
         )  # fmt: skip
-        return run
+        return done
+
+    def hook(result: AppendResult | InstantTime) -> MaintenanceRun | None:
+        nonlocal count
+        landed = isinstance(result, InstantTime) or result.outcome is CommitOutcome.COMMITTED
+        if not landed:
+            return None
+        done = None
+        if every > 0:
+            count += 1
+            if count >= every:
+                count = 0
+                done = run(which)
+        if deletes_at <= 0 or (done is not None and REWRITE in which):
+            return done  # no trigger, or the scheduled run applied the deletes (or gave up)
+        deletes = live_delete_files(table)
+        if deletes is not None and deletes >= deletes_at:
+            log.info(
+                "table %s: %d position-delete files live (iceberg.services.rewrite.delete."
+                "files=%d): applying them", table.name, deletes, deletes_at,
+            )  # fmt: skip
+            return run((REWRITE,))
+        return done
 
     return hook
+
+
+def live_delete_files(table: IcebergTable) -> int | None:
+    """The delete files the table's current snapshot keeps live, from its summary's totals
+    (None when it has no snapshot or the summary no total: another engine's)."""
+    snapshot = table.pyiceberg.current_snapshot()
+    total = snapshot.summary.get("total-delete-files") if snapshot and snapshot.summary else None
+    try:
+        return int(total) if total is not None else None
+    except ValueError:
+        return None

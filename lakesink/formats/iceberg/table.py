@@ -51,7 +51,7 @@ from lakesink.formats.iceberg.evolution import (
     with_schema,
 )
 from lakesink.formats.iceberg.maintenance import referenced_files, remove_orphans
-from lakesink.formats.iceberg.on_base import commit_unretried, require_main_unmoved
+from lakesink.formats.iceberg.on_base import commit_unretried, require_main_unmoved, transaction
 from lakesink.formats.iceberg.replan import commit_replanned
 from lakesink.formats.iceberg.schema import (
     PartitionFieldSetting,
@@ -401,7 +401,7 @@ class IcebergTable:
             self.refresh()
             current = self.writer_incarnation(writer_id)
             claimed = (current or 0) + 1
-            tx = self._table.transaction()
+            tx = transaction(self._table)
             try:
                 tx._stage((), (assert_type(writer_id=writer_id, expected=current),))
                 tx.set_properties({incarnation_key(writer_id): str(claimed)})
@@ -427,7 +427,7 @@ class IcebergTable:
         same moment may both get n + 1 (their offsets requirement still lands each batch once)."""
         self.refresh()
         claimed = (self.writer_incarnation(writer_id) or 0) + 1
-        tx = self._table.transaction()
+        tx = transaction(self._table)
         tx.set_properties({incarnation_key(writer_id): str(claimed)})
         tx.commit_transaction()
         self.refresh()
@@ -596,7 +596,7 @@ class IcebergTable:
             ],
         )
         version = self._table.metadata.format_version
-        tx = self._table.transaction()
+        tx = transaction(self._table)
         # checked now against this base, and by the catalog against the metadata it commits on
         tx._stage((), (check,))
         if incarnation is not None:  # a zombie's append fails inside the catalog's commit
@@ -621,7 +621,7 @@ class IcebergTable:
         that `main` is still the snapshot the caller checked the writer's offsets on, so the
         server refuses it (CommitFailedException) when any other commit landed meanwhile."""
         metadata = self._table.metadata
-        tx = self._table.transaction()
+        tx = transaction(self._table)
         require_main_unmoved(tx)
         if schema is not None:
             stage_schema(tx, schema, self.name)
@@ -653,7 +653,7 @@ class IcebergTable:
         from lakesink.formats.iceberg.upsert import BucketRewrite
 
         metadata = self._table.metadata
-        tx = self._table.transaction()
+        tx = transaction(self._table)
         require_main_unmoved(tx)
         if incarnation is not None:
             tx._stage((), (_assert_incarnation_type()(writer_id=writer_id, expected=incarnation),))
@@ -734,7 +734,7 @@ class IcebergTable:
             return []
         record = {**(summary or {}), "expired": str(len(doomed))}
         try:
-            tx = self._table.transaction()
+            tx = transaction(self._table)
             # one update staged directly: pyiceberg's ExpireSnapshots.by_ids deep-copies the
             # whole metadata twice per id (minutes for 1,000 snapshots); branch and tag heads
             # are kept above as it would keep them

@@ -1,0 +1,161 @@
+"""Writes by key into an Iceberg table of keys on the direct task path (lakesink.spark.direct):
+when it is chosen, and its two stages without Spark: the pieces' rows split by the writer task
+of their group (every row of a bucket to one writer), carried as Arrow IPC streams, and the
+writers' statuses, committed, read back as the plain dict fold of every version in both modes."""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_direct_path_choice import _cfg
+from test_hudi_upsert import reference, versions
+from test_iceberg_upsert import (
+    Offsets,
+    changes,
+    complete,
+    open_table,
+    ranges_of,
+    table_rows,
+    writer,
+)
+
+from lakesink.errors import ConfigError
+from lakesink.formats import plugin_for
+from lakesink.formats.iceberg.keyed import COPY_ON_WRITE, MERGE_ON_READ
+from lakesink.formats.task import KeyedTaskTarget
+from lakesink.protocol.offsets import OffsetRange, TopicPartition
+from lakesink.protocol.write_status import WriteStatus
+from lakesink.spark.direct import (
+    KeyedReadTask,
+    KeyedWriteTask,
+    TaskStatuses,
+    _writer_of,
+    read_groups,
+    uses_direct_path,
+)
+
+KEYED = {"write__operation": "upsert", "table__record__key__fields": "id"}
+
+
+@pytest.mark.parametrize(
+    ("settings_", "direct"),
+    [
+        ({**KEYED, "table__format": "iceberg"}, True),
+        ({**KEYED, "table__format": "iceberg", "write__path": "direct"}, True),
+        ({**KEYED, "table__format": "iceberg", "write__path": "dataframe"}, False),
+        ({**KEYED, "table__format": "hudi"}, False),  # Hudi's buckets: on the DataFrame
+        (
+            {
+                **KEYED,
+                "table__format": "iceberg",
+                "errors__tolerance": "all",
+                "errors__deadletter__table": "dead",
+            },
+            False,
+        ),
+    ],
+)
+def test_writes_by_key_take_the_direct_path_on_iceberg_tables(
+    settings_: dict[str, Any], direct: bool
+) -> None:
+    assert uses_direct_path(_cfg(**settings_)) is direct
+
+
+def test_a_forced_direct_path_for_writes_by_key_is_refused_where_it_cannot_serve() -> None:
+    dead = {"errors__tolerance": "all", "errors__deadletter__table": "dead"}
+    cfg = _cfg(**KEYED, table__format="iceberg", write__path="direct", **dead)
+    with pytest.raises(ConfigError, match=r"write\.path=direct is not possible.*deadletter"):
+        uses_direct_path(cfg)
+    with pytest.raises(ConfigError, match=r"write\.path=direct cannot serve.*Hudi"):
+        _cfg(**KEYED, table__format="hudi", write__path="direct")
+
+
+class Pieces:
+    """Stands in for `DirectTask`: the rows of a task's pieces, decoded."""
+
+    def __init__(self, batches: Sequence[pa.RecordBatch]) -> None:
+        self.batches = batches
+
+    def rows_of(self, pieces: Any, failed: list[Any]) -> Iterator[pa.RecordBatch]:
+        yield from self.batches
+
+
+def run_two_stages(
+    target: KeyedTaskTarget, reads: Sequence[Sequence[pa.RecordBatch]], tasks: int
+) -> list[WriteStatus]:
+    """The job `_run_keyed_tasks` runs, in this process: one read task per piece, the
+    shuffle by `_writer_of`, one write task per writer; the writers' statuses."""
+    shuffled: dict[int, list[tuple[int, bytes]]] = {}
+    for batches in reads:
+        read = KeyedReadTask(Pieces(batches), target, tasks)  # type: ignore[arg-type]
+        for key, data in read([]):
+            shuffled.setdefault(_writer_of(key) % tasks, []).append((key, data))
+    out = []
+    for writer_task in range(tasks):
+        (status,) = KeyedWriteTask(target)(shuffled.get(writer_task, []))
+        rows = TaskStatuses.from_json(status).rows
+        assert rows is not None
+        out.append(rows)
+    return out
+
+
+@pytest.mark.parametrize("mode", [COPY_ON_WRITE, MERGE_ON_READ])
+@settings(max_examples=4, deadline=None)
+@given(
+    batches=st.lists(st.lists(versions, min_size=1, max_size=12), min_size=1, max_size=3),
+    buckets=st.integers(1, 5),
+    tasks=st.integers(1, 3),
+    pieces=st.integers(1, 3),
+)
+def test_the_two_stages_read_back_as_the_fold_and_give_each_bucket_one_writer(
+    mode: str,
+    batches: list[list[tuple[int, int, int | None, int]]],
+    buckets: int,
+    tasks: int,
+    pieces: int,
+) -> None:
+    offsets = Offsets()
+    rows = [[offsets.row(k, op, ts, p) for k, op, ts, p in batch] for batch in batches]
+    with tempfile.TemporaryDirectory() as tmp:
+        table = open_table(Path(tmp) / "wh", buckets, "ts", mode=mode)
+        coordinator = writer(table)
+        for n, batch in enumerate(rows, start=1):
+            data = changes(batch)
+            t = coordinator.begin_batch(n, ranges_of(data))
+            assert t is not None
+            target = plugin_for("iceberg").task_target(coordinator, t.value, 0)
+            assert isinstance(target, KeyedTaskTarget)
+            # the batch's rows spread over `pieces` read tasks, a few record batches each
+            reads: list[list[pa.RecordBatch]] = [[] for _ in range(pieces)]
+            for i, b in enumerate(data.to_batches(max_chunksize=4)):
+                reads[i % pieces].append(b)
+            statuses = run_two_stages(target, reads, tasks)
+            assert sum(s.records_read for s in statuses) == data.num_rows
+            # no bucket reached two writers (the commit refuses that, CommitError)
+            complete(coordinator, t, n, data, statuses)
+            assert table_rows(table) == reference(rows[:n], "ts")
+
+
+@given(
+    spans=st.lists(st.integers(1, 500), min_size=1, max_size=12),
+    per_task=st.integers(1, 1000),
+    slots=st.integers(1, 4),
+)
+def test_read_tasks_gather_small_pieces_and_keep_every_piece_once(
+    spans: list[int], per_task: int, slots: int
+) -> None:
+    pieces = [OffsetRange(TopicPartition("t", p), 10, 10 + n) for p, n in enumerate(spans)]
+    groups = read_groups(pieces, per_task, slots)
+    assert sorted(p for g in groups for p in g) == sorted(pieces)
+    assert all(g == sorted(g) for g in groups) and all(groups)  # in the source's order
+    wanted = max(slots, -(-sum(spans) // per_task))
+    assert len(groups) == min(len(pieces), wanted)
+    # eight small Kafka partitions on two cores: two read tasks, not eight
+    assert len(read_groups(pieces[:8], 10_000, 2)) == min(2, len(pieces))
