@@ -58,9 +58,12 @@ def _child_cmd(kind: str, *args: str) -> list[str]:
 
 
 def _parse_result(out: str) -> dict[str, Any]:
+    # the marker is looked for anywhere in a line: the child's output is merged with its Python
+    # workers', and one that died mid-line (a traceback at shutdown) leaves no newline before it
     for line in out.splitlines():
-        if line.startswith("BENCH-RESULT "):
-            return json.loads(line[len("BENCH-RESULT ") :])  # type: ignore[no-any-return]
+        at = line.find("BENCH-RESULT ")
+        if at >= 0:
+            return json.loads(line[at + len("BENCH-RESULT ") :])  # type: ignore[no-any-return]
     raise RuntimeError(f"child printed no result:\n{out[-3000:]}")
 
 
