@@ -374,7 +374,7 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument(
         "--skip",
         default="",
-        help="comma-separated: throughput,correctness,commit,recovery,requests",
+        help="comma-separated: throughput,correctness,commit,recovery,requests,freshness",
     )
     ap.add_argument(
         "--no-peers", action="store_true", help="lakesink, raw and at-least-once only (quick)"
@@ -475,6 +475,8 @@ def main() -> None:
             print_commit_cost(report["commit"])
         if "requests" not in skip:
             report["requests"] = run_commit_requests(work / "requests.json")
+        if "freshness" not in skip:
+            report["freshness"] = run_freshness(work / "freshness.json")
     finally:
         shutil.rmtree(work, ignore_errors=True)
     report["load_avg_at_end"] = os.getloadavg()
@@ -494,6 +496,13 @@ def run_commit_requests(out: Path) -> dict[str, Any]:
     subprocess.run(
         [sys.executable, str(HERE / "bench_commit_requests.py"), "--json", str(out)], check=True
     )
+    return json.loads(out.read_text())  # type: ignore[no-any-return]
+
+
+def run_freshness(out: Path) -> list[dict[str, Any]]:
+    """Seconds from Kafka's append to a hudi-rs reader seeing the record, per trigger
+    (freshness.py, in its own process: its own broker and ingestion); it prints its table."""
+    subprocess.run([sys.executable, str(HERE / "freshness.py"), "--json", str(out)], check=True)
     return json.loads(out.read_text())  # type: ignore[no-any-return]
 
 

@@ -1,0 +1,226 @@
+"""Freshness (issue 33, item 1, lakesink's half): how long after Kafka appends a record a reader
+of the table sees it.
+
+A producer appends records at a fixed rate (`--rate` records/s over `--partitions` partitions)
+for `--seconds`, to a topic whose timestamps are the broker's append time (`LogAppendTime`).
+`lakesink ingest` runs continuously in its own process (Spark local[2], Apache Kafka) into a
+local Hudi table, once per trigger in `--triggers`. An independent reader, hudi-rs, polls the
+table every `--poll` seconds; a record is visible from the first poll that reads it, and its
+freshness is that poll's time minus its Kafka append time. p50/p95/p99/max over every record
+produced after the ingestion was up (a warm-up batch proves it is), per trigger. The poll
+interval bounds what the reader adds (about half of it on average).
+
+    python benchmarks/freshness.py [--rate 2000] [--seconds 60] [--triggers 5,1,0.2]
+        [--poll 0.1] [--json benchmarks/results/freshness.json]
+
+Not here yet: the peers (Spark + Delta, Hudi's streaming sink, Spark + Iceberg) in the same run,
+S3, and Iceberg tables (pyiceberg as the reader).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+WARM_UP_RECORDS = 100
+PAYLOAD = b"x" * 200
+
+
+def _percentiles(values: list[float]) -> dict[str, float]:
+    ordered = sorted(values)
+
+    def at(q: float) -> float:
+        return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+    return {"p50": at(0.50), "p95": at(0.95), "p99": at(0.99), "max": ordered[-1]}
+
+
+class Reader(threading.Thread):
+    """Polls the table with hudi-rs; notes when each (partition, offset) is first read."""
+
+    def __init__(self, table: Path, poll_s: float) -> None:
+        super().__init__(daemon=True)
+        self.table, self.poll_s = table, poll_s
+        self.seen: dict[tuple[int, int], tuple[float, float]] = {}  # -> (appended, visible)
+        self.polls = 0
+        self.read_s = 0.0
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        from lakesink.formats.hudi.audit import hudi_rs_batches
+
+        columns = ["kafka_partition", "kafka_offset", "kafka_timestamp"]
+        while not self.stopping.is_set():
+            start = time.time()
+            if (self.table / ".hoodie" / "hoodie.properties").exists():
+                try:
+                    batches = hudi_rs_batches(str(self.table), columns=columns)
+                except Exception:  # a table mid-creation: the next poll reads it
+                    batches = []
+                now = time.time()
+                self.polls += 1
+                self.read_s += now - start
+                if batches:
+                    self._note(pa.Table.from_batches(batches), now)
+            self.stopping.wait(max(0.0, self.poll_s - (time.time() - start)))
+
+    def _note(self, rows: pa.Table, visible: float) -> None:
+        appended = pc.cast(
+            pc.cast(rows["kafka_timestamp"], pa.timestamp("us", tz="UTC")), pa.int64()
+        ).to_pylist()
+        for p, o, t in zip(
+            rows["kafka_partition"].to_pylist(),
+            rows["kafka_offset"].to_pylist(),
+            appended,
+            strict=True,
+        ):
+            if (p, o) not in self.seen:
+                self.seen[(p, o)] = (t / 1e6, visible)
+
+
+def _produce(bootstrap: str, topic: str, count: int, rate: float) -> float:
+    """`count` records at `rate` per second, spread over the topic's partitions by the client;
+    returns when the last is acknowledged."""
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "acks": "all"})
+    start = time.time()
+    for i in range(count):
+        due = start + i / rate
+        delay = due - time.time()
+        if delay > 0:
+            time.sleep(delay)
+        producer.produce(topic, value=PAYLOAD, key=str(i).encode())
+        producer.poll(0)
+    producer.flush(60)
+    return time.time()
+
+
+def one_trigger(
+    bootstrap: str, trigger_s: float, args: argparse.Namespace, tmp: Path
+) -> dict[str, Any]:
+    from lakesink.kafka.client import create_topic
+
+    name = f"fresh-{str(trigger_s).replace('.', '_')}-{int(time.time())}"
+    create_topic(
+        bootstrap, name, args.partitions, config={"message.timestamp.type": "LogAppendTime"}
+    )
+    table = tmp / name
+    conf = tmp / f"{name}.toml"
+    keys = {
+        "kafka.bootstrap.servers": bootstrap,
+        "kafka.topics": name,
+        "value.format": "raw",
+        "table.path": str(table),
+        "checkpoint.location": str(tmp / f"{name}-checkpoint"),
+        "writer.id": name,
+        "trigger.interval.s": trigger_s,
+        "kafka.max.records.per.batch": 1_000_000,
+    }
+    conf.write_text("".join(f'"{k}" = {json.dumps(v)}\n' for k, v in keys.items()))
+    log = open(tmp / f"{name}.log", "w")  # noqa: SIM115 - the process writes it until stopped
+    ingest = subprocess.Popen(
+        [sys.executable, "-m", "lakesink.cli.main", "ingest", "--config", str(conf)],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    reader = Reader(table, args.poll)
+    reader.start()
+    try:
+        _produce(bootstrap, name, WARM_UP_RECORDS, 1000.0)
+        deadline = time.time() + 180
+        while len(reader.seen) < WARM_UP_RECORDS:
+            if ingest.poll() is not None or time.time() > deadline:
+                raise RuntimeError(f"the ingestion never showed its warm-up (see {log.name})")
+            time.sleep(0.2)
+        measured_from = time.time()
+        count = int(args.rate * args.seconds)
+        produced_until = _produce(bootstrap, name, count, args.rate)
+        deadline = time.time() + 120
+        while len(reader.seen) < WARM_UP_RECORDS + count and time.time() < deadline:
+            time.sleep(0.2)
+    finally:
+        reader.stopping.set()
+        reader.join()
+        os.killpg(ingest.pid, signal.SIGTERM)
+        try:
+            ingest.wait(60)
+        except subprocess.TimeoutExpired:
+            os.killpg(ingest.pid, signal.SIGKILL)
+            ingest.wait()
+        log.close()
+    fresh = [v - a for a, v in reader.seen.values() if a >= measured_from]
+    commits = len(list((table / ".hoodie" / "timeline").glob("*.commit")))
+    return {
+        "trigger_s": trigger_s,
+        "rate": args.rate,
+        "produced": count,
+        "visible": len(fresh),
+        "production_s": produced_until - measured_from,
+        "commits": commits,
+        "polls": reader.polls,
+        "mean_read_s": reader.read_s / max(1, reader.polls),
+        **(_percentiles(fresh) if fresh else {}),
+    }
+
+
+def print_table(results: list[dict[str, Any]]) -> None:
+    print(
+        f"{'trigger s':>9} {'records':>8} {'visible':>8} {'commits':>7} {'p50 s':>6} "
+        f"{'p95 s':>6} {'p99 s':>6} {'max s':>6} {'read s':>6}"
+    )
+    for r in results:
+        print(
+            f"{r['trigger_s']:>9} {r['produced']:>8,} {r['visible']:>8,} {r['commits']:>7} "
+            f"{r.get('p50', float('nan')):>6.2f} {r.get('p95', float('nan')):>6.2f} "
+            f"{r.get('p99', float('nan')):>6.2f} {r.get('max', float('nan')):>6.2f} "
+            f"{r['mean_read_s']:>6.3f}"
+        )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rate", type=float, default=2000.0, help="records per second")
+    parser.add_argument("--seconds", type=float, default=60.0, help="seconds of production")
+    parser.add_argument("--partitions", type=int, default=2)
+    parser.add_argument("--triggers", default="5,1,0.2", help="trigger.interval.s values")
+    parser.add_argument("--poll", type=float, default=0.1, help="the reader's poll interval, s")
+    parser.add_argument("--json", type=Path, help="write the results here too")
+    args = parser.parse_args(argv)
+    from lakesink.kafka.kafka_server import local_broker
+
+    results = []
+    with tempfile.TemporaryDirectory(prefix="lakesink-freshness-") as tmp_name:
+        tmp = Path(tmp_name)
+        broker = local_broker("kafka", data_dir=tmp / "broker")
+        broker.start()
+        try:
+            for trigger in (float(t) for t in args.triggers.split(",")):
+                results.append(one_trigger(broker.bootstrap_servers, trigger, args, tmp))
+                print_table(results[-1:])
+        finally:
+            broker.close()
+    print(f"\n{args.rate:,.0f} records/s over {args.partitions} partitions for {args.seconds} s;")
+    print(f"load average at the end {os.getloadavg()}")
+    print_table(results)
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(results, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
