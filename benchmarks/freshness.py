@@ -163,14 +163,12 @@ def one_trigger(
             ingest.wait()
         log.close()
     fresh = [v - a for a, v in reader.seen.values() if a >= measured_from]
-    commits = len(list((table / ".hoodie" / "timeline").glob("*.commit")))
     return {
         "trigger_s": trigger_s,
         "rate": args.rate,
         "produced": count,
         "visible": len(fresh),
         "production_s": produced_until - measured_from,
-        "commits": commits,
         "polls": reader.polls,
         "mean_read_s": reader.read_s / max(1, reader.polls),
         **(_percentiles(fresh) if fresh else {}),
@@ -179,12 +177,12 @@ def one_trigger(
 
 def print_table(results: list[dict[str, Any]]) -> None:
     print(
-        f"{'trigger s':>9} {'records':>8} {'visible':>8} {'commits':>7} {'p50 s':>6} "
+        f"{'trigger s':>9} {'records':>8} {'visible':>8} {'p50 s':>6} "
         f"{'p95 s':>6} {'p99 s':>6} {'max s':>6} {'read s':>6}"
     )
     for r in results:
         print(
-            f"{r['trigger_s']:>9} {r['produced']:>8,} {r['visible']:>8,} {r['commits']:>7} "
+            f"{r['trigger_s']:>9} {r['produced']:>8,} {r['visible']:>8,} "
             f"{r.get('p50', float('nan')):>6.2f} {r.get('p95', float('nan')):>6.2f} "
             f"{r.get('p99', float('nan')):>6.2f} {r.get('max', float('nan')):>6.2f} "
             f"{r['mean_read_s']:>6.3f}"
