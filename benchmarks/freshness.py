@@ -4,17 +4,18 @@ of the table sees it.
 A producer appends records at a fixed rate (`--rate` records/s over `--partitions` partitions)
 for `--seconds`, to a topic whose timestamps are the broker's append time (`LogAppendTime`).
 `lakesink ingest` runs continuously in its own process (Spark local[2], Apache Kafka) into a
-local Hudi table, once per trigger in `--triggers`. An independent reader, hudi-rs, polls the
-table every `--poll` seconds; a record is visible from the first poll that reads it, and its
+local table of each format in `--formats`, once per trigger in `--triggers`. An independent
+reader polls the table every `--poll` seconds (hudi-rs for Hudi; pyiceberg's scan for Iceberg,
+the SQL catalog on SQLite); a record is visible from the first poll that reads it, and its
 freshness is that poll's time minus its Kafka append time. p50/p95/p99/max over every record
 produced after the ingestion was up (a warm-up batch proves it is), per trigger. The poll
 interval bounds what the reader adds (about half of it on average).
 
     python benchmarks/freshness.py [--rate 2000] [--seconds 60] [--triggers 5,1,0.2]
-        [--poll 0.1] [--json benchmarks/results/freshness.json]
+        [--formats hudi,iceberg] [--poll 0.1] [--json benchmarks/results/freshness.json]
 
 Not here yet: the peers (Spark + Delta, Hudi's streaming sink, Spark + Iceberg) in the same run,
-S3, and Iceberg tables (pyiceberg as the reader).
+and S3.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -47,33 +49,55 @@ def _percentiles(values: list[float]) -> dict[str, float]:
     return {"p50": at(0.50), "p95": at(0.95), "p99": at(0.99), "max": ordered[-1]}
 
 
-class Reader(threading.Thread):
-    """Polls the table with hudi-rs; notes when each (partition, offset) is first read."""
+COLUMNS = ["kafka_partition", "kafka_offset", "kafka_timestamp"]
 
-    def __init__(self, table: Path, poll_s: float) -> None:
+
+def hudi_rs_rows(table: Path) -> pa.Table | None:
+    """The table's coordinates and append times as hudi-rs reads them; None before it exists."""
+    from lakesink.formats.hudi.audit import hudi_rs_batches
+
+    if not (table / ".hoodie" / "hoodie.properties").exists():
+        return None
+    batches = hudi_rs_batches(str(table), columns=COLUMNS)
+    return pa.Table.from_batches(batches) if batches else None
+
+
+def pyiceberg_rows(settings: Any) -> pa.Table | None:
+    """The same through pyiceberg's scan of the table's current snapshot (the catalog asked
+    again each time); None before the table exists."""
+    from lakesink.errors import LakesinkError
+    from lakesink.formats.iceberg.format import open_iceberg_table
+
+    try:
+        table = open_iceberg_table(settings, create=False).pyiceberg
+    except LakesinkError:  # not created yet
+        return None
+    return table.scan(selected_fields=tuple(COLUMNS)).to_arrow()
+
+
+class Reader(threading.Thread):
+    """Polls the table with `read`; notes when each (partition, offset) is first read."""
+
+    def __init__(self, read: Callable[[], pa.Table | None], poll_s: float) -> None:
         super().__init__(daemon=True)
-        self.table, self.poll_s = table, poll_s
+        self.read, self.poll_s = read, poll_s
         self.seen: dict[tuple[int, int], tuple[float, float]] = {}  # -> (appended, visible)
         self.polls = 0
         self.read_s = 0.0
         self.stopping = threading.Event()
 
     def run(self) -> None:
-        from lakesink.formats.hudi.audit import hudi_rs_batches
-
-        columns = ["kafka_partition", "kafka_offset", "kafka_timestamp"]
         while not self.stopping.is_set():
             start = time.time()
-            if (self.table / ".hoodie" / "hoodie.properties").exists():
-                try:
-                    batches = hudi_rs_batches(str(self.table), columns=columns)
-                except Exception:  # a table mid-creation: the next poll reads it
-                    batches = []
-                now = time.time()
+            try:
+                rows = self.read()
+            except Exception:  # a table mid-creation: the next poll reads it
+                rows = None
+            now = time.time()
+            if rows is not None:
                 self.polls += 1
                 self.read_s += now - start
-                if batches:
-                    self._note(pa.Table.from_batches(batches), now)
+                self._note(rows, now)
             self.stopping.wait(max(0.0, self.poll_s - (time.time() - start)))
 
     def _note(self, rows: pa.Table, visible: float) -> None:
@@ -109,11 +133,12 @@ def _produce(bootstrap: str, topic: str, count: int, rate: float) -> float:
 
 
 def one_trigger(
-    bootstrap: str, trigger_s: float, args: argparse.Namespace, tmp: Path
+    bootstrap: str, fmt: str, trigger_s: float, args: argparse.Namespace, tmp: Path
 ) -> dict[str, Any]:
+    from lakesink.config.registry import build_config
     from lakesink.kafka.client import create_topic
 
-    name = f"fresh-{str(trigger_s).replace('.', '_')}-{int(time.time())}"
+    name = f"fresh-{fmt}-{str(trigger_s).replace('.', '_')}-{int(time.time())}"
     create_topic(
         bootstrap, name, args.partitions, config={"message.timestamp.type": "LogAppendTime"}
     )
@@ -128,6 +153,7 @@ def one_trigger(
         "writer.id": name,
         "trigger.interval.s": trigger_s,
         "kafka.max.records.per.batch": 1_000_000,
+        **({"table.format": "iceberg", "table.name": "events"} if fmt == "iceberg" else {}),
     }
     conf.write_text("".join(f'"{k}" = {json.dumps(v)}\n' for k, v in keys.items()))
     log = open(tmp / f"{name}.log", "w")  # noqa: SIM115 - the process writes it until stopped
@@ -137,7 +163,11 @@ def one_trigger(
         stderr=subprocess.STDOUT,
         start_new_session=True,
     )
-    reader = Reader(table, args.poll)
+    settings = build_config(keys).settings
+    reader = Reader(
+        (lambda: hudi_rs_rows(table)) if fmt == "hudi" else (lambda: pyiceberg_rows(settings)),
+        args.poll,
+    )
     reader.start()
     try:
         _produce(bootstrap, name, WARM_UP_RECORDS, 1000.0)
@@ -164,6 +194,7 @@ def one_trigger(
         log.close()
     fresh = [v - a for a, v in reader.seen.values() if a >= measured_from]
     return {
+        "format": fmt,
         "trigger_s": trigger_s,
         "rate": args.rate,
         "produced": count,
@@ -177,12 +208,12 @@ def one_trigger(
 
 def print_table(results: list[dict[str, Any]]) -> None:
     print(
-        f"{'trigger s':>9} {'records':>8} {'visible':>8} {'p50 s':>6} "
+        f"{'format':>7} {'trigger s':>9} {'records':>8} {'visible':>8} {'p50 s':>6} "
         f"{'p95 s':>6} {'p99 s':>6} {'max s':>6} {'read s':>6}"
     )
     for r in results:
         print(
-            f"{r['trigger_s']:>9} {r['produced']:>8,} {r['visible']:>8,} "
+            f"{r['format']:>7} {r['trigger_s']:>9} {r['produced']:>8,} {r['visible']:>8,} "
             f"{r.get('p50', float('nan')):>6.2f} {r.get('p95', float('nan')):>6.2f} "
             f"{r.get('p99', float('nan')):>6.2f} {r.get('max', float('nan')):>6.2f} "
             f"{r['mean_read_s']:>6.3f}"
@@ -195,6 +226,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=60.0, help="seconds of production")
     parser.add_argument("--partitions", type=int, default=2)
     parser.add_argument("--triggers", default="5,1,0.2", help="trigger.interval.s values")
+    parser.add_argument("--formats", default="hudi,iceberg", help="table formats, in turn")
     parser.add_argument("--poll", type=float, default=0.1, help="the reader's poll interval, s")
     parser.add_argument("--json", type=Path, help="write the results here too")
     args = parser.parse_args(argv)
@@ -206,9 +238,10 @@ def main(argv: list[str] | None = None) -> int:
         broker = local_broker("kafka", data_dir=tmp / "broker")
         broker.start()
         try:
-            for trigger in (float(t) for t in args.triggers.split(",")):
-                results.append(one_trigger(broker.bootstrap_servers, trigger, args, tmp))
-                print_table(results[-1:])
+            for fmt in args.formats.split(","):
+                for trigger in (float(t) for t in args.triggers.split(",")):
+                    results.append(one_trigger(broker.bootstrap_servers, fmt, trigger, args, tmp))
+                    print_table(results[-1:])
         finally:
             broker.close()
     print(f"\n{args.rate:,.0f} records/s over {args.partitions} partitions for {args.seconds} s;")
