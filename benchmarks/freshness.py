@@ -11,7 +11,7 @@ freshness is that poll's time minus its Kafka append time. p50/p95/p99/max over 
 produced after the ingestion was up (a warm-up batch proves it is), per trigger. The poll
 interval bounds what the reader adds (about half of it on average).
 
-    python benchmarks/freshness.py [--rate 2000] [--seconds 60] [--triggers 5,1,0.2]
+    python benchmarks/freshness.py [--rate 2000] [--seconds 60] [--triggers 5,1,0.2,0]
         [--formats hudi,iceberg] [--poll 0.1] [--json benchmarks/results/freshness.json]
 
 Not here yet: the peers (Spark + Delta, Hudi's streaming sink, Spark + Iceberg) in the same run,
@@ -225,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rate", type=float, default=2000.0, help="records per second")
     parser.add_argument("--seconds", type=float, default=60.0, help="seconds of production")
     parser.add_argument("--partitions", type=int, default=2)
-    parser.add_argument("--triggers", default="5,1,0.2", help="trigger.interval.s values")
+    parser.add_argument("--triggers", default="5,1,0.2,0", help="trigger.interval.s values")
     parser.add_argument("--formats", default="hudi,iceberg", help="table formats, in turn")
     parser.add_argument("--poll", type=float, default=0.1, help="the reader's poll interval, s")
     parser.add_argument("--json", type=Path, help="write the results here too")

@@ -29,6 +29,7 @@ RECENT_INSTANTS = 8
 SMOOTHING_S = 10.0
 """Time constant of the rates' exponential average, in seconds."""
 STALLED_TRIGGERS = 3
+STALLED_MIN_S = 5.0  # trigger.interval.s=0 (or tiny): a batch itself takes a second or more
 """Flag a writer with lag whose offsets have not moved for more than this many triggers."""
 
 _INSTANT = re.compile(r"^(\d{17})\.(\w+) \[(\w+)(?: done (\d{17}))?\]$")
@@ -150,8 +151,8 @@ def render(
         assert trigger_s is not None
         body.append(
             Text(
-                f"writer {st['writer_id']}: no commit for {quiet:,.0f}s (more than "
-                f"{STALLED_TRIGGERS} triggers of {trigger_s:g}s) with {total_lag:,} offsets "
+                f"writer {st['writer_id']}: no commit for {quiet:,.0f}s "
+                f"({_stall_limit(trigger_s)}) with {total_lag:,} offsets "
                 "to ingest: is it stopped or stuck? See its log.",
                 style="bold red",
             )
@@ -235,8 +236,24 @@ def _age(seconds: float) -> str:
 
 def stalled(state: WatchState, lag: int, trigger_s: float | None) -> bool:
     """Whether a writer with `lag` offsets to ingest has not moved its committed offsets for
-    more than STALLED_TRIGGERS triggers (stopped, crashed or stuck)."""
-    return trigger_s is not None and lag > 0 and state.quiet_s() > STALLED_TRIGGERS * trigger_s
+    more than STALLED_TRIGGERS triggers, and at least STALLED_MIN_S seconds (stopped, crashed
+    or stuck)."""
+    if trigger_s is None or lag <= 0:
+        return False
+    return state.quiet_s() > stall_after_s(trigger_s)
+
+
+def stall_after_s(trigger_s: float) -> float:
+    return max(STALLED_TRIGGERS * trigger_s, STALLED_MIN_S)
+
+
+def _stall_limit(trigger_s: float | None) -> str:
+    if trigger_s is None:  # stalled() flags nothing without a trigger
+        return ""
+    return (
+        f"more than {stall_after_s(trigger_s):g}s: {STALLED_TRIGGERS} triggers of "
+        f"{trigger_s:g}s, at least {STALLED_MIN_S:g}s"
+    )
 
 
 def render_tables(
@@ -274,8 +291,8 @@ def render_tables(
             condition = Text("stopped?", style="bold red")
             flagged.append(
                 Text(
-                    f"table {name}: no commit for {state.quiet_s():,.0f}s (more than "
-                    f"{STALLED_TRIGGERS} triggers of {trigger_s:g}s) with {lag:,} offsets "
+                    f"table {name}: no commit for {state.quiet_s():,.0f}s "
+                    f"({_stall_limit(trigger_s)}) with {lag:,} offsets "
                     "to ingest: is the ingestion stopped or stuck? See its log.",
                     style="bold red",
                 )

@@ -6,8 +6,9 @@ from lakesink.config.parsers import (
     Key,
     boolean,
     choice,
+    non_negative_float,
     optional_str,
-    positive_float,
+    positive_int,
     settings_list,
 )
 
@@ -65,7 +66,23 @@ SPARK_KEYS: tuple[Key, ...] = (
         "Folder of what makes Spark start faster: the class-data archives (one per Java, Spark "
         "and class path) and the Python workers' interpreter script.",
     ),
-    Key("trigger.interval.s", positive_float, 5.0, "Seconds between micro-batches."),
+    Key(
+        "trigger.interval.s",
+        non_negative_float,
+        5.0,
+        "Seconds between micro-batch starts. 0: the next micro-batch starts as soon as the "
+        "last one has committed (the freshest table; with nothing new in Kafka, the end "
+        "offsets are asked again every trigger.idle.poll.ms). A batch that takes longer than "
+        "the interval is followed at once by the next.",
+    ),
+    Key(
+        "trigger.idle.poll.ms",
+        positive_int,
+        100,
+        "With trigger.interval.s=0: how long a caught-up ingestion waits before asking Kafka "
+        "for new records again (Spark's streaming polling delay). Lower: fresher tables, more "
+        "CPU and broker requests while idle.",
+    ),
     Key(
         "checkpoint.location",
         optional_str,

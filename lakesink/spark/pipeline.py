@@ -3,12 +3,13 @@ and, with `errors.deadletter.table`, its dead-letter table."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -58,6 +59,7 @@ from lakesink.spark.worker_warmup import WorkerWarmup
 log = logging.getLogger(__name__)
 
 FINISH_BATCH_TIMEOUT_S = 60.0
+SPARK_POLLING_DELAY = "spark.sql.streaming.pollingDelay"  # Spark's wait after an empty trigger
 RECHECK_IDLE_S = 5.0  # `--once`: how often an idle wait asks the broker what is left to read
 
 
@@ -471,13 +473,14 @@ class Ingestion:
         sink.on_batch = on_batch
         interval = "0 seconds" if once else f"{self.cfg['trigger.interval.s']} seconds"
         try:
-            query = (
-                self.source_stream()
-                .writeStream.foreachBatch(sink)
-                .option("checkpointLocation", str(self.cfg.checkpoint_location))
-                .trigger(processingTime=interval)
-                .start()
-            )
+            with idle_polling_delay(self.spark.conf, self.cfg, once=once):
+                query = (
+                    self.source_stream()
+                    .writeStream.foreachBatch(sink)
+                    .option("checkpointLocation", str(self.cfg.checkpoint_location))
+                    .trigger(processingTime=interval)
+                    .start()
+                )
         except BaseException:
             if warmup is not None:
                 warmup.stop()
@@ -646,6 +649,27 @@ class Ingestion:
             return None
         committed = self._committed()
         return sum(max(0, hi - (committed.get(tp) or 0)) for tp, hi in target.items())
+
+
+@contextlib.contextmanager
+def idle_polling_delay(conf: Any, cfg: LakesinkConfig, *, once: bool) -> Iterator[None]:
+    """With trigger.interval.s=0, Spark asks the source for new offsets again after its
+    polling delay (10 ms by default) whenever a trigger finds nothing: every ask is a Kafka
+    round trip in the driver's Python source, so a caught-up ingestion would keep a core busy.
+    The query takes trigger.idle.poll.ms when it starts (`conf`: the session's RuntimeConfig);
+    the session's own value comes back after, so other queries of a shared session keep it."""
+    if once or cfg["trigger.interval.s"] > 0:
+        yield
+        return
+    before = conf.get(SPARK_POLLING_DELAY, None)
+    conf.set(SPARK_POLLING_DELAY, f"{cfg['trigger.idle.poll.ms']}ms")
+    try:
+        yield
+    finally:
+        if before is None:
+            conf.unset(SPARK_POLLING_DELAY)
+        else:
+            conf.set(SPARK_POLLING_DELAY, before)
 
 
 _LAKESINK_ERROR_RE = re.compile(r"lakesink\.errors\.(\w+): (.+)")

@@ -11,6 +11,7 @@ from rich.console import Console
 
 from lakesink.cli.watch import (
     SMOOTHING_S,
+    STALLED_MIN_S,
     STALLED_TRIGGERS,
     WatchState,
     instant_columns,
@@ -84,6 +85,17 @@ def test_a_writer_with_lag_and_no_commit_for_several_triggers_is_flagged() -> No
     idle.update(status(500, 500), 0.0)
     idle.update(status(500, 500), 10 * STALLED_TRIGGERS * trigger)
     assert "no commit for" not in shown(status(500, 500), idle, trigger)
+
+
+def test_back_to_back_triggers_flag_a_stall_only_after_the_floor() -> None:
+    # trigger.interval.s=0: "3 triggers" would be no time at all
+    state = WatchState()
+    state.update(status(100, 500), 0.0)
+    state.update(status(100, 500), STALLED_MIN_S - 0.5)
+    assert "no commit for" not in shown(status(100, 500), state, 0.0)
+    state.update(status(100, 500), STALLED_MIN_S + 0.5)
+    flagged = shown(status(100, 500), state, 0.0)
+    assert "writer w1: no commit for 6s (more than 5s: 3 triggers of 0s, at least 5s)" in flagged
 
 
 def iceberg_status(
