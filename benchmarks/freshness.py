@@ -14,8 +14,15 @@ interval bounds what the reader adds (about half of it on average).
     python benchmarks/freshness.py [--rate 2000] [--seconds 60] [--triggers 5,1,0.2,0]
         [--formats hudi,iceberg] [--poll 0.1] [--json benchmarks/results/freshness.json]
 
-Not here yet: the peers (Spark + Delta, Hudi's streaming sink, Spark + Iceberg) in the same run,
-and S3.
+The peers run in the same way (`--peers`, each at the triggers in `--peer-triggers`), in the
+peers' Pythons (`freshness_peer.py`, scripts/setup-peers.sh): Spark Structured Streaming with
+Spark's Kafka source into Delta Lake (read by delta-rs in the peers' Python), Hudi 1.2.0's
+streaming sink (read by hudi-rs) and Iceberg 1.11 with a Hadoop catalog (read by pyiceberg from
+the newest metadata file).
+
+    python benchmarks/freshness.py --peers delta,hudi,iceberg --peer-triggers 1,0
+
+Not here yet: S3.
 """
 
 from __future__ import annotations
@@ -37,6 +44,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 WARM_UP_RECORDS = 100
+HERE = Path(__file__).resolve().parent
 PAYLOAD = b"x" * 200
 
 
@@ -72,6 +80,19 @@ def pyiceberg_rows(settings: Any) -> pa.Table | None:
         table = open_iceberg_table(settings, create=False).pyiceberg
     except LakesinkError:  # not created yet
         return None
+    return table.scan(selected_fields=tuple(COLUMNS)).to_arrow()
+
+
+def hadoop_iceberg_rows(warehouse: Path) -> pa.Table | None:
+    """The Spark + Iceberg peer's table (a Hadoop catalog): the newest metadata file is the
+    table; None before it exists."""
+    from pyiceberg.table import StaticTable
+
+    meta = warehouse / "bench" / "fresh" / "metadata"
+    hint = meta / "version-hint.text"
+    if not hint.exists():
+        return None
+    table = StaticTable.from_metadata(str(meta / f"v{hint.read_text().strip()}.metadata.json"))
     return table.scan(selected_fields=tuple(COLUMNS)).to_arrow()
 
 
@@ -114,6 +135,41 @@ class Reader(threading.Thread):
                 self.seen[(p, o)] = (t / 1e6, visible)
 
 
+class DeltaReader(threading.Thread):
+    """`Reader`'s notes for the Delta peer, read by delta-rs in the peers' Python
+    (`freshness_peer.py read-delta`), which prints each poll's new coordinates."""
+
+    def __init__(self, path: Path, poll_s: float) -> None:
+        super().__init__(daemon=True)
+        from peers import PeerEnv
+
+        self.seen: dict[tuple[int, int], tuple[float, float]] = {}
+        self.polls = 0
+        self.read_s = 0.0
+        self.stopping = threading.Event()
+        python = PeerEnv.for_mode("delta").python
+        self.process = subprocess.Popen(
+            [python, str(HERE / "freshness_peer.py"), "read-delta", str(path), str(poll_s)],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+
+    def run(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            if not line.startswith("SEEN "):
+                continue
+            _, visible, rows = line.split(" ", 2)
+            self.polls += 1
+            for p, o, t in json.loads(rows):
+                self.seen.setdefault((p, o), (t / 1e6, float(visible)))
+
+    def join(self, timeout: float | None = None) -> None:
+        self.process.terminate()
+        self.process.wait(30)
+        super().join(timeout)
+
+
 def _produce(bootstrap: str, topic: str, count: int, rate: float) -> float:
     """`count` records at `rate` per second, spread over the topic's partitions by the client;
     returns when the last is acknowledged."""
@@ -132,18 +188,13 @@ def _produce(bootstrap: str, topic: str, count: int, rate: float) -> float:
     return time.time()
 
 
-def one_trigger(
-    bootstrap: str, fmt: str, trigger_s: float, args: argparse.Namespace, tmp: Path
-) -> dict[str, Any]:
+def _start_lakesink(
+    bootstrap: str, name: str, fmt: str, trigger_s: float, tmp: Path
+) -> tuple[list[str], Callable[[], pa.Table | None]]:
+    """The `lakesink ingest` command for the topic `name`, and how to read its table."""
     from lakesink.config.registry import build_config
-    from lakesink.kafka.client import create_topic
 
-    name = f"fresh-{fmt}-{str(trigger_s).replace('.', '_')}-{int(time.time())}"
-    create_topic(
-        bootstrap, name, args.partitions, config={"message.timestamp.type": "LogAppendTime"}
-    )
     table = tmp / name
-    conf = tmp / f"{name}.toml"
     keys = {
         "kafka.bootstrap.servers": bootstrap,
         "kafka.topics": name,
@@ -155,26 +206,78 @@ def one_trigger(
         "kafka.max.records.per.batch": 1_000_000,
         **({"table.format": "iceberg", "table.name": "events"} if fmt == "iceberg" else {}),
     }
+    conf = tmp / f"{name}.toml"
     conf.write_text("".join(f'"{k}" = {json.dumps(v)}\n' for k, v in keys.items()))
-    log = open(tmp / f"{name}.log", "w")  # noqa: SIM115 - the process writes it until stopped
-    ingest = subprocess.Popen(
-        [sys.executable, "-m", "lakesink.cli.main", "ingest", "--config", str(conf)],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
     settings = build_config(keys).settings
-    reader = Reader(
-        (lambda: hudi_rs_rows(table)) if fmt == "hudi" else (lambda: pyiceberg_rows(settings)),
-        args.poll,
+    command = [sys.executable, "-m", "lakesink.cli.main", "ingest", "--config", str(conf)]
+    if fmt == "hudi":
+        return command, lambda: hudi_rs_rows(table)
+    return command, lambda: pyiceberg_rows(settings)
+
+
+def _start_peer(
+    bootstrap: str, name: str, mode: str, trigger_s: float, tmp: Path, cores: int
+) -> tuple[list[str], Callable[[], pa.Table | None] | None]:
+    """The peer's command (freshness_peer.py in its Python) and how to read its table (None:
+    the Delta peer, read by a DeltaReader)."""
+    from peers import PeerEnv
+
+    env = PeerEnv.for_mode("hudi-insert" if mode == "hudi" else "delta")
+    jars = list(env.jars)
+    if mode == "iceberg":  # Iceberg's runtime beside Spark's Kafka source, without Delta's
+        cache = Path(os.environ.get("LAKESINK_CACHE", HERE.parent / ".cache"))
+        jars = [j for j in jars if "delta" not in Path(j).name and "unitycatalog" not in j]
+        jars += sorted(str(p) for p in (cache / "iceberg-jars").glob("iceberg-spark-runtime-*"))
+    path = tmp / name
+    cfg = {
+        "mode": mode,
+        "bootstrap": bootstrap,
+        "topic": name,
+        "trigger_s": trigger_s,
+        "master": f"local[{cores}]",
+        "path": str(path),
+        "checkpoint": str(tmp / f"{name}-checkpoint"),
+        "jars": jars,
+    }
+    command = [env.python, str(HERE / "freshness_peer.py"), "run", json.dumps(cfg)]
+    if mode == "hudi":
+        return command, lambda: hudi_rs_rows(path / "table")
+    if mode == "iceberg":
+        return command, lambda: hadoop_iceberg_rows(path)
+    return command, None
+
+
+def one_trigger(
+    bootstrap: str, system: str, trigger_s: float, args: argparse.Namespace, tmp: Path
+) -> dict[str, Any]:
+    """`system`: `lakesink-<format>` or `peer-<delta|hudi|iceberg>`."""
+    from lakesink.kafka.client import create_topic
+
+    name = f"fresh-{system}-{str(trigger_s).replace('.', '_')}-{int(time.time())}"
+    create_topic(
+        bootstrap, name, args.partitions, config={"message.timestamp.type": "LogAppendTime"}
+    )
+    kind, what = system.split("-", 1)
+    if kind == "lakesink":
+        command, read = _start_lakesink(bootstrap, name, what, trigger_s, tmp)
+    else:
+        command, read = _start_peer(bootstrap, name, what, trigger_s, tmp, args.cores)
+    log = open(tmp / f"{name}.log", "w")  # noqa: SIM115 - the process writes it until stopped
+    writer = subprocess.Popen(
+        command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=HERE
+    )
+    reader: Reader | DeltaReader = (
+        Reader(read, args.poll)
+        if read is not None
+        else DeltaReader(tmp / name / "table", args.poll)
     )
     reader.start()
     try:
         _produce(bootstrap, name, WARM_UP_RECORDS, 1000.0)
-        deadline = time.time() + 180
+        deadline = time.time() + 300
         while len(reader.seen) < WARM_UP_RECORDS:
-            if ingest.poll() is not None or time.time() > deadline:
-                raise RuntimeError(f"the ingestion never showed its warm-up (see {log.name})")
+            if writer.poll() is not None or time.time() > deadline:
+                raise RuntimeError(f"{system} never showed its warm-up (see {log.name})")
             time.sleep(0.2)
         measured_from = time.time()
         count = int(args.rate * args.seconds)
@@ -185,16 +288,16 @@ def one_trigger(
     finally:
         reader.stopping.set()
         reader.join()
-        os.killpg(ingest.pid, signal.SIGTERM)
+        os.killpg(writer.pid, signal.SIGTERM)
         try:
-            ingest.wait(60)
+            writer.wait(60)
         except subprocess.TimeoutExpired:
-            os.killpg(ingest.pid, signal.SIGKILL)
-            ingest.wait()
+            os.killpg(writer.pid, signal.SIGKILL)
+            writer.wait()
         log.close()
     fresh = [v - a for a, v in reader.seen.values() if a >= measured_from]
     return {
-        "format": fmt,
+        "system": system,
         "trigger_s": trigger_s,
         "rate": args.rate,
         "produced": count,
@@ -208,12 +311,12 @@ def one_trigger(
 
 def print_table(results: list[dict[str, Any]]) -> None:
     print(
-        f"{'format':>7} {'trigger s':>9} {'records':>8} {'visible':>8} {'p50 s':>6} "
+        f"{'system':>16} {'trigger s':>9} {'records':>8} {'visible':>8} {'p50 s':>6} "
         f"{'p95 s':>6} {'p99 s':>6} {'max s':>6} {'read s':>6}"
     )
     for r in results:
         print(
-            f"{r['format']:>7} {r['trigger_s']:>9} {r['produced']:>8,} {r['visible']:>8,} "
+            f"{r['system']:>16} {r['trigger_s']:>9} {r['produced']:>8,} {r['visible']:>8,} "
             f"{r.get('p50', float('nan')):>6.2f} {r.get('p95', float('nan')):>6.2f} "
             f"{r.get('p99', float('nan')):>6.2f} {r.get('max', float('nan')):>6.2f} "
             f"{r['mean_read_s']:>6.3f}"
@@ -228,6 +331,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--triggers", default="5,1,0.2,0", help="trigger.interval.s values")
     parser.add_argument("--formats", default="hudi,iceberg", help="table formats, in turn")
     parser.add_argument("--poll", type=float, default=0.1, help="the reader's poll interval, s")
+    parser.add_argument(
+        "--peers", default="", help="peers, in turn, of delta,hudi,iceberg (default: none)"
+    )
+    parser.add_argument("--peer-triggers", default="1,0", help="the peers' triggers, s")
+    parser.add_argument("--cores", type=int, default=2, help="the peers' Spark local[N]")
     parser.add_argument("--json", type=Path, help="write the results here too")
     args = parser.parse_args(argv)
     from lakesink.kafka.kafka_server import local_broker
@@ -238,10 +346,21 @@ def main(argv: list[str] | None = None) -> int:
         broker = local_broker("kafka", data_dir=tmp / "broker")
         broker.start()
         try:
-            for fmt in args.formats.split(","):
-                for trigger in (float(t) for t in args.triggers.split(",")):
-                    results.append(one_trigger(broker.bootstrap_servers, fmt, trigger, args, tmp))
-                    print_table(results[-1:])
+            runs = [
+                (f"lakesink-{fmt}", float(t))
+                for fmt in args.formats.split(",")
+                if fmt
+                for t in args.triggers.split(",")
+            ]
+            runs += [
+                (f"peer-{mode}", float(t))
+                for mode in args.peers.split(",")
+                if mode
+                for t in args.peer_triggers.split(",")
+            ]
+            for system, trigger in runs:
+                results.append(one_trigger(broker.bootstrap_servers, system, trigger, args, tmp))
+                print_table(results[-1:])
         finally:
             broker.close()
     print(f"\n{args.rate:,.0f} records/s over {args.partitions} partitions for {args.seconds} s;")

@@ -476,7 +476,7 @@ def main() -> None:
         if "requests" not in skip:
             report["requests"] = run_commit_requests(work / "requests.json")
         if "freshness" not in skip:
-            report["freshness"] = run_freshness(work / "freshness.json")
+            report["freshness"] = run_freshness(work / "freshness.json", not args.no_peers)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     report["load_avg_at_end"] = os.getloadavg()
@@ -499,10 +499,12 @@ def run_commit_requests(out: Path) -> dict[str, Any]:
     return json.loads(out.read_text())  # type: ignore[no-any-return]
 
 
-def run_freshness(out: Path) -> list[dict[str, Any]]:
-    """Seconds from Kafka's append to a hudi-rs reader seeing the record, per trigger
-    (freshness.py, in its own process: its own broker and ingestion); it prints its table."""
-    subprocess.run([sys.executable, str(HERE / "freshness.py"), "--json", str(out)], check=True)
+def run_freshness(out: Path, peers: bool) -> list[dict[str, Any]]:
+    """Seconds from Kafka's append to an independent reader seeing the record, per system and
+    trigger (freshness.py, in its own process: its own broker, ingestions and peers); it
+    prints its table."""
+    command = [sys.executable, str(HERE / "freshness.py"), "--json", str(out)]
+    subprocess.run(command + (["--peers", "delta,hudi,iceberg"] if peers else []), check=True)
     return json.loads(out.read_text())  # type: ignore[no-any-return]
 
 
