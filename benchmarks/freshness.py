@@ -22,7 +22,11 @@ the newest metadata file).
 
     python benchmarks/freshness.py --peers delta,hudi,iceberg --peer-triggers 1,0
 
-Not here yet: S3.
+`--rate half-max` first measures what lakesink ingests from a backlog (`ingest --once` of
+100,000 and 400,000 records, so that the start cancels out; the lowest over `--formats`) and
+produces at half of it. `--store s3` puts lakesink's tables in a bucket of a local S3 server
+(moto over HTTP, the tests' `s3_server.py`; the Iceberg catalog stays in SQLite on local disk);
+the peers run on local disk only.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +49,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 WARM_UP_RECORDS = 100
+MAX_RATE_RECORDS = 400_000  # the larger backlog of max_rate's two runs
 HERE = Path(__file__).resolve().parent
 PAYLOAD = b"x" * 200
 
@@ -60,13 +66,14 @@ def _percentiles(values: list[float]) -> dict[str, float]:
 COLUMNS = ["kafka_partition", "kafka_offset", "kafka_timestamp"]
 
 
-def hudi_rs_rows(table: Path) -> pa.Table | None:
-    """The table's coordinates and append times as hudi-rs reads them; None before it exists."""
+def hudi_rs_rows(table: str, storage_options: dict[str, str] | None = None) -> pa.Table | None:
+    """The table's coordinates and append times as hudi-rs reads them; None before it exists
+    (`table`: a local path or an object store URI, with the store's reader options)."""
     from lakesink.formats.hudi.audit import hudi_rs_batches
 
-    if not (table / ".hoodie" / "hoodie.properties").exists():
+    if "://" not in table and not (Path(table) / ".hoodie" / "hoodie.properties").exists():
         return None
-    batches = hudi_rs_batches(str(table), columns=COLUMNS)
+    batches = hudi_rs_batches(table, storage_options, columns=COLUMNS)
     return pa.Table.from_batches(batches) if batches else None
 
 
@@ -178,7 +185,7 @@ def _produce(bootstrap: str, topic: str, count: int, rate: float) -> float:
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "acks": "all"})
     start = time.time()
     for i in range(count):
-        due = start + i / rate
+        due = start + i / rate  # rate inf: as fast as the client takes them
         delay = due - time.time()
         if delay > 0:
             time.sleep(delay)
@@ -189,30 +196,59 @@ def _produce(bootstrap: str, topic: str, count: int, rate: float) -> float:
 
 
 def _start_lakesink(
-    bootstrap: str, name: str, fmt: str, trigger_s: float, tmp: Path
+    bootstrap: str, name: str, fmt: str, trigger_s: float, tmp: Path, store: dict[str, Any]
 ) -> tuple[list[str], Callable[[], pa.Table | None]]:
-    """The `lakesink ingest` command for the topic `name`, and how to read its table."""
+    """The `lakesink ingest` command for the topic `name`, and how to read its table. `store`:
+    the storage keys and `root` of an S3 bucket, or empty for local disk."""
     from lakesink.config.registry import build_config
 
-    table = tmp / name
+    root = store.get("root")
+    table = f"{root}/{name}" if root else str(tmp / name)
     keys = {
         "kafka.bootstrap.servers": bootstrap,
         "kafka.topics": name,
         "value.format": "raw",
-        "table.path": str(table),
+        "table.path": table,
         "checkpoint.location": str(tmp / f"{name}-checkpoint"),
         "writer.id": name,
         "trigger.interval.s": trigger_s,
         "kafka.max.records.per.batch": 1_000_000,
-        **({"table.format": "iceberg", "table.name": "events"} if fmt == "iceberg" else {}),
+        **{k: v for k, v in store.items() if k != "root"},
     }
+    if fmt == "iceberg":
+        keys |= {"table.format": "iceberg", "table.name": "events"}
+        if root:  # the catalog stays on local disk; the warehouse is the bucket
+            keys["iceberg.catalog.uri"] = f"sqlite:///{tmp / name}.db"
+    if root:
+        keys["lock.provider"] = "filesystem"
     conf = tmp / f"{name}.toml"
     conf.write_text("".join(f'"{k}" = {json.dumps(v)}\n' for k, v in keys.items()))
     settings = build_config(keys).settings
     command = [sys.executable, "-m", "lakesink.cli.main", "ingest", "--config", str(conf)]
     if fmt == "hudi":
-        return command, lambda: hudi_rs_rows(table)
+        options = settings.table_storage().reader_options() if root else None
+        return command, lambda: hudi_rs_rows(table, options)
     return command, lambda: pyiceberg_rows(settings)
+
+
+def max_rate(
+    bootstrap: str, fmt: str, args: argparse.Namespace, tmp: Path, store: dict[str, Any]
+) -> float:
+    """The records per second lakesink ingests from a backlog (`ingest --once`, the default
+    trigger's batches): two runs of different sizes, so that the start cancels out."""
+    from lakesink.kafka.client import create_topic
+
+    timed = []
+    for count in (MAX_RATE_RECORDS // 4, MAX_RATE_RECORDS):
+        name = f"max-{fmt}-{count}-{int(time.time())}"
+        create_topic(bootstrap, name, args.partitions)
+        _produce(bootstrap, name, count, float("inf"))
+        command, _ = _start_lakesink(bootstrap, name, fmt, 5.0, tmp, store)
+        start = time.time()
+        subprocess.run([*command, "--once"], check=True, capture_output=True)
+        timed.append((count, time.time() - start))
+    (n1, t1), (n2, t2) = timed
+    return (n2 - n1) / max(t2 - t1, 1e-3)
 
 
 def _start_peer(
@@ -248,9 +284,16 @@ def _start_peer(
 
 
 def one_trigger(
-    bootstrap: str, system: str, trigger_s: float, args: argparse.Namespace, tmp: Path
+    bootstrap: str,
+    system: str,
+    trigger_s: float,
+    args: argparse.Namespace,
+    tmp: Path,
+    store: dict[str, Any],
+    rate: float,
 ) -> dict[str, Any]:
-    """`system`: `lakesink-<format>` or `peer-<delta|hudi|iceberg>`."""
+    """`system`: `lakesink-<format>` or `peer-<delta|hudi|iceberg>` (the peers on local disk
+    only); `rate`: records per second."""
     from lakesink.kafka.client import create_topic
 
     name = f"fresh-{system}-{str(trigger_s).replace('.', '_')}-{int(time.time())}"
@@ -259,7 +302,7 @@ def one_trigger(
     )
     kind, what = system.split("-", 1)
     if kind == "lakesink":
-        command, read = _start_lakesink(bootstrap, name, what, trigger_s, tmp)
+        command, read = _start_lakesink(bootstrap, name, what, trigger_s, tmp, store)
     else:
         command, read = _start_peer(bootstrap, name, what, trigger_s, tmp, args.cores)
     log = open(tmp / f"{name}.log", "w")  # noqa: SIM115 - the process writes it until stopped
@@ -280,8 +323,8 @@ def one_trigger(
                 raise RuntimeError(f"{system} never showed its warm-up (see {log.name})")
             time.sleep(0.2)
         measured_from = time.time()
-        count = int(args.rate * args.seconds)
-        produced_until = _produce(bootstrap, name, count, args.rate)
+        count = int(rate * args.seconds)
+        produced_until = _produce(bootstrap, name, count, rate)
         deadline = time.time() + 120
         while len(reader.seen) < WARM_UP_RECORDS + count and time.time() < deadline:
             time.sleep(0.2)
@@ -299,7 +342,8 @@ def one_trigger(
     return {
         "system": system,
         "trigger_s": trigger_s,
-        "rate": args.rate,
+        "rate": rate,
+        "store": "s3" if store else "local",
         "produced": count,
         "visible": len(fresh),
         "production_s": produced_until - measured_from,
@@ -325,7 +369,18 @@ def print_table(results: list[dict[str, Any]]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rate", type=float, default=2000.0, help="records per second")
+    parser.add_argument(
+        "--rate",
+        default="2000",
+        help="records per second, or half-max: half of what lakesink ingests from a backlog "
+        "(measured first, the lowest over --formats)",
+    )
+    parser.add_argument(
+        "--store",
+        choices=("local", "s3"),
+        default="local",
+        help="lakesink's tables on local disk or in a bucket of a local S3 server (moto over HTTP)",
+    )
     parser.add_argument("--seconds", type=float, default=60.0, help="seconds of production")
     parser.add_argument("--partitions", type=int, default=2)
     parser.add_argument("--triggers", default="5,1,0.2,0", help="trigger.interval.s values")
@@ -340,30 +395,50 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from lakesink.kafka.kafka_server import local_broker
 
-    results = []
-    with tempfile.TemporaryDirectory(prefix="lakesink-freshness-") as tmp_name:
+    if args.store == "s3" and args.peers:
+        raise SystemExit("--store s3 runs lakesink only: leave --peers out")
+    results: list[dict[str, Any]] = []
+    with (
+        tempfile.TemporaryDirectory(prefix="lakesink-freshness-") as tmp_name,
+        ExitStack() as on_exit,
+    ):
         tmp = Path(tmp_name)
         broker = local_broker("kafka", data_dir=tmp / "broker")
         broker.start()
-        try:
-            runs = [
-                (f"lakesink-{fmt}", float(t))
-                for fmt in args.formats.split(",")
-                if fmt
-                for t in args.triggers.split(",")
-            ]
-            runs += [
-                (f"peer-{mode}", float(t))
-                for mode in args.peers.split(",")
-                if mode
-                for t in args.peer_triggers.split(",")
-            ]
-            for system, trigger in runs:
-                results.append(one_trigger(broker.bootstrap_servers, system, trigger, args, tmp))
-                print_table(results[-1:])
-        finally:
-            broker.close()
-    print(f"\n{args.rate:,.0f} records/s over {args.partitions} partitions for {args.seconds} s;")
+        on_exit.callback(broker.close)
+        store: dict[str, Any] = {}
+        if args.store == "s3":
+            sys.path.insert(0, str(HERE.parent / "tests"))
+            from s3_server import S3Server
+
+            server = on_exit.enter_context(S3Server())
+            store = {"root": f"s3://{server.new_bucket('fresh')}", **server.storage_config()}
+        formats = [f for f in args.formats.split(",") if f]
+        if args.rate == "half-max":
+            maxima = {f: max_rate(broker.bootstrap_servers, f, args, tmp, store) for f in formats}
+            print(
+                "max rate from a backlog, records/s: "
+                + ", ".join(f"{f} {r:,.0f}" for f, r in maxima.items())
+            )
+            rate = min(maxima.values()) / 2
+        else:
+            rate = float(args.rate)
+        runs = [(f"lakesink-{fmt}", float(t)) for fmt in formats for t in args.triggers.split(",")]
+        runs += [
+            (f"peer-{mode}", float(t))
+            for mode in args.peers.split(",")
+            if mode
+            for t in args.peer_triggers.split(",")
+        ]
+        for system, trigger in runs:
+            results.append(
+                one_trigger(broker.bootstrap_servers, system, trigger, args, tmp, store, rate)
+            )
+            print_table(results[-1:])
+    print(
+        f"\n{rate:,.0f} records/s over {args.partitions} partitions for {args.seconds} s, "
+        f"lakesink's tables on {args.store};"
+    )
     print(f"load average at the end {os.getloadavg()}")
     print_table(results)
     if args.json:
