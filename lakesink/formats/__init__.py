@@ -60,6 +60,13 @@ class FormatPlugin(Protocol):
         ...
 
     @property
+    def keyed_writes_by_task(self) -> bool:
+        """Whether writes by key (write.operation=upsert|cdc) can take the direct task path:
+        each bucket's rows as Arrow through Spark's shuffle to one writer task (Iceberg), rather
+        than a shuffle of a Spark DataFrame (Hudi)."""
+        ...
+
+    @property
     def task_modules(self) -> tuple[str, ...]:
         """The modules a Spark task imports to write the format's files (the task target's),
         which Spark's Python workers import ahead of the first batch (spark/worker_warmup.py)."""
@@ -79,6 +86,11 @@ class FormatPlugin(Protocol):
 
     def committed_offsets(self, settings: Settings) -> WriterOffsets:
         """The writer's committed offsets, read from the table."""
+        ...
+
+    def table_identity(self, settings: Settings) -> tuple[str, ...]:
+        """What makes two configurations of this format the same table (Hudi: the path;
+        Iceberg: the warehouse, namespace and name)."""
         ...
 
     def table_names(self, settings: Settings) -> list[str]:

@@ -75,11 +75,14 @@ def uses_direct_path(cfg: LakesinkConfig) -> bool:
 def _direct_path_obstacle(cfg: LakesinkConfig) -> str | None:
     if cfg["transform.sql"] or cfg["transform.python"]:
         return "transform.sql and transform.python run on a Spark DataFrame"
+    from lakesink.formats import plugin_of
+
     operation = cfg["write.operation"]
-    if operation != "append" and cfg["table.format"] != "iceberg":
+    if operation != "append" and not plugin_of(cfg.settings).keyed_writes_by_task:
         return (
-            f"write.operation={operation} on a Hudi table rewrites each bucket in one task, so "
-            "the rows of all Kafka partitions are shuffled by bucket on a Spark DataFrame"
+            f"write.operation={operation} on a {cfg['table.format']} table rewrites each "
+            "bucket in one task, so the rows of all Kafka partitions are shuffled by bucket on "
+            "a Spark DataFrame"
         )
     if operation != "append" and cfg["errors.deadletter.table"]:
         return (

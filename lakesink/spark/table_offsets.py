@@ -49,15 +49,13 @@ def dynamic_table_names(cfg: LakesinkConfig) -> list[str]:
     ]
 
 
-TableIdentity = tuple[str, str, str, str]
+TableIdentity = tuple[str, ...]
 
 
 def table_identity(table: LakesinkConfig) -> TableIdentity:
-    """What makes two configurations the same table: path, format, name and namespace."""
-    iceberg = table["table.format"] == "iceberg"
-    namespace = str(table["iceberg.namespace"] or "lakesink") if iceberg else ""
-    path = str(table["table.path"]).rstrip("/")
-    return (path, table["table.format"], table.table_name, namespace)
+    """What makes two configurations the same table: the format and what its plugin says."""
+    plugin = plugin_of(table.settings)
+    return (plugin.name, *plugin.table_identity(table.settings))
 
 
 def named_tables(cfg: LakesinkConfig) -> tuple[frozenset[str], frozenset[TableIdentity]]:

@@ -36,6 +36,7 @@ class HudiPlugin:
 
     name = "hudi"
     tasks_write_data_files = False
+    keyed_writes_by_task = False
     cli_commands: tuple[str, ...] = ()
     task_modules = ("lakesink.formats.hudi.table.writer",)  # HudiTaskTarget's writer
 
@@ -52,6 +53,9 @@ class HudiPlugin:
         from lakesink.formats.hudi.writer_state import committed_offsets_at
 
         return committed_offsets_at(settings.table_storage(), settings.writer_id)
+
+    def table_identity(self, settings: Settings) -> tuple[str, ...]:
+        return (str(settings.table.path).rstrip("/"),)
 
     def table_names(self, settings: Settings) -> list[str]:
         """The folders of table.path that hold a Hudi table (one LIST, one HEAD per folder)."""

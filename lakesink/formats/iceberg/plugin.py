@@ -37,6 +37,7 @@ class IcebergPlugin:
 
     name = "iceberg"
     tasks_write_data_files = True
+    keyed_writes_by_task = True
     cli_commands = ("iceberg",)
     # the writers of IcebergTarget and IcebergUpsertTarget
     task_modules = ("lakesink.formats.iceberg.datafiles", "lakesink.formats.iceberg.upsert")
@@ -64,6 +65,14 @@ class IcebergPlugin:
         from lakesink.formats.iceberg.format import committed_offsets_of
 
         return committed_offsets_of(settings)
+
+    def table_identity(self, settings: Settings) -> tuple[str, ...]:
+        """The warehouse (table.path), the namespace and the table's name."""
+        return (
+            str(settings.table.path).rstrip("/"),
+            settings.iceberg.namespace,
+            settings.table.name,
+        )
 
     def table_names(self, settings: Settings) -> list[str]:
         """The catalog's tables in iceberg.namespace (table.path: the warehouse)."""
