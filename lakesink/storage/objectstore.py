@@ -5,6 +5,7 @@ Parquet goes through pyarrow's native filesystems (multipart uploads, ranged rea
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
@@ -45,6 +46,9 @@ GCS_SCHEMES = ("gs",)
 PROBE_FOLDER = ".hoodie/.aux/lakesink/probe"
 _REFUSED_REQUEST = re.compile(r"\b(?:400 Bad Request|405 Method Not Allowed|501 Not Implemented)\b")
 """A store's answer to a request it does not implement (an emulator's, to a conditional PUT)."""
+_NO_VERSION = re.compile(r"ETag Header missing", re.IGNORECASE)
+"""object_store's error for a PUT the store took but answered without the object's version (no
+ETag, no generation): nothing a replace could be guarded by."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -577,6 +581,8 @@ class ObjectStoreStorage(Storage):
         try:
             etag = self.create(key, b"1")
         except StorageError as e:
+            if type(e) is StorageError and _NO_VERSION.search(str(e)):
+                raise self._unversioned_store(key) from None
             refused = _REFUSED_REQUEST.search(str(e))
             if type(e) is not StorageError or refused is None:
                 raise
@@ -613,3 +619,30 @@ class ObjectStoreStorage(Storage):
             _ = fresh
         finally:
             self.delete(key)
+
+    def _unversioned_store(self, key: str) -> StorageUnsupportedError:
+        """The refusal of a store that took the probe's create but answered without a version
+        (gcp-storage-emulator's XML API): a second create of the same key says whether it also
+        ignores the precondition, which the refusal names."""
+        try:
+            self.create(key, b"2")
+            took_second = True
+        except StorageError as e:  # 412 (exists) when the precondition holds
+            took_second = type(e) is StorageError and _NO_VERSION.search(str(e)) is not None
+        with contextlib.suppress(StorageError):  # a store that lacks DELETE too keeps the probe
+            self.delete(key)
+        header = "x-goog-if-generation-match" if self._is_gcs() else "If-None-Match"
+        ignored = (
+            f"ignores {header} (create-if-absent: it took a second create of one object) and "
+            if took_second
+            else ""
+        )
+        return StorageUnsupportedError(
+            f"the store of {self._uri} {ignored}answers a PUT without the object's version (no "
+            "ETag or generation, nothing to guard a replace by): lakesink needs conditional "
+            "writes to publish commits atomically; use a store that supports them (AWS S3, "
+            "MinIO, R2, GCS, Azure)"
+        )
+
+    def _is_gcs(self) -> bool:
+        return split_uri(self._uri)[0] in GCS_SCHEMES
