@@ -150,6 +150,37 @@ def azure_account_container(uri: str) -> tuple[str | None, str]:
     return None, parts.hostname or parts.netloc
 
 
+def azure_arrow_options(uri: str, options: ObjectStoreOptions) -> dict[str, str]:
+    """pyarrow's `AzureFileSystem` arguments for an Azure URI: the account (the URI's, else
+    AZURE_STORAGE_ACCOUNT_NAME), the key (`storage.azure.account.key`, else
+    AZURE_STORAGE_ACCOUNT_KEY) and the endpoint's authorities and scheme; those that are known.
+    Holds secrets: hand it to a client, never log it."""
+    out: dict[str, str] = {}
+    account = azure_account_container(uri)[0] or os.environ.get("AZURE_STORAGE_ACCOUNT_NAME")
+    if account:
+        out["account_name"] = account
+    key = options.azure_account_key or os.environ.get("AZURE_STORAGE_ACCOUNT_KEY")
+    if key:
+        out["account_key"] = key
+    endpoint = options.azure_endpoint
+    if endpoint:
+        parts = urlsplit(endpoint)
+        host = parts.netloc
+        # pyarrow takes the service's authority: an account's own host name goes without
+        # the account (`blob.core.windows.net`); an emulator's address stays whole and
+        # pyarrow puts the account in the path, as the endpoint does
+        authority = host.split(".", 1)[1] if account and host.startswith(f"{account}.") else host
+        dfs = "dfs." + authority[5:] if authority.startswith("blob.") else authority
+        scheme = parts.scheme.lower() or "https"
+        out.update(
+            blob_storage_authority=authority,
+            dfs_storage_authority=dfs,
+            blob_storage_scheme=scheme,
+            dfs_storage_scheme=scheme,
+        )
+    return out
+
+
 def split_uri(uri: str) -> tuple[str, str, str]:
     """`s3://bucket/some/prefix` -> ("s3", "bucket", "some/prefix")."""
     parts = urlsplit(uri)
@@ -409,34 +440,12 @@ class ObjectStoreStorage(Storage):
         uses (pyarrow reads neither the key nor an endpoint from the environment)."""
         import pyarrow.fs as pafs
 
-        account = azure_account_container(self._uri)[0] or os.environ.get(
-            "AZURE_STORAGE_ACCOUNT_NAME"
-        )
-        if not account:
+        kwargs = azure_arrow_options(self._uri, self._options)
+        if "account_name" not in kwargs:
             raise StorageError(
                 f"{self._uri}: no Azure storage account; write the table path as "
                 "abfss://container@ACCOUNT.dfs.core.windows.net/prefix or set "
                 "AZURE_STORAGE_ACCOUNT_NAME"
-            )
-        kwargs: dict[str, Any] = {"account_name": account}
-        key = self._azure_account_key()
-        if key:
-            kwargs["account_key"] = key
-        endpoint = self._options.azure_endpoint
-        if endpoint:
-            parts = urlsplit(endpoint)
-            host = parts.netloc
-            # pyarrow takes the service's authority: an account's own host name goes without
-            # the account (`blob.core.windows.net`); an emulator's address stays whole and
-            # pyarrow puts the account in the path, as the endpoint does
-            authority = host.split(".", 1)[1] if host.startswith(f"{account}.") else host
-            dfs = "dfs." + authority[5:] if authority.startswith("blob.") else authority
-            scheme = parts.scheme.lower() or "https"
-            kwargs.update(
-                blob_storage_authority=authority,
-                dfs_storage_authority=dfs,
-                blob_storage_scheme=scheme,
-                dfs_storage_scheme=scheme,
             )
         return pafs.AzureFileSystem(**kwargs)
 
