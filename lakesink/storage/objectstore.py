@@ -5,6 +5,7 @@ Parquet goes through pyarrow's native filesystems (multipart uploads, ranged rea
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
@@ -45,6 +46,9 @@ GCS_SCHEMES = ("gs",)
 PROBE_FOLDER = ".hoodie/.aux/lakesink/probe"
 _REFUSED_REQUEST = re.compile(r"\b(?:400 Bad Request|405 Method Not Allowed|501 Not Implemented)\b")
 """A store's answer to a request it does not implement (an emulator's, to a conditional PUT)."""
+_NO_VERSION = re.compile(r"ETag Header missing", re.IGNORECASE)
+"""object_store's error for a PUT the store took but answered without the object's version (no
+ETag, no generation): nothing a replace could be guarded by."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,6 +148,37 @@ def azure_account_container(uri: str) -> tuple[str | None, str]:
     if parts.username:
         return (parts.hostname or "").split(".", 1)[0] or None, parts.username
     return None, parts.hostname or parts.netloc
+
+
+def azure_arrow_options(uri: str, options: ObjectStoreOptions) -> dict[str, str]:
+    """pyarrow's `AzureFileSystem` arguments for an Azure URI: the account (the URI's, else
+    AZURE_STORAGE_ACCOUNT_NAME), the key (`storage.azure.account.key`, else
+    AZURE_STORAGE_ACCOUNT_KEY) and the endpoint's authorities and scheme; those that are known.
+    Holds secrets: hand it to a client, never log it."""
+    out: dict[str, str] = {}
+    account = azure_account_container(uri)[0] or os.environ.get("AZURE_STORAGE_ACCOUNT_NAME")
+    if account:
+        out["account_name"] = account
+    key = options.azure_account_key or os.environ.get("AZURE_STORAGE_ACCOUNT_KEY")
+    if key:
+        out["account_key"] = key
+    endpoint = options.azure_endpoint
+    if endpoint:
+        parts = urlsplit(endpoint)
+        host = parts.netloc
+        # pyarrow takes the service's authority: an account's own host name goes without
+        # the account (`blob.core.windows.net`); an emulator's address stays whole and
+        # pyarrow puts the account in the path, as the endpoint does
+        authority = host.split(".", 1)[1] if account and host.startswith(f"{account}.") else host
+        dfs = "dfs." + authority[5:] if authority.startswith("blob.") else authority
+        scheme = parts.scheme.lower() or "https"
+        out.update(
+            blob_storage_authority=authority,
+            dfs_storage_authority=dfs,
+            blob_storage_scheme=scheme,
+            dfs_storage_scheme=scheme,
+        )
+    return out
 
 
 def split_uri(uri: str) -> tuple[str, str, str]:
@@ -405,34 +440,12 @@ class ObjectStoreStorage(Storage):
         uses (pyarrow reads neither the key nor an endpoint from the environment)."""
         import pyarrow.fs as pafs
 
-        account = azure_account_container(self._uri)[0] or os.environ.get(
-            "AZURE_STORAGE_ACCOUNT_NAME"
-        )
-        if not account:
+        kwargs = azure_arrow_options(self._uri, self._options)
+        if "account_name" not in kwargs:
             raise StorageError(
                 f"{self._uri}: no Azure storage account; write the table path as "
                 "abfss://container@ACCOUNT.dfs.core.windows.net/prefix or set "
                 "AZURE_STORAGE_ACCOUNT_NAME"
-            )
-        kwargs: dict[str, Any] = {"account_name": account}
-        key = self._azure_account_key()
-        if key:
-            kwargs["account_key"] = key
-        endpoint = self._options.azure_endpoint
-        if endpoint:
-            parts = urlsplit(endpoint)
-            host = parts.netloc
-            # pyarrow takes the service's authority: an account's own host name goes without
-            # the account (`blob.core.windows.net`); an emulator's address stays whole and
-            # pyarrow puts the account in the path, as the endpoint does
-            authority = host.split(".", 1)[1] if host.startswith(f"{account}.") else host
-            dfs = "dfs." + authority[5:] if authority.startswith("blob.") else authority
-            scheme = parts.scheme.lower() or "https"
-            kwargs.update(
-                blob_storage_authority=authority,
-                dfs_storage_authority=dfs,
-                blob_storage_scheme=scheme,
-                dfs_storage_scheme=scheme,
             )
         return pafs.AzureFileSystem(**kwargs)
 
@@ -577,6 +590,8 @@ class ObjectStoreStorage(Storage):
         try:
             etag = self.create(key, b"1")
         except StorageError as e:
+            if type(e) is StorageError and _NO_VERSION.search(str(e)):
+                raise self._unversioned_store(key) from None
             refused = _REFUSED_REQUEST.search(str(e))
             if type(e) is not StorageError or refused is None:
                 raise
@@ -613,3 +628,30 @@ class ObjectStoreStorage(Storage):
             _ = fresh
         finally:
             self.delete(key)
+
+    def _unversioned_store(self, key: str) -> StorageUnsupportedError:
+        """The refusal of a store that took the probe's create but answered without a version
+        (gcp-storage-emulator's XML API): a second create of the same key says whether it also
+        ignores the precondition, which the refusal names."""
+        try:
+            self.create(key, b"2")
+            took_second = True
+        except StorageError as e:  # 412 (exists) when the precondition holds
+            took_second = type(e) is StorageError and _NO_VERSION.search(str(e)) is not None
+        with contextlib.suppress(StorageError):  # a store that lacks DELETE too keeps the probe
+            self.delete(key)
+        header = "x-goog-if-generation-match" if self._is_gcs() else "If-None-Match"
+        ignored = (
+            f"ignores {header} (create-if-absent: it took a second create of one object) and "
+            if took_second
+            else ""
+        )
+        return StorageUnsupportedError(
+            f"the store of {self._uri} {ignored}answers a PUT without the object's version (no "
+            "ETag or generation, nothing to guard a replace by): lakesink needs conditional "
+            "writes to publish commits atomically; use a store that supports them (AWS S3, "
+            "MinIO, R2, GCS, Azure)"
+        )
+
+    def _is_gcs(self) -> bool:
+        return split_uri(self._uri)[0] in GCS_SCHEMES

@@ -15,8 +15,8 @@ from s3_server import S3Server
 STORES = ("local", "s3")
 EMULATED = ("azure",)
 """The emulated stores a few tests add: the storage contract, a writer killed mid-commit, an
-ingestion read by hudi-rs (GCS: fake-gcs-server lacks the writes lakesink needs and is refused,
-test_storage_contract.py)."""
+ingestion read by hudi-rs (GCS: fake-gcs-server and gcp-storage-emulator lack the conditional
+writes lakesink needs and are refused, test_storage_contract.py)."""
 
 
 @dataclass(frozen=True)

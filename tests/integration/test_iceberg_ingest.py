@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from integration.conftest import ingest_config, run_ingestion, write_config_file
+from integration.table_stores import table_at
 
 from lakesink.cli.verify import audit_config
 from lakesink.config import LakesinkConfig
@@ -52,15 +53,32 @@ def _summaries(cfg: LakesinkConfig) -> list[dict[str, str]]:
     ]
 
 
+@pytest.mark.parametrize("store", ["local", "azure"])
 def test_ingest_lands_every_record_once_across_reruns_and_a_deleted_checkpoint(
-    kafka_bootstrap: str, topic_factory: Callable[[str], str], tmp_path: Path, spark: Any
+    kafka_bootstrap: str,
+    topic_factory: Callable[[str], str],
+    tmp_path: Path,
+    spark: Any,
+    store: str,
+    request: pytest.FixtureRequest,
 ) -> None:
+    """Also with the warehouse on Azure Blob (Azurite; the SQLite catalog on local disk): the
+    tasks' data files, the metadata and pyiceberg's audit go through pyarrow's AzureFileSystem
+    with the storage.azure.* settings."""
     topic = topic_factory("ice-once")
     counts = produce_sample_events(kafka_bootstrap, topic, 600, 3)
-    cfg = _config(kafka_bootstrap, topic, tmp_path / "wh", kafka__max__records__per__batch=200)
+    where = table_at(store, tmp_path, request, "wh")
+    overrides = dict(where.overrides)
+    if store != "local":
+        overrides["iceberg__catalog__uri"] = f"sqlite:///{tmp_path / 'catalog.db'}"
+    cfg = _config(
+        kafka_bootstrap, topic, where.path, kafka__max__records__per__batch=200, **overrides
+    )
     first = run_ingestion(cfg, spark)
     assert first.records == 600
     assert _audited_rows(cfg) == 600
+    location = open_iceberg_table(cfg.settings, create=False).location
+    assert location.startswith("abfss://" if store == "azure" else "file://"), location
     summaries = _summaries(cfg)
     assert len(summaries) >= 3  # one snapshot per batch of at most 200 records
     last = WriterCommit.from_summary(summaries[-1])

@@ -1,6 +1,6 @@
 """Iceberg tables through lakesink's format layer, on real catalogs and stores: the SQL catalog on
-a SQLite file and on the session's PostgreSQL, warehouses on local disk and on the moto S3
-server; rows read back with pyiceberg's scan.
+a SQLite file and on the session's PostgreSQL, warehouses on local disk, on the moto S3 server
+and (what lists or deletes files) on Azurite; rows read back with pyiceberg's scan.
 
 Scenarios (one comment each): append with the offsets requirement, replay refused, two writers
 interleaving, a concurrent commit retried on the refreshed base, a stale incarnation refused, a
@@ -30,6 +30,7 @@ from lakesink.formats.iceberg.errors import (
 from lakesink.formats.iceberg.snapshots import KEY_COMMIT_ID, KEY_OFFSETS, KEY_WRITER_ID
 from lakesink.formats.iceberg.table import CommitOutcome, IcebergTable
 from lakesink.protocol.offsets import OffsetRange, TopicPartition
+from lakesink.storage import ObjectStoreOptions
 
 pytest_plugins = ["pg_fixture"]
 pytestmark = pytest.mark.integration
@@ -48,15 +49,15 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]
     yield from open_backend(request, tmp_path, request.param)
 
 
-@pytest.fixture(params=["sqlite-local", "sqlite-s3"])
+@pytest.fixture(params=["sqlite-local", "sqlite-s3", "sqlite-azure"])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
-    """A local and an S3 warehouse (for what lists or deletes files)."""
+    """A local, an S3 and an Azure warehouse (for what lists or deletes files)."""
     yield from open_backend(request, tmp_path, request.param)
 
 
 def open_backend(request: pytest.FixtureRequest, tmp_path: Path, kind: str) -> Iterator[Backend]:
     """A fresh catalog: SQLite file + local warehouse, PostgreSQL + local warehouse, or a
-    SQLite file + a warehouse on the moto S3 server."""
+    SQLite file + a warehouse on the moto S3 server or on Azurite."""
     if kind == "sqlite-local":
         yield Backend(CatalogSettings(warehouse=str(tmp_path / "wh")))
     elif kind == "postgres-local":
@@ -64,6 +65,17 @@ def open_backend(request: pytest.FixtureRequest, tmp_path: Path, kind: str) -> I
         uri = f"postgresql://postgres:{pg.password}@127.0.0.1:{pg.port}/postgres"
         name = "c" + uuid.uuid4().hex[:10]  # one catalog per test in the shared database
         yield Backend(CatalogSettings(warehouse=str(tmp_path / "wh"), uri=uri, name=name))
+    elif kind == "sqlite-azure":
+        azurite = request.getfixturevalue("azurite")
+        yield Backend(
+            CatalogSettings(
+                warehouse=azurite.new_table_uri("wh"),
+                uri=f"sqlite:///{tmp_path / 'catalog.db'}",
+                storage=ObjectStoreOptions(
+                    azure_endpoint=azurite.endpoint, azure_account_key=azurite.account_key
+                ),
+            )
+        )
     else:
         server = request.getfixturevalue("s3_server")
         bucket = server.new_bucket("iceberg")
@@ -370,7 +382,7 @@ def test_writers_committing_at_once_each_land_every_batch_once(backend: Backend)
     assert len(fresh.pyiceberg.metadata.snapshots) == 8
 
 
-def test_table_commands_read_a_table_location_on_local_disk_and_on_s3(
+def test_table_commands_read_a_table_location_on_local_disk_and_on_object_stores(
     store: Backend,
     request: pytest.FixtureRequest,
     monkeypatch: pytest.MonkeyPatch,
@@ -383,13 +395,16 @@ def test_table_commands_read_a_table_location_on_local_disk_and_on_s3(
     table = store.table("db.events")
     ingest(table, "w1", [R(P0, 0, 5), R(P1, 0, 3)])
     ingest(table, "w1", [R(P0, 5, 7)])
-    on_s3 = store.settings.warehouse.startswith("s3://")
-    if on_s3:
-        for key, value in request.getfixturevalue("s3_server").storage_config().items():
+    scheme = (
+        store.settings.warehouse.split("://", 1)[0] if "://" in store.settings.warehouse else ""
+    )
+    server = {"s3": "s3_server", "abfss": "azurite"}.get(scheme)
+    if server is not None:
+        for key, value in request.getfixturevalue(server).storage_config().items():
             env = "LAKESINK_" + key.upper().replace(".", "_")
             monkeypatch.setenv(env, str(value).lower() if isinstance(value, bool) else str(value))
     location = table.location
-    assert location.startswith("s3://" if on_s3 else "file://")
+    assert location.startswith(f"{scheme}://" if server else "file://"), location
 
     def run(command: str) -> Any:
         assert main(["table", command, location, "--json"]) == 0

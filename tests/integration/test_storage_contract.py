@@ -1,8 +1,9 @@
 """The storage contract, one test body for the local filesystem, S3 (moto over HTTP) and Azure
 Blob (Azurite over HTTP): whole-object reads and writes, create-if-absent, replace-if-unchanged,
 listing, deletes, Parquet through the pyarrow filesystem, and the lost races that commits and
-locks rely on. GCS's emulator (fake-gcs-server) implements no conditional write of the API
-lakesink's client speaks: the store is refused at start, in one line."""
+locks rely on. Neither GCS emulator holds a table: fake-gcs-server implements no conditional write
+of the API lakesink's client speaks, gcp-storage-emulator ignores its preconditions; each is
+refused at start, in one line."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from emulators import Azurite, FakeGcs
+from emulators import Azurite, FakeGcs, GcpStorageEmulator
 from s3_server import S3Server
 
 from lakesink.storage import (
@@ -164,6 +165,32 @@ def test_gcs_emulator_without_conditional_writes_is_refused_at_start_in_one_line
     with pytest.raises(StorageError, match="400 Bad Request"):  # a plain PUT alike
         storage.write("k", b"1")
     assert storage.list_prefix("") == []
+
+
+def test_gcs_emulator_ignoring_preconditions_is_refused_at_start_in_one_line(
+    gcp_storage_emulator: GcpStorageEmulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """gcp-storage-emulator takes the XML API's object PUT but ignores its
+    `x-goog-if-generation-match` (a second create and a replace by a stale generation both
+    succeed, shown here on the wire) and answers without the object's version. The probe
+    creates twice, sees the second create taken, and refuses the store in one line."""
+    from lakesink.storage import StorageUnsupportedError
+
+    emulator = gcp_storage_emulator
+    bucket = emulator.new_bucket()
+    create = {"x-goog-if-generation-match": "0"}
+    assert emulator.xml_request("PUT", f"{bucket}/k", b"1", create)[0] == 200
+    assert emulator.xml_request("PUT", f"{bucket}/k", b"2", create)[0] == 200  # GCS: 412
+    stale = {"x-goog-if-generation-match": "1"}
+    assert emulator.xml_request("PUT", f"{bucket}/k", b"3", stale)[0] == 200  # GCS: 412
+    assert emulator.xml_request("GET", f"{bucket}/k") == (200, b"3")
+
+    for name, value in emulator.env().items():
+        monkeypatch.setenv(name, value)
+    storage = open_storage(f"gs://{bucket}/t", {"storage.retry.max": 0})
+    with pytest.raises(StorageUnsupportedError, match="ignores x-goog-if-generation-match") as info:
+        storage.probe()
+    assert "\n" not in str(info.value) and "without the object's version" in str(info.value)
 
 
 def test_open_storage_parses_uris(tmp_path: Path) -> None:

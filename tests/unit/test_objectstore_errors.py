@@ -1,9 +1,13 @@
 """How object-store errors read once the retries are spent: a store that kept answering 5xx is
-named with its status and S3 code, an unreachable one as unreachable; secrets never appear."""
+named with its status and S3 code, an unreachable one as unreachable; secrets never appear. And
+the probe's refusal of a store that takes PUTs but answers them without the object's version."""
 
 from __future__ import annotations
 
-from lakesink.storage.objectstore import _translate
+import pytest
+
+from lakesink.storage.base import ObjectExistsError, StorageError, StorageUnsupportedError
+from lakesink.storage.objectstore import ObjectStoreStorage, _translate
 
 THROTTLED = (
     "Generic S3 error: Error performing PUT http://127.0.0.1:9/b/t/k in 125ms, after 2 retries, "
@@ -48,3 +52,51 @@ def test_translate_a_403_status_is_a_refusal_of_the_credentials() -> None:
     )
     msg = str(_translate(GenericError(forbidden), "read t/k", "s3://b/t/k"))
     assert "refused the credentials" in msg and "storage.s3.access.key.id" in msg
+
+
+NO_ETAG = (
+    "Generic GCS error: Unable to extract metadata from headers: ETag Header missing from response"
+)
+
+
+class _UnversionedStore(ObjectStoreStorage):
+    """A store whose PUTs are answered without a version (the first create always); the second
+    create of one key is `second` (an exception to raise). Records the keys deleted."""
+
+    __slots__ = ("deleted", "second", "writes")
+
+    def __init__(self, uri: str, second: Exception) -> None:
+        super().__init__(uri)
+        self.second, self.writes, self.deleted = second, 0, []
+
+    def create(self, key: str, data: bytes) -> str:
+        self.writes += 1
+        if self.writes > 1:
+            raise self.second
+        raise StorageError(f"create {key} on {self._url(key)} failed: GenericError: {NO_ETAG}")
+
+    def delete(self, key: str) -> None:
+        self.deleted.append(key)
+        raise StorageError("delete: 501 Not Implemented")  # as the emulator: kept quiet
+
+
+@pytest.mark.parametrize(
+    ("uri", "second", "ignores"),
+    [
+        ("gs://b/t", StorageError(f"create k failed: GenericError: {NO_ETAG}"), True),
+        ("gs://b/t", ObjectExistsError("create k: exists already"), False),
+        ("s3://b/t", StorageError(f"create k failed: GenericError: {NO_ETAG}"), True),
+    ],
+)
+def test_probe_refuses_a_store_that_answers_puts_without_a_version(
+    uri: str, second: Exception, ignores: bool
+) -> None:
+    """A PUT taken but answered without an ETag or generation: the second create says whether
+    the precondition is ignored too; one line either way, the probe object's delete tried."""
+    store = _UnversionedStore(uri, second)
+    with pytest.raises(StorageUnsupportedError, match="without the object's version") as info:
+        store.probe()
+    msg = str(info.value)
+    header = "x-goog-if-generation-match" if uri.startswith("gs") else "If-None-Match"
+    assert (f"ignores {header}" in msg) is ignores, msg
+    assert "\n" not in msg and store.writes == 2 and len(store.deleted) == 1

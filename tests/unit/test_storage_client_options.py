@@ -74,3 +74,54 @@ def test_reader_options_hold_the_credentials_and_http_flag_for_hudi_rs() -> None
     assert reader["aws_endpoint_url"] == FULL.endpoint
     assert reader["aws_session_token"] == FULL.session_token
     assert ObjectStoreStorage("gs://bucket/table", FULL).reader_options() == {}
+
+
+AZURITE = ObjectStoreOptions(
+    azure_endpoint="http://127.0.0.1:10000/devstoreaccount1", azure_account_key="a2V5"
+)
+
+
+def test_file_io_of_an_azure_warehouse_carries_account_key_and_emulator_endpoint(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """pyiceberg gets Azure's settings only as adls.* properties: the URI's account, the key,
+    and the endpoint as pyarrow's authority and scheme (an emulator's address kept whole)."""
+    monkeypatch.delenv("AZURE_STORAGE_ACCOUNT_KEY", raising=False)
+    props = file_io_properties(AZURITE, "abfss://lake@devstoreaccount1.dfs.core.windows.net/wh")
+    assert props["py-io-impl"] == "lakesink.formats.iceberg.fileio.AzurePathFileIO"
+    assert props["adls.account-name"] == "devstoreaccount1"
+    assert props["adls.account-key"] == "a2V5"
+    assert props["adls.blob-storage-authority"] == "127.0.0.1:10000"
+    assert props["adls.dfs-storage-authority"] == "127.0.0.1:10000"
+    assert props["adls.blob-storage-scheme"] == props["adls.dfs-storage-scheme"] == "http"
+    # Azure itself: the account's host name goes, the services' authorities stay
+    cloud = ObjectStoreOptions(azure_endpoint="https://acct.blob.core.windows.net")
+    props = file_io_properties(cloud, "abfss://lake@acct.dfs.core.windows.net/wh")
+    assert props["adls.blob-storage-authority"] == "blob.core.windows.net"
+    assert props["adls.dfs-storage-authority"] == "dfs.core.windows.net"
+    assert "adls.account-key" not in props
+    # an account from the environment, as lakesink's own client takes it; no adls.* off Azure
+    monkeypatch.setenv("AZURE_STORAGE_ACCOUNT_NAME", "envacct")
+    assert file_io_properties(AZURITE, "abfs://lake/wh")["adls.account-name"] == "envacct"
+    for other in (None, "s3://bucket/wh", "file:///tmp/wh"):
+        props = file_io_properties(AZURITE, other)
+        assert props["py-io-impl"] == "pyiceberg.io.pyarrow.PyArrowFileIO"
+        assert not any(k.startswith("adls.") for k in props), props
+
+
+@pytest.mark.parametrize(
+    ("location", "path"),
+    [
+        ("abfss://lake@acct.dfs.core.windows.net/wh/t/data/f.parquet", "lake/wh/t/data/f.parquet"),
+        ("abfs://lake@acct.dfs.core.windows.net/m.json", "lake/m.json"),
+        ("abfss://lake/wh/m.json", "lake/wh/m.json"),
+        ("s3://bucket@x/wh/m.json", "bucket@x/wh/m.json"),
+        ("file:///tmp/wh/m.json", "/tmp/wh/m.json"),
+    ],
+)
+def test_azure_file_io_hands_pyarrow_the_container_not_the_account(
+    location: str, path: str
+) -> None:
+    from lakesink.formats.iceberg.fileio import AzurePathFileIO
+
+    assert AzurePathFileIO.parse_location(location)[2] == path

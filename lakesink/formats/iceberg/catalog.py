@@ -3,8 +3,9 @@
 Three kinds: the SQL catalog on a SQLite file (the embedded default, `<warehouse>/catalog.db`
 when no `uri` is given), the SQL catalog on PostgreSQL (`postgresql://user:pw@host:port/db`,
 through SQLAlchemy's psycopg 3 dialect: the `postgres` extra), and a REST catalog. The warehouse
-(where new tables' files go) is a local folder or an object-store prefix (`s3://bucket/prefix`),
-reached with the project's storage options (endpoint, region, credentials, path style).
+(where new tables' files go) is a local folder or an object-store prefix (`s3://bucket/prefix`,
+`abfss://container@account.dfs.core.windows.net/prefix`), reached with the project's storage
+options (endpoint, region, credentials, path style; Azure's account, key and endpoint).
 """
 
 from __future__ import annotations
@@ -21,7 +22,14 @@ from lakesink.errors import ConfigError
 from lakesink.extras import require
 from lakesink.formats.iceberg.errors import CatalogNotFoundError, CatalogUnavailableError
 from lakesink.storage import ObjectStoreOptions, is_remote_uri
-from lakesink.storage.objectstore import PYICEBERG_KEYS, s3_options, virtual_hosted
+from lakesink.storage.objectstore import (
+    AZURE_SCHEMES,
+    PYICEBERG_KEYS,
+    azure_arrow_options,
+    s3_options,
+    split_uri,
+    virtual_hosted,
+)
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
@@ -86,10 +94,28 @@ def warehouse_uri(warehouse: str) -> str:
     return Path(os.path.abspath(warehouse)).as_uri()
 
 
-def file_io_properties(storage: ObjectStoreOptions) -> dict[str, str]:
-    """pyiceberg FileIO properties (pyarrow's filesystems) for the storage options. They hold
-    credentials: never log them."""
+AZURE_FILE_IO = "lakesink.formats.iceberg.fileio.AzurePathFileIO"
+"""The FileIO of tables on Azure: PyArrowFileIO that reads `abfss://container@account...` paths."""
+ADLS_KEYS = {
+    "account_name": "adls.account-name",
+    "account_key": "adls.account-key",
+    "blob_storage_authority": "adls.blob-storage-authority",
+    "dfs_storage_authority": "adls.dfs-storage-authority",
+    "blob_storage_scheme": "adls.blob-storage-scheme",
+    "dfs_storage_scheme": "adls.dfs-storage-scheme",
+}
+"""pyiceberg's FileIO properties for pyarrow's AzureFileSystem arguments."""
+
+
+def file_io_properties(storage: ObjectStoreOptions, location: str | None = None) -> dict[str, str]:
+    """pyiceberg FileIO properties (pyarrow's filesystems) for the storage options; for a
+    `location` (a warehouse, a table) on Azure also its account, key and endpoint (`adls.*`),
+    which pyiceberg takes from nowhere else. They hold credentials: never log them."""
     props = {"py-io-impl": "pyiceberg.io.pyarrow.PyArrowFileIO"}
+    if location is not None and split_uri(location)[0] in AZURE_SCHEMES:
+        props["py-io-impl"] = AZURE_FILE_IO
+        for name, value in azure_arrow_options(location, storage).items():
+            props[ADLS_KEYS[name]] = value
     props.update(s3_options(storage, PYICEBERG_KEYS))
     props["s3.force-virtual-addressing"] = "true" if virtual_hosted(storage) else "false"
     props["s3.connect-timeout"] = str(storage.connect_timeout_s)
@@ -135,7 +161,7 @@ def open_catalog(settings: CatalogSettings) -> Catalog:
     `create` is off), CatalogUnavailableError when it cannot be reached; a missing extra
     names it."""
     require("pyiceberg", "Iceberg tables")
-    props = dict(file_io_properties(settings.storage))
+    props = dict(file_io_properties(settings.storage, warehouse_uri(settings.warehouse)))
     props["warehouse"] = warehouse_uri(settings.warehouse)
     props.update(settings.properties)
     if settings.kind == "rest":

@@ -84,7 +84,7 @@ def open_static(path: str, access: StorageAccess) -> Any:
         raise TableNotFoundError(f"no Iceberg metadata under {path}/metadata")
     if storage.is_local:
         return StaticTable.from_metadata(str(Path(storage.uri.removeprefix("file://")) / key))
-    properties = file_io_properties(access.options)
+    properties = file_io_properties(access.options, storage.uri)
     return StaticTable.from_metadata(f"{storage.uri}/{key}", properties)
 
 
