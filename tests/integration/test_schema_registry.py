@@ -439,6 +439,8 @@ def test_registry_schema_versions_create_and_evolve_the_table(
         assert town == ["town", "city"]
         by_name = table.schema().find_field
         assert names["country_code"]["field-id"] == by_name("country_code").field_id
+        # required in the registered record, under a required parent: required in the table
+        assert by_name("address.town").required and not by_name("address.zip").required
     else:
         counts = {k: found[k] for k in ("rows_hudi_rs", "rows_lakesink", "kafka_records")}
         assert set(counts.values()) == {13}, counts
