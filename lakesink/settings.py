@@ -98,6 +98,10 @@ class TableSettings:
     evolution: SchemaEvolutionMode = "add-and-widen"
     """Whether a batch with a compatible wider schema evolves the table in its commit, or any
     change of the table schema is refused [schema.evolution]."""
+    field_mapping: tuple[tuple[str, str], ...] = ()
+    """(source field path, column name) pairs renaming the decoded records' fields; the
+    Iceberg format lists the source names as aliases in a created table's name mapping
+    [schema.field.mapping]."""
 
 
 @dataclass(frozen=True, slots=True)

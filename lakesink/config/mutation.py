@@ -236,8 +236,10 @@ def _row_columns(cfg: Mapping[str, Any]) -> pa.Schema | None:
     None when a transformation makes the columns, or the registry does (no value.schema: the
     subject's registered versions, or a change stream's latest envelope, known only when the
     ingestion starts)."""
+    from lakesink.config.table import field_mapping_of
     from lakesink.kafka.changes import check_change_columns, declared_rows
 
+    mapping = field_mapping_of(cfg)  # the keys name columns: the rows' mapped names
     declared = cfg["value.schema"] or cfg["value.schema.file"]
     if cfg["write.operation"] == "cdc":
         if cfg["schema.registry.url"] and not declared:
@@ -246,6 +248,7 @@ def _row_columns(cfg: Mapping[str, Any]) -> pa.Schema | None:
             cfg["value.format"], cfg["cdc.format"], cfg["value.schema"], cfg["value.schema.file"]
         )
         with_position = cfg["cdc.format"] == "debezium" and cfg["table.ordering.field"] is None
+        rows = mapping.rename_schema(rows)
         check_change_columns(rows, with_source_position=with_position)
         return rows
     if any(cfg[k] for k in ("transform.sql", "transform.python", "transform.arrow")):
@@ -254,15 +257,15 @@ def _row_columns(cfg: Mapping[str, Any]) -> pa.Schema | None:
         return None  # the key's columns (key.format) join the row when the ingestion starts
     from lakesink.config.records import registry_settings
     from lakesink.kafka.deserializers import make_deserializer
+    from lakesink.kafka.field_mapping import mapped_values
     from lakesink.kafka.reader import output_schema
 
-    return output_schema(
-        make_deserializer(
-            cfg["value.format"],
-            schema=cfg["value.schema"],
-            schema_file=cfg["value.schema.file"],
-            avro_wire_format=cfg["value.avro.wire.format"],
-            avro_schema_ids=cfg["value.avro.schema.ids"],
-            registry=registry_settings(cfg),
-        )
+    values = make_deserializer(
+        cfg["value.format"],
+        schema=cfg["value.schema"],
+        schema_file=cfg["value.schema.file"],
+        avro_wire_format=cfg["value.avro.wire.format"],
+        avro_schema_ids=cfg["value.avro.schema.ids"],
+        registry=registry_settings(cfg),
     )
+    return output_schema(mapped_values(values, mapping))

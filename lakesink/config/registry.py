@@ -26,7 +26,7 @@ from lakesink.config.services import SERVICE_KEYS, small_file_bytes
 from lakesink.config.spark import SPARK_KEYS
 from lakesink.config.standby import STANDBY_KEYS
 from lakesink.config.storage import STORAGE_KEYS
-from lakesink.config.table import TABLE_KEYS
+from lakesink.config.table import TABLE_KEYS, field_mapping_of
 from lakesink.config.tables import (
     TABLES_KEYS,
     Route,
@@ -278,6 +278,7 @@ def settings_of(cfg: LakesinkConfig, *, with_dead_letter_table: bool = True) -> 
             # an Iceberg warehouse stages local writes in .lakesink/tmp/: nothing Hudi-shaped
             staging_folder=LAKESINK_TMP_FOLDER if cfg["table.format"] == "iceberg" else TMP_FOLDER,
             evolution=cfg["schema.evolution"],
+            field_mapping=field_mapping_of(cfg.values).items,
         ),
         iceberg=IcebergSettings(
             namespace=str(cfg["iceberg.namespace"] or "lakesink"),

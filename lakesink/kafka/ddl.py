@@ -183,8 +183,9 @@ def ddl_to_arrow(ddl: str) -> pa.Schema:
     return pa.schema(parser.fields(None, colon=False))
 
 
-def arrow_type_to_ddl(t: pa.DataType) -> str:
-    """The Spark DDL spelling of an Arrow type (inverse of the parser for the covered types)."""
+def arrow_type_to_ddl(t: pa.DataType, required: bool = False) -> str:
+    """The Spark DDL spelling of an Arrow type (inverse of the parser for the covered types);
+    `required`: the type's field is required, so its struct's required fields stay so."""
     if pa.types.is_boolean(t):
         return "BOOLEAN"
     simple = {
@@ -212,7 +213,13 @@ def arrow_type_to_ddl(t: pa.DataType) -> str:
     if pa.types.is_list(t) or pa.types.is_large_list(t):
         return f"ARRAY<{arrow_type_to_ddl(t.value_type)}>"
     if pa.types.is_struct(t):
-        inner = ", ".join(f"`{f.name}`: {arrow_type_to_ddl(f.type)}" for f in t)
+        # a required field of a required struct stays required (NOT NULL); under an optional
+        # struct it is written optional, as the Iceberg readers expect a null struct's fields
+        inner = ", ".join(
+            f"`{f.name}`: {arrow_type_to_ddl(f.type, required and not f.nullable)}"
+            f"{' NOT NULL' if required and not f.nullable else ''}"
+            for f in t
+        )
         return f"STRUCT<{inner}>"
     raise ConfigError(f"Arrow type {t} has no Spark DDL spelling in lakesink")
 
@@ -222,5 +229,5 @@ def arrow_to_ddl(schema: pa.Schema) -> str:
     parts = []
     for f in schema:
         not_null = "" if f.nullable else " NOT NULL"
-        parts.append(f"`{f.name}` {arrow_type_to_ddl(f.type)}{not_null}")
+        parts.append(f"`{f.name}` {arrow_type_to_ddl(f.type, not f.nullable)}{not_null}")
     return ", ".join(parts)

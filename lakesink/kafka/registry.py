@@ -281,6 +281,29 @@ class _ProtobufWriter:
             f"{', '.join(prefix + n for n in self._file.message_types_by_name)})"
         )
 
+    def value_message(self) -> Any:
+        """The descriptor of the message a subject of the topic strategy (which names no
+        message) holds: the file's only top-level message, or the only one that no message of
+        the file uses as a field's type (the others are its parts). ConfigError otherwise:
+        taking the first would give another message's columns without a word."""
+        top = list(self._file.message_types_by_name.values())
+        used: set[str] = set()
+        pending = list(top)
+        while pending:
+            desc = pending.pop()
+            pending.extend(desc.nested_types)
+            used.update(f.message_type.full_name for f in desc.fields if f.message_type)
+        candidates = [d for d in top if d.full_name not in used]
+        if len(candidates) == 1:
+            return candidates[0]
+        raise ConfigError(
+            f"{self._file.name} holds the top-level messages "
+            f"{', '.join(d.full_name for d in top)}, and the topic name strategy does not say "
+            "which one the records are: set schema.registry.subject.strategy=record or "
+            "topic-record and name the message in schema.registry.record.name "
+            "(schema.registry.key.record.name for the key)"
+        )
+
     def message_class(self, indexes: tuple[int, ...]) -> Any:
         cls = self._classes.get(indexes)
         if cls is None:

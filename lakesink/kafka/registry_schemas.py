@@ -9,8 +9,9 @@ A writer schema maps to Arrow by format:
 - JSON Schema: an object's `properties` (`integer` long, `number` double, `string`, `boolean`,
   `object` a struct, `array` a list); a property is required only when listed in `required` and
   not typed `null`;
-- Protobuf: the fields of the file's first message (the topic name strategy's one message per
-  subject; a value framed with another message index decodes, its fields checked one by one);
+- Protobuf: the fields of the file's message the record name names, or under the topic name
+  strategy of its one top-level message no other message uses (several: a ConfigError; a
+  value framed with another message index decodes, its fields checked one by one);
   int32/sint32/sfixed32 int, 64-bit and uint32 long, uint64 as long, float, double, bool, string,
   bytes, enums as string, messages as structs, repeated as lists, maps as maps; every field
   optional (proto3 has no required field).

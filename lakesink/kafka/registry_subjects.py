@@ -159,7 +159,8 @@ def writer_columns(
     """The columns of a registered schema (confluent-kafka Schema) of format `fmt`; ConfigError
     when it has no column mapping. A Protobuf file's columns are those of its message
     `record_name` (the record strategies' subjects name it: one file may hold a topic's key
-    and value messages) or, without one, of its first message."""
+    and value messages) or, without one, of its one top-level message that no other message
+    of the file uses (ConfigError when that is not one message)."""
     try:
         if fmt == "avro":
             return _avro_columns(json.loads(schema.schema_str))
@@ -184,8 +185,6 @@ def _proto_columns(
 ) -> WriterColumns:
     _file_descriptor(schema.schema_str)  # the same clear error for .proto text
     writer = _ProtobufWriter(settings, schema)
-    if record_name is None:
-        message = writer.message_class((0,)).DESCRIPTOR
-    else:
-        message = writer.message_named(record_name)
+    named = writer.message_named(record_name) if record_name is not None else None
+    message = named if named is not None else writer.value_message()
     return WriterColumns(pa.schema(list(proto_message_struct(message))))

@@ -182,9 +182,14 @@ def batch_coordinates(batch: pa.RecordBatch | pa.Table) -> Iterator[tuple[str, i
 def value_deserializer(cfg: LakesinkConfig) -> Any:
     """The deserializer of the record values `cfg` declares (imported lazily: a task that
     never decodes pays nothing): with write.operation=cdc, the change-stream deserializer, whose
-    rows carry the operation (lakesink.kafka.changes)."""
+    rows carry the operation (lakesink.kafka.changes). schema.field.mapping renames the
+    decoded fields here, once for every decoder (lakesink.kafka.field_mapping): the decoders
+    work in source names, the keys that name columns in mapped names."""
     from lakesink.config.records import registry_settings
+    from lakesink.config.table import field_mapping_of
+    from lakesink.kafka.field_mapping import mapped_values, source_names
 
+    mapping = field_mapping_of(cfg.values)
     if cfg["write.operation"] == "cdc":
         from lakesink.kafka.changes import ChangeDeserializer
 
@@ -200,19 +205,21 @@ def value_deserializer(cfg: LakesinkConfig) -> Any:
                 schema=cfg["value.schema"],
                 schema_file=cfg["value.schema.file"],
             )
-        return ChangeDeserializer.configured(
+        ordering = mutation.ordering_field
+        changes = ChangeDeserializer.configured(
             value_format=cfg["value.format"],
             schema=cfg["value.schema"],
             schema_file=cfg["value.schema.file"],
-            key_columns=cfg.settings.table.record_key_fields,
+            key_columns=source_names(mapping, cfg.settings.table.record_key_fields),
             cdc_format=mutation.cdc_format,
-            ordering_field=mutation.ordering_field,
-            op_field=mutation.op_field,
+            ordering_field=None if ordering is None else mapping.source(ordering),
+            op_field=mapping.source(mutation.op_field),
             op_values=mutation.op_values,
             avro_wire_format=cfg["value.avro.wire.format"],
             avro_schema_ids=cfg["value.avro.schema.ids"],
             envelopes=envelopes,
         )
+        return mapped_values(changes, mapping)
     from lakesink.kafka.deserializers import make_deserializer
     from lakesink.spark.registry_columns import registry_evolution
 
@@ -237,6 +244,7 @@ def value_deserializer(cfg: LakesinkConfig) -> Any:
                 "the ingestion pins them from the key subject when it starts"
             )
         values = RegistryKeys(values, cfg["key.format"], ddl_to_arrow(cfg["key.schema"]), registry)
+    values = mapped_values(values, mapping)
     if cfg["write.operation"] == "upsert":  # a record without a key is a dead letter
         from lakesink.kafka.changes import KeyedValues
 

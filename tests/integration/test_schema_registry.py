@@ -351,7 +351,10 @@ def test_registry_schema_versions_create_and_evolve_the_table(
     again over evolved columns, the id noted in the checkpoint), evolving the table in its
     batch's commit; the Avro keys' region field lands as a column (key.format); every record
     once, and the readers agree: hudi-rs and lakesink's reader on a Hudi table; pyiceberg and
-    DuckDB on an Iceberg table (one schema more, the evolution's)."""
+    DuckDB on an Iceberg table (one schema more, the evolution's). schema.field.mapping renames
+    a field of the created table, a nested one, one a later version adds and the key's field:
+    every reader sees the column names; the Iceberg table's name mapping lists the source
+    names beside them, the evolved field's too."""
     import pyarrow as pa
     from confluent_kafka.schema_registry.avro import AvroSerializer
     from confluent_kafka.serialization import MessageField, SerializationContext
@@ -383,6 +386,9 @@ def test_registry_schema_versions_create_and_evolve_the_table(
         value__format="avro",
         value__schema=None,
         key__format="avro",
+        schema__field__mapping=(
+            "visits=visit_count,address.city=town,country=country_code,region=visit_region"
+        ),
         **(
             {"table__format": "iceberg", "table__name": "visits"}
             if table_format == "iceberg"
@@ -408,30 +414,50 @@ def test_registry_schema_versions_create_and_evolve_the_table(
     report = audit_config(cfg)
     assert report.ok, report.problems
     found = report.to_json()
-    cols = ["id", "visits", "address", "country", "region"]
+    cols = ["id", "visit_count", "address", "country_code", "visit_region"]
     if table_format == "iceberg":
+        from lakesink.formats.iceberg.audit import read_with_duckdb
         from lakesink.formats.iceberg.format import open_iceberg_table
 
         # pyiceberg and DuckDB read the 13 records
         assert found["kafka_records"] == 13, found
         assert found["readers"] == {"pyiceberg": 13, "duckdb": 13}, found
-        table = open_iceberg_table(cfg.settings, create=False).pyiceberg
+        opened = open_iceberg_table(cfg.settings, create=False)
+        table = opened.pyiceberg
         ours = table.scan(selected_fields=tuple(cols)).to_arrow()
         # one schema for the created table, one for the commit that evolved it
         assert len(table.metadata.schemas) == 2, table.metadata.schemas
+        duck = read_with_duckdb(opened, cols, [])
+        assert duck is not None
+        assert sorted(duck.to_pylist(), key=str) == sorted(ours.to_pylist(), key=str)
+        mapping = json.loads(table.properties["schema.name-mapping.default"])
+        names = {e["names"][0]: e for e in mapping}
+        assert names["visit_count"]["names"] == ["visit_count", "visits"]
+        assert names["country_code"]["names"] == ["country_code", "country"]  # the evolved one
+        assert names["visit_region"]["names"] == ["visit_region", "region"]
+        town = {f["names"][0]: f["names"] for f in names["address"]["fields"]}["town"]
+        assert town == ["town", "city"]
+        by_name = table.schema().find_field
+        assert names["country_code"]["field-id"] == by_name("country_code").field_id
+        # required in the registered record, under a required parent: required in the table
+        assert by_name("address.town").required and not by_name("address.zip").required
     else:
         counts = {k: found[k] for k in ("rows_hudi_rs", "rows_lakesink", "kafka_records")}
         assert set(counts.values()) == {13}, counts
         ours = TableReader(HudiTable.open(cfg["table.path"])).snapshot(columns=cols)
-    assert ours.schema.field("visits").type == pa.int64()
+    assert ours.schema.field("visit_count").type == pa.int64()
     by_id = {r["id"]: r for r in ours.to_pylist()}
     assert sorted(by_id) == list(range(13))
     for i in range(13):
         version = 1 if i < 4 else 2 if i < 7 else 3 if i < 10 else 4
-        want = _visit(i, version)
-        want.setdefault("country", None)
-        want["region"] = _region(i)
-        want["address"].setdefault("zip", None)
+        source = _visit(i, version)
+        want = {
+            "id": i,
+            "visit_count": source["visits"],
+            "address": {"town": source["address"]["city"], "zip": source["address"].get("zip")},
+            "country_code": source.get("country"),
+            "visit_region": _region(i),
+        }
         assert by_id[i] == want, i
     if table_format == "iceberg":
         return

@@ -48,6 +48,16 @@ def test_ddl_round_trips_through_arrow() -> None:
     ddl = "id BIGINT, tags ARRAY<STRING>, m MAP<STRING, DOUBLE>, s STRUCT<a: INT, d: DECIMAL(5,2)>"
     schema = ddl_to_arrow(ddl)
     assert ddl_to_arrow(arrow_to_ddl(schema)) == schema
+    # a required struct's required field stays required (a registry's record pinned as DDL);
+    # under an optional struct it is optional
+    nested = ddl_to_arrow(
+        "a STRUCT<city: STRING NOT NULL, zip: STRING, in: STRUCT<x: INT NOT NULL> NOT NULL> "
+        "NOT NULL, b STRUCT<city: STRING NOT NULL>"
+    )
+    back = ddl_to_arrow(arrow_to_ddl(nested))
+    assert back.field("a") == nested.field("a")
+    assert not back.field("a").type.field("in").type.field("x").nullable
+    assert back.field("b").type.field("city").nullable
 
 
 def test_ddl_accepts_a_struct_wrapper() -> None:

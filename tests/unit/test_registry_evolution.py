@@ -323,6 +323,39 @@ def test_json_schema_and_protobuf_writer_columns() -> None:
         writer_columns("protobuf", registered, settings, "cols.Refund")
 
 
+def test_a_topic_subject_of_several_messages_takes_the_one_no_other_uses_or_is_refused() -> None:
+    import base64
+
+    f = descriptor_pb2.FieldDescriptorProto
+    fdp = descriptor_pb2.FileDescriptorProto(
+        name=f"lakesink_many_{uuid.uuid4().hex}.proto", package="many", syntax="proto3"
+    )
+    part = fdp.message_type.add(name="Address")  # first, but a part of Customer
+    part.field.add(name="city", number=1, type=f.TYPE_STRING, label=f.LABEL_OPTIONAL)
+    customer = fdp.message_type.add(name="Customer")
+    customer.field.add(name="id", number=1, type=f.TYPE_INT64, label=f.LABEL_OPTIONAL)
+    customer.field.add(
+        name="home", number=2, type=f.TYPE_MESSAGE, type_name=".many.Address",
+        label=f.LABEL_OPTIONAL,
+    )  # fmt: skip
+    settings = RegistrySettings(url=_url(), retry_s=1)
+
+    def registered() -> Schema:
+        return Schema(base64.b64encode(fdp.SerializeToString()).decode(), "PROTOBUF")
+
+    # the topic strategy names no message: Customer is the one no other message uses
+    assert writer_columns("protobuf", registered(), settings).schema.names == ["id", "home"]
+    refund = fdp.message_type.add(name="Refund")
+    refund.field.add(name="id", number=1, type=f.TYPE_INT64, label=f.LABEL_OPTIONAL)
+    fdp.name = f"lakesink_many_{uuid.uuid4().hex}.proto"
+    with pytest.raises(ConfigError) as e:
+        writer_columns("protobuf", registered(), settings)
+    assert "top-level messages many.Address, many.Customer, many.Refund" in str(e.value)
+    assert "schema.registry.record.name" in str(e.value)
+    # a record name still picks its message
+    assert writer_columns("protobuf", registered(), settings, "many.Refund").schema.names == ["id"]
+
+
 def test_a_table_of_keys_keeps_its_declared_columns() -> None:
     url = _url()
     _register(url, V1, V2)

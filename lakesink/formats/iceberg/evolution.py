@@ -19,6 +19,7 @@ committer carries it too.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -97,11 +98,19 @@ def schema_from_text(text: str) -> Schema | None:
     return Schema.model_validate_json(text)
 
 
-def stage_schema(tx: Transaction, schema: Schema, table: str) -> None:
+def stage_schema(
+    tx: Transaction,
+    schema: Schema,
+    table: str,
+    aliases: Mapping[str, Sequence[str]] | None = None,
+) -> None:
     """Stage the update to `schema` in the append's transaction `tx`: pyiceberg's update
     requires the current schema id it was built on, so the catalog takes it with the append or
     refuses both. CommitError when, on this base, the update would give other field ids than
-    the data files carry (the table's schema moved since the batch began)."""
+    the data files carry (the table's schema moved since the batch began). A table with a name
+    mapping gets it for the new schema in the same commit, new fields listing their `aliases`
+    (schema.field.mapping's source names: name_mapping.py)."""
+    before = tx.table_metadata.name_mapping()
     update = tx.update_schema()
     update.union_by_name(schema)
     update.commit()
@@ -113,3 +122,7 @@ def stage_schema(tx: Transaction, schema: Schema, table: str) -> None:
             "planned, so nothing was appended: retrying the batch writes it again with the "
             "table's new schema"
         )
+    if before is not None:
+        from lakesink.formats.iceberg.name_mapping import NAME_MAPPING_PROPERTY, name_mapping_json
+
+        tx.set_properties({NAME_MAPPING_PROPERTY: name_mapping_json(staged, aliases, before)})

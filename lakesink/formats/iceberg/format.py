@@ -112,7 +112,16 @@ def open_iceberg_table(
         iceberg_partition_fields(settings),
         create=create,
         evolution=settings.table.evolution,
+        aliases=column_aliases(settings),
     )
+
+
+def column_aliases(settings: Settings) -> dict[str, tuple[str, ...]]:
+    """The source names schema.field.mapping renamed columns from, by column path: aliases in
+    the name mapping of the tables lakesink creates (name_mapping.py)."""
+    from lakesink.kafka.field_mapping import FieldMapping
+
+    return FieldMapping(settings.table.field_mapping).aliases()
 
 
 def open_keyed_table(settings: Settings, rows: pa.Schema) -> IcebergTable:
@@ -145,6 +154,7 @@ def open_keyed_table(settings: Settings, rows: pa.Schema) -> IcebergTable:
         keyed_partition_fields(configured, key, mutation.bucket_count),
         properties=keyed_properties(ordering, settings.iceberg.write_mode),
         identifier_fields=key,
+        aliases=column_aliases(settings),
     )
     layout = layout_of(table.pyiceberg.metadata, table.name)
     if layout is None:

@@ -231,6 +231,8 @@ class IcebergTable:
         # the schema of the rows a writer opened the table for (what its batches evolve the
         # table by, `plan_evolution`); None when opened to read
         self.rows: pa.Schema | None = None
+        # schema.field.mapping's source names by column path: aliases in the name mapping
+        self.aliases: Mapping[str, Sequence[str]] = {}
 
     # -- opening --------------------------------------------------------------------------
 
@@ -247,6 +249,7 @@ class IcebergTable:
         properties: dict[str, str] | None = None,
         evolution: EvolutionMode | None = None,
         identifier_fields: Sequence[str] = (),
+        aliases: Mapping[str, Sequence[str]] | None = None,
         **kwargs: Any,
     ) -> IcebergTable:
         """The table `name` (`namespace.table`); created on first use from the Arrow schema
@@ -254,7 +257,9 @@ class IcebergTable:
         accept `rows` (SchemaMismatchError naming the column otherwise), or with `evolution`
         add-and-widen, be one they can evolve (SchemaEvolutionError naming the field: the
         batches' commits evolve it). `identifier_fields`: a new table's identifier fields (a
-        table of keys; they must be non-nullable in `rows`)."""
+        table of keys; they must be non-nullable in `rows`). A new table gets a name mapping
+        (`schema.name-mapping.default`) listing `aliases` (column path -> source names,
+        schema.field.mapping) beside the column names: name_mapping.py."""
         require("pyiceberg", "Iceberg tables")
         from pyiceberg.exceptions import NoSuchTableError, TableAlreadyExistsError
 
@@ -273,6 +278,15 @@ class IcebergTable:
 
                 schema = with_identifier_fields(schema, identifier_fields)
             spec = partition_spec(schema, partition_fields)
+            # the ids the catalog gives the new table's fields, which the mapping names
+            from pyiceberg.schema import assign_fresh_schema_ids
+
+            from lakesink.formats.iceberg.name_mapping import (
+                NAME_MAPPING_PROPERTY,
+                name_mapping_json,
+            )
+
+            mapping = name_mapping_json(assign_fresh_schema_ids(schema), aliases)
             catalog.create_namespace_if_not_exists(ident[:-1])
             try:
                 table = catalog.create_table(
@@ -280,7 +294,7 @@ class IcebergTable:
                     schema=schema,
                     partition_spec=spec,
                     location=location,
-                    properties=properties or {},
+                    properties={**(properties or {}), NAME_MAPPING_PROPERTY: mapping},
                 )
                 log.info("created Iceberg table %s at %s", shown, table.location())
             except TableAlreadyExistsError:  # another writer created it first
@@ -299,6 +313,7 @@ class IcebergTable:
                 ) from e
         out = cls(catalog, table, **kwargs)
         out.rows = rows
+        out.aliases = dict(aliases or {})
         return out
 
     # -- reading state --------------------------------------------------------------------
@@ -604,7 +619,7 @@ class IcebergTable:
                 (), (_assert_incarnation_type()(writer_id=summary.writer_id, expected=incarnation),)
             )
         if schema is not None:  # the schema update and the append: one catalog commit
-            stage_schema(tx, schema, self.name)
+            stage_schema(tx, schema, self.name, self.aliases)
         snapshot = tx.update_snapshot(snapshot_properties=dict(properties))
         with snapshot.fast_append() as append:
             for f in files:
@@ -624,7 +639,7 @@ class IcebergTable:
         tx = transaction(self._table)
         require_main_unmoved(tx)
         if schema is not None:
-            stage_schema(tx, schema, self.name)
+            stage_schema(tx, schema, self.name, self.aliases)
         snapshot = tx.update_snapshot(snapshot_properties=dict(properties))
         with snapshot.fast_append() as append:
             for f in files:
