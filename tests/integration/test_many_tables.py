@@ -1,28 +1,34 @@
-"""One ingestion writing many tables (`tables.<name>.*`, lakesink.spark.routing): two topics
-routed to three tables of both formats — by topic, by a field's regex, and the default for what
-no route takes — read from Kafka once per batch, each table committing its own offsets. The
-tables that take the rows as they are share one Spark job (the fan-out writer); one with a
-transformation of its own gets its own job.
+"""One ingestion writing many tables (`tables.<name>.*`, lakesink.spark.routing): three topics
+routed to five tables of both formats — by topic, by a field's regex, dynamically by a field
+naming the table, and the default for what no route takes — read from Kafka once per batch,
+each table committing its own offsets. The tables that take the rows as they are share one Spark
+job (the fan-out writer); one with a transformation of its own gets its own job.
 
-The driver is killed (SIGKILL) between two tables' commits; the restart runs without Spark's
-checkpoint, so the source starts at the lowest offsets committed over the tables and the table
-that had committed the batch skips it. Each table is read back by a reader lakesink did not
-write (hudi-rs for Hudi, pyiceberg for Iceberg): every record in exactly the tables its route
-names, once."""
+The driver is killed (SIGKILL) at each point around the tables' commits (before any, between
+the first and the others, after all before Spark records the batch) and once more at a random
+moment of a continuous ingestion; the last restart runs without Spark's checkpoint, so the
+source starts at the lowest offsets committed over the tables and the tables ahead skip what
+they have. Each table is read back by readers lakesink did not write (hudi-rs and Java Hudi for
+Hudi, pyiceberg for Iceberg): every record in exactly the tables its route names, once."""
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
+import os
+import random
 import shutil
 import signal
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pytest
-from integration.conftest import run_ingestion, write_config_file
+from integration.conftest import SHORT_LIVED_DRIVER_JVM, run_ingestion, write_config_file
 from rich.console import Console
 
 from lakesink.cli.watch import render_tables
@@ -37,6 +43,7 @@ from lakesink.spark.table_offsets import all_table_configs
 pytestmark = pytest.mark.integration
 
 PER_TOPIC = 120
+Topics = tuple[str, ...]
 REGIONS = ("eu-west", "us-east", "eu-north", "ap-south")
 # the tenant naming a dynamic table: acme and globex are created on their first record; a
 # name route.dynamic.allow refuses, or none, is taken by no dynamic table
@@ -50,7 +57,7 @@ def _value(i: int, topic: str) -> bytes:
 
 
 def _config(
-    bootstrap: str, orders: str, payments: str, folder: Path, dynamic: str = "hudi", **more: Any
+    bootstrap: str, topics: Topics, folder: Path, dynamic: str = "hudi", **more: Any
 ) -> LakesinkConfig:
     """`dynamic`: the format of the dynamic tables (the top-level table.format); Iceberg ones
     are made in the europe table's warehouse and catalog."""
@@ -59,7 +66,7 @@ def _config(
         {
             "kafka.bootstrap.servers": bootstrap,
             "table.format": dynamic,
-            "kafka.topics": f"{orders},{payments}",
+            "kafka.topics": ",".join(topics),
             "value.format": "json",
             "value.schema": "id BIGINT, region STRING, source STRING, tenant STRING",
             "kafka.max.records.per.batch": 100,
@@ -70,7 +77,7 @@ def _config(
             # every record of the orders topic
             "tables.orders.table.path": str(folder / "orders"),
             "tables.orders.table.format": "hudi",
-            "tables.orders.route.topics": orders,
+            "tables.orders.route.topics": topics[0],
             # the European records of both topics, in an Iceberg table
             "tables.europe.table.path": str(folder / "warehouse"),
             "tables.europe.table.format": "iceberg",
@@ -83,7 +90,7 @@ def _config(
             # a table per tenant, created on its first record
             "route.dynamic.field": "tenant",
             "route.dynamic.path": str(template),
-            # what no route takes: payments outside Europe without a tenant
+            # what no route takes: payments and refunds outside Europe without a tenant
             "tables.rest.table.path": str(folder / "rest"),
             "tables.rest.table.format": "hudi",
             "route.default": "rest",
@@ -92,7 +99,7 @@ def _config(
     )
 
 
-def _expected(orders: str, payments: str) -> dict[str, list[tuple[str, int]]]:
+def _expected(topics: Topics) -> dict[str, list[tuple[str, int]]]:
     want: dict[str, list[tuple[str, int]]] = {
         "acme": [],
         "europe": [],
@@ -100,10 +107,10 @@ def _expected(orders: str, payments: str) -> dict[str, list[tuple[str, int]]]:
         "orders": [],
         "rest": [],
     }
-    for topic in (orders, payments):
+    for topic in topics:
         for i in range(PER_TOPIC):
             takers = [
-                *(["orders"] if topic == orders else []),
+                *(["orders"] if topic == topics[0] else []),
                 *(["europe"] if REGIONS[i % 4].startswith("eu-") else []),
                 *([t] if (t := TENANTS[i % 5]) in ("acme", "globex") else []),
             ]
@@ -134,18 +141,18 @@ def _read(cfg: LakesinkConfig) -> dict[str, list[tuple[str, int]]]:
 
 
 @pytest.fixture
-def topics(kafka_bootstrap: str, topic_factory: Callable[[str], str]) -> tuple[str, str]:
-    orders, payments = topic_factory("route-orders"), topic_factory("route-payments")
-    for topic in (orders, payments):
+def topics(kafka_bootstrap: str, topic_factory: Callable[[str], str]) -> Topics:
+    """orders, payments, refunds: one partition each."""
+    made = tuple(topic_factory(f"route-{t}") for t in ("orders", "payments", "refunds"))
+    for topic in made:
         produce_values(kafka_bootstrap, topic, [_value(i, topic) for i in range(PER_TOPIC)])
-    return orders, payments
+    return made
 
 
 def test_a_record_no_route_takes_fails_the_batch_without_a_default(
-    kafka_bootstrap: str, topics: tuple[str, str], tmp_path: Path, spark: Any
+    kafka_bootstrap: str, topics: Topics, tmp_path: Path, spark: Any
 ) -> None:
-    orders, payments = topics
-    cfg = _config(kafka_bootstrap, orders, payments, tmp_path)
+    cfg = _config(kafka_bootstrap, topics, tmp_path)
     values = {k: v for k, v in cfg.values.items() if k != "route.default"}
     tables = {n: t for n, t in cfg["tables"].items() if n != "rest"}
     strict = build_config({**values, "tables": tables})
@@ -161,30 +168,47 @@ def test_a_record_no_route_takes_fails_the_batch_without_a_default(
         assert committed_offsets_of(table).to_json() == {}, spec.name
 
 
-def test_killed_between_two_tables_commits_each_table_takes_its_records_once(
+def test_killed_around_the_tables_commits_and_at_random_each_table_takes_its_records_once(
     kafka_bootstrap: str,
-    topics: tuple[str, str],
+    topics: Topics,
     tmp_path: Path,
     spark: Any,
     cli: Callable[..., Any],
     capsys: pytest.CaptureFixture[str],
+    request: pytest.FixtureRequest,
 ) -> None:
-    orders, payments = topics
     # the dynamic tables in Iceberg, beside the europe table (the named ones in Hudi: both
     # formats' dynamic tables are covered, Hudi's by the test above)
-    cfg = _config(kafka_bootstrap, orders, payments, tmp_path, dynamic="iceberg")
-    conf = write_config_file(cfg, tmp_path / "c.toml")
-    killed = cli(
-        ["ingest", "--config", str(conf), "--once"],
-        env={"LAKESINK_CRASH_AT": "between-table-commits", "LAKESINK_CRASH_AFTER_BATCHES": "2"},
+    cfg = _config(
+        kafka_bootstrap, topics, tmp_path, dynamic="iceberg", **{"kafka.max.records.per.batch": 50}
     )
-    assert killed.returncode == -signal.SIGKILL, killed.stdout[-3000:]
-    behind = _read(cfg)
-    want = _expected(orders, payments)
-    for name, rows in behind.items():  # a prefix of each table's records, none twice
-        assert len(set(rows)) == len(rows) and set(rows) <= set(want[name]), name
-    positions = {spec.name: _committed(table) for spec, table in cfg.table_configs()}
-    assert len({json.dumps(p, sort_keys=True) for p in positions.values()}) > 1, positions
+    conf = write_config_file(cfg, tmp_path / "c.toml")
+    want = _expected(topics)
+
+    def behind_but_never_twice(after: str) -> dict[str, list[tuple[str, int]]]:
+        tables = _read(cfg)
+        for name, rows in tables.items():  # a part of each table's records, none twice
+            assert len(set(rows)) == len(rows) and set(rows) <= set(want[name]), (after, name)
+        return tables
+
+    # each killed run resumes from Spark's checkpoint and dies in its second batch (the first
+    # may be the replay of the batch the last kill cut short)
+    for point in ("before-table-commits", "between-table-commits", "after-table-commits"):
+        killed = cli(
+            ["ingest", "--config", str(conf), "--once"],
+            env={"LAKESINK_CRASH_AT": point, "LAKESINK_CRASH_AFTER_BATCHES": "1"},
+        )
+        assert killed.returncode == -signal.SIGKILL, (point, killed.stdout[-3000:])
+        behind_but_never_twice(point)
+        if point == "between-table-commits":
+            # the first table committed the batch, the others not
+            positions = {spec.name: _committed(table) for spec, table in all_table_configs(cfg)}
+            assert len({json.dumps(p, sort_keys=True) for p in positions.values()}) > 1, positions
+    # a continuous ingestion killed at a random moment (the seed is in the test's report)
+    seed = random.randrange(1 << 30)
+    delay = random.Random(seed).uniform(4.0, 14.0)
+    _kill_at_random(conf, delay)
+    behind = behind_but_never_twice(f"the kill {delay:.1f}s after the start (seed {seed})")
     ahead = {spec.name: _committed(table) for spec, table in all_table_configs(cfg)}
     assert sorted(ahead) == sorted(want)  # the dynamic Iceberg tables found in the catalog
     # Spark's checkpoint lost: the source starts at the lowest offsets over the tables, and
@@ -195,7 +219,7 @@ def test_killed_between_two_tables_commits_each_table_takes_its_records_once(
     assert _read(cfg) == want
     # the metrics per table: the rows each table took in this run, a commit in each table
     # that was behind
-    end = {f"{orders}:0": PER_TOPIC, f"{payments}:0": PER_TOPIC}
+    end = {f"{topic}:0": PER_TOPIC for topic in topics}
     snap = ingestion.metrics.snapshot()
     for name, rows in want.items():
         taken = value_of(snap, "lakesink_records_ingested_total", table=name)
@@ -203,7 +227,7 @@ def test_killed_between_two_tables_commits_each_table_takes_its_records_once(
         commits = value_of(snap, "lakesink_commit_duration_seconds_count", table=name)
         assert (commits > 0) == (ahead[name] != end), (name, commits, ahead[name])
     # every table committed every offset of the writer: the lowest over them is the end
-    assert result.committed == {f"{orders}:0": PER_TOPIC, f"{payments}:0": PER_TOPIC}
+    assert result.committed == end
     again = run_ingestion(cfg, spark)
     assert again.nothing_new and _read(cfg) == want
     # lakesink verify: each table holds the records its route takes, every one once
@@ -213,6 +237,12 @@ def test_killed_between_two_tables_commits_each_table_takes_its_records_once(
     assert list(audits) == ["europe", "orders", "rest", "acme", "globex"]
     for name, report in audits.items():
         assert report.ok, (name, report.problems)
+    # Java Hudi reads the Hudi tables as hudi-rs and lakesink's reader do
+    from interop.compare import check_tables, plan_reads
+
+    hudi_tables = [t["table.path"] for _, t in cfg.table_configs() if t["table.format"] == "hudi"]
+    queries = [q for p in hudi_tables for q in plan_reads(Path(p), incremental_pairs=False)]
+    assert check_tables(request.getfixturevalue("java_hudi"), queries) == []
     # the audit checks the route: the rest table against the orders route fails
     from lakesink.cli.verify import audit_config
     from lakesink.spark.routing import routed_coordinates
@@ -240,6 +270,26 @@ def test_killed_between_two_tables_commits_each_table_takes_its_records_once(
         cells = row.replace("│", " ").split()
         fmt = "iceberg" if name in ("europe", "acme", "globex") else "hudi"
         assert cells[1:3] == [fmt, "0"] and cells[-2:] == ["ago", "ok"], row
+
+
+def _kill_at_random(conf: Path, after_s: float) -> None:
+    """`lakesink ingest` (continuous) SIGKILLed with its process group `after_s` seconds after
+    it started: wherever its batches and commits are then."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "lakesink.cli.main", "ingest", "--config", str(conf)],
+        env={**os.environ, **SHORT_LIVED_DRIVER_JVM},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=after_s)
+        assert proc.returncode is None, f"the ingestion ended by itself: {proc.returncode}"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
 
 
 def _committed(table: LakesinkConfig) -> dict[str, int]:
