@@ -1,0 +1,137 @@
+"""lakesink's pyiceberg FileIO: pyarrow's, except that the table's small metadata objects on S3
+(the metadata JSON, manifest lists, manifests) are written whole, in one PUT.
+
+pyarrow writes every object as a multipart upload (create, one part, complete: three requests)
+and pyiceberg asks a HEAD before a create that must not overwrite and another for a written
+manifest's length. Here such an object is buffered in memory and PUT once through lakesink's
+object store (obstore): a create that must not overwrite is a conditional PUT
+(`If-None-Match: *`, the store decides, no HEAD before it), and the length of what was written
+is known without asking. Data files (Parquet: large, streamed by the Parquet writer) and every
+read go through pyarrow as before.
+"""
+
+from __future__ import annotations
+
+import io
+from types import TracebackType
+from typing import Any
+
+from pyiceberg.io import InputFile, OutputFile, OutputStream
+from pyiceberg.io.pyarrow import PyArrowFileIO
+from pyiceberg.typedef import EMPTY_DICT, Properties
+
+from lakesink.formats.iceberg.catalog import storage_options
+from lakesink.storage.base import ObjectExistsError
+from lakesink.storage.objectstore import ObjectStoreStorage
+
+__all__ = ["LakesinkFileIO", "WholeObjectFile"]
+
+WHOLE_OBJECT_SCHEMES = ("s3", "s3a")
+"""Where small objects are written in one PUT: the stores lakesink's conditional writes are
+proven on for Iceberg metadata; other schemes keep pyarrow's writes."""
+
+
+class LakesinkFileIO(PyArrowFileIO):
+    """pyarrow's FileIO, small objects on S3 written whole in one (conditional) PUT."""
+
+    def __init__(self, properties: Properties = EMPTY_DICT) -> None:
+        super().__init__(properties=properties)
+        self._stores: dict[str, ObjectStoreStorage] = {}
+
+    def _store(self, scheme: str, bucket: str) -> ObjectStoreStorage:
+        store = self._stores.get(bucket)
+        if store is None:
+            store = ObjectStoreStorage(f"{scheme}://{bucket}", storage_options(self.properties))
+            self._stores[bucket] = store
+        return store
+
+    def new_output(self, location: str) -> OutputFile:  # type: ignore[override]
+        scheme, bucket, path = self.parse_location(location, self.properties)
+        if scheme not in WHOLE_OBJECT_SCHEMES or location.endswith(".parquet") or not bucket:
+            return super().new_output(location)
+        key = path.removeprefix(bucket).lstrip("/")
+        return WholeObjectFile(location, self._store(scheme, bucket), key, self)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = super().__getstate__()
+        state["_stores"] = {}
+        return state
+
+
+class WholeObjectFile(OutputFile):
+    """An object written in one PUT when its stream is closed; its length known afterwards."""
+
+    def __init__(
+        self, location: str, store: ObjectStoreStorage, key: str, file_io: PyArrowFileIO
+    ) -> None:
+        super().__init__(location)
+        self._store = store
+        self._key = key
+        self._io = file_io
+        self._written: int | None = None
+
+    def __len__(self) -> int:
+        if self._written is not None:
+            return self._written
+        meta = self._store.head(self._key)
+        if meta is None:
+            raise FileNotFoundError(f"Cannot get file info, file not found: {self.location}")
+        return meta.size
+
+    def exists(self) -> bool:
+        return self._store.exists(self._key)
+
+    def to_input_file(self) -> InputFile:
+        return self._io.new_input(self.location)
+
+    def create(self, overwrite: bool = False) -> OutputStream:
+        return _WholeObjectStream(self, overwrite)
+
+    def _put(self, data: bytes, overwrite: bool) -> None:
+        if overwrite:
+            self._store.write(self._key, data)
+        else:
+            try:
+                self._store.create(self._key, data)
+            except ObjectExistsError as e:  # pyiceberg's contract: FileExistsError
+                raise FileExistsError(f"Cannot create file, already exists: {self.location}") from e
+        self._written = len(data)
+
+
+class _WholeObjectStream(OutputStream):
+    """Buffers the writes; the first close PUTs them (a `with` block that fails writes nothing,
+    where pyarrow's stream would complete its upload with what it had)."""
+
+    def __init__(self, file: WholeObjectFile, overwrite: bool) -> None:
+        self._file = file
+        self._overwrite = overwrite
+        self._buffer = io.BytesIO()
+        self._closed = False
+
+    def write(self, b: bytes) -> int:
+        if self._closed:
+            raise ValueError(f"write to a closed stream ({self._file.location})")
+        return self._buffer.write(b)
+
+    def tell(self) -> int:
+        return self._buffer.tell()
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._file._put(self._buffer.getvalue(), self._overwrite)
+
+    def __enter__(self) -> _WholeObjectStream:
+        return self
+
+    def __exit__(
+        self,
+        exctype: type[BaseException] | None,
+        excinst: BaseException | None,
+        exctb: TracebackType | None,
+    ) -> None:
+        if exctype is not None:
+            self._closed = True  # nothing of a failed write reaches the store
+            return
+        self.close()
