@@ -3,7 +3,8 @@ on the test S3 server (moto over HTTP), each request seen by the fault proxy (no
 timeline is listed once per lock hold (begin; commit: the view, plus the post-publish check for
 a racing publisher), an instant's markers twice (reconcile, delete), no data folder ever, the
 commit the previous batch published is not read back, and the tasks are handed the schema from
-begin's listing (no task lists the timeline for it)."""
+begin's listing (no task lists the timeline for it) and the partitions known to exist (no task
+asks for their `.hoodie_partition_metadata`)."""
 
 from __future__ import annotations
 
@@ -90,6 +91,8 @@ def test_one_commit_lists_the_timeline_once_per_lock_hold_and_no_data_folder(
         at_target = len(proxy.requests)
         target = plugin_for("hudi").task_target(coordinator, t.value, 1 << 20)
         assert isinstance(target, HudiTaskTarget) and target.schema_known
+        # the partition the previous commit wrote into has its metadata: no task asks for it
+        assert target.known_partitions == (frozenset({""}) if batch else frozenset())
         handed = proxy.requests[at_target:]
         assert _listed(handed, "tbl")[timeline_key(table.layout)] == 0, handed
         assert not [r for r in handed if f"/{timeline_key(table.layout)}/" in r.target], handed
