@@ -1,5 +1,6 @@
 """lakesink's pyiceberg FileIO: small metadata objects on S3 written whole, in one PUT, a create
-that must not overwrite as a conditional PUT; the storage options it reaches the store with."""
+that must not overwrite as a conditional PUT, read whole in one GET; the storage options it
+reaches the store with."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from lakesink.formats.iceberg.catalog import (
     file_io_properties,
     storage_options,
 )
-from lakesink.formats.iceberg.fileio import LakesinkFileIO, WholeObjectFile
+from lakesink.formats.iceberg.fileio import LakesinkFileIO, WholeObjectFile, WholeObjectInput
 from lakesink.storage.objectstore import ObjectStoreOptions
 
 OPTIONS = ObjectStoreOptions(
@@ -74,6 +75,20 @@ def test_a_create_that_must_not_overwrite_refuses_an_existing_object() -> None:
     assert bytes(memory.get("warehouse/t/metadata/snap-1.avro").bytes()) == b"second"
 
 
+def test_a_metadata_object_is_read_whole_and_a_missing_one_is_file_not_found() -> None:
+    io, memory = _io_in_memory()
+    memory.put("t/metadata/snap-2.avro", b"avro bytes")
+    found = io.new_input("s3://bucket/t/metadata/snap-2.avro")
+    assert isinstance(found, WholeObjectInput)
+    with found.open() as stream:
+        assert stream.read() == b"avro bytes"
+    assert len(found) == 10 and found.exists()
+    missing = io.new_input("s3://bucket/t/metadata/v9.metadata.json")
+    assert not missing.exists()
+    with pytest.raises(FileNotFoundError):
+        missing.open()
+
+
 def test_a_failed_write_leaves_no_object() -> None:
     io, memory = _io_in_memory()
     with pytest.raises(RuntimeError), io.new_output("s3://bucket/t/metadata/m0.avro").create() as s:
@@ -85,6 +100,7 @@ def test_a_failed_write_leaves_no_object() -> None:
 @pytest.mark.parametrize(
     "location", ["s3://bucket/t/data/part-0.parquet", "file:///tmp/t/metadata/v1.metadata.json"]
 )
-def test_data_files_and_local_files_keep_pyarrows_writes(location: str) -> None:
+def test_data_files_and_local_files_keep_pyarrows_reads_and_writes(location: str) -> None:
     io = load_file_io(file_io_properties(OPTIONS), location)
     assert isinstance(io.new_output(location), PyArrowFile)
+    assert isinstance(io.new_input(location), PyArrowFile)

@@ -1,13 +1,15 @@
 """lakesink's pyiceberg FileIO: pyarrow's, except that the table's small metadata objects on S3
-(the metadata JSON, manifest lists, manifests) are written whole, in one PUT.
+(the metadata JSON, manifest lists, manifests) are written whole, in one PUT, and read whole,
+in one GET.
 
 pyarrow writes every object as a multipart upload (create, one part, complete: three requests)
 and pyiceberg asks a HEAD before a create that must not overwrite and another for a written
 manifest's length. Here such an object is buffered in memory and PUT once through lakesink's
 object store (obstore): a create that must not overwrite is a conditional PUT
 (`If-None-Match: *`, the store decides, no HEAD before it), and the length of what was written
-is known without asking. Data files (Parquet: large, streamed by the Parquet writer) and every
-read go through pyarrow as before.
+is known without asking. Such an object is read with one GET (pyarrow's seekable file asks a
+HEAD for the size first); pyiceberg reads them whole anyway. Data files (Parquet: large,
+streamed by the Parquet writer, read in ranges) go through pyarrow as before.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import io
 from types import TracebackType
 from typing import Any
 
-from pyiceberg.io import InputFile, OutputFile, OutputStream
+from pyiceberg.io import InputFile, InputStream, OutputFile, OutputStream
 from pyiceberg.io.pyarrow import PyArrowFileIO
 from pyiceberg.typedef import EMPTY_DICT, Properties
 
@@ -24,7 +26,7 @@ from lakesink.formats.iceberg.catalog import storage_options
 from lakesink.storage.base import ObjectExistsError
 from lakesink.storage.objectstore import ObjectStoreStorage
 
-__all__ = ["LakesinkFileIO", "WholeObjectFile"]
+__all__ = ["LakesinkFileIO", "WholeObjectFile", "WholeObjectInput"]
 
 WHOLE_OBJECT_SCHEMES = ("s3", "s3a")
 """Where small objects are written in one PUT: the stores lakesink's conditional writes are
@@ -45,12 +47,26 @@ class LakesinkFileIO(PyArrowFileIO):
             self._stores[bucket] = store
         return store
 
-    def new_output(self, location: str) -> OutputFile:  # type: ignore[override]
+    def _whole(self, location: str) -> tuple[ObjectStoreStorage, str] | None:
+        """The store and key of a small object written and read whole; None for the rest."""
         scheme, bucket, path = self.parse_location(location, self.properties)
         if scheme not in WHOLE_OBJECT_SCHEMES or location.endswith(".parquet") or not bucket:
+            return None
+        return self._store(scheme, bucket), path.removeprefix(bucket).lstrip("/")
+
+    def new_output(self, location: str) -> OutputFile:  # type: ignore[override]
+        whole = self._whole(location)
+        if whole is None:
             return super().new_output(location)
-        key = path.removeprefix(bucket).lstrip("/")
-        return WholeObjectFile(location, self._store(scheme, bucket), key, self)
+        return WholeObjectFile(location, whole[0], whole[1], self)
+
+    def new_input(self, location: str) -> InputFile:  # type: ignore[override]
+        """Small objects read whole in one GET (pyarrow's seekable file asks a HEAD for the
+        size first; pyiceberg reads these whole anyway)."""
+        whole = self._whole(location)
+        if whole is None:
+            return super().new_input(location)
+        return WholeObjectInput(location, whole[0], whole[1])
 
     def __getstate__(self) -> dict[str, Any]:
         state = super().__getstate__()
@@ -96,6 +112,32 @@ class WholeObjectFile(OutputFile):
             except ObjectExistsError as e:  # pyiceberg's contract: FileExistsError
                 raise FileExistsError(f"Cannot create file, already exists: {self.location}") from e
         self._written = len(data)
+
+
+class WholeObjectInput(InputFile):
+    """An object read whole, in one GET, when it is opened."""
+
+    def __init__(self, location: str, store: ObjectStoreStorage, key: str) -> None:
+        super().__init__(location)
+        self._store = store
+        self._key = key
+        self._size: int | None = None
+
+    def __len__(self) -> int:
+        if self._size is None:
+            meta = self._store.head(self._key)
+            if meta is None:
+                raise FileNotFoundError(f"Cannot get file info, file not found: {self.location}")
+            self._size = meta.size
+        return self._size
+
+    def exists(self) -> bool:
+        return self._store.exists(self._key)
+
+    def open(self, seekable: bool = True) -> InputStream:
+        data = self._store.read(self._key)  # ObjectNotFoundError is a FileNotFoundError
+        self._size = len(data)
+        return io.BytesIO(data)
 
 
 class _WholeObjectStream(OutputStream):
