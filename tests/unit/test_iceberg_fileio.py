@@ -62,6 +62,22 @@ def test_a_metadata_object_is_written_whole_and_its_length_is_known() -> None:
     assert bytes(got) == b'{"format-version": 2}'
 
 
+def test_a_metadata_json_created_here_is_not_read_back_from_the_store() -> None:
+    io, memory = _io_in_memory()
+    location = "s3://bucket/t/metadata/00007-5f1e.metadata.json"
+    with io.new_output(location).create(overwrite=False) as stream:
+        stream.write(b'{"v": 7}')
+    memory.delete("t/metadata/00007-5f1e.metadata.json")  # a read would now fail
+    with io.new_input(location).open() as stream:
+        assert stream.read() == b'{"v": 7}'
+    # what is written with overwrite (a manifest) is read from the store
+    with io.new_output("s3://bucket/t/metadata/m1.avro").create(overwrite=True) as stream:
+        stream.write(b"m")
+    memory.delete("t/metadata/m1.avro")
+    with pytest.raises(FileNotFoundError):
+        io.new_input("s3://bucket/t/metadata/m1.avro").open()
+
+
 def test_a_create_that_must_not_overwrite_refuses_an_existing_object() -> None:
     io, memory = _io_in_memory()
     location = "s3://bucket/warehouse/t/metadata/snap-1.avro"

@@ -8,13 +8,16 @@ manifest's length. Here such an object is buffered in memory and PUT once throug
 object store (obstore): a create that must not overwrite is a conditional PUT
 (`If-None-Match: *`, the store decides, no HEAD before it), and the length of what was written
 is known without asking. Such an object is read with one GET (pyarrow's seekable file asks a
-HEAD for the size first); pyiceberg reads them whole anyway. Data files (Parquet: large,
+HEAD for the size first); pyiceberg reads them whole anyway; a metadata JSON this process
+created is not read back at all (the next commit's current metadata). Data files (Parquet: large,
 streamed by the Parquet writer, read in ranges) go through pyarrow as before.
 """
 
 from __future__ import annotations
 
 import io
+import threading
+from collections import OrderedDict
 from types import TracebackType
 from typing import Any
 
@@ -31,6 +34,30 @@ __all__ = ["LakesinkFileIO", "WholeObjectFile", "WholeObjectInput"]
 WHOLE_OBJECT_SCHEMES = ("s3", "s3a")
 """Where small objects are written in one PUT: the stores lakesink's conditional writes are
 proven on for Iceberg metadata; other schemes keep pyarrow's writes."""
+
+
+_KEPT_METADATA = 8
+_KEPT_BYTES = 4 << 20
+_written: OrderedDict[str, bytes] = OrderedDict()
+_written_lock = threading.Lock()
+
+
+def _remember(location: str, data: bytes) -> None:
+    """Keep a metadata JSON this process wrote: the next commit reads it back (the table's
+    current metadata). Only these: a metadata JSON is created once (a conditional PUT) under a
+    name of its own and never changed, so what was written is what a read would return."""
+    if not location.endswith(".metadata.json") or len(data) > _KEPT_BYTES:
+        return
+    with _written_lock:
+        _written[location] = data
+        _written.move_to_end(location)
+        while len(_written) > _KEPT_METADATA:
+            _written.popitem(last=False)
+
+
+def _written_here(location: str) -> bytes | None:
+    with _written_lock:
+        return _written.get(location)
 
 
 class LakesinkFileIO(PyArrowFileIO):
@@ -111,6 +138,7 @@ class WholeObjectFile(OutputFile):
                 self._store.create(self._key, data)
             except ObjectExistsError as e:  # pyiceberg's contract: FileExistsError
                 raise FileExistsError(f"Cannot create file, already exists: {self.location}") from e
+            _remember(self.location, data)
         self._written = len(data)
 
 
@@ -135,7 +163,9 @@ class WholeObjectInput(InputFile):
         return self._store.exists(self._key)
 
     def open(self, seekable: bool = True) -> InputStream:
-        data = self._store.read(self._key)  # ObjectNotFoundError is a FileNotFoundError
+        data = _written_here(self.location)
+        if data is None:
+            data = self._store.read(self._key)  # ObjectNotFoundError is a FileNotFoundError
         self._size = len(data)
         return io.BytesIO(data)
 
