@@ -3,16 +3,20 @@ on the test S3 server (moto over HTTP), each request seen by the fault proxy (no
 timeline is listed once per lock hold (begin; commit: the view, plus the post-publish check for
 a racing publisher), an instant's markers twice (reconcile, delete), no data folder ever, the
 commit the previous batch published is not read back, and the tasks are handed the schema from
-begin's listing (no task lists the timeline for it)."""
+begin's listing (no task lists the timeline for it) and the partitions known to exist (no task
+asks for their `.hoodie_partition_metadata`)."""
 
 from __future__ import annotations
 
 import json
 from collections import Counter
 from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
+from iceberg_tables import ROWS, ingest, s3_options
 from s3_faults import FaultProxy, Request
 from s3_server import S3Server
 
@@ -29,6 +33,9 @@ from lakesink.formats.hudi.table.markers import (
 )
 from lakesink.formats.hudi.table.timeline import timeline_key
 from lakesink.formats.hudi.table.writer import HudiTaskTarget
+from lakesink.formats.iceberg.catalog import CatalogSettings, open_catalog
+from lakesink.formats.iceberg.schema import parse_partition_spec
+from lakesink.formats.iceberg.table import IcebergTable
 from lakesink.protocol.offsets import OffsetRange, TopicPartition
 from lakesink.protocol.write_status import FileWrite, WriteStatus
 from lakesink.spark.pipeline import make_control
@@ -90,6 +97,8 @@ def test_one_commit_lists_the_timeline_once_per_lock_hold_and_no_data_folder(
         at_target = len(proxy.requests)
         target = plugin_for("hudi").task_target(coordinator, t.value, 1 << 20)
         assert isinstance(target, HudiTaskTarget) and target.schema_known
+        # the partition the previous commit wrote into has its metadata: no task asks for it
+        assert target.known_partitions == (frozenset({""}) if batch else frozenset())
         handed = proxy.requests[at_target:]
         assert _listed(handed, "tbl")[timeline_key(table.layout)] == 0, handed
         assert not [r for r in handed if f"/{timeline_key(table.layout)}/" in r.target], handed
@@ -122,6 +131,10 @@ def test_one_commit_lists_the_timeline_once_per_lock_hold_and_no_data_folder(
     assert sum(begin_lists.values()) + sum(complete_lists.values()) <= (
         2 * LOCK_LISTINGS_PER_HOLD + 1 + 2 + 2
     ), figures
+    # the conflict check asks no timeline file's write time: the previous commit completed in
+    # the snapshot this instant began on
+    heads = [r.target for r in completed if r.op == "HEAD" and f"/{timeline}/" in r.target]
+    assert not heads, heads
     # the previous batch's commit (this writer's offsets) is known: not read back from the store
     reads = [r.target for r in began + completed if r.op == "GET"]
     assert not [k for k in reads if f"/{timeline}/" in k], reads
@@ -130,3 +143,29 @@ def test_one_commit_lists_the_timeline_once_per_lock_hold_and_no_data_folder(
         TopicPartition("t", p): 30 for p in range(PARTITIONS)
     }
     assert len(HudiTable.open(store).timeline().completed()) == 3
+
+
+def test_an_iceberg_commit_writes_each_metadata_object_in_one_put(
+    s3_server: S3Server, s3_bucket: str, proxy: FaultProxy, tmp_path: Path
+) -> None:
+    """The metadata JSON, the manifest list and the manifest of an append: one PUT each (no
+    multipart upload: POST, PUT, POST), no HEAD before a create or for a manifest's length;
+    what the append reads of the metadata, one GET each (no HEAD for the size), and the
+    metadata JSON the previous append created not read back."""
+    options = replace(s3_options(s3_server), endpoint=proxy.endpoint_url)
+    catalog = open_catalog(
+        CatalogSettings(
+            warehouse=f"s3://{s3_bucket}/wh",
+            uri=f"sqlite:///{tmp_path / 'catalog.db'}",
+            storage=options,
+        )
+    )
+    table = IcebergTable.open(catalog, "db.events", ROWS, parse_partition_spec(""))
+    tp = TopicPartition("events", 0)
+    ingest(table, "w", [OffsetRange(tp, 0, 5)])
+    at = len(proxy.requests)
+    ingest(table, "w", [OffsetRange(tp, 5, 9)])  # a steady append: its table has a snapshot already
+    metadata = Counter(r.op for r in proxy.requests[at:] if "/metadata/" in r.target.split("?")[0])
+    print("metadata requests of one Iceberg append:", dict(metadata))
+    assert metadata["PUT"] == 3 and metadata["POST"] == 0, metadata
+    assert metadata["HEAD"] == 0 and metadata["GET"] <= 1, metadata

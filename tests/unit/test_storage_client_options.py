@@ -88,7 +88,7 @@ def test_file_io_of_an_azure_warehouse_carries_account_key_and_emulator_endpoint
     and the endpoint as pyarrow's authority and scheme (an emulator's address kept whole)."""
     monkeypatch.delenv("AZURE_STORAGE_ACCOUNT_KEY", raising=False)
     props = file_io_properties(AZURITE, "abfss://lake@devstoreaccount1.dfs.core.windows.net/wh")
-    assert props["py-io-impl"] == "lakesink.formats.iceberg.fileio.AzurePathFileIO"
+    assert props["py-io-impl"] == "lakesink.formats.iceberg.fileio.LakesinkFileIO"
     assert props["adls.account-name"] == "devstoreaccount1"
     assert props["adls.account-key"] == "a2V5"
     assert props["adls.blob-storage-authority"] == "127.0.0.1:10000"
@@ -105,7 +105,7 @@ def test_file_io_of_an_azure_warehouse_carries_account_key_and_emulator_endpoint
     assert file_io_properties(AZURITE, "abfs://lake/wh")["adls.account-name"] == "envacct"
     for other in (None, "s3://bucket/wh", "file:///tmp/wh"):
         props = file_io_properties(AZURITE, other)
-        assert props["py-io-impl"] == "pyiceberg.io.pyarrow.PyArrowFileIO"
+        assert props["py-io-impl"] == "lakesink.formats.iceberg.fileio.LakesinkFileIO"
         assert not any(k.startswith("adls.") for k in props), props
 
 
@@ -122,6 +122,6 @@ def test_file_io_of_an_azure_warehouse_carries_account_key_and_emulator_endpoint
 def test_azure_file_io_hands_pyarrow_the_container_not_the_account(
     location: str, path: str
 ) -> None:
-    from lakesink.formats.iceberg.fileio import AzurePathFileIO
+    from lakesink.formats.iceberg.fileio import LakesinkFileIO
 
-    assert AzurePathFileIO.parse_location(location)[2] == path
+    assert LakesinkFileIO.parse_location(location)[2] == path

@@ -1,6 +1,7 @@
 """What the writing tasks refuse: strings that are not valid UTF-8 at any nesting depth (no
 file of such rows survives; valid rows and slices around a bad row pass), and nulls in columns
-declared NOT NULL (the declared nullability is restored otherwise)."""
+declared NOT NULL (the declared nullability is restored otherwise); and a partition known to
+exist is not asked for its metadata again."""
 
 from __future__ import annotations
 
@@ -106,3 +107,20 @@ def test_a_null_in_a_required_column_is_refused_naming_column_and_record() -> No
     rows = with_coordinates(id=pa.array([1, None, 3], pa.int64()))
     with pytest.raises(RecordError, match=r"column 'id' is declared NOT NULL.*events:3 offset 101"):
         with_required(rows.to_batches()[0], ("id",))
+
+
+@pytest.mark.parametrize("known", [False, True])
+def test_a_partition_known_to_exist_is_not_asked_for_its_metadata_again(
+    tmp_path: Path, known: bool
+) -> None:
+    table = HudiTable.create(tmp_path / "t", TableConfig("t", ("kafka_offset",), ()))
+    writer = PartitionedWriter(
+        table,
+        "20240101000000001",
+        "0-1-0",
+        known_partitions=frozenset({""}) if known else frozenset(),
+    )
+    writer.write(with_coordinates(name=strings([b"a", b"b"])))
+    assert [f.num_writes for f in writer.close()] == [2]
+    # known: a completed commit wrote into it, so its file exists and is not looked for
+    assert (tmp_path / "t" / ".hoodie_partition_metadata").exists() is not known

@@ -155,9 +155,13 @@ def concurrent_operations(
     *,
     timeline: Timeline | None = None,
     mtimes: MutableMapping[str, float] | None = None,
+    began_on: Timeline | None = None,
 ) -> list[Operation]:
     """Every data instant other than `began` that completed since it began or is pending
-    (`mtimes`: see `completed_after`)."""
+    (`mtimes`: see `completed_after`). `began_on`: the snapshot listed under the lock right
+    before `began`'s requested file was written (this process began it): an instant completed
+    there, and by its times before `began`, completed before `began` began; its write time is
+    not compared with `began`'s (no HEADs)."""
     tl = timeline or table.timeline()
     out: list[Operation] = []
     known: list[float | None] = []
@@ -179,6 +183,15 @@ def concurrent_operations(
         if inst.is_completed:
             done = inst.completion_time
             if t < began_value and done is not None and done.value <= old_before:
+                continue
+            # completed in the snapshot `began` began on, and its times agree: it completed
+            # before `began` began (what the write times would be compared for)
+            seen = began_on.get(inst.time) if began_on is not None else None
+            if (
+                seen is not None
+                and seen.is_completed
+                and not completed_since(began, inst.time, inst.completion_time)
+            ):
                 continue
             if completed_after(tl, began, inst, began_mtime, mtimes):
                 out.append(operation_of(inst, tl.commit_metadata(inst)))
@@ -207,12 +220,16 @@ def check_operation(
     *,
     timeline: Timeline | None = None,
     mtimes: MutableMapping[str, float] | None = None,
+    began_on: Timeline | None = None,
 ) -> None:
     """Under the lock, right before publishing: CommitConflictError if `strategy` forbids
     `operation` against the operations concurrent with it. `timeline`: a snapshot listed under
-    the same lock hold (saves a LIST); `mtimes`: see `completed_after`."""
+    the same lock hold (saves a LIST); `mtimes`: see `completed_after`; `began_on`: see
+    `concurrent_operations`."""
     check(
         strategy,
         operation,
-        concurrent_operations(table, operation.instant_time, timeline=timeline, mtimes=mtimes),
+        concurrent_operations(
+            table, operation.instant_time, timeline=timeline, mtimes=mtimes, began_on=began_on
+        ),
     )

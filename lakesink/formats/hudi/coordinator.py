@@ -135,6 +135,14 @@ class HudiCoordinator(Coordinator):
             return False, None
         return True, begun.latest_schema()
 
+    def task_partitions(self, t: InstantTime) -> frozenset[str]:
+        """The partitions whose `.hoodie_partition_metadata` exists for certain, for the tasks
+        of instant `t`: those the latest completed data instant of the timeline `t` began on
+        wrote into (its metadata is the one `task_schema` reads: no request). Empty when `t`
+        did not begin here."""
+        begun = self._begun.get(t)
+        return begun.latest_written_partitions() if begun is not None else frozenset()
+
     def _side_files(self, t: InstantTime) -> list[str]:
         return [intent_key(t), precommitted_key(t)]
 

@@ -58,12 +58,16 @@ class HudiView:
         instant_time: InstantTime,
         narrow: Callable[[CommitControl], HudiControl] = hudi_control,
         mtimes: MtimeCache | None = None,
+        began_on: Timeline | None = None,
     ) -> None:
         self.table = table
         self.timeline = timeline
         self.instant_time = instant_time
         self._narrow = narrow  # the engine's control as Hudi's (`HudiFormat._hudi`)
         self._mtimes = mtimes  # completed files' write times read before (conflicts)
+        # the snapshot the instant began on, when it began in this transaction: what completed
+        # there is not concurrent with it (conflicts.concurrent_operations)
+        self._began_on = began_on
 
     def committed_offsets(self, writer_id: str) -> WriterOffsets:
         return writer_state.committed_offsets(self.table, writer_id, self.timeline)
@@ -73,7 +77,12 @@ class HudiView:
 
     def check_conflicts(self, operation: Operation, strategy: ConflictStrategy) -> None:
         check_operation(
-            self.table, operation, strategy, timeline=self.timeline, mtimes=self._mtimes
+            self.table,
+            operation,
+            strategy,
+            timeline=self.timeline,
+            mtimes=self._mtimes,
+            began_on=self._began_on,
         )
 
     def check_alive(self, control: CommitControl, instant_time: InstantTime) -> None:
@@ -107,6 +116,8 @@ class HudiFormat:
         self._view: HudiView | None = None
         # the snapshot `next_instant_time` listed under the lock, for the `begin` that follows
         self._begin_snapshot: Timeline | None = None
+        # the instant `begin` wrote and the snapshot it was listed on (for the conflict check)
+        self._began: tuple[InstantTime, Timeline] | None = None
         # the completed file `prepare_publish` encoded before the lock, for `publish` (with the
         # change it encodes: `publish` uses it for that very change only)
         self._encoded: tuple[TableChange, EncodedCommit] | None = None
@@ -155,6 +166,7 @@ class HudiFormat:
         else:
             snapshot = self.table.timeline()
             snapshot.begin(action, instant_time, requested_content=requested_content)
+        self._began = (instant_time, snapshot)
         if self.on_begin is not None:
             self.on_begin(instant_time, snapshot)
 
@@ -178,8 +190,14 @@ class HudiFormat:
         return kept
 
     def view(self, instant_time: InstantTime) -> HudiView:
+        began = self._began
         self._view = HudiView(
-            self.table, self.table.timeline(), instant_time, self._hudi, self.mtimes
+            self.table,
+            self.table.timeline(),
+            instant_time,
+            self._hudi,
+            self.mtimes,
+            began_on=began[1] if began is not None and began[0] == instant_time else None,
         )
         return self._view
 

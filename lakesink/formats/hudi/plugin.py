@@ -235,6 +235,7 @@ class HudiPlugin:
             hudi.schema_evolution,
             table_schema=schema,
             schema_known=known,
+            known_partitions=hudi.task_partitions(InstantTime(instant_time)),
         )
 
     def snapshot_files(self, storage: Storage, as_of: str | None) -> list[str]:

@@ -10,12 +10,13 @@ options (endpoint, region, credentials, path style; Azure's account, key and end
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
 from lakesink.errors import ConfigError
@@ -41,13 +42,24 @@ __all__ = [
     "CatalogSettings",
     "file_io_properties",
     "open_catalog",
+    "options_property",
     "redact_uri",
+    "storage_options",
     "warehouse_uri",
 ]
 
 CatalogKind = Literal["sql", "rest"]
 CATALOG_KINDS: tuple[CatalogKind, ...] = ("sql", "rest")
 SQLITE_FILE = "catalog.db"
+FILE_IO_IMPL = "lakesink.formats.iceberg.fileio.LakesinkFileIO"
+OPTIONS_PROPERTY = "lakesink.storage-options"
+"""FileIO property: lakesink's storage options without the secrets (JSON): retries, timeouts,
+plain http. Endpoint, region, credentials and addressing come from pyiceberg's own `s3.*`
+properties, the ones pyarrow is given too."""
+_SECRET_FIELDS = frozenset(
+    {"access_key_id", "secret_access_key", "session_token", "azure_account_key"}
+)
+_FROM_PYICEBERG = frozenset({"endpoint", "region", "path_style"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,8 +106,6 @@ def warehouse_uri(warehouse: str) -> str:
     return Path(os.path.abspath(warehouse)).as_uri()
 
 
-AZURE_FILE_IO = "lakesink.formats.iceberg.fileio.AzurePathFileIO"
-"""The FileIO of tables on Azure: PyArrowFileIO that reads `abfss://container@account...` paths."""
 ADLS_KEYS = {
     "account_name": "adls.account-name",
     "account_key": "adls.account-key",
@@ -108,12 +118,16 @@ ADLS_KEYS = {
 
 
 def file_io_properties(storage: ObjectStoreOptions, location: str | None = None) -> dict[str, str]:
-    """pyiceberg FileIO properties (pyarrow's filesystems) for the storage options; for a
-    `location` (a warehouse, a table) on Azure also its account, key and endpoint (`adls.*`),
-    which pyiceberg takes from nowhere else. They hold credentials: never log them."""
-    props = {"py-io-impl": "pyiceberg.io.pyarrow.PyArrowFileIO"}
+    """pyiceberg FileIO properties (pyarrow's filesystems; small metadata objects on S3 in one
+    PUT, Azure paths without their account: `fileio.LakesinkFileIO`) for the storage options;
+    for a `location` (a warehouse, a table) on Azure also its account, key and endpoint
+    (`adls.*`), which pyiceberg takes from nowhere else. They hold credentials: never log
+    them."""
+    props = {
+        "py-io-impl": FILE_IO_IMPL,
+        OPTIONS_PROPERTY: options_property(storage),
+    }
     if location is not None and split_uri(location)[0] in AZURE_SCHEMES:
-        props["py-io-impl"] = AZURE_FILE_IO
         for name, value in azure_arrow_options(location, storage).items():
             props[ADLS_KEYS[name]] = value
     props.update(s3_options(storage, PYICEBERG_KEYS))
@@ -121,6 +135,34 @@ def file_io_properties(storage: ObjectStoreOptions, location: str | None = None)
     props["s3.connect-timeout"] = str(storage.connect_timeout_s)
     props["s3.request-timeout"] = str(storage.request_timeout_s)
     return props
+
+
+def options_property(options: ObjectStoreOptions) -> str:
+    """The non-secret storage options as the FileIO property's JSON."""
+    kept = {
+        k: v
+        for k, v in asdict(options).items()
+        if k not in _SECRET_FIELDS | _FROM_PYICEBERG and v is not None
+    }
+    return json.dumps(kept, sort_keys=True)
+
+
+def storage_options(properties: Mapping[str, str]) -> ObjectStoreOptions:
+    """The storage options a FileIO's properties describe: pyiceberg's `s3.*` keys (what
+    pyarrow reaches the store with) and lakesink's own property for the rest."""
+    known = {f.name for f in fields(ObjectStoreOptions)}
+    raw = json.loads(properties.get(OPTIONS_PROPERTY) or "{}")
+    values: dict[str, Any] = {k: v for k, v in raw.items() if k in known - _SECRET_FIELDS}
+    for f in fields(PYICEBERG_KEYS):
+        value = properties.get(getattr(PYICEBERG_KEYS, f.name))
+        if value:
+            values[f.name] = value
+    virtual = str(properties.get("s3.force-virtual-addressing", "")).lower()
+    values["path_style"] = virtual == "false"
+    endpoint = str(values.get("endpoint") or "")
+    if endpoint.lower().startswith("http://"):
+        values["allow_http"] = True
+    return ObjectStoreOptions(**values)
 
 
 def redact_uri(uri: str) -> str:

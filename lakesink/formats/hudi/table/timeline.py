@@ -413,6 +413,15 @@ class Timeline:
         archived = load_archived_view(self.storage)
         return archived.table_schema if archived is not None else None
 
+    def latest_written_partitions(self) -> frozenset[str]:
+        """The partitions the last completed data instant wrote files into. Each writer of a
+        partition creates its `.hoodie_partition_metadata` before its first file there, and
+        nothing deletes one: in these partitions it exists."""
+        done = self.in_completion_order(self.completed_data_instants())
+        if not done:
+            return frozenset()
+        return frozenset(w.partition_path for w in self.commit_metadata(done[-1]).writes)
+
     # -- writing -----------------------------------------------------------------------------
 
     def begin(

@@ -225,7 +225,10 @@ class BaseFileWriter:
         preserve_commit_time: bool = False,
         file_id_factory: Callable[[], str] = new_file_id,
         evolution: SchemaEvolutionMode | None = None,
+        partition_exists: bool = False,
     ) -> None:
+        """`partition_exists`: the partition's `.hoodie_partition_metadata` is known to exist
+        (a completed commit wrote into the partition): not asked for again."""
         if target_file_size_bytes <= 0:
             raise ValueError(
                 f"target_file_size_bytes must be positive, got {target_file_size_bytes}"
@@ -248,6 +251,7 @@ class BaseFileWriter:
         )
         self.preserve_commit_time = preserve_commit_time
         self.file_id_factory = file_id_factory
+        self.partition_exists = partition_exists
         self.records_written = 0
         self._schema: pa.Schema | None = None  # full schema (meta + data) of the files
         self._done: list[FileWrite] = []
@@ -379,7 +383,9 @@ class BaseFileWriter:
 
     def _open_file(self) -> None:
         assert self._schema is not None
-        self.table.ensure_partition(self.partition_path, self.instant_time)
+        if not self.partition_exists:
+            self.table.ensure_partition(self.partition_path, self.instant_time)
+            self.partition_exists = True
         self._file_id = self.file_id_factory()
         self._file_name = base_file_name(self._file_id, self.write_token, self.instant_time)
         create_marker(self.table.storage, self.instant_time, self.partition_path, self._file_name)
@@ -479,9 +485,12 @@ class PartitionedWriter:
         config: TableConfig | None = None,
         evolution: SchemaEvolutionMode | None = None,
         table_schema_known: bool = False,
+        known_partitions: frozenset[str] = frozenset(),
     ) -> None:
         """`table_schema_known`: `table_schema` is the table's latest schema (None: it has
-        none yet), read by the caller; else the writer reads it from the timeline."""
+        none yet), read by the caller; else the writer reads it from the timeline.
+        `known_partitions`: partitions whose `.hoodie_partition_metadata` exists (written into
+        by a completed commit): their writers do not ask for it."""
         if isinstance(table, HudiTable):
             self.table = table
         elif config is not None:
@@ -497,6 +506,7 @@ class PartitionedWriter:
         self.preserve_commit_time = preserve_commit_time
         self.evolution = evolution
         self._schema_resolved = table_schema_known or table_schema is not None or not check_schema
+        self.known_partitions = known_partitions
         self._writers: dict[str, BaseFileWriter] = {}
 
     def __getstate__(self) -> dict[str, object]:
@@ -523,6 +533,7 @@ class PartitionedWriter:
                 table_schema=self.table_schema if self.check_schema else None,
                 preserve_commit_time=self.preserve_commit_time,
                 evolution=self.evolution,
+                partition_exists=partition_path in self.known_partitions,
             )
             self._writers[partition_path] = w
         return w
@@ -594,6 +605,9 @@ class HudiTaskTarget:
     # when `schema_known`: no task lists the timeline and reads a commit for it
     table_schema: str | None = None
     schema_known: bool = False
+    # the partitions the latest completed commit of that timeline wrote into: their partition
+    # metadata exists (written before any of the commit's files; never deleted)
+    known_partitions: frozenset[str] = frozenset()
 
     def open(self, attempt: TaskAttempt) -> HudiTaskWriter:
         return HudiTaskWriter(
@@ -606,6 +620,7 @@ class HudiTaskTarget:
                 evolution=self.evolution,
                 table_schema=self.table_schema,
                 table_schema_known=self.schema_known,
+                known_partitions=self.known_partitions,
             )
         )
 
