@@ -24,7 +24,7 @@ from lakesink.formats.hudi.table.view import FileSystemView
 from lakesink.kafka.sample_changes import ACCOUNTS_DDL, produce_sample_changes
 from lakesink.protocol.instant import Action
 
-BATCH = 30  # seven batches of the stream's ~190 records
+BATCH = 55  # four batches of the stream's 217 records: two inline runs of the services
 
 
 def _accounts(rows: pa.Table) -> dict[int, tuple[Any, ...]]:
@@ -65,7 +65,7 @@ def test_a_change_stream_lands_as_deltacommits_that_every_reader_folds_alike(
     archived = archived_instants(table)
     deltas = timeline.completed(Action.DELTA_COMMIT)
     batches_ = [i for i in (*archived, *deltas) if i.action is Action.DELTA_COMMIT]
-    assert len(batches_) >= len(stream.records) // BATCH >= 6  # one per batch
+    assert len(batches_) >= -(-len(stream.records) // BATCH) >= 4  # one per batch
     compactions = [i for i in (*archived, *done) if i.action is Action.COMMIT]
     assert len(compactions) == len(batches_) // 2  # every 2nd deltacommit, inline
     assert {i.action for i in done} <= {Action.DELTA_COMMIT, Action.COMMIT, Action.CLEAN}
