@@ -18,6 +18,9 @@ Variants, each reading the same topic from the start:
 
 - `lakesink`: write.operation=upsert, table.record.key.fields=id, table.ordering.field=seq,
   table.bucket.count printed (one bucket per ~50,000 keys, a multiple of the cores);
+- `lakesink-mor`: the same into a merge-on-read table (table.type=MERGE_ON_READ, no inline
+  compaction: every batch a deltacommit); after its run the table is read, compacted with
+  `lakesink table compact` and read again;
 - `hudi-upsert`: Hudi 1.2.0's streaming sink (Spark 3.5), copy-on-write, upsert, record key id,
   precombine seq, Hudi's default index;
 - `delta-merge`: Spark 4.1 Structured Streaming, foreachBatch: the batch folded by key, then
@@ -26,7 +29,9 @@ Variants, each reading the same topic from the start:
 Figures: rec/s (end to end and steady, after the first batch), CPU µs per record in the steady
 window (procmon: the whole process tree), peak RSS, write amplification (every byte of every
 file that appeared in the table's folder, its largest size seen, sampled each second and at the
-end, ÷ the Kafka values' bytes), mean batch time (finish to finish, after the first batch).
+end, ÷ the Kafka values' bytes), mean batch time (finish to finish, after the first batch),
+and for lakesink's tables the time of one full read with hudi-rs at the end (`lakesink-mor`:
+also the compaction's time and bytes, and the read after it).
 Correctness: each variant once more on a fresh table, SIGKILLed (its process group) mid-batch
 after 2 batches, restarted to the end, then the table read back (lakesink and Hudi: hudi-rs;
 Delta: delta-rs) and compared with the fold of the produced records by key (the highest seq
@@ -59,9 +64,11 @@ sys.path.insert(0, str(HERE.parent))
 
 from run import _child_cmd, _ratio, run_child, spark_row  # noqa: E402
 
-VARIANTS = ("lakesink", "hudi-upsert", "delta-merge")
+VARIANTS = ("lakesink", "lakesink-mor", "hudi-upsert", "delta-merge")
+LAKESINK = ("lakesink", "lakesink-mor")
 LABELS = {
     "lakesink": "lakesink upsert",
+    "lakesink-mor": "lakesink upsert, MOR",
     "hudi-upsert": "Hudi 1.2.0 sink upsert",
     "delta-merge": "Spark + Delta MERGE",
 }
@@ -190,8 +197,14 @@ def per_batch(topic: Topic, args: argparse.Namespace) -> int:
 
 
 def lakesink_config(
-    bootstrap: str, topic: Topic, path: Path, buckets: int, args: argparse.Namespace
+    bootstrap: str,
+    topic: Topic,
+    path: Path,
+    buckets: int,
+    args: argparse.Namespace,
+    merge_on_read: bool = False,
 ) -> dict[str, Any]:
+    mor = {"table.type": "MERGE_ON_READ", "table.compaction.every.commits": 0}
     return {
         "kafka.bootstrap.servers": bootstrap,
         "kafka.topics": topic.name,
@@ -206,14 +219,17 @@ def lakesink_config(
         "table.record.key.fields": "id",
         "table.ordering.field": "seq",
         "table.bucket.count": buckets,
+        **(mor if merge_on_read else {}),
     }
 
 
 def variant_cmd(
     variant: str, bootstrap: str, topic: Topic, out: Path, buckets: int, args: argparse.Namespace
 ) -> list[str]:
-    if variant == "lakesink":
-        cfg = lakesink_config(bootstrap, topic, out / "table", buckets, args)
+    if variant in LAKESINK:
+        cfg = lakesink_config(
+            bootstrap, topic, out / "table", buckets, args, variant == "lakesink-mor"
+        )
         return _child_cmd("spark", "lakesink", json.dumps(cfg), str(topic.records))
     from peers import peer_cmd
 
@@ -318,12 +334,43 @@ def fold_check(variant: str, table: Path, topic: Topic) -> dict[str, Any]:
     }
 
 
-def lakesink_verify(bootstrap: str, topic: Topic, table: Path, buckets: int, args: Any) -> Any:
+def _read_s(table: Path) -> float:
+    t0 = time.perf_counter()
+    read_rows("lakesink", table)
+    return time.perf_counter() - t0
+
+
+def read_and_compact(table: Path, merge_on_read: bool) -> dict[str, Any]:
+    """One full read with hudi-rs; a merge-on-read table is then compacted (`lakesink table
+    compact`, in this process) and read again."""
+    out: dict[str, Any] = {"read_s": _read_s(table)}
+    if not merge_on_read:
+        return out
+    from lakesink.cli.main import main as cli
+
+    written = FolderBytes(table)
+    written.sample()
+    before = set(written.sizes)
+    with written:
+        t0 = time.perf_counter()
+        rc = cli(["table", "compact", str(table), "--lock-provider", "filesystem"])
+        out["compaction_s"] = time.perf_counter() - t0
+    if rc != 0:
+        raise RuntimeError(f"lakesink table compact {table} exited {rc}")
+    out["compaction_bytes"] = sum(n for p, n in written.sizes.items() if p not in before)
+    out["read_after_compaction_s"] = _read_s(table)
+    return out
+
+
+def lakesink_verify(
+    bootstrap: str, topic: Topic, table: Path, buckets: int, args: Any, variant: str = "lakesink"
+) -> Any:
     """`lakesink verify`'s audit of the table: the fold audit of its committed records."""
     from lakesink.cli.verify import audit_config
     from lakesink.config import build_config
 
-    cfg = build_config(lakesink_config(bootstrap, topic, table, buckets, args))
+    mor = variant == "lakesink-mor"
+    cfg = build_config(lakesink_config(bootstrap, topic, table, buckets, args, mor))
     report = audit_config(cfg)
     return {
         "ok": report.ok,
@@ -360,6 +407,8 @@ def throughput(
         if "spark" in res:
             r["spark"] = res["spark"]
         r["fold_check"] = fold_check(variant, out / "table", topic)
+        if variant in LAKESINK:
+            r.update(read_and_compact(out / "table", variant == "lakesink-mor"))
         if r["records"] < topic.records:
             r["error"] = f"read {r['records']} of {topic.records} records"
         rows[variant] = r
@@ -385,9 +434,9 @@ def correctness(
 
         def audit(v: str = variant, b: Path = base) -> dict[str, Any]:
             res = fold_check(v, b / "table", topic)
-            if v == "lakesink":
+            if v in LAKESINK:
                 res["lakesink_verify"] = lakesink_verify(
-                    bootstrap, topic, b / "table", buckets, args
+                    bootstrap, topic, b / "table", buckets, args, v
                 )
             return res
 
@@ -429,6 +478,7 @@ def print_results(report: dict[str, Any]) -> None:
     for space, res in report["spaces"].items():
         runs = res.get("runs", {})
         ls = runs.get("lakesink", {})
+        reads: list[str] = []
         for name, r in runs.items():
             label = LABELS.get(name, name)
             audit = _fmt_audit(res.get("correctness", {}).get(name))
@@ -445,6 +495,17 @@ def print_results(report: dict[str, Any]) -> None:
                 f"{r['memory']['peak_total_rss_mb']:>7,.0f} {r['write_amplification']:>9.3f} "
                 f"{r['mean_batch_s'] or 0:>7.1f} {vs or '':>12} {cpu or '':>9}  {audit}"
             )
+            if "read_s" in r:
+                txt = f"{label}: hudi-rs reads it in {r['read_s']:.2f} s"
+                if "compaction_s" in r:
+                    txt += (
+                        f"; lakesink table compact {r['compaction_s']:.1f} s, "
+                        f"{r['compaction_bytes'] / 1e6:.1f} MB written; then read in "
+                        f"{r['read_after_compaction_s']:.2f} s"
+                    )
+                reads.append(txt)
+        for txt in reads:
+            print(f"       {space}: {txt}")
         if not runs:
             for name, a in res.get("correctness", {}).items():
                 print(f"{space:<6} {LABELS.get(name, name):<24} {_fmt_audit(a)}")
@@ -496,7 +557,7 @@ def main() -> None:
         else HERE / "results" / f"upsert-{time.strftime('%Y%m%d-%H%M%S')}.json"
     )
     out.parent.mkdir(parents=True, exist_ok=True)
-    if set(args.variants.split(",")) - {"lakesink"}:
+    if set(args.variants.split(",")) - set(LAKESINK):
         from peers import ensure_envs
 
         report["peers"] = ensure_envs()

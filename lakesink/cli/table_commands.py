@@ -36,7 +36,7 @@ def add_parser(sub: Any) -> None:
         "cluster": "rewrite small files of partitions into target-size files (replacecommit; "
         "copy-on-write tables: compact a merge-on-read one)",
         "archive": "move old instants out of the active timeline (merge-on-read: the "
-        "deltacommits since the last compaction stay)",
+        "deltacommits the compaction trigger counts stay, as in Hudi)",
         "rollback": "roll back inflight instants whose heartbeat expired (or one named)",
         "compact": "merge-on-read: merge the log files of each file slice into a new base file "
         "(or finish a pending compaction)",
@@ -60,6 +60,14 @@ def add_parser(sub: Any) -> None:
         if name == "archive":
             cmd.add_argument("--min-instants", type=int, default=20)
             cmd.add_argument("--max-instants", type=int, default=30)
+            cmd.add_argument(
+                "--compaction-every-commits",
+                type=int,
+                default=5,
+                help="merge-on-read: the table's table.compaction.every.commits N; the "
+                "deltacommits since the last compaction stay while fewer than N, else the last "
+                "N (Hudi's rule); 0: none stay for it",
+            )
         if name == "rollback":
             cmd.add_argument("--instant", help="roll back this inflight instant (even if alive)")
 

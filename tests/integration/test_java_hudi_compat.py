@@ -4,7 +4,8 @@ many commits and partitions, unpartitioned and two-level partitioned, a rollback
 instant with its files, clustering (done and pending), clean, archival into packs, a late
 backfill, the golden fixtures, and merge-on-read tables of log files written by hand (also read
 optimized), one of them compacted by lakesink then written again, with a compaction pending,
-and one compacted, cleaned (its superseded slices deleted whole) and archived, then written again.
+one compacted, cleaned (its superseded slices deleted whole) and archived, then written again,
+and one never compacted, archived (all but the last deltacommits) and written again.
 Queries: snapshot with the metadata table on and off, Spark SQL, time travel to every retained
 instant, incremental reads between instants. The tables are built once and all reads go to the
 JVM in one round trip."""
@@ -67,6 +68,7 @@ TABLES = [
     "mor_v8",
     "mor_compacted_v8",  # (v6 checked alike once; left out for the suite's time budget)
     "mor_serviced_v8",  # (v6 checked alike once; left out for the suite's time budget)
+    "mor_archived_v8",
 ]
 # incremental reads from the start only
 LIGHT = {
@@ -74,6 +76,7 @@ LIGHT = {
     "two_levels_v6",
     "mor_compacted_v8",
     "mor_serviced_v8",
+    "mor_archived_v8",
 }
 
 
@@ -348,6 +351,41 @@ def _serviced_mor_table(path: Path, version: int) -> None:
         mor.delta([(2, "u", 31, "f2"), (7, "u", 31, "f7")])
 
 
+def _archived_mor_table(path: Path, version: int) -> None:
+    """The merge-on-read table of `_mor_table`, never compacted, archived as Hudi's archiver
+    does with its compaction trigger at 2 deltacommits: all but the last 2 deltacommits go (the
+    base files' and the first log files'), the live slices still reading their log files, the
+    file group of log files only included; then written again. Java Hudi must take the files
+    of the archived deltacommits as committed, as hudi-rs and lakesink's reader do."""
+    control = CommitControl()
+
+    def clocked(self: MorTable) -> InstantTime:
+        return control.next_instant_time(self.table)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(MorTable, "_next", clocked)
+        _mor_table(path, version)
+        table = HudiTable.open(path)
+        before = TableReader(table).snapshot().select(DATA).to_pylist()
+        deltas = list(table.timeline().completed(Action.DELTA_COMMIT))
+        archived = archive(table, control, ArchivePolicy(1, 2, compaction_every_commits=2))
+        assert list(archived.archived) == deltas[:-2]
+        assert not table.timeline().completed(Action.COMMIT)  # never compacted
+        assert TableReader(table).snapshot().select(DATA).to_pylist() == before
+        mor = MorTable.__new__(MorTable)  # the table written on, not a new one
+        mor.table, mor.n = table, 0
+        mor.groups = {
+            s.partition_path: (s.file_id, s.base_file_name)
+            for s in FileSystemView(table).latest_base_files()
+        }
+        mor.delta([(1, "u", 40, "g1"), (100, "u", 40, "g100"), (6, "d", 40, "")])
+    after = {r["id"]: r for r in TableReader(table).snapshot().select(DATA).to_pylist()}
+    want = {r["id"]: r for r in before if r["id"] != 6}
+    want[1] = {"id": 1, "day": "d1", "ts": 40, "v": "g1"}
+    want[100] = {"id": 100, "day": "d2", "ts": 40, "v": "g100"}
+    assert after == want
+
+
 def _read_optimized(path: Path) -> Query:
     """Java Hudi's read-optimized query: the latest base files only, no log file."""
     table = HudiTable.open(path)
@@ -399,6 +437,8 @@ def built(java_hudi: JavaHudi, tmp_path_factory: pytest.TempPathFactory) -> Buil
     _compacted_mor_table(paths["mor_compacted_v8"], 8)
     paths["mor_serviced_v8"] = root / "mor_serviced_v8"
     _serviced_mor_table(paths["mor_serviced_v8"], 8)
+    paths["mor_archived_v8"] = root / "mor_archived_v8"
+    _archived_mor_table(paths["mor_archived_v8"], 8)
     queries: dict[str, list[Query]] = {
         name: plan_reads(paths[name], incremental_pairs=name not in LIGHT) for name in TABLES
     }
@@ -406,6 +446,7 @@ def built(java_hudi: JavaHudi, tmp_path_factory: pytest.TempPathFactory) -> Buil
         queries[f"mor_v{v}"].append(_read_optimized(paths[f"mor_v{v}"]))
     queries["mor_compacted_v8"].append(_read_optimized(paths["mor_compacted_v8"]))
     queries["mor_serviced_v8"].append(_read_optimized(paths["mor_serviced_v8"]))
+    queries["mor_archived_v8"].append(_read_optimized(paths["mor_archived_v8"]))
     everything = [q for name in TABLES for q in queries[name]]
     found = check_tables(java_hudi, everything)
     out.problems = {n: [p for p in found if p.startswith(f"{paths[n].name}:")] for n in TABLES}

@@ -29,7 +29,12 @@ from unit.test_hudi_mor_upsert import _config
 from unit.test_hudi_upsert import CHANGES, DELETE, INSERT, UPDATE, _row, _time
 
 from lakesink.errors import UnsupportedTableError
-from lakesink.formats.hudi.services.archival import ArchivePolicy, archive, archived_instants
+from lakesink.formats.hudi.services.archival import (
+    ArchivePolicy,
+    archive,
+    archived_instants,
+    merge_on_read_holds,
+)
 from lakesink.formats.hudi.services.clean import (
     RetainPolicy,
     clean,
@@ -45,8 +50,9 @@ from lakesink.formats.hudi.table.archive import VIEWS_KEY, load_archived_view
 from lakesink.formats.hudi.table.compaction_plan import CompactionOperation
 from lakesink.formats.hudi.table.hudi_table import HudiTable
 from lakesink.formats.hudi.table.log_file import LogFileName, is_log_file_name
+from lakesink.formats.hudi.table.timeline import Timeline
 from lakesink.formats.hudi.table.view import FileSystemView, active_commits_and_base
-from lakesink.protocol.instant import Action, Instant, InstantTime, State
+from lakesink.protocol.instant import Action, Instant, InstantTime, State, TimelineLayout
 
 
 @pytest.fixture(params=[6, 8], ids=["v6", "v8"])
@@ -247,13 +253,97 @@ def test_archival_keeps_the_deltacommits_since_the_last_compaction_for_its_trigg
     assert last is not None
     since = [i for i in table.timeline().completed(Action.DELTA_COMMIT) if i.time > last.time]
     assert since
-    kept = archive(table, _clock, ArchivePolicy(1, 2, keep_since_compaction=True))
-    assert kept.archived and all(i.time <= last.time for i in kept.archived)
-    assert "since the last compaction" in kept.held_back_by
+    # fewer deltacommits than the trigger's N since it: the compaction stays too (Hudi's rule)
+    kept = archive(table, _clock, ArchivePolicy(1, 2, compaction_every_commits=len(since) + 1))
+    assert kept.archived and all(i.time < last.time for i in kept.archived)
+    assert "the last compaction and the deltacommits since" in kept.held_back_by
+    assert list(table.timeline().completed(Action.DELTA_COMMIT)) == since
+    assert table.timeline().last_completed(Action.COMMIT) == last
+    # N of them: the last N stay, the compaction goes
+    kept = archive(table, _clock, ArchivePolicy(1, 2, compaction_every_commits=len(since)))
+    assert [i.time for i in kept.archived] == [last.time]
+    assert f"the last {len(since)} deltacommits" in kept.held_back_by
     assert list(table.timeline().completed(Action.DELTA_COMMIT)) == since
     # without the trigger to feed, archival goes on to the newest deltacommit
     free = archive(table, _clock, ArchivePolicy(1, 1))
     assert [i.action for i in free.archived] == [Action.DELTA_COMMIT]
+
+
+@pytest.mark.parametrize("compacted", [True, False], ids=["compacted", "never-compacted"])
+def test_the_compaction_trigger_holds_archival_as_hudi_does(
+    tmp_path: Path, compacted: bool
+) -> None:
+    """Hudi's CompactionUtils.getEarliestInstantToRetainForCompaction on the timeline of its
+    own unit test: deltacommits 100..500, a compaction 600 (or none), deltacommits 700, 800
+    and 900 inflight."""
+
+    def at(n: int) -> InstantTime:
+        return InstantTime(f"20240101000000{n // 100:03d}")
+
+    def inst(n: int, action: Action = Action.DELTA_COMMIT, done: bool = True) -> Instant:
+        if done:
+            return Instant(at(n), action, State.COMPLETED, at(n))
+        return Instant(at(n), action, State.INFLIGHT)
+
+    instants = [inst(n) for n in (100, 200, 300, 400, 500, 700, 800)]
+    instants.append(inst(900, done=False))
+    if compacted:
+        instants.append(inst(600, Action.COMMIT))
+    timeline = Timeline(tmp_path, TimelineLayout.V2, instants)
+
+    def hold(every: int) -> InstantTime | None:
+        found = merge_on_read_holds(timeline, {}, every)
+        return min((h.time for h in found), default=None)
+
+    assert hold(20) == (at(600) if compacted else at(100))
+    assert hold(3) == at(700)
+    assert hold(2) == at(800)
+    assert hold(0) is None  # no compaction trigger to feed
+    # a pending compaction's plan holds at the oldest slice it reads
+    plan = {at(900): (CompactionOperation("p", "g", at(300), "b.parquet", ()),)}
+    assert min(h.time for h in merge_on_read_holds(timeline, plan, 0)) == at(300)
+
+
+def test_a_table_never_compacted_archives_all_but_the_last_n_deltacommits(
+    tmp_path: Path,
+) -> None:
+    """A merge-on-read table whose compaction never ran (fewer deltacommits than its trigger's
+    N, or compaction off): nothing is archived while fewer than N deltacommits exist, then all
+    but the last N, base files and log files of archived deltacommits read as committed by
+    lakesink's reader and hudi-rs; a later compaction and deltacommit read the same."""
+    from lakesink.formats.hudi.audit import hudi_rs_batches
+
+    for version in (6, 8):
+        t = HudiTable.create(tmp_path / f"v{version}", _config(version, True, "ts", 2))
+        deltacommit(t, *((k, INSERT, 1) for k in range(6)))  # base files
+        deltacommit(t, (1, UPDATE, 2), (2, UPDATE, 2), (4, DELETE, 3))
+        deltacommit(t, (2, UPDATE, 5), (3, UPDATE, 0), (5, DELETE, None), (6, INSERT, 1))
+        deltacommit(t, (0, UPDATE, 7), (6, UPDATE, 2))
+        deltacommit(t, (1, DELETE, 9), (7, INSERT, 1))
+        before = rows_of(t)
+        held = archive(t, _clock, ArchivePolicy(1, 2, compaction_every_commits=6))
+        assert held.archived == () and "never compacted, fewer than 6" in held.held_back_by
+        deltas = list(t.timeline().completed(Action.DELTA_COMMIT))
+        done = archive(t, _clock, ArchivePolicy(1, 2, compaction_every_commits=3))
+        assert list(done.archived) == deltas[:2]
+        assert list(t.timeline().completed(Action.DELTA_COMMIT)) == deltas[2:]
+        assert "the last 3 deltacommits" in done.held_back_by
+        # the live slices read log files of archived deltacommits (and, version 6, log files
+        # named by an archived base instant): every reader takes them as committed
+        view = load_archived_view(t.storage)
+        assert view is not None and any(s.log_paths for s in view.slices)
+        assert _on_storage(t) == _files_of(_slices(t))
+        assert rows_of(t) == before
+        batches = hudi_rs_batches(str(t.base_path), {})
+        assert sum(b.num_rows for b in batches) == len(before)
+        # compaction off (N = 0): all but the newest deltacommit may go
+        free = archive(t, _clock, ArchivePolicy(1, 1))
+        assert list(free.archived) == deltas[2:4]
+        assert rows_of(t) == before
+        assert compact(t, _clock).instant is not None
+        deltacommit(t, (0, DELETE, 20), (8, INSERT, 1))
+        after = {r["id"]: r for r in rows_of(t)}
+        assert 0 not in after and 8 in after and 7 in after
 
 
 def test_an_archived_view_written_before_log_files_reads_without_them(tmp_path: Path) -> None:

@@ -225,10 +225,18 @@ def _service(tbl: Any, args: argparse.Namespace, access: StorageAccess) -> int:
             else "cluster: nothing to do"
         )
     elif cmd == "archive":
+        from lakesink.errors import ConfigError
         from lakesink.formats.hudi.services.archival import ArchivePolicy, archive
 
-        # merge-on-read: the deltacommits since the last compaction stay for its trigger
-        policy = ArchivePolicy(args.min_instants, args.max_instants, keep_since_compaction=True)
+        # merge-on-read: the deltacommits the compaction trigger counts stay
+        try:
+            policy = ArchivePolicy(
+                args.min_instants,
+                args.max_instants,
+                compaction_every_commits=args.compaction_every_commits,
+            )
+        except ValueError as e:
+            raise ConfigError(f"lakesink table archive: {e}") from e
         a = archive(tbl, control, policy)
         info = {
             "archived": [str(i.time) for i in a.archived],

@@ -28,9 +28,14 @@ log files too (hudi-rs reads a log file of an instant older than the active time
 committed): a log file a live slice does not read, no active instant lists and no pending
 instant's markers name holds archival back until the cleaner deleted it. As in Hudi's
 archiver, archival stops before a pending compaction and before the oldest slice its plan
-reads; and (`keep_since_compaction`: the writer's inline archival with inline compaction on,
-and `lakesink table archive`) it keeps active every deltacommit since the last compaction,
-which the compaction trigger counts.
+reads; and (`compaction_every_commits` N > 0: the writer's inline archival with inline
+compaction every N deltacommits, and `lakesink table archive`) it keeps active the deltacommits
+the compaction trigger counts, by Hudi's rule (`CompactionUtils.
+getEarliestInstantToRetainForCompaction`): while fewer than N deltacommits (pending ones
+counted) follow the last completed compaction, archival stops before that compaction, or before
+the first deltacommit when none is active; with N or more it keeps only the last N. So a table
+never compacted archives nothing until N deltacommits were written, as in Hudi, and then all
+but the last N (the trigger still counts N and compacts).
 """
 
 from __future__ import annotations
@@ -83,14 +88,18 @@ class ArchivePolicy:
     """Loose archived timeline files gathered into one pack (formats/hudi/table/archive.py)."""
     pack_fan_in: int = PACK_FAN_IN
     """Packs of one level merged into one pack of the next."""
-    keep_since_compaction: bool = False
-    """Merge-on-read: keep the deltacommits since the last compaction active, for the
-    compaction trigger (table.compaction.every.commits) to count them."""
+    compaction_every_commits: int = 0
+    """Merge-on-read with compaction every N deltacommits (table.compaction.every.commits):
+    keep active the deltacommits its trigger counts (`merge_on_read_holds`); 0: none."""
 
     def __post_init__(self) -> None:
         if not 1 <= self.min_instants <= self.max_instants:
             raise ValueError(
                 f"archive policy needs 1 <= min ({self.min_instants}) <= max ({self.max_instants})"
+            )
+        if self.compaction_every_commits < 0:
+            raise ValueError(
+                f"archive policy needs compaction every >= 0 ({self.compaction_every_commits})"
             )
         if self.pack_files < 1 or self.pack_fan_in < 2:
             raise ValueError(
@@ -265,11 +274,13 @@ def _data_files_by_time(table: HudiTable) -> dict[str, InstantTime]:
 def merge_on_read_holds(
     timeline: Timeline,
     plans: Mapping[InstantTime, Sequence[CompactionOperation]],
-    keep_since_compaction: bool,
+    compaction_every_commits: int,
 ) -> list[Hold]:
     """Pure but for reading `timeline`: what a merge-on-read table's archival must stay before:
-    the oldest slice a pending compaction's plan reads, and (`keep_since_compaction`) the
-    first deltacommit since the last completed compaction."""
+    the oldest slice a pending compaction's plan reads, and (`compaction_every_commits` N > 0)
+    what the compaction trigger counts, by Hudi's rule: the last completed compaction (else
+    the first deltacommit) while fewer than N deltacommits follow it, else the N-th last
+    deltacommit. Deltacommits of every state count, as in Hudi."""
     holds = [
         Hold(
             min((op.base_instant for op in ops), default=t),
@@ -277,16 +288,35 @@ def merge_on_read_holds(
         )
         for t, ops in plans.items()
     ]
-    if keep_since_compaction:
+    if compaction_every_commits > 0:
         last = timeline.last_completed(Action.COMMIT)
-        since = [
+        since = sorted(
             i.time
-            for i in timeline.completed(Action.DELTA_COMMIT)
-            if last is None or i.time > last.time
-        ]
-        if since:
+            for i in timeline.instants
+            if i.action is Action.DELTA_COMMIT and (last is None or i.time > last.time)
+        )
+        if len(since) >= compaction_every_commits:
             holds.append(
-                Hold(min(since), "the deltacommits since the last compaction (its trigger counts)")
+                Hold(
+                    since[-compaction_every_commits],
+                    f"the last {compaction_every_commits} deltacommits (the compaction "
+                    "trigger counts them)",
+                )
+            )
+        elif last is not None:
+            holds.append(
+                Hold(
+                    last.time,
+                    "the last compaction and the deltacommits since (its trigger counts them)",
+                )
+            )
+        elif since:
+            holds.append(
+                Hold(
+                    since[0],
+                    f"the deltacommits of a table never compacted, fewer than "
+                    f"{compaction_every_commits} (the compaction trigger counts them)",
+                )
             )
     return holds
 
@@ -325,7 +355,7 @@ def archive(
         marked: set[str] = set()
         if merge_on_read:
             holds = merge_on_read_holds(
-                timeline, pending_compaction_plans(table), policy.keep_since_compaction
+                timeline, pending_compaction_plans(table), policy.compaction_every_commits
             )
             for p in pending:  # listed after the files: a writer creates the marker first
                 marked.update(list_marked_files(table.storage, p.time))

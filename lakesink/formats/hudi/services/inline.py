@@ -70,7 +70,7 @@ def archive_policy(settings: Settings) -> ArchivePolicy:
             settings.services.archive_max_instants,
             settings.services.archive_pack_files,
             settings.services.archive_pack_fan_in,
-            keep_since_compaction=settings.mutation.compaction_every_commits > 0,
+            compaction_every_commits=settings.mutation.compaction_every_commits,
         )
     except ValueError as e:
         raise ConfigError(f"table.services.archive.*: {e}") from e
