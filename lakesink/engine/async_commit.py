@@ -47,6 +47,9 @@ def epoch_of(t: InstantTime) -> int:
 DATA_FILES_KEY = "data_files"
 """The pending entry's `extra`: the format's data file descriptions (`PreparedCommit.data_files`),
 present only when there are some, so a Hudi entry encodes as it always did."""
+REWRITE_KEY = "rewrite"
+"""The pending entry's `extra`: what the commit of a batch of a table of keys replaces
+(`PreparedCommit.rewrite`), present only for those."""
 
 
 def encode(prepared: PreparedCommit) -> bytes:
@@ -62,6 +65,8 @@ def encode(prepared: PreparedCommit) -> bytes:
     }
     if prepared.data_files:
         extra[DATA_FILES_KEY] = [dict(d) for d in prepared.data_files]
+    if prepared.rewrite:
+        extra[REWRITE_KEY] = [dict(d) for d in prepared.rewrite]
     return PendingCommit(
         instant_time=prepared.instant_time,
         statuses=(),
@@ -83,6 +88,7 @@ def decode(data: bytes) -> PreparedCommit:
             records=int(extra["records"]),
             files=int(extra["files"]),
             data_files=tuple(dict(d) for d in extra.get(DATA_FILES_KEY, ())),
+            rewrite=tuple(dict(d) for d in extra.get(REWRITE_KEY, ())),
         )
     except (KeyError, TypeError, ValueError) as e:
         raise PendingEntryConflictError(
@@ -173,6 +179,7 @@ class AsyncCommitter:
 
     def submit(self, prepared: PreparedCommit) -> BatchOutcome:
         """Pre-commit durably, then hand the batch to the committer thread."""
+        self.coordinator.check_precommit(prepared)
         self.store.pre_commit(self.writer_id, epoch_of(prepared.instant_time), encode(prepared))
         self.coordinator.mark_precommitted(prepared.instant_time)
         self.coordinator.accept_offsets(prepared.next_offsets)

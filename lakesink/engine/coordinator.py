@@ -76,6 +76,10 @@ class PreparedCommit:
     # process (Iceberg: `DataFileDescription.to_json()`); empty for Hudi, whose metadata
     # names its files.
     data_files: tuple[Mapping[str, Any], ...] = ()
+    # What the commit replaces, for a publish from another process (Iceberg tables of keys:
+    # the tasks' reports of the files they read, replaced or deleted rows of, per bucket);
+    # empty for appends.
+    rewrite: tuple[Mapping[str, Any], ...] = ()
 
 
 class Coordinator:
@@ -400,6 +404,11 @@ class Coordinator:
             prepared.files,
             result.publish_s,
         )
+
+    def check_precommit(self, prepared: PreparedCommit) -> None:
+        """Before a batch is pre-committed to the pending store (commit.mode=async): raise
+        what its publish would certainly fail with while the batch can still be written again
+        (nothing by default; Iceberg tables of keys check their buckets)."""
 
     def run_post_commit(self, t: InstantTime) -> None:
         """The post-commit hooks for instant `t` (each failure logged, never raised)."""
