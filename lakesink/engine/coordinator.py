@@ -435,6 +435,17 @@ class Coordinator:
     def is_precommitted(self, t: InstantTime) -> bool:
         return self.batch_state(t) is BatchState.PRECOMMITTED
 
+    def drop_refused(self, t: InstantTime) -> None:
+        """Forget a pre-committed batch whose publish is refused for good (its owner made its
+        Kafka ranges be read again: AsyncCommitter's recovery) and delete its files; never
+        those of a commit that landed (the format checks). Best effort: files left are
+        orphans."""
+        self._batches.pop(t.value, None)
+        try:
+            self.format.rollback(t)
+        except Exception:
+            log.exception("table %s: the files of dropped epoch %s stay (orphans)", self.name, t)
+
     def accept_offsets(self, offsets: WriterOffsets) -> None:
         """Positions after a pre-committed (not yet published) batch, for replay detection."""
         self._committed = offsets

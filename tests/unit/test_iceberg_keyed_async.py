@@ -6,7 +6,9 @@ zombie fencing, on a real pyiceberg table (SQLite catalog) and pending store, wi
   same overwrite or row delta; one published before the crash but never marked is only marked.
   Both write modes; the table reads back as the fold of every version.
 - A batch whose bucket changed since its tasks read it is refused before its pending entry
-  (CommitConflictError: the sink writes it again), never pre-committed.
+  (CommitConflictError: the sink writes it again), never pre-committed. A Pending one whose
+  bucket changed after it was stored is dropped at the next start once the source is rewound
+  to read its batch again, its files deleted; without a rewind it stays Pending (CommitError).
 - An older incarnation of the writer id cannot commit its rewrite or row delta (FencedError),
   even as the first commit of its ranges; the table keeps the newer incarnation's rows.
 """
@@ -33,10 +35,11 @@ from test_iceberg_upsert import (
     write,
 )
 
-from lakesink.engine.async_commit import AsyncCommitter, decode
+from lakesink.engine.async_commit import AsyncCommitter, Rewind, decode
+from lakesink.engine.async_commit import ranges_of as committed_ranges
 from lakesink.engine.pending.sqlite import SqlitePendingCommitStore
 from lakesink.engine.pending.store import PendingStatus
-from lakesink.errors import CommitConflictError, FencedError
+from lakesink.errors import CommitConflictError, CommitError, FencedError
 from lakesink.formats import plugin_for
 from lakesink.formats.iceberg.coordinator import IcebergCoordinator
 from lakesink.formats.iceberg.format import IcebergFormat
@@ -54,11 +57,13 @@ class Process:
     """One writer process on a table of keys: its table, coordinator and async committer (its
     thread runs only between `start_committer` and `stop_committer`)."""
 
-    def __init__(self, table: IcebergTable, store: Path) -> None:
+    def __init__(self, table: IcebergTable, store: Path, rewind: Rewind | None = None) -> None:
         self.table = table
         self.coordinator = IcebergCoordinator(IcebergFormat(table), WRITER, query_id="q")
         self.coordinator.operation_type = "UPSERT"  # as the plugin opens a table of keys
-        self.committer = AsyncCommitter(self.coordinator, SqlitePendingCommitStore(store))
+        self.committer = AsyncCommitter(
+            self.coordinator, SqlitePendingCommitStore(store), rewind=rewind
+        )
 
     def start(self) -> int:
         """Recovery before the first batch, as the pipeline does it."""
@@ -171,6 +176,58 @@ def test_a_batch_whose_bucket_changed_is_refused_before_its_pending_entry(
     p.publish_all()
     assert table_rows(p.table) == reference([first.to_pylist(), batch.to_pylist()], "ts")
     p.close()
+
+
+@pytest.mark.parametrize("rewound", [True, False], ids=["rewound", "cannot-rewind"])
+@pytest.mark.parametrize("mode", [COPY_ON_WRITE, MERGE_ON_READ])
+def test_a_pending_batch_whose_bucket_changed_after_it_was_stored_is_dropped_and_read_again(
+    tmp_path: Path, mode: str, rewound: bool
+) -> None:
+    store = tmp_path / "pending.sqlite"
+    first = Process(open_table(tmp_path / "wh", 1, "ts", mode=mode), store)
+    first.start()
+    o = Offsets()
+    batches = [
+        changes([o.row(1, INSERT, 1), o.row(2, INSERT, 1)]),
+        changes([o.row(1, UPDATE, 5), o.row(2, DELETE, 5), o.row(3, INSERT, 5)]),
+    ]
+    first.submit(*_written(first, 1, batches[0]))
+    first.publish_all()
+    first.submit(*_written(first, 2, batches[1]))  # Pending, then the process is lost
+    (entry,) = first.committer.store.pending(WRITER)
+    prepared = decode(entry.metadata)
+    written = [d["path"] for r in prepared.rewrite for d in r.get("iceberg.position-deletes", ())]
+    written += [str(d["path"]) for d in prepared.data_files]
+    first.close()
+    _replace_bucket_files(reopen(tmp_path / "wh"))  # a foreign rewrite lands before the publish
+    rows = table_rows(reopen(tmp_path / "wh"))
+
+    asked: list[tuple[int, tuple[Any, ...]]] = []
+
+    def rewind(p: Any) -> bool:
+        asked.append((p.batch_id, committed_ranges(p)))
+        return rewound
+
+    second = Process(reopen(tmp_path / "wh"), store, rewind)
+    if not rewound:  # the source cannot read it again: it stays Pending, nothing is lost
+        with pytest.raises(CommitError, match=r"cannot be published.*bucket 0 changed"):
+            second.start()
+        assert [e.epoch for e in second.committer.store.pending(WRITER)] == [entry.epoch]
+        assert all(Path(local(p)).exists() for p in written)
+        assert table_rows(second.table) == rows
+        second.close()
+        return
+    assert second.start() == 0
+    assert asked == [(2, committed_ranges(prepared))]
+    stored = second.committer.store.get(WRITER, entry.epoch)
+    assert stored is not None and stored.status is PendingStatus.ABORTED
+    assert written and not any(Path(local(p)).exists() for p in written)
+    assert table_rows(second.table) == rows == reference([batches[0].to_pylist()], "ts")
+    # the source reads the batch again: it lands over the rewrite's files
+    second.submit(*_written(second, 2, batches[1]))
+    second.publish_all()
+    assert table_rows(second.table) == reference([b.to_pylist() for b in batches], "ts")
+    second.close()
 
 
 def _writer(table: IcebergTable) -> IcebergCoordinator:
