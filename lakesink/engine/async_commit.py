@@ -239,6 +239,15 @@ class AsyncCommitter:
                 self._cond.wait(min(left, 1.0))
         self.check()
 
+    def wait_before_batch(self, *, by_key: bool) -> None:
+        """Before a batch begins: room for one more epoch (`wait_for_room`); a batch that
+        writes by key (`by_key`) waits until every earlier epoch is published, its post-commit
+        work done, since its tasks fold over the files its buckets hold as it plans."""
+        if by_key:
+            self.drain()
+        else:
+            self.wait_for_room()
+
     def submit(self, prepared: PreparedCommit) -> BatchOutcome:
         """Pre-commit durably, then hand the batch to the committer thread."""
         self.coordinator.check_precommit(prepared)

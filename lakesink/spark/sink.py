@@ -314,12 +314,8 @@ class CommittingSink:
         ranges = planned_ranges(self.cfg.checkpoint_location, batch_id)
         self.lost = lost_spans(self.cfg.checkpoint_location, batch_id)
         if self.committer is not None:
-            if self._writes_by_key():
-                # its tasks fold over the buckets' files as the table holds them: the batch
-                # before must be published (its inline maintenance done) before it plans
-                self.committer.drain()
-            else:
-                self.committer.wait_for_room()
+            # a batch of keys plans its buckets over published snapshots only
+            self.committer.wait_before_batch(by_key=self._writes_by_key())
         outcome = self._commit_batch(batch_df, batch_id, ranges)
         if outcome is None:
             if self.metrics is not None:

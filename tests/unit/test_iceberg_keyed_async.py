@@ -15,6 +15,7 @@ zombie fencing, on a real pyiceberg table (SQLite catalog) and pending store, wi
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -143,6 +144,25 @@ def test_a_pending_batch_of_keys_is_published_by_the_next_process_as_its_rewrite
     assert table_rows(second.table) == reference([b.to_pylist() for b in batches], "ts")
     assert second.committer.store.pending(WRITER) == []
     second.close()
+
+
+def test_a_batch_of_keys_begins_only_after_the_batch_before_is_published(tmp_path: Path) -> None:
+    p = Process(open_table(tmp_path / "wh", 2, "ts"), tmp_path / "pending.sqlite")
+    p.start()
+    o = Offsets()
+    p.submit(*_written(p, 1, changes([o.row(1, INSERT, 1), o.row(2, INSERT, 1)])))
+    # an append batch only needs room (commit.max.pending); a batch of keys waits for the
+    # publish, which the committer thread does once it runs
+    p.committer.wait_before_batch(by_key=False)
+    waiting = threading.Thread(target=p.committer.wait_before_batch, kwargs={"by_key": True})
+    waiting.start()
+    waiting.join(0.5)
+    assert waiting.is_alive() and _snapshot_ids(p.table) == []
+    p.committer.start()
+    waiting.join(60)
+    assert not waiting.is_alive()
+    assert len(_snapshot_ids(p.table)) == 1 and p.committer.store.pending(WRITER) == []
+    p.close()
 
 
 def _written(
