@@ -158,11 +158,13 @@ def check_mutation(cfg: Mapping[str, Any]) -> None:
             "iceberg.write.mode=merge-on-read (position deletes); leave "
             "table.type=COPY_ON_WRITE"
         )
-    if cfg["commit.mode"] == "async":
+    if cfg["commit.mode"] == "async" and cfg["table.format"] != "iceberg":
         # the next batch would rewrite buckets over slices the pending commit is replacing
+        # (Iceberg tables of keys wait for the pending commit before they plan: spark/sink.py)
         raise ConfigError(
-            f"write.operation={operation} commits each batch before the next one rewrites its "
-            "buckets: set commit.mode=sync (the default)"
+            f"write.operation={operation} on a Hudi table commits each batch before the next "
+            "one rewrites its buckets: set commit.mode=sync (the default); commit.mode=async "
+            "serves Iceberg tables of keys"
         )
     if cfg["write.path"] == "direct" and cfg["table.format"] != "iceberg":
         raise ConfigError(

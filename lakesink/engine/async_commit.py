@@ -11,17 +11,25 @@ The same committer serves both formats: the coordinator (Hudi `Coordinator` or
 
 The epoch of a batch is its instant time (17 digits, increasing per writer): Spark's batch ids
 restart at 0 when a checkpoint is deleted, instant times never repeat.
+
+A Pending epoch that replaces files (an Iceberg table of keys) is refused for good when another
+commit changed a bucket it rewrote after it was stored: its files were folded over the old
+bucket. Recovery then drops it (and any epoch after it), once the owner's `rewind` made the
+source read its Kafka ranges again (Spark's checkpoint: lakesink.spark.replay_check).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import queue
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from lakesink.engine import writer_state as keys
 from lakesink.engine.change import TableChange
 from lakesink.engine.coordinator import BatchOutcome, Coordinator, PreparedCommit
 from lakesink.engine.pending.store import (
@@ -29,11 +37,11 @@ from lakesink.engine.pending.store import (
     PendingCommitStore,
     PendingEntryConflictError,
 )
-from lakesink.errors import CommitError
+from lakesink.errors import CommitConflictError, CommitError
 from lakesink.faults import crash_point
 from lakesink.protocol.commit import Verdict
 from lakesink.protocol.instant import InstantTime
-from lakesink.protocol.offsets import WriterOffsets
+from lakesink.protocol.offsets import OffsetRange, TopicPartition, WriterOffsets
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +55,9 @@ def epoch_of(t: InstantTime) -> int:
 DATA_FILES_KEY = "data_files"
 """The pending entry's `extra`: the format's data file descriptions (`PreparedCommit.data_files`),
 present only when there are some, so a Hudi entry encodes as it always did."""
+REWRITE_KEY = "rewrite"
+"""The pending entry's `extra`: what the commit of a batch of a table of keys replaces
+(`PreparedCommit.rewrite`), present only for those."""
 
 
 def encode(prepared: PreparedCommit) -> bytes:
@@ -62,6 +73,8 @@ def encode(prepared: PreparedCommit) -> bytes:
     }
     if prepared.data_files:
         extra[DATA_FILES_KEY] = [dict(d) for d in prepared.data_files]
+    if prepared.rewrite:
+        extra[REWRITE_KEY] = [dict(d) for d in prepared.rewrite]
     return PendingCommit(
         instant_time=prepared.instant_time,
         statuses=(),
@@ -83,11 +96,23 @@ def decode(data: bytes) -> PreparedCommit:
             records=int(extra["records"]),
             files=int(extra["files"]),
             data_files=tuple(dict(d) for d in extra.get(DATA_FILES_KEY, ())),
+            rewrite=tuple(dict(d) for d in extra.get(REWRITE_KEY, ())),
         )
     except (KeyError, TypeError, ValueError) as e:
         raise PendingEntryConflictError(
             f"pending epoch {pc.instant_time} cannot be decoded ({e!r}); the entry is corrupted"
         ) from e
+
+
+def ranges_of(prepared: PreparedCommit) -> tuple[OffsetRange, ...]:
+    """The Kafka ranges a prepared commit ingests (its metadata's `lakesink.ranges`)."""
+    raw = json.loads(prepared.metadata.extra.get(keys.RANGES_KEY, "[]"))
+    return tuple(OffsetRange(TopicPartition.parse(k), int(s), int(e)) for k, s, e in raw)
+
+
+Rewind = Callable[[PreparedCommit], bool]
+"""Makes the source read a dropped epoch's batch again (its ranges, from its batch on); False
+when it cannot (the checkpoint does not hold that batch)."""
 
 
 @dataclass
@@ -106,10 +131,12 @@ class AsyncCommitter:
         store: PendingCommitStore,
         *,
         max_pending: int = 4,
+        rewind: Rewind | None = None,
     ) -> None:
         self.coordinator = coordinator
         self.store = store
         self.max_pending = max_pending
+        self.rewind = rewind
         self.stats = CommitterStats()
         self._queue: queue.Queue[PreparedCommit | None] = queue.Queue()
         self._unpublished = 0
@@ -128,17 +155,52 @@ class AsyncCommitter:
         )
 
     def recover(self) -> int:
-        """Publish every Pending epoch in order (call after Coordinator.start(keep=...))."""
+        """Publish every Pending epoch in order (call after Coordinator.start(keep=...)). One
+        that replaces files and lost a bucket to another commit is dropped (`_drop`)."""
         published = 0
-        for entry in self.store.pending(self.writer_id):
+        entries = self.store.pending(self.writer_id)
+        for at, entry in enumerate(entries):
             prepared = decode(entry.metadata)
             crash_point("during-recovery")
-            self.coordinator.commit(prepared, run_hooks=False)
+            try:
+                self.coordinator.commit(prepared, run_hooks=False)
+            except CommitConflictError as e:
+                if not prepared.rewrite:
+                    raise
+                self._drop(prepared, [decode(later.metadata) for later in entries[at:]], e)
+                break
             self.store.mark_committed(self.writer_id, entry.epoch)
             published += 1
             log.info("writer %s: recovery published pending epoch %s", self.writer_id, entry.epoch)
         self.coordinator.accept_offsets(self._table_offsets())
         return published
+
+    def _drop(
+        self, refused: PreparedCommit, dropped: list[PreparedCommit], error: CommitConflictError
+    ) -> None:
+        """Drop a Pending epoch whose publish is refused for good (`error`: a bucket it rewrote
+        changed after it was stored) and the epochs after it (they build on its offsets):
+        first the source is made to read its batch again (`rewind`), then the epochs are
+        marked Aborted and their files deleted. A crash in between repeats it all at the next
+        start (the rewind is idempotent, the epoch still Pending). CommitError when there is
+        no rewind: the epoch stays Pending, nothing is lost."""
+        what = (
+            f"writer {self.writer_id}: pending epoch {refused.instant_time} (batch "
+            f"{refused.batch_id}) cannot be published: {error}"
+        )
+        if self.rewind is None or not self.rewind(refused):
+            raise CommitError(
+                f"{what}; its Kafka ranges cannot be read again here (Spark's checkpoint does "
+                "not hold its batch), so it stays Pending"
+            ) from error
+        for prepared in dropped:
+            self.store.mark_aborted(self.writer_id, epoch_of(prepared.instant_time))
+            self.coordinator.drop_refused(prepared.instant_time)
+        log.warning(
+            "%s; dropped (with %d later epoch(s)): its batch is read from Kafka again",
+            what,
+            len(dropped) - 1,
+        )
 
     def _table_offsets(self) -> WriterOffsets:
         return self.coordinator.table_offsets()
@@ -151,6 +213,12 @@ class AsyncCommitter:
     # --- the writer's side -------------------------------------------------------------------
     def check(self) -> None:
         """Raise the committer's failure in the writer: stop the query, do not pile up work."""
+        if isinstance(self._error, CommitConflictError):
+            raise CommitError(
+                f"the async committer of writer {self.writer_id} failed: {self._error}; the "
+                "pending epoch is not published over the changed bucket: the next start drops "
+                "it and reads its batch from Kafka again"
+            ) from self._error
         if self._error is not None:
             raise CommitError(
                 f"the async committer of writer {self.writer_id} failed: {self._error}; "
@@ -171,8 +239,18 @@ class AsyncCommitter:
                 self._cond.wait(min(left, 1.0))
         self.check()
 
+    def wait_before_batch(self, *, by_key: bool) -> None:
+        """Before a batch begins: room for one more epoch (`wait_for_room`); a batch that
+        writes by key (`by_key`) waits until every earlier epoch is published, its post-commit
+        work done, since its tasks fold over the files its buckets hold as it plans."""
+        if by_key:
+            self.drain()
+        else:
+            self.wait_for_room()
+
     def submit(self, prepared: PreparedCommit) -> BatchOutcome:
         """Pre-commit durably, then hand the batch to the committer thread."""
+        self.coordinator.check_precommit(prepared)
         self.store.pre_commit(self.writer_id, epoch_of(prepared.instant_time), encode(prepared))
         self.coordinator.mark_precommitted(prepared.instant_time)
         self.coordinator.accept_offsets(prepared.next_offsets)

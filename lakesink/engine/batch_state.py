@@ -10,7 +10,10 @@ One `OpenBatch` per instant the coordinator holds: its transaction and its `Batc
 - PREPARED: the files are reconciled and the change is final (`Coordinator.precommit`); it
   lives in this process only, so a failure may still abort it.
 - PRECOMMITTED: durable in the pending store (commit.mode=async; Hudi also marks it on the
-  timeline). Its owner publishes it, now or at the next start: nothing may abort it.
+  timeline). Its owner publishes it, now or at the next start: nothing may abort it (recovery
+  drops one whose publish is refused for good, an Iceberg batch of keys that lost a bucket,
+  after the source was rewound to read it again: `Coordinator.drop_refused`, outside these
+  moves).
 - PUBLISHED, ABORTED: the batch is over; the coordinator drops its record.
 
 A batch pre-committed by an earlier process (recovery publishes it from the pending store)

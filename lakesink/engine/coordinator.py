@@ -76,6 +76,10 @@ class PreparedCommit:
     # process (Iceberg: `DataFileDescription.to_json()`); empty for Hudi, whose metadata
     # names its files.
     data_files: tuple[Mapping[str, Any], ...] = ()
+    # What the commit replaces, for a publish from another process (Iceberg tables of keys:
+    # the tasks' reports of the files they read, replaced or deleted rows of, per bucket);
+    # empty for appends.
+    rewrite: tuple[Mapping[str, Any], ...] = ()
 
 
 class Coordinator:
@@ -401,6 +405,11 @@ class Coordinator:
             result.publish_s,
         )
 
+    def check_precommit(self, prepared: PreparedCommit) -> None:
+        """Before a batch is pre-committed to the pending store (commit.mode=async): raise
+        what its publish would certainly fail with while the batch can still be written again
+        (nothing by default; Iceberg tables of keys check their buckets)."""
+
     def run_post_commit(self, t: InstantTime) -> None:
         """The post-commit hooks for instant `t` (each failure logged, never raised)."""
         for hook in self.post_commit:
@@ -425,6 +434,17 @@ class Coordinator:
 
     def is_precommitted(self, t: InstantTime) -> bool:
         return self.batch_state(t) is BatchState.PRECOMMITTED
+
+    def drop_refused(self, t: InstantTime) -> None:
+        """Forget a pre-committed batch whose publish is refused for good (its owner made its
+        Kafka ranges be read again: AsyncCommitter's recovery) and delete its files; never
+        those of a commit that landed (the format checks). Best effort: files left are
+        orphans."""
+        self._batches.pop(t.value, None)
+        try:
+            self.format.rollback(t)
+        except Exception:
+            log.exception("table %s: the files of dropped epoch %s stay (orphans)", self.name, t)
 
     def accept_offsets(self, offsets: WriterOffsets) -> None:
         """Positions after a pre-committed (not yet published) batch, for replay detection."""

@@ -20,7 +20,7 @@ from pyspark.sql.types import StructType
 
 from lakesink.config import LakesinkConfig
 from lakesink.config.tables import TableSpec
-from lakesink.engine.async_commit import AsyncCommitter
+from lakesink.engine.async_commit import AsyncCommitter, ranges_of
 from lakesink.engine.coordinator import BatchOutcome, Coordinator
 from lakesink.engine.format import CommitControl
 from lakesink.engine.liveness import WriterLiveness
@@ -38,6 +38,7 @@ from lakesink.spark.registry_columns import (
     pin_registry_columns,
     uses_registry_columns,
 )
+from lakesink.spark.replay_check import rewind_to
 from lakesink.spark.routing import RoutedTable, RoutingSink, check_routes_cover
 from lakesink.spark.session import check_workers_import_lakesink
 from lakesink.spark.sink import CommittingSink, analyze_rows, load_transform
@@ -713,10 +714,13 @@ def _remove_stale_temporaries(cfg: LakesinkConfig) -> None:
 def make_committer(cfg: LakesinkConfig, coordinator: Coordinator) -> AsyncCommitter | None:
     if cfg["commit.mode"] != "async":
         return None
+    checkpoint = cfg.checkpoint_location
     return AsyncCommitter(
         coordinator,
         pending_store_for(cfg.settings.commit),
         max_pending=cfg["commit.max.pending"],
+        # a Pending batch of keys refused for good is dropped and read again from Kafka
+        rewind=lambda prepared: rewind_to(checkpoint, prepared.batch_id, ranges_of(prepared)),
     )
 
 

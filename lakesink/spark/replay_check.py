@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from lakesink.errors import DataLossError
@@ -95,6 +95,52 @@ def check_replay_against_log_end(
     # Hadoop's checksum of the old text: without one, Spark reads the file unchecked
     (path.parent / f".{path.name}.crc").unlink(missing_ok=True)
     return lost
+
+
+def rewind_to(checkpoint: Path, batch_id: int, ranges: Sequence[OffsetRange]) -> bool:
+    """Make Spark run batch `batch_id` again at the next start, with the ranges its offset log
+    holds, which must be `ranges` (a dropped Pending epoch's, commit.mode=async): its entry in
+    the commit log and every later batch's entries in both logs go (with Hadoop's checksums
+    and the spans cut off those later batches), so Spark finds it the last planned batch and
+    not committed. True when done (also when it was already); False, changing nothing, when the
+    offset log does not hold batch `batch_id` with these ranges (another checkpoint: a deleted
+    one restarts from the table's offsets anyway)."""
+    planned = _planned(checkpoint, batch_id)
+    if planned is None or planned != {r for r in ranges if not r.is_empty}:
+        return False
+    # later batches first, so a crash midway leaves a log whose last batch is still unrecorded
+    for folder, first in (("offsets", batch_id + 1), ("commits", batch_id)):
+        for n in sorted(_batch_ids(checkpoint / folder), reverse=True):
+            if n >= first:
+                (checkpoint / folder / str(n)).unlink(missing_ok=True)
+                (checkpoint / folder / f".{n}.crc").unlink(missing_ok=True)
+    for record in (checkpoint / LOST_FOLDER).glob("*.json"):
+        if record.stem.isdigit() and int(record.stem) > batch_id:
+            record.unlink(missing_ok=True)
+    log.warning(
+        "Spark's checkpoint %s rewound to batch %s: it is read from Kafka again", checkpoint,
+        batch_id,
+    )  # fmt: skip
+    return True
+
+
+def _batch_ids(folder: Path) -> list[int]:
+    try:
+        return [int(p.name) for p in folder.iterdir() if p.name.isdigit()]
+    except FileNotFoundError:
+        return []
+
+
+def _planned(checkpoint: Path, batch_id: int) -> set[OffsetRange] | None:
+    """The non-empty ranges of batch `batch_id` in Spark's offset log (None: not there)."""
+    try:
+        lines = (checkpoint / "offsets" / str(batch_id)).read_text().splitlines()
+    except FileNotFoundError:
+        return None
+    sources = [ln for ln in lines[2:] if ln.strip()]
+    if len(sources) != 1:
+        return None
+    return {r for r in offset_to_ranges(json.loads(sources[0])) if not r.is_empty}
 
 
 def lost_spans(checkpoint: Path, batch_id: int) -> tuple[OffsetRange, ...]:

@@ -314,7 +314,8 @@ class CommittingSink:
         ranges = planned_ranges(self.cfg.checkpoint_location, batch_id)
         self.lost = lost_spans(self.cfg.checkpoint_location, batch_id)
         if self.committer is not None:
-            self.committer.wait_for_room()
+            # a batch of keys plans its buckets over published snapshots only
+            self.committer.wait_before_batch(by_key=self._writes_by_key())
         outcome = self._commit_batch(batch_df, batch_id, ranges)
         if outcome is None:
             if self.metrics is not None:

@@ -25,6 +25,7 @@ from interop.compare import assert_java_hudi_agrees
 from lakesink.config import LakesinkConfig
 from lakesink.engine import writer_state as keys
 from lakesink.engine.async_commit import decode
+from lakesink.engine.pending.store import PendingStatus
 from lakesink.formats.hudi.table.hudi_table import HudiTable
 from lakesink.formats.iceberg.format import open_iceberg_table
 from lakesink.formats.iceberg.snapshots import KEY_COMMIT_ID
@@ -105,6 +106,16 @@ ICEBERG_CHAINS = {
     # published epoch
     "iceberg-postgres-without-checkpoint": (("after-precommit",), "postgres", True),
 }
+# An Iceberg table of keys (write.operation=cdc, merge-on-read): a Pending batch of keys whose
+# bucket a foreign rewrite replaced meanwhile is dropped by the next run and read from Kafka
+# again over the new files; one Pending is published by the next run as its row delta (its
+# position deletes kept by the entry); one published and never marked is only marked; the fold
+# audit after every kill. (point, a foreign rewrite of every bucket after the kill)
+ICEBERG_KEYED_CHAIN = (
+    ("after-precommit", True),
+    ("after-precommit", False),
+    ("after-publish", False),
+)
 
 
 def test_killed_between_precommit_and_publish_and_in_recovery_each_restart_ends_exactly_once(
@@ -143,6 +154,9 @@ def test_killed_between_precommit_and_publish_and_in_recovery_each_restart_ends_
             tmp_path / name,
             cli,
         )
+    chains["iceberg-keyed-sqlite"] = functools.partial(
+        _iceberg_keyed_chain, kafka_bootstrap, topic_factory("ice-kill-keyed"), tmp_path, cli
+    )
     java_hudi: list[Any] = []
     run_side_by_side(
         chains, meanwhile=lambda: java_hudi.append(request.getfixturevalue("java_hudi"))
@@ -256,6 +270,113 @@ def _iceberg_chain(
         commit_id = p.metadata.extra[keys.COMMIT_ID_KEY]
         assert ids.count(f"{p.instant_time.value}-{commit_id}") == 1, (p.instant_time, ids)
     assert len({i.split("-")[0] for i in ids}) == len(ids)
+
+
+def _iceberg_keyed_chain(
+    kafka_bootstrap: str, topic: str, tmp_path: Path, cli: Callable[..., Any]
+) -> None:
+    """A change stream into a merge-on-read Iceberg table of keys, killed with a batch Pending
+    (its snapshot not there yet) whose buckets another process then rewrites, again with one
+    Pending, then with one published and never marked Committed: after every kill the fold
+    audit passes (pyiceberg and DuckDB read the fold of the committed ranges by key, every
+    referenced file exists); the epoch that lost its buckets is dropped (Aborted, never
+    published, its files gone) and its batch read again; each other Pending epoch is published
+    once as its row delta; the last run leaves the stream's final rows, its offsets at the
+    topic's end."""
+    from integration.test_ingest_crashes import _differing, _iceberg_keyed_state
+
+    from lakesink.kafka.client import watermarks
+    from lakesink.kafka.sample_changes import ACCOUNTS_DDL, produce_sample_changes
+    from lakesink.protocol.offsets import TopicPartition
+
+    # few accounts, many changes: most versions after the first batch supersede a stored row
+    stream = produce_sample_changes(kafka_bootstrap, topic, 40, 800, 2, seed=37)
+    folder = tmp_path / "iceberg-keyed"
+    folder.mkdir()
+    cfg = ingest_config(
+        kafka_bootstrap,
+        topic,
+        folder / "wh",
+        table__format="iceberg",
+        table__name="accounts",
+        value__schema=ACCOUNTS_DDL,
+        write__operation="cdc",
+        table__record__key__fields="id",
+        table__bucket__count=2,
+        iceberg__write__mode="merge-on-read",
+        kafka__max__records__per__batch=100,
+        commit__mode="async",
+        commit__pending__store="sqlite",
+        writer__id=topic,
+    )
+    conf = write_config_file(cfg, folder / "c.toml")
+    args = ["ingest", "--config", str(conf), "--once"]
+    pending: list[Any] = []
+    dropped: list[Any] = []
+    for point, rewrite in ICEBERG_KEYED_CHAIN:
+        crashed = cli(args, env={"LAKESINK_CRASH_AT": point, "LAKESINK_CRASH_AFTER_BATCHES": "1"})
+        assert crashed.returncode == KILLED, (point, crashed.stdout[-3000:])
+        _iceberg_keyed_state(cfg, point)  # the fold audit, before recovery
+        left = [decode(e.metadata) for e in _pending_entries(cfg)]
+        assert len(left) == 1, (point, left)  # a batch of keys waits for the one before
+        assert left[0].rewrite, point  # the entry keeps the row delta's reads and deletes
+        if point == "after-precommit":
+            ids = _snapshot_commit_ids(cfg)
+            assert not any(i.startswith(f"{left[0].instant_time.value}-") for i in ids)
+        if rewrite:  # another process rewrites every bucket: the epoch can never land
+            _rewrite_every_data_file(cfg)
+            _iceberg_keyed_state(cfg, f"{point}, rewritten")
+            dropped += left
+        else:
+            pending += left
+    finished = cli([*args, "--set", "kafka.max.records.per.batch=5000"])
+    assert finished.returncode == 0, finished.stdout[-3000:]
+    got, _, _, positions, report = _iceberg_keyed_state(cfg, "the end")
+    assert _pending_entries(cfg) == []
+    ids = _snapshot_commit_ids(cfg)
+    store = pending_store_for(cfg.settings.commit)
+    try:
+        for p in dropped:  # dropped, never published, its files gone
+            epoch = int(p.instant_time.value)
+            entry = store.get(cfg.writer_id, epoch)
+            assert entry is not None and entry.status is PendingStatus.ABORTED, entry
+            assert not any(i.startswith(f"{p.instant_time.value}-") for i in ids)
+            gone = [str(d["path"]) for d in p.data_files]
+            assert gone and not any(Path(local_path(f)).exists() for f in gone), gone
+    finally:
+        store.close()
+    for p in pending:  # each Pending epoch published exactly once, under its own commit id
+        commit_id = p.metadata.extra[keys.COMMIT_ID_KEY]
+        assert ids.count(f"{p.instant_time.value}-{commit_id}") == 1, (p.instant_time, ids)
+    assert len({i.split("-")[0] for i in ids}) == len(ids)
+    assert positions > 0, "no position deletes: the chain proves less than merge-on-read"
+    expected = {k: (r["owner"], r["balance"], r["updated_at"]) for k, r in stream.rows.items()}
+    assert got == expected, _differing(expected, got)
+    ends = watermarks(kafka_bootstrap, [TopicPartition(topic, p) for p in range(2)])
+    assert report.committed == {tp.key(): hi for tp, (_, hi) in ends.items()}, report.committed
+
+
+def _rewrite_every_data_file(cfg: LakesinkConfig) -> None:
+    """Another process's maintenance: every live data file rewritten alone into a new one
+    (the table has no position deletes yet), one REPLACE snapshot."""
+    from lakesink.formats.iceberg.rewrite import RewriteGroup, RewriteOptions, replace_files
+
+    table = open_iceberg_table(cfg.settings, create=False).pyiceberg
+    tasks = list(table.scan().plan_files())
+    assert tasks and not any(t.delete_files for t in tasks)
+    groups = [
+        RewriteGroup(
+            t.file.spec_id,
+            tuple(t.file.partition[i] for i in range(len(t.file.partition))),
+            (t.file,),
+        )
+        for t in tasks
+    ]
+    replace_files(table, groups, RewriteOptions(1 << 30, 1 << 30), {"test": "foreign rewrite"})
+
+
+def local_path(uri: str) -> str:
+    return "/" + uri.removeprefix("file:").lstrip("/")
 
 
 def _pending_entries(cfg: LakesinkConfig) -> list[Any]:

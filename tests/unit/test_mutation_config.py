@@ -134,10 +134,23 @@ def test_mutations_on_iceberg_tables_take_iceberg_write_mode(operation: str) -> 
 
 
 @pytest.mark.parametrize("operation", ["upsert", "cdc"])
-def test_mutations_commit_synchronously_on_the_dataframe_path(operation: str) -> None:
+def test_mutations_of_hudi_tables_commit_synchronously_on_the_dataframe_path(
+    operation: str,
+) -> None:
     raw = {**CDC, "write.operation": operation}
-    refused({**raw, "commit.mode": "async"}, f"write.operation={operation}", "commit.mode=sync")
+    refused(
+        {**raw, "commit.mode": "async"},
+        f"write.operation={operation} on a Hudi table",
+        "commit.mode=sync",
+        "serves Iceberg tables of keys",
+    )
     refused({**raw, "write.path": "direct"}, "write.path=direct", "write.path=auto or dataframe")
+    # Iceberg tables of keys commit asynchronously too (each batch plans after the one before
+    # is published: spark/sink.py), in either write mode
+    iceberg = {**raw, "table.format": "iceberg", "commit.mode": "async"}
+    for mode in ("copy-on-write", "merge-on-read"):
+        cfg = build_config({**iceberg, "iceberg.write.mode": mode})
+        assert cfg["commit.mode"] == "async" and cfg["write.operation"] == operation
 
 
 def test_an_ordering_field_without_a_mutation_is_refused() -> None:

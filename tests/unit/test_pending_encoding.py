@@ -5,20 +5,21 @@ written before Iceberg was supported still decodes and encodes to the same bytes
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from lakesink.config import build_config
 from lakesink.engine import writer_state as keys
-from lakesink.engine.async_commit import DATA_FILES_KEY, decode, encode
+from lakesink.engine.async_commit import DATA_FILES_KEY, REWRITE_KEY, decode, encode, ranges_of
 from lakesink.engine.change import TableChange
 from lakesink.engine.coordinator import PreparedCommit
 from lakesink.engine.pending.store import PendingCommit, PendingEntryConflictError
 from lakesink.formats.iceberg.datafiles import DataFileDescription
 from lakesink.formats.iceberg.format import VTTS_KEY
 from lakesink.protocol.instant import InstantTime
-from lakesink.protocol.offsets import TopicPartition, WriterOffsets
+from lakesink.protocol.offsets import OffsetRange, TopicPartition, WriterOffsets
 from lakesink.protocol.write_status import FileWrite
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "pending" / "hudi_epoch_v1.json"
@@ -105,6 +106,25 @@ def test_a_hudi_entry_has_no_data_files_key() -> None:
     hudi = decode(GOLDEN.read_bytes())
     assert DATA_FILES_KEY not in PendingCommit.from_bytes(encode(hudi)).extra
     assert DATA_FILES_KEY in PendingCommit.from_bytes(encode(_iceberg_prepared())).extra
+    # nor a rewrite key, nor an append of Iceberg's: only a batch of a table of keys has one
+    assert REWRITE_KEY not in PendingCommit.from_bytes(encode(hudi)).extra
+    assert REWRITE_KEY not in PendingCommit.from_bytes(encode(_iceberg_prepared())).extra
+
+
+def test_a_batch_of_keys_round_trips_with_what_its_snapshot_replaces() -> None:
+    reports = (
+        {
+            "iceberg.buckets": {"0": ["s3://wh/t/data/b0-a.parquet"], "3": []},
+            "iceberg.replaced": [{"path": "s3://wh/t/data/b0-a.parquet", "record_count": 4}],
+        },
+    )
+    prepared = replace(_iceberg_prepared(), rewrite=reports)
+    data = encode(prepared)
+    assert PendingCommit.from_bytes(data).extra[REWRITE_KEY] == [dict(r) for r in reports]
+    back = decode(data)
+    assert back == prepared and back.rewrite == reports
+    assert encode(back) == data
+    assert ranges_of(back) == (OffsetRange(P0, 20, 30), OffsetRange(P1, 20, 31))
 
 
 def test_an_entry_missing_its_commit_fields_is_reported_as_corrupted() -> None:

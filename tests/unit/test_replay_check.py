@@ -1,7 +1,9 @@
 """The batch a restart replays, checked against the log ends before Spark runs it: nothing to
 do for a finished batch or one inside the log; one DataLossError naming both ends; with
 kafka.fail.on.data.loss=false the offset log cut at the log end and the loss kept for the
-commit; never a cut below offsets the batch starts after (the table's offsets never go back)."""
+commit; never a cut below offsets the batch starts after (the table's offsets never go back).
+A dropped Pending batch (commit.mode=async) rewound so that Spark runs it again, only when the
+offset log holds it with its ranges."""
 
 from __future__ import annotations
 
@@ -13,8 +15,10 @@ import pytest
 from lakesink.errors import DataLossError
 from lakesink.protocol.offsets import OffsetRange, TopicPartition
 from lakesink.spark.replay_check import (
+    LOST_FOLDER,
     check_replay_against_log_end,
     lost_spans,
+    rewind_to,
     unfinished_batch,
 )
 
@@ -83,3 +87,31 @@ def test_a_log_end_below_the_batchs_start_is_refused_even_without_fail(tmp_path:
     cp = _checkpoint(tmp_path, {"t:0": [100, 200]}, committed=False)
     with pytest.raises(DataLossError, match=r"new writer\.id"):
         check_replay_against_log_end(cp, _marks({A: 90}), fail_on_data_loss=False)
+
+
+def test_a_rewind_makes_the_batch_the_last_unrecorded_one_only_when_its_ranges_match(
+    tmp_path: Path,
+) -> None:
+    cp = _checkpoint(tmp_path, {"t:0": [0, 100], "t:1": [5, 5]}, committed=True)
+    meta = '{"batchWatermarkMs":0}'
+    later = {"v": 1, "ranges": {"t:0": [100, 130]}}
+    (cp / "offsets" / "2").write_text(f"v1\n{meta}\n{json.dumps(later)}\n")
+    (cp / "offsets" / ".2.crc").write_bytes(b"crc")
+    (cp / "commits" / "2").write_text("v1\n{}\n")
+    (cp / "offsets" / "3").write_text(f"v1\n{meta}\n{json.dumps(later)}\n")
+    (cp / LOST_FOLDER).mkdir()
+    for n in (1, 3):
+        (cp / LOST_FOLDER / f"{n}.json").write_text("[]")
+    files = sorted(p.relative_to(cp) for p in cp.rglob("*"))
+    # another batch's ranges, or a batch the log does not hold: nothing changes
+    assert not rewind_to(cp, 1, [OffsetRange(A, 0, 90)])
+    assert not rewind_to(cp, 7, [OffsetRange(A, 0, 100)])
+    assert sorted(p.relative_to(cp) for p in cp.rglob("*")) == files
+    # the batch's ranges (an empty one is not in the commit's ranges): batch 1 runs again
+    assert rewind_to(cp, 1, [OffsetRange(A, 0, 100)])
+    assert unfinished_batch(cp) == 1
+    assert sorted(p.name for p in (cp / "offsets").iterdir()) == [".1.crc", "0", "1"]
+    assert sorted(p.name for p in (cp / "commits").iterdir()) == ["0"]
+    assert sorted(p.name for p in (cp / LOST_FOLDER).iterdir()) == ["1.json"]
+    assert rewind_to(cp, 1, [OffsetRange(A, 0, 100)])  # again (a crash midway): the same
+    assert unfinished_batch(cp) == 1

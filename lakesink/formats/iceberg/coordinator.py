@@ -6,7 +6,8 @@ Tasks report their data file descriptions in `WriteStatus.extra[FILES_KEY]`, and
 record timestamp they read in `WriteStatus.extra[MAX_TS_KEY]` (for the snapshot's VTTS).
 
 With commit.mode=async (lakesink.engine.async_commit) a prepared commit carries the data file
-descriptions (`PreparedCommit.data_files`) into the pending store, so that a later process
+descriptions (`PreparedCommit.data_files`) and, for a table of keys, the tasks' reports of what
+its snapshot replaces (`PreparedCommit.rewrite`) into the pending store, so that a later process
 publishes it: the snapshot's commit id starts with the batch's transaction id, so a publish
 that landed before a crash is recognised and not repeated, and the offsets requirement guards
 every publish.
@@ -146,7 +147,15 @@ class IcebergCoordinator(Coordinator):
             schema = TableSchema(plan.text(), schema.arrow, schema.field_ids)
         prepared = super().precommit(instant_time, batch_id, ranges, statuses, schema, lost=lost)
         described = tuple(d.to_json() for d in self.format.files(instant_time))
-        return replace(prepared, data_files=described)
+        rewrite = self.format.rewrite_reports(instant_time)
+        return replace(prepared, data_files=described, rewrite=rewrite)
+
+    def check_precommit(self, prepared: PreparedCommit) -> None:
+        """A batch of a table of keys: CommitConflictError when a bucket it rewrote changed
+        since its tasks read it (another writer or a rewrite committed it). Before the pending
+        entry, the batch is still written again (the sink's conflict retry); once pending, it
+        could only be published or dropped."""
+        self.format.check_rewrite(prepared.instant_time)
 
     def commit(self, prepared: PreparedCommit, *, run_hooks: bool = True) -> BatchOutcome:
         """The engine's commit. A batch this process did not begin (a Pending epoch of an
@@ -156,6 +165,8 @@ class IcebergCoordinator(Coordinator):
             self.format.restore_files(
                 t, [DataFileDescription.from_json(d) for d in prepared.data_files]
             )
+            if prepared.rewrite:  # a batch of a table of keys: what its snapshot replaces
+                self.format.restore_rewrite(t, prepared.rewrite)
         outcome = super().commit(prepared, run_hooks=run_hooks)
         self.format.finish(t)  # also when the snapshot was there already (nothing published)
         return outcome

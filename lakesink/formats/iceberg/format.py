@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from contextlib import AbstractContextManager
 from types import MappingProxyType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from lakesink.engine import writer_state as keys
 from lakesink.engine.change import TableChange
@@ -336,6 +336,8 @@ class IcebergFormat:
         self._plans: dict[str, PlannedEvolution] = {}  # transaction id -> its schema change
         # transaction id -> the files a batch of a table of keys replaces (its overwrite)
         self._rewrites: dict[str, BucketRewrite | RowDelta] = {}
+        # transaction id -> the tasks' reports it was staged from (a pending entry keeps them)
+        self._rewrite_reports: dict[str, tuple[dict[str, Any], ...]] = {}
 
     def plan_evolution(
         self, instant_time: InstantTime, mode: EvolutionMode | None
@@ -419,7 +421,9 @@ class IcebergFormat:
         """A batch of a table of keys: the files its tasks replace and the buckets they read
         (their `WriteStatus.extra`), which its commit removes and checks."""
         from lakesink.formats.iceberg.keyed import MERGE_ON_READ, layout_of
-        from lakesink.formats.iceberg.upsert import BucketRewrite
+        from lakesink.formats.iceberg.keyed_writer import BUCKETS_KEY
+        from lakesink.formats.iceberg.rowdelta import DELETES_KEY
+        from lakesink.formats.iceberg.upsert import REPLACED_KEY, BucketRewrite
 
         layout = layout_of(self.table.pyiceberg.metadata, self.name)
         if layout is None:
@@ -427,12 +431,39 @@ class IcebergFormat:
                 f"table {self.name} commit {instant_time}: tasks rewrote buckets of a table "
                 "that is not a table of keys"
             )
+        self._rewrite_reports[instant_time.value] = tuple(
+            {k: e[k] for k in (BUCKETS_KEY, REPLACED_KEY, DELETES_KEY) if k in e} for e in extras
+        )
         if layout.mode == MERGE_ON_READ:  # position deletes and new files: one row delta
             from lakesink.formats.iceberg.rowdelta import RowDelta
 
             self._rewrites[instant_time.value] = RowDelta.from_extras(layout, extras)
             return
         self._rewrites[instant_time.value] = BucketRewrite.from_extras(layout, extras)
+
+    def rewrite_reports(self, instant_time: InstantTime) -> tuple[dict[str, Any], ...]:
+        """The tasks' reports a batch of a table of keys was staged from (`stage_rewrite`):
+        what its pending entry keeps (commit.mode=async); empty for an append."""
+        return self._rewrite_reports.get(instant_time.value, ())
+
+    def restore_rewrite(
+        self, instant_time: InstantTime, reports: Sequence[Mapping[str, Any]]
+    ) -> None:
+        """The rewrite of a batch of a table of keys pre-committed by an earlier process (from
+        its pending entry), its position-delete files checked to exist."""
+        self.stage_rewrite(instant_time, reports)
+        deletes = getattr(self._rewrites[instant_time.value], "deletes", ())
+        self._check_exist(instant_time, [d.path for d in deletes])
+
+    def check_rewrite(self, instant_time: InstantTime) -> None:
+        """CommitConflictError when a bucket the batch rewrote changed since its tasks read it
+        (on the table's newest metadata); nothing for an append. Checked again inside the
+        commit; commit.mode=async checks it before the batch is pre-committed, while the batch
+        can still be written again."""
+        rewrite = self._rewrites.get(instant_time.value)
+        if rewrite is not None:
+            self.table.refresh()
+            rewrite.check(self.table.pyiceberg)
 
     def files(self, instant_time: InstantTime) -> list[DataFileDescription]:
         return list(self._files.get(instant_time.value, ()))
@@ -538,12 +569,14 @@ class IcebergFormat:
         self._files.pop(instant_time.value, None)
         self._plans.pop(instant_time.value, None)
         self._rewrites.pop(instant_time.value, None)
+        self._rewrite_reports.pop(instant_time.value, None)
 
     def rollback(self, instant_time: InstantTime) -> bool:
         """Delete the batch's data files (never those of a commit that landed)."""
         self.table.refresh()
         self._plans.pop(instant_time.value, None)
         rewrite = self._rewrites.pop(instant_time.value, None)  # replaced files stay: still live
+        self._rewrite_reports.pop(instant_time.value, None)
         # a merge-on-read batch's own position-delete files go with its data files
         files = [*self._files.pop(instant_time.value, []), *getattr(rewrite, "deletes", ())]
         if self.is_published(instant_time):
