@@ -213,10 +213,14 @@ TROUBLESHOOTING: dict[str, Remedy] = {
         "a record value does not decode under `value.format` and `value.schema` with "
         "`errors.tolerance=none`; the message names topic, partition and offset. Or the "
         "`transform.arrow` function failed on a batch of records, or returned columns unlike "
-        "its result for an empty batch; the message names the function and the records",
+        "its result for an empty batch; the message names the function and the records. With "
+        "`write.operation=cdc`: a change event without its key's fields, with an operation "
+        "that is not c/r/u/d (Debezium) or not in `cdc.op.values`, or an envelope without "
+        "`op`, `after` or `before` where its operation needs them",
         "fix the producer, or set `errors.tolerance=all` with a dead-letter topic or table "
         "(see Bad records); for `transform.arrow`, fix the function and run again: nothing of "
-        "the batch was published (see Transformations)",
+        "the batch was published (see Transformations); for change events, see Change data "
+        "capture (`cdc.format`, `cdc.op.field`, `cdc.op.values`)",
     ),
     "SchemaRegistryError": Remedy(
         "the schema registry at `schema.registry.url` did not answer within "
