@@ -244,7 +244,8 @@ def correctness(
         out[variant] = res
         print(
             f"{topic.name} {variant}: SIGKILL after {res['killed_after_batches']} batches, "
-            f"restart read {res['restart_records']} records in {res['restart_s']}s, "
+            f"restart read {res['restart_records']} records (restart and audit "
+            f"{res['restart_s']}s), "
             f"{_fmt_audit(res)} ({time.perf_counter() - t0:.0f}s)",
             flush=True,
         )
