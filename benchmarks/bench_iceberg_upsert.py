@@ -5,12 +5,16 @@ same cores.
 
     python benchmarks/bench_iceberg_upsert.py    # default sizes: 7.5 minutes here at load 5-6
     python benchmarks/bench_iceberg_upsert.py --keys 200000 --hot-keys 10000 --hot-records 200000
+    python benchmarks/bench_iceberg_upsert.py --issue-size --spaces large   # the issue's 1M keys
+    python benchmarks/bench_iceberg_upsert.py --skip correctness            # throughput only
     python benchmarks/bench_iceberg_upsert.py --print benchmarks/results/iceberg-upsert-<t>.json
 
 The records and the two key spaces are upsert.py's (JSON {id, seq, payload ~200 B}, Kafka key =
 id, partition = id mod 8, seq growing over the topic): `large` (`--keys` keys, each created once,
 `--update-ratio` of the records updating an earlier key) and `hot` (`--hot-keys` keys updated at
-random, `--hot-records` records in all). The defaults are sized down so a run takes minutes.
+random, `--hot-records` records in all). The defaults are sized down so a run takes minutes;
+`--issue-size` sets the issue's: 1,000,000 keys with 10 % updates (1,111,111 records), 10,000 hot
+keys over 1,000,000 records.
 
 Variants, each reading the same topic from the start in batches of the same size:
 
@@ -22,13 +26,22 @@ Variants, each reading the same topic from the start in batches of the same size
   then `MERGE INTO` (a row replaced only by a higher seq; Iceberg's default copy-on-write);
 - `pyiceberg-upsert`: one Python process in lakesink's venv: confluent-kafka reads a batch, folds
   it by key (Table.upsert refuses duplicate keys) and calls pyiceberg's `Table.upsert(join_cols=
-  ["id"])` on a SQL catalog (SQLite). No offsets are stored: it is at-least-once.
+  ["id"])` on a SQL catalog (SQLite). No offsets are stored: it is at-least-once (a restart
+  reads the topic again from its start, over the table it left).
 
 Figures per variant: rec/s (end to end and steady, after the first batch), CPU µs per record in
 the steady window (procmon: the whole process tree), batches, and the correctness column: the
 table read back with pyiceberg against a plain dict fold of the produced records (the highest
 seq of each key wins; every column compared): wrong keys (missing, extra or another version) and
-repeated keys, 0 expected. No SIGKILL here (upsert.py's correctness column does that for Hudi).
+repeated keys, 0 expected.
+
+Correctness after a crash (`--kill-variants`, default lakesink's two and pyiceberg's; spark-merge
+too when named): each variant once more on a fresh table, its process group SIGKILLed half a
+batch after its second batch, restarted (again, up to 3 times, if a restart fails) until it has
+read the topic to its end, then the same fold check, plus, for lakesink, `lakesink verify`'s
+fold audit of the committed Kafka ranges (formats/audit.py). The column also gives the records
+the restart read: lakesink resumes from the offsets its table committed, Spark from its
+checkpoint (its last batch again), pyiceberg's loop from the topic's start.
 
 Results: benchmarks/results/iceberg-upsert-<time>.json (not committed).
 """
@@ -171,6 +184,89 @@ def fold_check(variant: str, warehouse: Path, topic: Topic) -> dict[str, Any]:
     }
 
 
+def lakesink_verify(
+    bootstrap: str, topic: Topic, warehouse: Path, buckets: int, mode: str, args: Any
+) -> dict[str, Any]:
+    """`lakesink verify`'s audit of the table: the fold audit of its committed Kafka ranges."""
+    from lakesink.cli.verify import audit_config
+    from lakesink.config import build_config
+
+    cfg = build_config(lakesink_config(bootstrap, topic, warehouse, buckets, mode, args))
+    report = audit_config(cfg)
+    return {
+        "ok": report.ok,
+        "keys": getattr(report, "keys", None),
+        "wrong_keys": getattr(report, "wrong_keys", None),
+        "problems": report.problems[:5],
+    }
+
+
+def _restart_records(log_dir: Path) -> int | None:
+    """The records the last (successful) restart read, from its BENCH-RESULT line."""
+    from run import _parse_result
+
+    logs = sorted(log_dir.glob("restart-*.log"), key=lambda p: int(p.stem.split("-")[1]))
+    try:
+        return int(_parse_result(logs[-1].read_text())["records"]) if logs else None
+    except (RuntimeError, KeyError, ValueError):
+        return None
+
+
+def correctness(
+    bootstrap: str, topic: Topic, buckets: int, work: Path, args: Any
+) -> dict[str, Any]:
+    """Each of `--kill-variants` on a fresh table: SIGKILL mid-stream, restart, fold audit."""
+    from peers import kill_and_audit
+
+    out: dict[str, Any] = {}
+    for variant in filter(None, args.kill_variants.split(",")):
+        base = work / f"kill-{topic.name}-{variant}"
+        (base / "warehouse").mkdir(parents=True, exist_ok=True)
+        cmd = variant_cmd(variant, bootstrap, topic, base, buckets, args)
+
+        def audit(v: str = variant, b: Path = base) -> dict[str, Any]:
+            res = fold_check(v, b / "warehouse", topic)
+            if v.startswith("lakesink-"):
+                mode = "copy-on-write" if v == "lakesink-cow" else "merge-on-read"
+                res["lakesink_verify"] = lakesink_verify(
+                    bootstrap, topic, b / "warehouse", buckets, mode, args
+                )
+            return res
+
+        t0 = time.perf_counter()
+        try:
+            res = kill_and_audit(cmd, base / "logs", audit)
+        except Exception as e:  # one failed writer leaves the others' audits
+            print(f"correctness run of {variant} failed: {e}", flush=True)
+            out[variant] = {"failed": str(e)[-2000:]}
+            continue
+        res["restart_records"] = _restart_records(base / "logs")
+        out[variant] = res
+        print(
+            f"{topic.name} {variant}: SIGKILL after {res['killed_after_batches']} batches, "
+            f"restart read {res['restart_records']} records (restart and audit "
+            f"{res['restart_s']}s), "
+            f"{_fmt_audit(res)} ({time.perf_counter() - t0:.0f}s)",
+            flush=True,
+        )
+    return out
+
+
+def _fmt_audit(a: dict[str, Any] | None) -> str:
+    if not a:
+        return ""
+    if "failed" in a:
+        return "run failed"
+    txt = f"{a['wrong_keys']:,} / {a['repeated_keys']:,}"
+    if a.get("restart_records") is not None:
+        txt += f", restart read {a['restart_records']:,}"
+    if v := a.get("lakesink_verify"):
+        txt += f"; verify {'PASS' if v['ok'] else 'FAIL'} ({v['wrong_keys']} wrong)"
+    if a.get("failed_restarts"):
+        txt += f" ({len(a['failed_restarts'])} failed restart(s))"
+    return txt
+
+
 def throughput(bootstrap: str, topic: Topic, buckets: int, work: Path, args: Any) -> dict[str, Any]:
     rows: dict[str, Any] = {}
     for variant in args.variants.split(","):
@@ -229,7 +325,8 @@ def pyiceberg_child(cfg: dict[str, Any]) -> dict[str, Any]:
         NestedField(i, c, types.get(c, StringType()), required=c == "id")
         for i, c in enumerate(COLUMNS, 1)
     ]
-    table = catalog.create_table(
+    # a restart after a kill finds the table: at-least-once, it replays the topic over it
+    table = catalog.create_table_if_not_exists(
         "bench.upserts", Schema(*fields, identifier_field_ids=[1]), properties={}
     )
     arrow_schema = pa.schema(
@@ -288,13 +385,15 @@ def print_results(report: dict[str, Any]) -> None:
     print(
         f"\n{'keys':<6} {'variant':<28} {'records':>8} {'rec/s':>7} {'steady':>7} "
         f"{'cpu s/1k':>8} {'batches':>7} {'batch s':>7} {'ls÷it steady':>12} "
-        f"{'it÷ls cpu':>9}  wrong / repeated keys"
+        f"{'it÷ls cpu':>9}  wrong / repeated keys  after SIGKILL + restart: wrong / repeated"
     )
     for space, res in report["spaces"].items():
         runs = res.get("runs", {})
         ls = runs.get("lakesink-cow", {})
+        kills = res.get("correctness", {})
         for name, r in runs.items():
             label = LABELS.get(name, name)
+            audit = _fmt_audit(kills.get(name))
             if "failed" in r:
                 print(f"{space:<6} {label:<28} failed: {r['failed'].splitlines()[0][:100]}")
                 continue
@@ -306,7 +405,11 @@ def print_results(report: dict[str, Any]) -> None:
                 f"{r['steady_rec_s'] or 0:>7,.0f} {r['cpu_us_per_rec'] / 1000:>8.3f} "
                 f"{r['batches']:>7} {r['mean_batch_s'] or 0:>7.1f} {vs or '':>12} "
                 f"{cpu or '':>9}  {fc['wrong_keys']:,} / {fc['repeated_keys']:,}"
+                + (f"  {audit}" if audit else "")
             )
+        for name, a in kills.items():
+            if name not in runs:
+                print(f"{space:<6} {LABELS.get(name, name):<28} after SIGKILL: {_fmt_audit(a)}")
         print(
             f"       {space}: {res['records']:,} records over {res['keys']:,} keys, "
             f"{res['per_batch']:,} per batch, lakesink table.bucket.count {res['buckets']}; "
@@ -316,12 +419,23 @@ def print_results(report: dict[str, Any]) -> None:
 
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument(
+        "--issue-size",
+        action="store_true",
+        help="the issue's sizes: 1,000,000 keys (large), 10,000 hot keys over 1,000,000 records",
+    )
     ap.add_argument("--keys", type=int, default=20_000, help="keys of the large key space")
     ap.add_argument("--update-ratio", type=float, default=0.1, help="updates in the large space")
     ap.add_argument("--hot-keys", type=int, default=2_000, help="keys of the hot key space")
     ap.add_argument("--hot-records", type=int, default=20_000, help="records of the hot space")
     ap.add_argument("--spaces", default=",".join(SPACES), help="key spaces to run")
     ap.add_argument("--variants", default=",".join(VARIANTS), help="variants to run")
+    ap.add_argument(
+        "--kill-variants",
+        default="lakesink-cow,lakesink-mor,pyiceberg-upsert",
+        help="variants SIGKILLed and restarted for the correctness column ('' for none)",
+    )
+    ap.add_argument("--skip", default="", help="comma-separated: throughput,correctness")
     ap.add_argument("--per-batch", type=int, default=500_000, help="most records per batch")
     ap.add_argument("--cores", type=int, default=2, help="Spark local[N]")
     ap.add_argument("--partitions", type=int, default=8, help="Kafka partitions of each topic")
@@ -335,13 +449,18 @@ def parser() -> argparse.ArgumentParser:
 
 def main() -> None:
     args = parser().parse_args()
+    if args.issue_size:
+        args.keys, args.hot_keys, args.hot_records = 1_000_000, 10_000, 1_000_000
     if args.child:
         res = pyiceberg_child(json.loads(args.child))
         print("BENCH-RESULT " + json.dumps(res), flush=True)
         return
     if args.print_json:
         return print_results(json.loads(Path(args.print_json).read_text()))
-    unknown = set(args.variants.split(",")) - set(VARIANTS)
+    skip = set(filter(None, args.skip.split(",")))
+    if "correctness" in skip:
+        args.kill_variants = ""
+    unknown = set(args.variants.split(",") + args.kill_variants.split(",")) - set(VARIANTS) - {""}
     if unknown:
         raise SystemExit(f"unknown variant(s) {sorted(unknown)}: choose from {VARIANTS}")
     subprocess.run([sys.executable, "-m", "lakesink.spark.prepare"], check=True)
@@ -355,7 +474,7 @@ def main() -> None:
     stamp = time.strftime("%Y%m%d-%H%M%S")
     out = Path(args.out) if args.out else HERE / "results" / f"iceberg-upsert-{stamp}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    if "spark-merge" in args.variants.split(","):
+    if "spark-merge" in args.variants.split(",") + args.kill_variants.split(","):
         subprocess.run(["bash", str(HERE.parent / "scripts/setup-peers.sh")], check=True)
         subprocess.run(["bash", str(HERE.parent / "scripts/setup-iceberg-reader.sh")], check=True)
     work = Path(tempfile.mkdtemp(prefix="lakesink-iceberg-upsert-"))
@@ -368,7 +487,9 @@ def main() -> None:
             bs = broker.bootstrap_servers
             for space in args.spaces.split(","):
                 topic, buckets, entry = produce_space(bs, space, args)
-                entry["runs"] = throughput(bs, topic, buckets, work, args)
+                entry["runs"] = (
+                    throughput(bs, topic, buckets, work, args) if "throughput" not in skip else {}
+                )
                 ls = entry["runs"].get("lakesink-cow", {})
                 entry["ratios"] = {
                     f"lakesink-cow/{v}": {
@@ -381,6 +502,8 @@ def main() -> None:
                     for v, r in entry["runs"].items()
                     if v != "lakesink-cow" and "failed" not in r
                 }
+                if args.kill_variants:
+                    entry["correctness"] = correctness(bs, topic, buckets, work, args)
                 report["spaces"][space] = entry
                 out.write_text(json.dumps(report, indent=2))  # a cut run keeps this much
         finally:

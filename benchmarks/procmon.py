@@ -1,6 +1,6 @@
 """Sample the process tree of a PID: peak RSS and CPU seconds per role (driver Python, Spark
-JVM, the Spark JVM's JIT compiler threads, Python workers, everything else), for the benchmark's
-memory and CPU columns."""
+JVM, the Spark JVM's JIT compiler threads, the Python source's planning process ("source"),
+Python workers, everything else), for the benchmark's memory and CPU columns."""
 
 from __future__ import annotations
 
@@ -21,6 +21,8 @@ def role_of(proc: psutil.Process, root_pid: int) -> str:
         return "other"
     if "java" in cmd.split(" ", 1)[0] or "org.apache.spark" in cmd:
         return "jvm"
+    if "python_streaming_source_runner" in cmd:  # a Python source's driver side (planning)
+        return "source"
     if "pyspark" in cmd:
         return "pyworkers"
     return "other"

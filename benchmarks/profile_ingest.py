@@ -229,6 +229,7 @@ def main() -> None:
             "JVM": round(cpu.get("jvm", 0.0), 1),
             "JVM JIT compiler threads": round(cpu.get("jit", 0.0), 1),
             "Python workers": round(cpu.get("pyworkers", 0.0), 1),
+            "source planning (Python)": round(cpu.get("source", 0.0), 1),
         },
         "steady_records": result["records"] - result["batches"][0][1],
         "steady_cpu_s": {
@@ -236,6 +237,7 @@ def main() -> None:
             "JVM": steady_cpu.get("jvm", 0.0),
             "JVM JIT compiler threads": steady_cpu.get("jit", 0.0),
             "Python workers": steady_cpu.get("pyworkers", 0.0),
+            "source planning (Python)": steady_cpu.get("source", 0.0),
         },
         **summarize(collapsed),
     }

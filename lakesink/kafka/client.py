@@ -120,6 +120,18 @@ def create_topic(
     return created
 
 
+class Admin:
+    """One AdminClient with its error callback, for many requests (a driver's planning)."""
+
+    def __init__(self, bootstrap: str, extra: Mapping[str, Any] | None = None) -> None:
+        from confluent_kafka.admin import AdminClient
+
+        config = {**(extra or {}), "bootstrap.servers": bootstrap}
+        self.bootstrap = bootstrap
+        self.errors = ClientErrors(bootstrap, config)
+        self.client: Any = new_client(AdminClient, config, self.errors)
+
+
 def _await_partition_count(admin: Any, topic: str, timeout_s: float) -> int:
     deadline = time.monotonic() + timeout_s
     while True:
@@ -143,6 +155,7 @@ def list_partitions(
     timeout_s: float = 10.0,
     extra: Mapping[str, Any] | None = None,
     unavailable_s: float = 0.0,
+    admin: Admin | None = None,
 ) -> list[TopicPartition]:
     """All partitions of `topics`, or of every topic whose full name matches the regex `pattern`
     (internal topics starting with `__` excluded), sorted.
@@ -154,9 +167,7 @@ def list_partitions(
 
     `extra`: client settings (security). A broker that refuses the client (authentication,
     TLS) raises KafkaAuthenticationError at once; listed topics hidden by ACLs raise
-    KafkaAuthorizationError."""
-    from confluent_kafka.admin import AdminClient
-
+    KafkaAuthorizationError. `admin`: a client to reuse (else one is made for this call)."""
     topics = list(topics) if topics else None
     pattern = pattern or None
     if (topics is None) == (pattern is None):
@@ -167,14 +178,13 @@ def list_partitions(
             regex = re.compile(pattern)
         except re.error as e:
             raise ConfigError(f"topic pattern {pattern!r} is not a valid regex: {e}") from e
-    admin_config = {**(extra or {}), "bootstrap.servers": bootstrap}
-    errors = ClientErrors(bootstrap, admin_config)
-    admin = new_client(AdminClient, admin_config, errors)
+    handle = admin or Admin(bootstrap, extra)
+    errors = handle.errors
     deadline = time.monotonic() + (wait_timeout_s or 0.0)
     reachable_by = time.monotonic() + unavailable_s
     while True:
         try:
-            md = _metadata(admin, errors, timeout_s)
+            md = _metadata(handle.client, errors, timeout_s)
         except KafkaError as e:
             cause = e.__cause__
             if (
@@ -201,7 +211,7 @@ def list_partitions(
         if not missing:
             return [TopicPartition(n, p) for n in names for p in range(found[n])]
         if wait_timeout_s is None or time.monotonic() > deadline:
-            hidden = _unauthorized_topics(admin, missing, timeout_s)
+            hidden = _unauthorized_topics(handle.client, missing, timeout_s)
             if hidden:
                 raise not_authorized(bootstrap, errors.principal, hidden, "DESCRIBE and READ")
             raise KafkaError(
@@ -323,20 +333,20 @@ def topic_ids(
     *,
     extra: Mapping[str, Any] | None = None,
     timeout_s: float = 10.0,
+    admin: Admin | None = None,
 ) -> dict[str, str]:
     """Kafka's id of each topic. A topic gets a new id each time it is created, so a topic deleted
     and re-created under the same name has another id. Topics without an id (brokers that keep
-    none) or not found are left out. `extra`: client settings (security)."""
+    none) or not found are left out. `extra`: client settings (security); `admin`: a client to
+    reuse (else one is made for this call)."""
     from confluent_kafka import TopicCollection
-    from confluent_kafka.admin import AdminClient
 
     names = sorted(set(topics))
     if not names:
         return {}
-    admin_config = {**(extra or {}), "bootstrap.servers": bootstrap}
-    admin = new_client(AdminClient, admin_config, ClientErrors(bootstrap, admin_config))
+    client = (admin or Admin(bootstrap, extra)).client
     try:
-        futures = admin.describe_topics(TopicCollection(names), request_timeout=timeout_s)
+        futures = client.describe_topics(TopicCollection(names), request_timeout=timeout_s)
     except Exception as e:
         raise KafkaError(f"cannot describe topics {names} on {bootstrap}: {e}") from e
     out: dict[str, str] = {}
@@ -511,6 +521,57 @@ class OffsetClient:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+class PlanningClients:
+    """The Kafka clients a streaming query's driver plans its batches with: one Admin (partitions,
+    topic ids) and one OffsetClient (watermarks, offsets for times), each made on first use and
+    kept for the next batches; every request still asks the broker, so offsets are planned as
+    with new clients. `reset()` after a failed request (a refused or failed client is not
+    reused: the next request makes new ones), `close()` when the query stops."""
+
+    def __init__(
+        self,
+        bootstrap: str,
+        *,
+        isolation_level: str,
+        admin_extra: Mapping[str, Any] | None = None,
+        consumer_extra: Mapping[str, Any] | None = None,
+        unavailable_s: float = 0.0,
+    ) -> None:
+        self.bootstrap = bootstrap
+        self.isolation_level = check_isolation_level(isolation_level)
+        self.admin_extra = dict(admin_extra or {})
+        self.consumer_extra = dict(consumer_extra or {})
+        self.unavailable_s = unavailable_s
+        self._admin: Admin | None = None
+        self._offsets: OffsetClient | None = None
+
+    def admin(self) -> Admin:
+        if self._admin is None:
+            self._admin = Admin(self.bootstrap, self.admin_extra)
+        return self._admin
+
+    def offsets(self) -> OffsetClient:
+        if self._offsets is None:
+            self._offsets = OffsetClient(
+                self.bootstrap,
+                isolation_level=self.isolation_level,
+                extra=self.consumer_extra,
+                unavailable_s=self.unavailable_s,
+            )
+        return self._offsets
+
+    def reset(self) -> None:
+        """Close the clients; the next request makes new ones."""
+        offsets, self._offsets, self._admin = self._offsets, None, None
+        if offsets is not None:
+            try:
+                offsets.close()
+            except Exception as e:  # a failed client: nothing left to release
+                log.debug("closing the offset client of %s: %s", self.bootstrap, e)
+
+    close = reset
 
 
 def watermarks(

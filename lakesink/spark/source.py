@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
@@ -22,6 +22,9 @@ from pyspark.sql.types import StructType
 from lakesink.config import LakesinkConfig, build_config
 from lakesink.protocol.offsets import OffsetRange, TopicPartition, WriterOffsets
 from lakesink.security import Secret
+
+if TYPE_CHECKING:
+    from lakesink.kafka.client import PlanningClients
 
 log = logging.getLogger(__name__)
 
@@ -258,8 +261,25 @@ class KafkaStreamReader(DataSourceStreamReader):
     def __init__(self, cfg: LakesinkConfig) -> None:
         self.cfg = cfg
         self._topic_ids: dict[str, str] | None = None  # Kafka topic ids this query reads
+        self._clients: PlanningClients | None = None
 
     # --- driver side -------------------------------------------------------------------------
+    def _kafka(self) -> PlanningClients:
+        """The planning clients, kept across batches: this reader lives as long as the query
+        (in Spark's source runner process), and new clients per batch cost a connection and
+        its metadata three times a batch."""
+        from lakesink.kafka.client import PlanningClients
+
+        if self._clients is None:
+            self._clients = PlanningClients(
+                self.cfg["kafka.bootstrap.servers"],
+                isolation_level=self.cfg["kafka.isolation.level"],
+                admin_extra=self.cfg.kafka_client_config,
+                consumer_extra=self.cfg.consumer_config,
+                unavailable_s=BROKER_UNAVAILABLE_S,
+            )
+        return self._clients
+
     def _partitions(self) -> list[TopicPartition]:
         from lakesink.kafka.client import list_partitions
 
@@ -269,6 +289,7 @@ class KafkaStreamReader(DataSourceStreamReader):
             pattern=self.cfg["kafka.topic.pattern"],
             extra=self.cfg.kafka_client_config,
             unavailable_s=BROKER_UNAVAILABLE_S,
+            admin=self._kafka().admin(),
         )
 
     def _check_topic_ids(self, partitions: Sequence[TopicPartition]) -> None:
@@ -282,6 +303,7 @@ class KafkaStreamReader(DataSourceStreamReader):
             self.cfg["kafka.bootstrap.servers"],
             {tp.topic for tp in partitions},
             extra=self.cfg.kafka_client_config,
+            admin=self._kafka().admin(),
         )
         if self._topic_ids is None:
             self._topic_ids = committed_topic_ids_of(self.cfg)
@@ -307,28 +329,28 @@ class KafkaStreamReader(DataSourceStreamReader):
     ) -> dict[TopicPartition, int]:
         """Start positions of partitions not in `known`: the table's committed offsets for this
         writer, else kafka.starting.offsets (new partitions found later start at earliest)."""
-        from lakesink.kafka.client import OffsetClient
         from lakesink.kafka.planning import resolve_start
 
         new = [tp for tp in partitions if tp not in known]
         if not new:
             return {}
         committed = self._table_offsets()
-        with OffsetClient(
-            self.cfg["kafka.bootstrap.servers"],
-            isolation_level=self.cfg["kafka.isolation.level"],
-            extra=self.cfg.consumer_config,
-            unavailable_s=BROKER_UNAVAILABLE_S,
-        ) as client:
-            return resolve_start(
-                committed,
-                new,
-                self.cfg["kafka.starting.offsets"] if not known else "earliest",
-                client,
-                fail_on_data_loss=self.cfg["kafka.fail.on.data.loss"],
-            )
+        return resolve_start(
+            committed,
+            new,
+            self.cfg["kafka.starting.offsets"] if not known else "earliest",
+            self._kafka().offsets(),
+            fail_on_data_loss=self.cfg["kafka.fail.on.data.loss"],
+        )
 
     def initialOffset(self) -> dict[str, Any]:
+        try:
+            return self._initial_offset()
+        except BaseException:
+            self._reset_clients()
+            raise
+
+    def _initial_offset(self) -> dict[str, Any]:
         partitions = self._partitions()
         self._check_topic_ids(partitions)
         starts = self._starts({}, partitions)
@@ -340,20 +362,25 @@ class KafkaStreamReader(DataSourceStreamReader):
         return ReadMaxRows(cap) if cap else ReadAllAvailable()
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
-        from lakesink.kafka.client import OffsetClient
+        try:
+            return self._latest_offset(start, limit)
+        except BaseException:
+            self._reset_clients()
+            raise
+
+    def _reset_clients(self) -> None:
+        """After a failed planning call: the next one starts from new clients."""
+        if self._clients is not None:
+            self._clients.reset()
+
+    def _latest_offset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         from lakesink.kafka.planning import check_data_loss, plan_ends
 
         positions = offset_positions(start)
         partitions = self._partitions()
         self._check_topic_ids(partitions)
         positions.update(self._starts(positions, partitions))
-        with OffsetClient(
-            self.cfg["kafka.bootstrap.servers"],
-            isolation_level=self.cfg["kafka.isolation.level"],
-            extra=self.cfg.consumer_config,
-            unavailable_s=BROKER_UNAVAILABLE_S,
-        ) as client:
-            marks = client.watermarks(list(positions))
+        marks = self._kafka().offsets().watermarks(list(positions))
         positions = check_data_loss(
             positions, marks, fail_on_data_loss=self.cfg["kafka.fail.on.data.loss"]
         )
@@ -411,6 +438,12 @@ class KafkaStreamReader(DataSourceStreamReader):
 
     def commit(self, end: dict[str, Any]) -> None:
         """Nothing to do: the table, not Kafka, holds the committed offsets."""
+
+    def stop(self) -> None:
+        """The query stopped: close the planning clients."""
+        if self._clients is not None:
+            self._clients.close()
+            self._clients = None
 
 
 class KafkaDataSource(DataSource):
