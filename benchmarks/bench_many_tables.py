@@ -5,9 +5,9 @@ N topics of one partition each, `--events` records per topic, on one local broke
 of `--tables`:
 
 - `one ingestion`: one `lakesink ingest` pipeline (a child process: Spark local[cores], Hudi,
-  sync commits, `--commit-parallelism` tables committing at once) over the N topics with a
-  table per topic (`tables.t<i>.route.topics`), each batch read once and committed into every
-  table;
+  sync commits, `--commit-parallelism` tables committing at once, `--publish-delay` seconds of
+  modelled store latency in each table commit) over the N topics with a table per topic
+  (`tables.t<i>.route.topics`), each batch read once and committed into every table;
 - `N ingestions`: an ingestion per topic into its own table, each its own child process (a
   driver per table, as users run them today), one after the other. With `--sample K` only K of
   them run and their figures are scaled by N/K (said so in the output).
@@ -56,11 +56,18 @@ def base_config(bootstrap: str, batch: int, cores: int) -> dict[str, Any]:
 
 
 def one_ingestion(
-    bootstrap: str, topics: list[str], events: int, work: Path, cores: int, parallelism: int
+    bootstrap: str,
+    topics: list[str],
+    events: int,
+    work: Path,
+    cores: int,
+    parallelism: int,
+    delay_s: float = 0.0,
 ) -> dict[str, Any]:
     n = len(topics)
     cfg = base_config(bootstrap, max(1, n * events // BATCHES), cores)
     cfg["commit.tables.parallelism"] = parallelism
+    cfg["commit.publish.delay.s"] = delay_s
     cfg["kafka.topics"] = ",".join(topics)
     cfg["writer.id"] = f"bench-one-{n}"
     for i, topic in enumerate(topics):
@@ -114,6 +121,13 @@ def main() -> None:
         default=8,
         help="commit.tables.parallelism of the one ingestion (1: its tables one after another)",
     )
+    ap.add_argument(
+        "--publish-delay",
+        type=float,
+        default=0.0,
+        help="commit.publish.delay.s of the one ingestion: seconds each table commit waits, "
+        "to model a store's latency (an object store's requests)",
+    )
     args = ap.parse_args()
     import subprocess
 
@@ -128,6 +142,7 @@ def main() -> None:
         "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
         "cores": args.cores,
         "commit_parallelism": args.commit_parallelism,
+        "publish_delay_s": args.publish_delay,
     }
     try:
         for n in (int(x) for x in args.tables.split(",")):
@@ -142,6 +157,7 @@ def main() -> None:
                     work,
                     args.cores,
                     args.commit_parallelism,
+                    args.publish_delay,
                 )
             }
             if n <= args.separate_up_to:
