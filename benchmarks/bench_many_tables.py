@@ -5,8 +5,9 @@ N topics of one partition each, `--events` records per topic, on one local broke
 of `--tables`:
 
 - `one ingestion`: one `lakesink ingest` pipeline (a child process: Spark local[cores], Hudi,
-  sync commits) over the N topics with a table per topic (`tables.t<i>.route.topics`), each
-  batch read once and committed into every table;
+  sync commits, `--commit-parallelism` tables committing at once, `--publish-delay` seconds of
+  modelled store latency in each table commit) over the N topics with a table per topic
+  (`tables.t<i>.route.topics`), each batch read once and committed into every table;
 - `N ingestions`: an ingestion per topic into its own table, each its own child process (a
   driver per table, as users run them today), one after the other. With `--sample K` only K of
   them run and their figures are scaled by N/K (said so in the output).
@@ -55,10 +56,18 @@ def base_config(bootstrap: str, batch: int, cores: int) -> dict[str, Any]:
 
 
 def one_ingestion(
-    bootstrap: str, topics: list[str], events: int, work: Path, cores: int
+    bootstrap: str,
+    topics: list[str],
+    events: int,
+    work: Path,
+    cores: int,
+    parallelism: int,
+    delay_s: float = 0.0,
 ) -> dict[str, Any]:
     n = len(topics)
     cfg = base_config(bootstrap, max(1, n * events // BATCHES), cores)
+    cfg["commit.tables.parallelism"] = parallelism
+    cfg["commit.publish.delay.s"] = delay_s
     cfg["kafka.topics"] = ",".join(topics)
     cfg["writer.id"] = f"bench-one-{n}"
     for i, topic in enumerate(topics):
@@ -106,6 +115,19 @@ def main() -> None:
     ap.add_argument("--sample", type=int, default=10, help="separate runs per N (0: all N)")
     ap.add_argument("--separate-up-to", type=int, default=50, help="no N-ingestion runs above")
     ap.add_argument("--broker", choices=("kafka", "noida"), default="kafka")
+    ap.add_argument(
+        "--commit-parallelism",
+        type=int,
+        default=8,
+        help="commit.tables.parallelism of the one ingestion (1: its tables one after another)",
+    )
+    ap.add_argument(
+        "--publish-delay",
+        type=float,
+        default=0.0,
+        help="commit.publish.delay.s of the one ingestion: seconds each table commit waits, "
+        "to model a store's latency (an object store's requests)",
+    )
     args = ap.parse_args()
     import subprocess
 
@@ -116,7 +138,12 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="lakesink-many-"))
     broker = local_broker(args.broker, data_dir=work / "broker")
     broker.start()
-    report: dict[str, Any] = {"started": time.strftime("%Y-%m-%dT%H:%M:%S"), "cores": args.cores}
+    report: dict[str, Any] = {
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        "cores": args.cores,
+        "commit_parallelism": args.commit_parallelism,
+        "publish_delay_s": args.publish_delay,
+    }
     try:
         for n in (int(x) for x in args.tables.split(",")):
             topics = [f"many-{n}-{i:03d}" for i in range(n)]
@@ -124,7 +151,13 @@ def main() -> None:
                 produce_sample_events(broker.bootstrap_servers, topic, args.events, 1)
             row: dict[str, Any] = {
                 "one": one_ingestion(
-                    broker.bootstrap_servers, topics, args.events, work, args.cores
+                    broker.bootstrap_servers,
+                    topics,
+                    args.events,
+                    work,
+                    args.cores,
+                    args.commit_parallelism,
+                    args.publish_delay,
                 )
             }
             if n <= args.separate_up_to:

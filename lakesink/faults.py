@@ -4,17 +4,20 @@ with SIGKILL when execution reaches that point (no cleanup, no `finally`, like a
 Points, in commit order: before-begin, after-begin, after-write, after-reconcile,
 after-precommit (commit.mode=async), after-publish, during-rollback, during-recovery (async);
 and during-archival (after archival moved its first instant; table services only).
-With a dead-letter table a batch commits two tables, the dead-letter table first:
-before-table-commits (both tables' files written, neither committed), between-table-commits
-(the dead-letter table committed, the main table not) and after-table-commits (both committed
-— in async mode the main table pre-committed — before Spark records the batch).
-`LAKESINK_CRASH_AFTER_BATCHES=N` lets N batches pass first.
+A batch of several tables (a dead-letter table, or many tables) commits the first table (the
+dead letters, else the first by name) alone, then the others concurrently (lakesink.spark.batch):
+before-table-commits (every table's files written, none committed), between-table-commits
+(once per batch: the first table committed, no other's commit begun) and after-table-commits
+(all committed — in async mode the main table pre-committed — before Spark records the batch).
+`LAKESINK_CRASH_AFTER_BATCHES=N` lets N batches pass first (N passes of the point: the points
+inside one table's commit are passed once per table that commits).
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import threading
 
 # The steps of one table's commit (and of its recovery and services)
 TABLE_STEP_POINTS = (
@@ -28,7 +31,7 @@ TABLE_STEP_POINTS = (
     "during-recovery",
     "during-archival",
 )
-# The points between the commits of a batch's tables (with a dead-letter table)
+# The points around the commits of a batch's tables (a dead-letter table, or many tables)
 TABLE_CRASH_POINTS = ("before-table-commits", "between-table-commits", "after-table-commits")
 CRASH_POINTS = TABLE_STEP_POINTS + TABLE_CRASH_POINTS
 # One table's commit steps in sync mode
@@ -38,14 +41,16 @@ SYNC_CRASH_POINTS = tuple(
     if p not in ("after-precommit", "during-recovery", "during-archival")
 )
 _seen: dict[str, int] = {}
+_seen_lock = threading.Lock()  # tables commit on several threads
 
 
 def crash_point(point: str) -> None:
     """Die here if the environment asks for it (a test-only hook; no effect otherwise)."""
     if os.environ.get("LAKESINK_CRASH_AT") != point:
         return
-    _seen[point] = _seen.get(point, 0) + 1
-    if _seen[point] > int(os.environ.get("LAKESINK_CRASH_AFTER_BATCHES", "0")):
+    with _seen_lock:
+        _seen[point] = passes = _seen.get(point, 0) + 1
+    if passes > int(os.environ.get("LAKESINK_CRASH_AFTER_BATCHES", "0")):
         os.kill(os.getpid(), signal.SIGKILL)
 
 

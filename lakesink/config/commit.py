@@ -54,6 +54,14 @@ COMMIT_KEYS: tuple[Key, ...] = (
     ),
     Key("commit.max.pending", positive_int, 4, "Most unpublished epochs before the writer waits."),
     Key(
+        "commit.tables.parallelism",
+        positive_int,
+        8,
+        "Most tables of one batch committing at once, on driver threads (a dead-letter table, "
+        "or many tables: tables.<name>.*). The first table (the dead letters, else the first by "
+        "name) commits alone, then the others concurrently; 1: one after another.",
+    ),
+    Key(
         "commit.publish.delay.s",
         float,
         0.0,

@@ -1,8 +1,9 @@
 """One ingestion writing many tables (`tables.<name>.*`, docs/many-tables.md): each batch is
 read from Kafka once, and every table takes the rows its route picks (by topic, by a field's
 text against a regex; a record no route picks goes to `route.default`, else is a dead letter,
-else fails the batch), written by the table's own coordinator and committed one table after
-another (spark/batch.py), each with its own offsets requirement.
+else fails the batch), written by the table's own coordinator and committed with its own
+offsets requirement, concurrently with the others (spark/batch.py: the first table alone,
+then the rest on a bounded pool of driver threads).
 
 Recovery per table: each table holds its own committed offsets. Spark's checkpoint replays an
 unfinished batch with its exact ranges, and a table that committed them begins nothing. Without
@@ -126,8 +127,8 @@ def _rows_from(skip_below: Mapping[tuple[str, int], int | None]) -> Column | Non
 
 class RoutingSink(CommittingSink):
     """`foreachBatch` of a many-table ingestion: the batch's rows read once (cached), each
-    table's taken by its route, written by its plugin and committed in name order after the
-    dead-letter table."""
+    table's taken by its route, written by its plugin and committed after the dead-letter table
+    (else the first by name), the others concurrently."""
 
     def __init__(
         self,
@@ -160,6 +161,7 @@ class RoutingSink(CommittingSink):
                 *(BatchTable(name, t.coordinator) for name, t in self.routed.items()),
             ],
             skip_committed=True,
+            parallelism=self.cfg["commit.tables.parallelism"],
         )
 
     def _commit_batch_once(

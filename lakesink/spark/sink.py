@@ -234,7 +234,8 @@ class CommittingSink:
             [
                 *([BatchTable(DEAD_LETTERS, dead_letters)] if dead_letters is not None else []),
                 BatchTable(ROWS, coordinator, committer),
-            ]
+            ],
+            parallelism=cfg["commit.tables.parallelism"],
         )
         self.transform = load_transform(cfg)
         self.stats = BatchStats()
