@@ -393,8 +393,9 @@ def _mor_chain(
     after every kill the fold audit passes, hudi-rs and lakesink's reader reading one row a key
     alike, and the log files of a deltacommit the kill left inflight are deleted by the next
     run's rollback; a compaction killed before its commit is executed again by the next run (it
-    is never rolled back); the replay of the batch published before Spark recorded it changes
-    nothing; the last run leaves exactly the rows the stream leaves."""
+    is never rolled back), whose attempt deletes the killed attempt's base files; the replay of
+    the batch published before Spark recorded it changes nothing; the last run leaves exactly
+    the rows the stream leaves."""
     topic = topic_factory("mor-crash")
     # few accounts, many changes: most versions supersede a stored row in a log file; 100
     # records per batch (a deltacommit), the rest for the last run
@@ -418,29 +419,36 @@ def _mor_chain(
     args = ["ingest", "--config", str(conf), "--once"]
     published: tuple[dict[int, tuple[Any, ...]], set[Any], int] | None = None
     unrecorded = -1  # the batch on the table that Spark's commit log lacks
-    failed_logs: set[Path] = set()  # the log files of the deltacommit the last kill left
+    # the files of the instant the last kill left inflight: a deltacommit's log files (the
+    # next run rolls it back) or a compaction attempt's base files (the next attempt deletes
+    # them before it writes its own)
+    failed: set[Path] = set()
     logged = 0  # the most committed log files a kill found on the table
     for point, after_batches in MOR_CHAIN:
         crashed = cli(
             args, env={"LAKESINK_CRASH_AT": point, "LAKESINK_CRASH_AFTER_BATCHES": after_batches}
         )
         assert crashed.returncode == KILLED, (point, crashed.stdout[-3000:])
-        # this run began by rolling back the deltacommit the kill before left: its logs are gone
-        left = sorted(str(p) for p in failed_logs if p.exists())
-        assert not left, (point, "log files of a rolled-back deltacommit remain", left)
+        # this run began by recovering what the kill before left: none of its files remain
+        left = sorted(str(p) for p in failed if p.exists())
+        assert not left, (point, "files of a failed instant remain", left)
         table = HudiTable.open(cfg.table_storage)
         inflight = table.timeline().inflight_or_requested()
         if point.startswith("compaction-"):
             assert [i.action for i in inflight] == [Action.COMPACTION], (point, inflight)
         else:
             assert bool(inflight) == (point in LEAVES_INFLIGHT), (point, inflight)
-        failed_logs = {
+        failed = {
             p
             for i in inflight
-            if i.action is Action.DELTA_COMMIT
-            for p in folder.joinpath("accounts").rglob(f"*_{i.time.value}.log.*")
+            for p in folder.joinpath("accounts").rglob(
+                f"*_{i.time.value}.log.*"
+                if i.action is Action.DELTA_COMMIT
+                else f"*_{i.time.value}.parquet"
+            )
         }
-        assert bool(failed_logs) == (point in ("after-write", "after-reconcile")), (point, inflight)
+        writes = ("after-write", "after-reconcile", "compaction-written")
+        assert bool(failed) == (point in writes), (point, inflight, failed)
         report = audit_config(cfg)
         assert report.ok, (point, report.problems)
         assert report.rows_hudi_rs == report.rows_lakesink == report.keys, point
@@ -468,7 +476,7 @@ def _mor_chain(
     # the last run takes the rest in one batch: its many small commits would prove nothing more
     finished = cli([*args, "--set", "kafka.max.records.per.batch=5000"])
     assert finished.returncode == 0, finished.stdout[-3000:]
-    assert not [p for p in failed_logs if p.exists()], "a rolled-back deltacommit's logs remain"
+    assert not [p for p in failed if p.exists()], "files of a failed instant remain"
     report = audit_config(cfg)
     assert report.ok, report.problems
     assert report.keys == report.rows_hudi_rs == report.rows_lakesink == len(stream.rows)
