@@ -3,10 +3,12 @@
 instant, and the exactly-once audit (hudi-rs and lakesink's reader against Kafka; pyiceberg and
 DuckDB for Iceberg) must pass. On a local Hudi table of appends, an Iceberg table of appends, a
 Hudi table on S3 of keys fed a change stream (write.operation=cdc: the fold audit, the table
-equals the fold of the committed records by key) and a merge-on-read Iceberg table of keys fed
-a change stream (position deletes in row-delta snapshots) the steps run as one chain of
-restarts each, on a table, topic and checkpoint of its own, each restart recovering the
-previous crash before it is killed at the next step; the four chains run side by side. (The S3
+equals the fold of the committed records by key), a merge-on-read Iceberg table of keys fed
+a change stream (position deletes in row-delta snapshots) and a merge-on-read Hudi table of
+keys fed one (deltacommits of log files, inline compactions, killed inside them too) the steps
+run as one chain of restarts each, on a table, topic and checkpoint of its own, each restart
+recovering the previous crash before it is killed at the next step; the five chains run side
+by side. (The S3
 chain is the change stream's: the commit steps on S3 are the same for appends and upserts, and
 an upsert's rewritten file slices and rollbacks are the heavier S3 case.)"""
 
