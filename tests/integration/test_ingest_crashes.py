@@ -62,23 +62,21 @@ assert {p for p, _ in CDC_CHAIN} == set(SYNC_CRASH_POINTS) and CDC_CHAIN[-2][0] 
 ICEBERG_CDC_CHAIN = [c for c in CDC_CHAIN if c[0] != "during-rollback"]
 assert {p for p, _ in ICEBERG_CDC_CHAIN} == {p for p, _ in ICEBERG_CHAIN}
 # The merge-on-read Hudi change stream's chain (a compaction every 2 deltacommits): the steps
-# of a deltacommit, and the inline compaction killed once its plan is requested and once its
-# new base files are written (inflight, not committed); each run lets through the deltacommits
-# that reach the next compaction. The replay folded in as CDC_CHAIN's. (during-rollback is the
-# same rollback as copy-on-write's, proven by the other Hudi chains.)
+# of a deltacommit that leave its log files or publish it, and the inline compaction killed
+# once its new base files are written (inflight, not committed); each run lets through the
+# deltacommits that reach the next compaction. The replay folded in as CDC_CHAIN's. Left out
+# for the CI budget (each kill is a CLI run of its own): after-begin (an inflight deltacommit
+# without files) and during-rollback, killed in the other Hudi chains, and the compaction's
+# earlier steps (plan requested, marked inflight), unit-tested in test_hudi_compaction.py.
 MOR_CHAIN = [
-    ("after-begin", "1"),
     ("after-write", "1"),
     ("after-reconcile", "1"),
     ("compaction-written", "0"),
-    ("compaction-requested", "0"),
     ("after-publish", "1"),
     ("before-begin", "0"),
 ]
-assert {p for p, _ in MOR_CHAIN} >= set(SYNC_CRASH_POINTS) - {"during-rollback"}
-assert {p for p, _ in MOR_CHAIN} >= set(COMPACTION_CRASH_POINTS) - {
-    "compaction-inflight",  # the same state as compaction-written's, none of its files
-    "compaction-slice-written",  # one slice of several: compaction-written's case
+assert {p for p, _ in MOR_CHAIN} == set(SYNC_CRASH_POINTS) - {"after-begin", "during-rollback"} | {
+    COMPACTION_CRASH_POINTS[-1]
 }
 
 
@@ -401,7 +399,7 @@ def _mor_chain(
     topic = topic_factory("mor-crash")
     # few accounts, many changes: most versions supersede a stored row in a log file; 100
     # records per batch (a deltacommit), the rest for the last run
-    stream = produce_sample_changes(kafka_bootstrap, topic, 40, 1000, 2, seed=37)
+    stream = produce_sample_changes(kafka_bootstrap, topic, 40, 700, 2, seed=37)
     folder = tmp_path / "hudi-mor"
     folder.mkdir()
     cfg = ingest_config(
@@ -487,7 +485,7 @@ def _mor_chain(
     assert got == expected, _differing(expected, got)
     timeline = HudiTable.open(cfg.table_storage).timeline()
     assert not timeline.inflight_or_requested()
-    # the two killed compactions and the ones between: each executed to its commit
+    # the compaction between the kills, the killed one and the last run's: each committed
     assert len(timeline.completed(Action.COMMIT)) >= 3, timeline.completed(Action.COMMIT)
 
 
