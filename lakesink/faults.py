@@ -4,6 +4,10 @@ with SIGKILL when execution reaches that point (no cleanup, no `finally`, like a
 Points, in commit order: before-begin, after-begin, after-write, after-reconcile,
 after-precommit (commit.mode=async), after-publish, during-rollback, during-recovery (async);
 and during-archival (after archival moved its first instant; table services only).
+A merge-on-read table's compaction (inline or `lakesink table compact`): compaction-requested
+(its plan written), compaction-inflight (marked inflight, nothing written),
+compaction-slice-written (after each new base file) and compaction-written (every base file
+written, before its commit).
 A batch of several tables (a dead-letter table, or many tables) commits the first table (the
 dead letters, else the first by name) alone, then the others concurrently (lakesink.spark.batch):
 before-table-commits (every table's files written, none committed), between-table-commits
@@ -31,9 +35,16 @@ TABLE_STEP_POINTS = (
     "during-recovery",
     "during-archival",
 )
+# The steps of a merge-on-read table's compaction, in order
+COMPACTION_CRASH_POINTS = (
+    "compaction-requested",
+    "compaction-inflight",
+    "compaction-slice-written",
+    "compaction-written",
+)
 # The points around the commits of a batch's tables (a dead-letter table, or many tables)
 TABLE_CRASH_POINTS = ("before-table-commits", "between-table-commits", "after-table-commits")
-CRASH_POINTS = TABLE_STEP_POINTS + TABLE_CRASH_POINTS
+CRASH_POINTS = TABLE_STEP_POINTS + COMPACTION_CRASH_POINTS + TABLE_CRASH_POINTS
 # One table's commit steps in sync mode
 SYNC_CRASH_POINTS = tuple(
     p

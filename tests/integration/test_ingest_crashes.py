@@ -3,10 +3,12 @@
 instant, and the exactly-once audit (hudi-rs and lakesink's reader against Kafka; pyiceberg and
 DuckDB for Iceberg) must pass. On a local Hudi table of appends, an Iceberg table of appends, a
 Hudi table on S3 of keys fed a change stream (write.operation=cdc: the fold audit, the table
-equals the fold of the committed records by key) and a merge-on-read Iceberg table of keys fed
-a change stream (position deletes in row-delta snapshots) the steps run as one chain of
-restarts each, on a table, topic and checkpoint of its own, each restart recovering the
-previous crash before it is killed at the next step; the four chains run side by side. (The S3
+equals the fold of the committed records by key), a merge-on-read Iceberg table of keys fed
+a change stream (position deletes in row-delta snapshots) and a merge-on-read Hudi table of
+keys fed one (deltacommits of log files, inline compactions, killed inside them too) the steps
+run as one chain of restarts each, on a table, topic and checkpoint of its own, each restart
+recovering the previous crash before it is killed at the next step; the five chains run side
+by side. (The S3
 chain is the change stream's: the commit steps on S3 are the same for appends and upserts, and
 an upsert's rewritten file slices and rollbacks are the heavier S3 case.)"""
 
@@ -23,12 +25,13 @@ from integration.table_stores import TableAt, table_at
 from interop.compare import assert_java_hudi_agrees
 
 from lakesink.config import LakesinkConfig
-from lakesink.faults import SYNC_CRASH_POINTS
+from lakesink.faults import COMPACTION_CRASH_POINTS, SYNC_CRASH_POINTS
 from lakesink.formats.hudi.audit import hudi_rs_batches
 from lakesink.formats.hudi.table.hudi_table import HudiTable
 from lakesink.formats.hudi.table.view import FileSystemView
 from lakesink.kafka.producer import produce_sample_events
 from lakesink.kafka.sample_changes import ACCOUNTS_DDL, produce_sample_changes
+from lakesink.protocol.instant import Action
 from lakesink.protocol.offsets import TopicPartition
 
 pytestmark = pytest.mark.integration
@@ -58,6 +61,23 @@ assert {p for p, _ in CDC_CHAIN} == set(SYNC_CRASH_POINTS) and CDC_CHAIN[-2][0] 
 # The Iceberg change stream's chain: Iceberg's steps with the replay folded in as CDC_CHAIN's
 ICEBERG_CDC_CHAIN = [c for c in CDC_CHAIN if c[0] != "during-rollback"]
 assert {p for p, _ in ICEBERG_CDC_CHAIN} == {p for p, _ in ICEBERG_CHAIN}
+# The merge-on-read Hudi change stream's chain (a compaction every 2 deltacommits): the steps
+# of a deltacommit that leave its log files or publish it, and the inline compaction killed
+# once its new base files are written (inflight, not committed); each run lets through the
+# deltacommits that reach the next compaction. The replay folded in as CDC_CHAIN's. Left out
+# for the CI budget (each kill is a CLI run of its own): after-begin (an inflight deltacommit
+# without files) and during-rollback, killed in the other Hudi chains, and the compaction's
+# earlier steps (plan requested, marked inflight), unit-tested in test_hudi_compaction.py.
+MOR_CHAIN = [
+    ("after-write", "1"),
+    ("after-reconcile", "1"),
+    ("compaction-written", "0"),
+    ("after-publish", "1"),
+    ("before-begin", "0"),
+]
+assert {p for p, _ in MOR_CHAIN} == set(SYNC_CRASH_POINTS) - {"after-begin", "during-rollback"} | {
+    COMPACTION_CRASH_POINTS[-1]
+}
 
 
 # Each table runs the steps as one chain of restarts: N+1 driver starts prove what N
@@ -80,7 +100,8 @@ def test_driver_killed_at_each_commit_step_in_turn_each_restart_recovers_and_end
     reader sees a consistent table; the last run, without a crash, lands the rest exactly
     once. The chains `hudi-local` and `iceberg` run side by side (each CLI run is mostly one
     busy process while its JVM starts), with `hudi-cdc-s3` (a change stream upserted by key into
-    a table on S3) and `iceberg-cdc-mor` (one into a merge-on-read Iceberg table of keys); a
+    a table on S3), `iceberg-cdc-mor` (one into a merge-on-read Iceberg table of keys) and
+    `hudi-cdc-mor` (one into a merge-on-read Hudi table, killed inside its compactions too); a
     failure names its chain. The session's Java Hudi starts (if it has not yet) while they
     run."""
     hudi_local = _hudi_config("local", kafka_bootstrap, topic_factory, tmp_path, request)
@@ -96,6 +117,7 @@ def test_driver_killed_at_each_commit_step_in_turn_each_restart_recovers_and_end
             "iceberg-cdc-mor": lambda: _iceberg_cdc_chain(
                 kafka_bootstrap, topic_factory, tmp_path, cli
             ),
+            "hudi-cdc-mor": lambda: _mor_chain(kafka_bootstrap, topic_factory, tmp_path, cli),
         },
         meanwhile=lambda: java_hudi.append(request.getfixturevalue("java_hudi")),
     )
@@ -361,6 +383,110 @@ def _iceberg_cdc_chain(
     assert got == expected, _differing(expected, got)
     ends = watermarks(kafka_bootstrap, [TopicPartition(topic, p) for p in range(2)])
     assert report.committed == {tp.key(): hi for tp, (_, hi) in ends.items()}, report.committed
+
+
+def _mor_chain(
+    kafka_bootstrap: str, topic_factory: Callable[[str], str], tmp_path: Path, cli: Any
+) -> None:
+    """One chain of runs on a merge-on-read Hudi table of keys fed a change stream
+    (write.operation=cdc, table.type=MERGE_ON_READ, an inline compaction every 2 deltacommits):
+    after every kill the fold audit passes, hudi-rs and lakesink's reader reading one row a key
+    alike, and the log files of a deltacommit the kill left inflight are deleted by the next
+    run's rollback; a compaction killed before its commit is executed again by the next run (it
+    is never rolled back), whose attempt deletes the killed attempt's base files; the replay of
+    the batch published before Spark recorded it changes nothing; the last run leaves exactly
+    the rows the stream leaves."""
+    topic = topic_factory("mor-crash")
+    # few accounts, many changes: most versions supersede a stored row in a log file; 100
+    # records per batch (a deltacommit), the rest for the last run
+    stream = produce_sample_changes(kafka_bootstrap, topic, 40, 700, 2, seed=37)
+    folder = tmp_path / "hudi-mor"
+    folder.mkdir()
+    cfg = ingest_config(
+        kafka_bootstrap,
+        topic,
+        folder / "accounts",
+        value__schema=ACCOUNTS_DDL,
+        write__operation="cdc",
+        table__record__key__fields="id",
+        table__bucket__count=2,
+        table__type="MERGE_ON_READ",
+        table__compaction__every__commits=2,  # compactions between the kills
+        kafka__max__records__per__batch=100,
+        writer__id="mor-writer",
+    )
+    conf = write_config_file(cfg, folder / "c.toml")
+    args = ["ingest", "--config", str(conf), "--once"]
+    published: tuple[dict[int, tuple[Any, ...]], set[Any], int] | None = None
+    unrecorded = -1  # the batch on the table that Spark's commit log lacks
+    # the files of the instant the last kill left inflight: a deltacommit's log files (the
+    # next run rolls it back) or a compaction attempt's base files (the next attempt deletes
+    # them before it writes its own)
+    failed: set[Path] = set()
+    logged = 0  # the most committed log files a kill found on the table
+    for point, after_batches in MOR_CHAIN:
+        crashed = cli(
+            args, env={"LAKESINK_CRASH_AT": point, "LAKESINK_CRASH_AFTER_BATCHES": after_batches}
+        )
+        assert crashed.returncode == KILLED, (point, crashed.stdout[-3000:])
+        # this run began by recovering what the kill before left: none of its files remain
+        left = sorted(str(p) for p in failed if p.exists())
+        assert not left, (point, "files of a failed instant remain", left)
+        table = HudiTable.open(cfg.table_storage)
+        inflight = table.timeline().inflight_or_requested()
+        if point.startswith("compaction-"):
+            assert [i.action for i in inflight] == [Action.COMPACTION], (point, inflight)
+        else:
+            assert bool(inflight) == (point in LEAVES_INFLIGHT), (point, inflight)
+        failed = {
+            p
+            for i in inflight
+            for p in folder.joinpath("accounts").rglob(
+                f"*_{i.time.value}.log.*"
+                if i.action is Action.DELTA_COMMIT
+                else f"*_{i.time.value}.parquet"
+            )
+        }
+        writes = ("after-write", "after-reconcile", "compaction-written")
+        assert bool(failed) == (point in writes), (point, inflight, failed)
+        report = audit_config(cfg)
+        assert report.ok, (point, report.problems)
+        assert report.rows_hudi_rs == report.rows_lakesink == report.keys, point
+        assert report.keys is not None and report.keys > 0, point
+        slices = FileSystemView(table).latest_base_files()
+        logged = max(logged, sum(len(s.log_paths) for s in slices))
+        now = (
+            _account_rows(cfg),
+            {(s.path, s.log_paths) for s in slices},
+            len(table.timeline().completed()),
+        )
+        if published is not None:
+            # the batch was replayed (now in Spark's commit log) and skipped: same rows, same
+            # latest slices (base and log files), no new instant
+            assert unrecorded in _spark_log(cfg, "commits"), unrecorded
+            assert now[0] == published[0], _differing(published[0], now[0])
+            assert now[1:] == published[1:], (published[1:], now[1:])
+            published = None
+        if point == "after-publish":
+            published = now
+            unrecorded = max(_spark_log(cfg, "offsets"))
+            assert unrecorded not in _spark_log(cfg, "commits"), unrecorded
+    assert published is None, "the chain never ran the replay after the crash after publish"
+    assert logged > 0, "no kill found a log file on the table: the chain proves less"
+    # the last run takes the rest in one batch: its many small commits would prove nothing more
+    finished = cli([*args, "--set", "kafka.max.records.per.batch=5000"])
+    assert finished.returncode == 0, finished.stdout[-3000:]
+    assert not [p for p in failed if p.exists()], "files of a failed instant remain"
+    report = audit_config(cfg)
+    assert report.ok, report.problems
+    assert report.keys == report.rows_hudi_rs == report.rows_lakesink == len(stream.rows)
+    expected = {k: (r["owner"], r["balance"], r["updated_at"]) for k, r in stream.rows.items()}
+    got = _account_rows(cfg)
+    assert got == expected, _differing(expected, got)
+    timeline = HudiTable.open(cfg.table_storage).timeline()
+    assert not timeline.inflight_or_requested()
+    # the compaction between the kills, the killed one and the last run's: each committed
+    assert len(timeline.completed(Action.COMMIT)) >= 3, timeline.completed(Action.COMMIT)
 
 
 def _iceberg_keyed_state(
