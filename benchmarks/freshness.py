@@ -23,10 +23,10 @@ the newest metadata file).
     python benchmarks/freshness.py --peers delta,hudi,iceberg --peer-triggers 1,0
 
 `--rate half-max` first measures what lakesink ingests from a backlog (`ingest --once` of
-100,000 and 400,000 records, so that the start cancels out; the lowest over `--formats`) and
-produces at half of it. `--store s3` puts lakesink's tables in a bucket of a local S3 server
-(moto over HTTP, the tests' `s3_server.py`; the Iceberg catalog stays in SQLite on local disk);
-the peers run on local disk only.
+400,000 records, from the end of its first batch to the end of its last; the lowest over
+`--formats`) and produces at half of it. `--store s3` puts lakesink's tables in a bucket of a
+local S3 server (moto over HTTP, the tests' `s3_server.py`; the Iceberg catalog stays in
+SQLite on local disk); the peers run on local disk only.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -49,7 +50,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 WARM_UP_RECORDS = 100
-MAX_RATE_RECORDS = 400_000  # the larger backlog of max_rate's two runs
+MAX_RATE_RECORDS = 400_000  # max_rate's backlog
+PROGRESS = re.compile(r"total ([\d,]+)\s+([\d,]+) rec/s")
 HERE = Path(__file__).resolve().parent
 PAYLOAD = b"x" * 200
 
@@ -234,21 +236,26 @@ def _start_lakesink(
 def max_rate(
     bootstrap: str, fmt: str, args: argparse.Namespace, tmp: Path, store: dict[str, Any]
 ) -> float:
-    """The records per second lakesink ingests from a backlog (`ingest --once`, the default
-    trigger's batches): two runs of different sizes, so that the start cancels out."""
+    """The records per second lakesink ingests from a backlog of MAX_RATE_RECORDS (`ingest
+    --once`, the default batch size): from the first batch's end to the last's, read from the
+    progress lines (`total N  R rec/s`: R is N over the seconds since the query started), so
+    that Spark's start and the first batch's warm-up are left out."""
     from lakesink.kafka.client import create_topic
 
-    timed = []
-    for count in (MAX_RATE_RECORDS // 4, MAX_RATE_RECORDS):
-        name = f"max-{fmt}-{count}-{int(time.time())}"
-        create_topic(bootstrap, name, args.partitions)
-        _produce(bootstrap, name, count, float("inf"))
-        command, _ = _start_lakesink(bootstrap, name, fmt, 5.0, tmp, store)
-        start = time.time()
-        subprocess.run([*command, "--once"], check=True, capture_output=True)
-        timed.append((count, time.time() - start))
-    (n1, t1), (n2, t2) = timed
-    return (n2 - n1) / max(t2 - t1, 1e-3)
+    name = f"max-{fmt}-{int(time.time())}"
+    create_topic(bootstrap, name, args.partitions)
+    _produce(bootstrap, name, MAX_RATE_RECORDS, float("inf"))
+    command, _ = _start_lakesink(bootstrap, name, fmt, 5.0, tmp, store)
+    out = subprocess.run([*command, "--once"], check=True, capture_output=True, text=True).stdout
+    progress = [
+        (int(total.replace(",", "")), int(total.replace(",", "")) / float(rate.replace(",", "")))
+        for total, rate in PROGRESS.findall(out)
+        if float(rate.replace(",", "")) > 0
+    ]
+    if len(progress) < 3:
+        raise RuntimeError(f"too few batches to time ({len(progress)}): {out[-2000:]}")
+    (n1, t1), (n2, t2) = progress[0], progress[-1]
+    return (n2 - n1) / (t2 - t1)
 
 
 def _start_peer(
@@ -393,6 +400,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cores", type=int, default=2, help="the peers' Spark local[N]")
     parser.add_argument("--json", type=Path, help="write the results here too")
     args = parser.parse_args(argv)
+    # a SIGTERM (timeout, kill) unwinds like Ctrl-C: the writers, readers and broker are stopped
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     from lakesink.kafka.kafka_server import local_broker
 
     if args.store == "s3" and args.peers:
