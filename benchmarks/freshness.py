@@ -191,7 +191,12 @@ def _produce(bootstrap: str, topic: str, count: int, rate: float) -> float:
         delay = due - time.time()
         if delay > 0:
             time.sleep(delay)
-        producer.produce(topic, value=PAYLOAD, key=str(i).encode())
+        while True:
+            try:
+                producer.produce(topic, value=PAYLOAD, key=str(i).encode())
+                break
+            except BufferError:  # the client's queue is full (an unlimited rate): let it drain
+                producer.poll(0.05)
         producer.poll(0)
     producer.flush(60)
     return time.time()
@@ -327,7 +332,8 @@ def one_trigger(
         deadline = time.time() + 300
         while len(reader.seen) < WARM_UP_RECORDS:
             if writer.poll() is not None or time.time() > deadline:
-                raise RuntimeError(f"{system} never showed its warm-up (see {log.name})")
+                tail = Path(log.name).read_text(errors="replace")[-3000:]
+                raise RuntimeError(f"{system} never showed its warm-up; its log ends:\n{tail}")
             time.sleep(0.2)
         measured_from = time.time()
         count = int(rate * args.seconds)
