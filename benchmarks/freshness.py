@@ -23,10 +23,10 @@ the newest metadata file).
     python benchmarks/freshness.py --peers delta,hudi,iceberg --peer-triggers 1,0
 
 `--rate half-max` first measures what lakesink ingests from a backlog (`ingest --once` of
-400,000 records, from the end of its first batch to the end of its last; the lowest over
-`--formats`) and produces at half of it. `--store s3` puts lakesink's tables in a bucket of a
-local S3 server (moto over HTTP, the tests' `s3_server.py`; the Iceberg catalog stays in
-SQLite on local disk); the peers run on local disk only.
+400,000 records in batches of 50,000, from the end of its first batch to the end of its
+last; the lowest over `--formats`) and produces at half of it. `--store s3` puts lakesink's
+tables in a bucket of a local S3 server (moto over HTTP, the tests' `s3_server.py`; the Iceberg
+catalog stays in SQLite on local disk); the peers run on local disk only.
 """
 
 from __future__ import annotations
@@ -51,6 +51,7 @@ import pyarrow.compute as pc
 
 WARM_UP_RECORDS = 100
 MAX_RATE_RECORDS = 400_000  # max_rate's backlog
+MAX_RATE_BATCH = 50_000  # its records per batch: eight batches to time
 PROGRESS = re.compile(r"total ([\d,]+)\s+([\d,]+) rec/s")
 HERE = Path(__file__).resolve().parent
 PAYLOAD = b"x" * 200
@@ -203,7 +204,13 @@ def _produce(bootstrap: str, topic: str, count: int, rate: float) -> float:
 
 
 def _start_lakesink(
-    bootstrap: str, name: str, fmt: str, trigger_s: float, tmp: Path, store: dict[str, Any]
+    bootstrap: str,
+    name: str,
+    fmt: str,
+    trigger_s: float,
+    tmp: Path,
+    store: dict[str, Any],
+    per_batch: int = 1_000_000,
 ) -> tuple[list[str], Callable[[], pa.Table | None]]:
     """The `lakesink ingest` command for the topic `name`, and how to read its table. `store`:
     the storage keys and `root` of an S3 bucket, or empty for local disk."""
@@ -219,7 +226,7 @@ def _start_lakesink(
         "checkpoint.location": str(tmp / f"{name}-checkpoint"),
         "writer.id": name,
         "trigger.interval.s": trigger_s,
-        "kafka.max.records.per.batch": 1_000_000,
+        "kafka.max.records.per.batch": per_batch,
         **{k: v for k, v in store.items() if k != "root"},
     }
     if fmt == "iceberg":
@@ -242,15 +249,15 @@ def max_rate(
     bootstrap: str, fmt: str, args: argparse.Namespace, tmp: Path, store: dict[str, Any]
 ) -> float:
     """The records per second lakesink ingests from a backlog of MAX_RATE_RECORDS (`ingest
-    --once`, the default batch size): from the first batch's end to the last's, read from the
-    progress lines (`total N  R rec/s`: R is N over the seconds since the query started), so
-    that Spark's start and the first batch's warm-up are left out."""
+    --once`, MAX_RATE_BATCH records a batch): from the first batch's end to the last's, read
+    from the progress lines (`total N  R rec/s`: R is N over the seconds since the query
+    started), so that Spark's start and the first batch's warm-up are left out."""
     from lakesink.kafka.client import create_topic
 
     name = f"max-{fmt}-{int(time.time())}"
     create_topic(bootstrap, name, args.partitions)
     _produce(bootstrap, name, MAX_RATE_RECORDS, float("inf"))
-    command, _ = _start_lakesink(bootstrap, name, fmt, 5.0, tmp, store)
+    command, _ = _start_lakesink(bootstrap, name, fmt, 5.0, tmp, store, MAX_RATE_BATCH)
     out = subprocess.run([*command, "--once"], check=True, capture_output=True, text=True).stdout
     progress = [
         (int(total.replace(",", "")), int(total.replace(",", "")) / float(rate.replace(",", "")))
