@@ -296,7 +296,7 @@ def _start_peer(
     }
     command = [env.python, str(HERE / "freshness_peer.py"), "run", json.dumps(cfg)]
     if mode == "hudi":
-        return command, lambda: hudi_rs_rows(path / "table")
+        return command, lambda: hudi_rs_rows(str(path / "table"))
     if mode == "iceberg":
         return command, lambda: hadoop_iceberg_rows(path)
     return command, None
