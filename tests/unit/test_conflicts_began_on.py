@@ -68,3 +68,30 @@ def test_what_completed_after_the_snapshot_or_by_its_times_after_the_begin_stays
     _commit(table, late, completion=InstantTime.from_epoch_ms(base + 80))
     found = {op.instant_time for op in concurrent_operations(table, began, began_on=snapshot)}
     assert found == {ahead, late}
+
+
+@pytest.mark.parametrize("locked", [False, True], ids=["plain", "locked"])
+def test_a_new_instant_begins_after_every_completion_time_not_only_every_instant_time(
+    tmp_path: Path, locked: bool
+) -> None:
+    """A compaction finished right before a batch began completes in the same millisecond the
+    batch's instant would take: that instant must come after the completion time, or the check
+    takes the compaction for a concurrent commit (a flaky conflict in one of ten runs)."""
+    from lakesink.formats.hudi.concurrency.instant_time import InstantTimeGenerator
+    from lakesink.formats.hudi.control import CommitControl, LockedCommitControl
+
+    table = HudiTable.create(tmp_path / "t", TableConfig("t", ("kafka_offset",), ()))
+    clock_ms = 1_800_000_000_000
+    done = InstantTime.from_epoch_ms(clock_ms + 7)  # completed "now", later than its own time
+    _commit(table, InstantTime.from_epoch_ms(clock_ms - 10), completion=done)
+    if locked:
+        control: CommitControl = LockedCommitControl(str(table.base_path))
+        control.generator = InstantTimeGenerator(lambda: clock_ms)
+    else:
+        control = CommitControl(clock_ms=lambda: clock_ms)
+    with control.locked(table):
+        began = control.next_instant_time(table)
+    assert began > done
+    snapshot = table.timeline()
+    snapshot.begin(Action.COMMIT, began, snapshot_is_fresh=True)
+    assert concurrent_operations(table, began, began_on=snapshot) == []

@@ -32,7 +32,7 @@ from lakesink.formats.hudi.concurrency.heartbeat import (
 from lakesink.formats.hudi.concurrency.instant_time import InstantTimeGenerator
 from lakesink.formats.hudi.concurrency.lock import LockLease, LockProvider
 from lakesink.formats.hudi.table.hudi_table import HudiTable
-from lakesink.formats.hudi.table.timeline import Timeline
+from lakesink.formats.hudi.table.timeline import Timeline, latest_time
 from lakesink.protocol.instant import InstantTime
 from lakesink.settings import CommitSettings, Settings
 from lakesink.storage import Storage
@@ -90,11 +90,12 @@ class CommitControl:
         return contextlib.nullcontext()
 
     def next_instant_time(self, table: HudiTable, timeline: Timeline | None = None) -> InstantTime:
-        """A new instant time after every instant on the table (`timeline`: a snapshot listed
-        just now, under the lock, to read instead of listing again)."""
-        instants = (timeline or table.timeline()).instants  # sorted by instant time
-        latest = instants[-1].time.to_epoch_ms() if instants else 0
-        return InstantTime.from_epoch_ms(max(self._clock_ms(), latest + 1))
+        """A new instant time after every instant time and completion time on the table
+        (`latest_time`; `timeline`: a snapshot listed just now, under the lock, to read
+        instead of listing again)."""
+        latest = latest_time(timeline or table.timeline())
+        latest_ms = latest.to_epoch_ms() if latest is not None else 0
+        return InstantTime.from_epoch_ms(max(self._clock_ms(), latest_ms + 1))
 
     def start_heartbeat(self, table: HudiTable, t: InstantTime) -> None:
         """Begin proving this writer is alive while instant `t` is inflight."""
@@ -173,8 +174,8 @@ class LockedCommitControl(CommitControl):
                 self._lease = None
 
     def next_instant_time(self, table: HudiTable, timeline: Timeline | None = None) -> InstantTime:
-        instants = (timeline or table.timeline()).instants  # sorted by instant time
-        return self.generator.next(instants[-1].time if instants else None, lease=self._lease)
+        latest = latest_time(timeline or table.timeline())
+        return self.generator.next(latest, lease=self._lease)
 
     def start_heartbeat(self, table: HudiTable, t: InstantTime) -> None:
         hb = Heartbeat(

@@ -561,6 +561,19 @@ class Timeline:
             self.storage.delete(self.key_of(instant.with_state(state)))
 
 
+def latest_time(timeline: Timeline) -> InstantTime | None:
+    """The latest instant time or completion time on `timeline`: a new instant begins after
+    it, so that nothing that completed before the instant began has a completion time at or
+    after the instant's own time (which the conflict check would take for a concurrent
+    commit)."""
+    instants = timeline.instants  # sorted by instant time
+    if not instants:
+        return None
+    done = [c.value for i in instants if (c := i.completion_time) is not None]
+    latest = instants[-1].time.value
+    return InstantTime(max(latest, *done) if done else latest)
+
+
 def next_completion_time(timeline: Timeline, instant_time: InstantTime) -> InstantTime:
     """The completion time (layout 2) of `instant_time` completing now on `timeline`: the clock,
     but never before the instant's own time nor at or before the last completion time, and no
