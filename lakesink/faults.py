@@ -15,13 +15,23 @@ before-table-commits (every table's files written, none committed), between-tabl
 (all committed — in async mode the main table pre-committed — before Spark records the batch).
 `LAKESINK_CRASH_AFTER_BATCHES=N` lets N batches pass first (N passes of the point: the points
 inside one table's commit are passed once per table that commits).
+
+Pauses, for races between processes without sleeps: `LAKESINK_PAUSE_AT=<point>[,<point>...]`
+and `LAKESINK_PAUSE_DIR=<dir>` make a process that reaches one of those points (a crash point,
+or `waiting-for-lock`: a table lock it wants is held by another) write `<dir>/<point>.reached`
+and wait until `<dir>/<point>.go` exists; a test orders two processes' steps with the files.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import threading
+import time
+from pathlib import Path
+
+log = logging.getLogger(__name__)
 
 # The steps of one table's commit (and of its recovery and services)
 TABLE_STEP_POINTS = (
@@ -45,6 +55,9 @@ COMPACTION_CRASH_POINTS = (
 # The points around the commits of a batch's tables (a dead-letter table, or many tables)
 TABLE_CRASH_POINTS = ("before-table-commits", "between-table-commits", "after-table-commits")
 CRASH_POINTS = TABLE_STEP_POINTS + COMPACTION_CRASH_POINTS + TABLE_CRASH_POINTS
+# Points a process may pause at besides the crash points
+PAUSE_ONLY_POINTS = ("waiting-for-lock",)
+PAUSE_TIMEOUT_S = 120.0  # a test that never writes the go file fails, the process goes on
 # One table's commit steps in sync mode
 SYNC_CRASH_POINTS = tuple(
     p
@@ -55,8 +68,27 @@ _seen: dict[str, int] = {}
 _seen_lock = threading.Lock()  # tables commit on several threads
 
 
+def pause_point(point: str) -> None:
+    """Wait here if the environment asks for it (a test-only hook; no effect otherwise): mark
+    `<LAKESINK_PAUSE_DIR>/<point>.reached`, then wait until `<point>.go` is there (at most
+    `PAUSE_TIMEOUT_S`, then go on with a warning)."""
+    if point not in os.environ.get("LAKESINK_PAUSE_AT", "").split(","):
+        return
+    folder = Path(os.environ["LAKESINK_PAUSE_DIR"])
+    (folder / f"{point}.reached").touch()
+    go = folder / f"{point}.go"
+    deadline = time.monotonic() + PAUSE_TIMEOUT_S
+    while not go.exists():
+        if time.monotonic() > deadline:
+            log.warning("pause at %s: no %s within %.0f s; going on", point, go, PAUSE_TIMEOUT_S)
+            return
+        time.sleep(0.02)
+
+
 def crash_point(point: str) -> None:
-    """Die here if the environment asks for it (a test-only hook; no effect otherwise)."""
+    """Die here if the environment asks for it (a test-only hook; no effect otherwise); pause
+    here first if it asks for that (`pause_point`)."""
+    pause_point(point)
     if os.environ.get("LAKESINK_CRASH_AT") != point:
         return
     with _seen_lock:

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from lakesink.errors import ConfigError, LockError
+from lakesink.faults import pause_point
 from lakesink.storage import (
     LocalStorage,
     ObjectChangedError,
@@ -511,6 +512,7 @@ class FileLockProvider:
                     f"lock {self.lock_dir} not acquired within {timeout_s}s: it is {held}; "
                     "retry later or raise the lock timeout"
                 )
+            pause_point("waiting-for-lock")  # a test-only hook: a race across processes
             self.sleep(self.poll_s)
 
     def release(self, lease: LockLease) -> None:
