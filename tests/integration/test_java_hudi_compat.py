@@ -4,8 +4,9 @@ many commits and partitions, unpartitioned and two-level partitioned, a rollback
 instant with its files, clustering (done and pending), clean, archival into packs, a late
 backfill, the golden fixtures, and merge-on-read tables of log files written by hand (also read
 optimized), one of them compacted by lakesink then written again, with a compaction pending,
-one compacted, cleaned (its superseded slices deleted whole) and archived, then written again,
-and one never compacted, archived (all but the last deltacommits) and written again.
+one compacted, cleaned (its superseded slices deleted whole) and archived, then written again
+(versions 6 and 8), and one never compacted, archived (all but the last deltacommits) and
+written again.
 Queries: snapshot with the metadata table on and off, Spark SQL, time travel to every retained
 instant, incremental reads between instants. The tables are built once and all reads go to the
 JVM in one round trip."""
@@ -67,7 +68,8 @@ TABLES = [
     "mor_v6",
     "mor_v8",
     "mor_compacted_v8",  # (v6 checked alike once; left out for the suite's time budget)
-    "mor_serviced_v8",  # (v6 checked alike once; left out for the suite's time budget)
+    "mor_serviced_v6",
+    "mor_serviced_v8",
     "mor_archived_v8",
 ]
 # incremental reads from the start only
@@ -75,6 +77,7 @@ LIGHT = {
     "unpartitioned_v8",
     "two_levels_v6",
     "mor_compacted_v8",
+    "mor_serviced_v6",
     "mor_serviced_v8",
     "mor_archived_v8",
 }
@@ -435,8 +438,9 @@ def built(java_hudi: JavaHudi, tmp_path_factory: pytest.TempPathFactory) -> Buil
         _mor_table(paths[f"mor_v{v}"], v)
     paths["mor_compacted_v8"] = root / "mor_compacted_v8"
     _compacted_mor_table(paths["mor_compacted_v8"], 8)
-    paths["mor_serviced_v8"] = root / "mor_serviced_v8"
-    _serviced_mor_table(paths["mor_serviced_v8"], 8)
+    for v in (6, 8):
+        paths[f"mor_serviced_v{v}"] = root / f"mor_serviced_v{v}"
+        _serviced_mor_table(paths[f"mor_serviced_v{v}"], v)
     paths["mor_archived_v8"] = root / "mor_archived_v8"
     _archived_mor_table(paths["mor_archived_v8"], 8)
     queries: dict[str, list[Query]] = {
@@ -445,7 +449,8 @@ def built(java_hudi: JavaHudi, tmp_path_factory: pytest.TempPathFactory) -> Buil
     for v in (6, 8):
         queries[f"mor_v{v}"].append(_read_optimized(paths[f"mor_v{v}"]))
     queries["mor_compacted_v8"].append(_read_optimized(paths["mor_compacted_v8"]))
-    queries["mor_serviced_v8"].append(_read_optimized(paths["mor_serviced_v8"]))
+    for v in (6, 8):
+        queries[f"mor_serviced_v{v}"].append(_read_optimized(paths[f"mor_serviced_v{v}"]))
     queries["mor_archived_v8"].append(_read_optimized(paths["mor_archived_v8"]))
     everything = [q for name in TABLES for q in queries[name]]
     found = check_tables(java_hudi, everything)
