@@ -2,11 +2,13 @@
 (Kafka Connect's standalone worker) streams inserts, updates, deletes, TOASTed values left
 alone, a primary-key change and a transaction over two tables from a real PostgreSQL into the
 test's Apache Kafka; lakesink ingests the topics with `write.operation=cdc` into tables of each
-format (`FORMATS`: a Hudi copy-on-write table of each topic, an Iceberg table of keys of the
-customers; one connector and its topics serve both), and each table equals `SELECT *` of the
-database row by row, read with hudi-rs and lakesink's own reader (Hudi) or pyiceberg (Iceberg),
-after the first ingestion and again after more changes and a restart; then the fold audit passes
-(for Iceberg it also checks that DuckDB reads the rows pyiceberg reads)."""
+kind (`FORMATS`: a Hudi copy-on-write table of each topic, a Hudi merge-on-read table of the
+customers compacted inline every 2 deltacommits, an Iceberg table of keys of the customers; one
+connector and its topics serve all), and each table equals `SELECT *` of the database row by
+row, read with hudi-rs and lakesink's own reader (Hudi) or pyiceberg (Iceberg), after the first
+ingestion (the merge-on-read table: compacted slices with log files over them) and again after
+more changes and a restart (compacted again); then the fold audit passes (for Iceberg it also
+checks that DuckDB reads the rows pyiceberg reads)."""
 
 from __future__ import annotations
 
@@ -42,9 +44,12 @@ CUSTOMERS_DDL = (
 ORDERS_DDL = "id INT NOT NULL, customer_id INT, amount DECIMAL(12,2)"
 CUSTOMER_COLUMNS = ["id", "name", "balance", "updated_at", "notes"]
 LONG_NOTES = ("notes kept out of line by PostgreSQL " * 70)[:2300]  # TOASTed (EXTERNAL)
-# the tables each format lands from the one connector's topics; Iceberg the richer one only
-# (TOAST, a key change, restarts): the CI budget, about 6 s an ingestion
-FORMATS = {"hudi": ("customers", "orders"), "iceberg": ("customers",)}
+# the tables each kind of table lands from the one connector's topics; merge-on-read and Iceberg
+# the richer one only (TOAST, a key change, restarts): the CI budget, about 6 s an ingestion
+FORMATS = {"hudi": ("customers", "orders"), "hudi-mor": ("customers",), "iceberg": ("customers",)}
+# the merge-on-read table's: 20 snapshot rows then ~25 changes in 20-record batches, so the
+# first ingestion compacts after its second deltacommit and writes log files over that
+MOR = {"table__type": "MERGE_ON_READ", "table__compaction__every__commits": 2}
 
 SETUP = (
     """CREATE TABLE customers (id integer PRIMARY KEY, name text NOT NULL,
@@ -215,18 +220,19 @@ def assert_table_equals_database(dsn: str, name: str, cfg: Any, columns: list[st
 
 
 def cdc_config(
-    bootstrap: str, topic: str, root: Path, name: str, ddl: str, writer: str, table_format: str
+    bootstrap: str, topic: str, root: Path, name: str, ddl: str, writer: str, kind: str
 ) -> Any:
-    """The ingestion of `topic` into the table `name` of `table_format` under `root`."""
+    """The ingestion of `topic` into the table `name` of `kind` (a key of `FORMATS`) under
+    `root`."""
     where = (
         {"table__format": "iceberg", "table__name": name}
-        if table_format == "iceberg"
-        else {"table__format": "hudi"}
+        if kind == "iceberg"
+        else {"table__format": "hudi", **(MOR if kind == "hudi-mor" else {})}
     )
     return ingest_config(
         bootstrap,
         topic,
-        root / table_format / (name if table_format == "hudi" else "warehouse"),
+        root / kind / (name if kind != "iceberg" else "warehouse"),
         value__schema=ddl,
         write__operation="cdc",
         table__record__key__fields="id",
@@ -277,17 +283,44 @@ def test_debezium_change_stream_lands_as_the_databases_current_rows(
     # lakesink verify's fold audit: each table equals the fold of its committed records
     for name, _, cfg in tables:
         report = audit_config(cfg)
-        assert report.ok, (cfg["table.format"], name, report.problems)
+        assert report.ok, (cfg["table.path"], name, report.problems)
         assert report.keys == len(database_rows(dsn, name)) > 0
         if cfg["table.format"] == "iceberg":
             assert report.readers == {"pyiceberg": report.keys, "duckdb": report.keys}
         else:
             assert report.rows_hudi_rs == report.rows_lakesink == report.keys
         assert report.commits >= 2
+    mor = next(cfg for _, _, cfg in tables if cfg["table.type"] == "MERGE_ON_READ")
+    assert_log_files_and_compactions(mor)
     hudi_customers = next(
-        cfg for name, _, cfg in tables if name == "customers" and cfg["table.format"] == "hudi"
+        cfg
+        for name, _, cfg in tables
+        if name == "customers" and cfg["table.format"] == "hudi" and cfg is not mor
     )
     assert_the_fold_audit_sees_a_changed_row(hudi_customers)
+
+
+def assert_log_files_and_compactions(cfg: Any) -> None:
+    """The merge-on-read table's rows went through log files and compactions: a deltacommit
+    wrote log files, and two compactions (after deltacommits 2 and 4) completed."""
+    from lakesink.formats.hudi.table.hudi_table import HudiTable
+    from lakesink.protocol.instant import Action
+
+    table = HudiTable.open(Path(cfg["table.path"]))
+    assert table.config.table_type == "MERGE_ON_READ"
+    timeline = table.timeline()
+    deltas = timeline.completed(Action.DELTA_COMMIT)
+    logs = [
+        w.path
+        for i in deltas
+        for w in timeline.commit_metadata(i).writes
+        if ".log." in w.path.rsplit("/", 1)[-1]
+    ]
+    assert logs, "no deltacommit wrote a log file"
+    assert len(deltas) >= 4, deltas  # the first ingestion's 3 batches, the second's one
+    compactions = timeline.completed(Action.COMMIT)
+    assert len(compactions) == len(deltas) // 2, (deltas, compactions)
+    assert not timeline.inflight_or_requested()
 
 
 def assert_the_fold_audit_sees_a_changed_row(cfg: Any) -> None:
