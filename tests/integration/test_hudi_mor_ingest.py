@@ -174,8 +174,10 @@ def _race_a_compaction_process(cfg: LakesinkConfig, spark: Any, pause: Path) -> 
             patch.setenv("LAKESINK_PAUSE_AT", "waiting-for-lock")
             patch.setenv("LAKESINK_PAUSE_DIR", str(pause))
             ingestion: Future[Any] = pool.submit(run_ingestion, cfg, spark)
-            _wait_for(pause / "waiting-for-lock.reached", lambda: not ingestion.done())
-            (pause / "compaction-requested.go").touch()
+            try:
+                _wait_for(pause / "waiting-for-lock.reached", lambda: not ingestion.done())
+            finally:  # on a failure too: the ingestion must not wait for a paused lock holder
+                (pause / "compaction-requested.go").touch()
             out, err = proc.communicate(timeout=120)
             ingestion.result(timeout=180)
     finally:
