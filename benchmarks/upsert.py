@@ -604,7 +604,7 @@ def print_table_types(report: dict[str, Any]) -> None:
         return
     print("\ncopy-on-write against merge-on-read (bytes: the commits' write stats)")
     print(
-        f"{'keys':<6} {'table':<7} {'records':>9} {'MB in':>6} {'MB written':>10} "
+        f"{'keys':<6} {'table':<7} {'records':>9} {'instants':>8} {'MB in':>6} {'MB written':>10} "
         f"{'compaction MB':>13} {'WA':>6} {'WA+comp':>7} {'WA dir':>6} "
         f"{'batch s p50/p95':>15} {'publish s p50/p95':>17} {'rec/s':>7} {'CPU s/1k':>8} "
         f"{'read hudi-rs/lakesink s':>23} {'compact s':>9} {'read after s':>12}  "
@@ -618,6 +618,7 @@ def print_table_types(report: dict[str, Any]) -> None:
         bp, pp = r.get("batch_s_pcts", {}), r.get("publish_s_pcts", {})
         print(
             f"{space:<6} {'MOR' if name == 'lakesink-mor' else 'COW':<7} {r['records']:>9,} "
+            f"{_instants(r['commit_bytes']):>8} "
             f"{value_bytes / 1e6:>6.1f} {cb['data_bytes'] / 1e6:>10.2f} "
             f"{cb['compaction_bytes'] / 1e6:>13.2f} {cb['data_bytes'] / value_bytes:>6.3f} "
             f"{(cb['data_bytes'] + cb['compaction_bytes']) / value_bytes:>7.3f} "
@@ -626,10 +627,19 @@ def print_table_types(report: dict[str, Any]) -> None:
             f"{_pair(pp.get('p50'), pp.get('p95')):>17} {r['rec_s']:>7,.0f} "
             f"{r['cpu_s_per_1000_rec']:>8.3f} "
             f"{_pair(reads.get('hudi_rs_s'), reads.get('lakesink_s')):>23} "
-            f"{r.get('compaction_s', float('nan')):>9.1f} "
+            f"{_secs(r.get('compaction_s')):>9} "
             f"{_pair(after.get('hudi_rs_s'), after.get('lakesink_s')):>12}  "
             f"{_fmt_audit(res.get('correctness', {}).get(name))}"
         )
+
+
+def _instants(cb: dict[str, Any]) -> str:
+    """The ingestion's completed instants: `4 c` (commits) or `4 dc` (deltacommits)."""
+    return f"{cb['deltacommits']} dc" if cb["deltacommits"] else f"{cb['commits']} c"
+
+
+def _secs(s: float | None) -> str:
+    return "-" if s is None else f"{s:.1f}"
 
 
 def _pair(a: float | None, b: float | None) -> str:
