@@ -30,8 +30,10 @@ Figures: rec/s (end to end and steady, after the first batch), CPU µs per recor
 window (procmon: the whole process tree), peak RSS, write amplification (every byte of every
 file that appeared in the table's folder, its largest size seen, sampled each second and at the
 end, ÷ the Kafka values' bytes), mean batch time (finish to finish, after the first batch),
-and for lakesink's tables the time of one full read with hudi-rs at the end (`lakesink-mor`:
-also the compaction's time and bytes, and the read after it).
+and for lakesink's tables: the bytes the commits added (their write stats: base and log files;
+compaction apart), the driver's batch and publish times (p50/p95), CPU s per 1,000 records, and
+full reads with hudi-rs and lakesink's reader at the end, 5 each (`lakesink-mor`: also the
+compaction's time and bytes, and the reads after it); a second table sets them side by side.
 Correctness: each variant once more on a fresh table, SIGKILLed (its process group) mid-batch
 after 2 batches, restarted to the end, then the table read back (lakesink and Hudi: hudi-rs;
 Delta: delta-rs) and compared with the fold of the produced records by key (the highest seq
