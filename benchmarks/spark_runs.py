@@ -60,12 +60,14 @@ def run_spark(mode: str, cfg_values: dict[str, Any], expected: int) -> dict[str,
     t_session = time.time()
     spark = get_spark(cfg["spark.master"], cfg.spark_conf, start=ingestion_spark_start(kind))
     batches: list[tuple[float, int]] = []  # (time a batch finished, records)
+    publish_s: list[float] = []  # each batch's publish on the driver, the table lock held
     t_start = time.time()
     if mode == "lakesink":
         from lakesink.spark.pipeline import Ingestion, Progress
 
         def on_progress(p: Progress) -> None:
             batches.append((time.time(), p.outcome.records))
+            publish_s.append(p.outcome.publish_s)
             if p.outcome.records:  # the SIGKILL correctness run kills on these lines
                 print(f"BENCH-BATCH {len(batches)} {p.outcome.records}", flush=True)
 
@@ -81,6 +83,7 @@ def run_spark(mode: str, cfg_values: dict[str, Any], expected: int) -> dict[str,
         "t_start": t_start,
         "t_end": t_end,
         "batches": batches,
+        "publish_s": publish_s,
     }
 
 

@@ -30,8 +30,10 @@ Figures: rec/s (end to end and steady, after the first batch), CPU µs per recor
 window (procmon: the whole process tree), peak RSS, write amplification (every byte of every
 file that appeared in the table's folder, its largest size seen, sampled each second and at the
 end, ÷ the Kafka values' bytes), mean batch time (finish to finish, after the first batch),
-and for lakesink's tables the time of one full read with hudi-rs at the end (`lakesink-mor`:
-also the compaction's time and bytes, and the read after it).
+and for lakesink's tables: the bytes the commits added (their write stats: base and log files;
+compaction apart), the driver's batch and publish times (p50/p95), CPU s per 1,000 records, and
+full reads with hudi-rs and lakesink's reader at the end, 5 each (`lakesink-mor`: also the
+compaction's time and bytes, and the reads after it); a second table sets them side by side.
 Correctness: each variant once more on a fresh table, SIGKILLed (its process group) mid-batch
 after 2 batches, restarted to the end, then the table read back (lakesink and Hudi: hudi-rs;
 Delta: delta-rs) and compared with the fold of the produced records by key (the highest seq
@@ -45,9 +47,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import random
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -334,16 +338,76 @@ def fold_check(variant: str, table: Path, topic: Topic) -> dict[str, Any]:
     }
 
 
-def _read_s(table: Path) -> float:
-    t0 = time.perf_counter()
-    read_rows("lakesink", table)
-    return time.perf_counter() - t0
+def percentiles(values: list[float]) -> dict[str, float | None]:
+    """p50 (the median) and p95 (nearest rank: with fewer than 20 values, the largest)."""
+    if not values:
+        return {"p50": None, "p95": None}
+    s = sorted(values)
+    return {
+        "p50": round(statistics.median(s), 3),
+        "p95": round(s[max(0, math.ceil(0.95 * len(s)) - 1)], 3),
+    }
+
+
+def commit_bytes(table: Path) -> dict[str, Any]:
+    """The bytes the table's completed commits added, from their write stats (base files, log
+    files): the ingestion's commits and deltacommits apart from compaction commits."""
+    from lakesink.formats.hudi.table.hudi_table import HudiTable
+    from lakesink.formats.hudi.table.metadata import COMPACT_OPERATION
+
+    timeline = HudiTable.open(table).timeline()
+    out: dict[str, Any] = {"commits": 0, "deltacommits": 0, "compactions": 0}
+    out.update(data_bytes=0, data_files=0, compaction_bytes=0, compaction_files=0)
+    for instant in timeline.completed():
+        if not instant.action.writes_data:
+            continue
+        meta = timeline.commit_metadata(instant)
+        files = sum(1 for w in meta.writes if w.file_size_bytes)
+        size = sum(w.file_size_bytes for w in meta.writes)
+        if meta.operation_type == COMPACT_OPERATION:
+            out["compactions"] += 1
+            out["compaction_bytes"] += size
+            out["compaction_files"] += files
+            continue
+        out["deltacommits" if instant.action.value == "deltacommit" else "commits"] += 1
+        out["data_bytes"] += size
+        out["data_files"] += files
+    return out
+
+
+def read_times(table: Path, repeats: int = 5) -> dict[str, Any]:
+    """One full read of the table, `repeats` times each, with hudi-rs and lakesink's reader
+    (TableReader.snapshot): the median, the fastest (the least disturbed by other load) and
+    every time, in seconds."""
+    from lakesink.formats.hudi.table.hudi_table import HudiTable
+    from lakesink.formats.hudi.table.reader import TableReader
+
+    def lakesink_read() -> None:
+        TableReader(HudiTable.open(table)).snapshot()
+
+    out: dict[str, Any] = {}
+    for name, read in (
+        ("hudi_rs", lambda: read_rows("lakesink", table)),
+        ("lakesink", lakesink_read),
+    ):
+        took = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            read()
+            took.append(round(time.perf_counter() - t0, 3))
+        out[f"{name}_s"] = statistics.median(took)
+        out[f"{name}_min_s"] = min(took)
+        out[f"{name}_all_s"] = took
+    return out
 
 
 def read_and_compact(table: Path, merge_on_read: bool) -> dict[str, Any]:
-    """One full read with hudi-rs; a merge-on-read table is then compacted (`lakesink table
-    compact`, in this process) and read again."""
-    out: dict[str, Any] = {"read_s": _read_s(table)}
+    """The table's full reads (hudi-rs and lakesink's reader) and its commits' bytes; a
+    merge-on-read table is then compacted (`lakesink table compact`, in this process) and read
+    again."""
+    reads = read_times(table)
+    out: dict[str, Any] = {"read_s": reads["hudi_rs_s"], "reads": reads}
+    out["commit_bytes"] = commit_bytes(table)
     if not merge_on_read:
         return out
     from lakesink.cli.main import main as cli
@@ -358,7 +422,10 @@ def read_and_compact(table: Path, merge_on_read: bool) -> dict[str, Any]:
     if rc != 0:
         raise RuntimeError(f"lakesink table compact {table} exited {rc}")
     out["compaction_bytes"] = sum(n for p, n in written.sizes.items() if p not in before)
-    out["read_after_compaction_s"] = _read_s(table)
+    out["commit_bytes_after_compaction"] = commit_bytes(table)
+    after = read_times(table)
+    out["read_after_compaction_s"] = after["hudi_rs_s"]
+    out["reads_after_compaction"] = after
     return out
 
 
@@ -404,6 +471,15 @@ def throughput(
         r["files_written"] = len(written.sizes)
         r["write_amplification"] = written.total / topic.value_bytes
         r["mean_batch_s"] = sum(r["batch_s"]) / len(r["batch_s"]) if r["batch_s"] else None
+        r["cpu_s_per_1000_rec"] = r["cpu_us_per_rec"] / 1000
+        # the driver's time per batch after the first (read, write, commit: finish to finish)
+        # and the publish alone (the table lock held), over the batches that held records
+        r["batch_s_pcts"] = percentiles(r["batch_s"])
+        published = [
+            s for (_, n), s in zip(res["batches"], res.get("publish_s", []), strict=False) if n
+        ]
+        r["publish_s"] = published
+        r["publish_s_pcts"] = percentiles(published)
         if "spark" in res:
             r["spark"] = res["spark"]
         r["fold_check"] = fold_check(variant, out / "table", topic)
@@ -516,6 +592,62 @@ def print_results(report: dict[str, Any]) -> None:
         )
 
 
+def print_table_types(report: dict[str, Any]) -> None:
+    """Copy-on-write against merge-on-read (`lakesink` and `lakesink-mor`), per key space:
+    bytes the commits added (compaction apart) ÷ the Kafka values' bytes, the driver's batch and
+    publish times, rec/s, CPU, the reads before and after compaction, the kill column."""
+    rows = [
+        (space, name, r, res)
+        for space, res in report["spaces"].items()
+        for name, r in res.get("runs", {}).items()
+        if name in LAKESINK and "failed" not in r and "commit_bytes" in r
+    ]
+    if not rows:
+        return
+    print("\ncopy-on-write against merge-on-read (bytes: the commits' write stats)")
+    print(
+        f"{'keys':<6} {'table':<7} {'records':>9} {'instants':>8} {'MB in':>6} {'MB written':>10} "
+        f"{'compaction MB':>13} {'WA':>6} {'WA+comp':>7} {'WA dir':>6} "
+        f"{'batch s p50/p95':>15} {'publish s p50/p95':>17} {'rec/s':>7} {'CPU s/1k':>8} "
+        f"{'read hudi-rs/lakesink s':>23} {'compact s':>9} {'read after s':>12}  "
+        "after SIGKILL + restart"
+    )
+    for space, name, r, res in rows:
+        cb = r.get("commit_bytes_after_compaction", r["commit_bytes"])
+        value_bytes = res["value_bytes"]
+        reads = r.get("reads", {})
+        after = r.get("reads_after_compaction", {})
+        bp, pp = r.get("batch_s_pcts", {}), r.get("publish_s_pcts", {})
+        print(
+            f"{space:<6} {'MOR' if name == 'lakesink-mor' else 'COW':<7} {r['records']:>9,} "
+            f"{_instants(r['commit_bytes']):>8} "
+            f"{value_bytes / 1e6:>6.1f} {cb['data_bytes'] / 1e6:>10.2f} "
+            f"{cb['compaction_bytes'] / 1e6:>13.2f} {cb['data_bytes'] / value_bytes:>6.3f} "
+            f"{(cb['data_bytes'] + cb['compaction_bytes']) / value_bytes:>7.3f} "
+            f"{r['write_amplification']:>6.3f} "
+            f"{_pair(bp.get('p50'), bp.get('p95')):>15} "
+            f"{_pair(pp.get('p50'), pp.get('p95')):>17} {r['rec_s']:>7,.0f} "
+            f"{r['cpu_s_per_1000_rec']:>8.3f} "
+            f"{_pair(reads.get('hudi_rs_s'), reads.get('lakesink_s')):>23} "
+            f"{_secs(r.get('compaction_s')):>9} "
+            f"{_pair(after.get('hudi_rs_s'), after.get('lakesink_s')):>12}  "
+            f"{_fmt_audit(res.get('correctness', {}).get(name))}"
+        )
+
+
+def _instants(cb: dict[str, Any]) -> str:
+    """The ingestion's completed instants: `4 c` (commits) or `4 dc` (deltacommits)."""
+    return f"{cb['deltacommits']} dc" if cb["deltacommits"] else f"{cb['commits']} c"
+
+
+def _secs(s: float | None) -> str:
+    return "-" if s is None else f"{s:.1f}"
+
+
+def _pair(a: float | None, b: float | None) -> str:
+    return "-" if a is None or b is None else f"{a:.2f}/{b:.2f}"
+
+
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--keys", type=int, default=200_000, help="keys of the large key space")
@@ -538,7 +670,9 @@ def parser() -> argparse.ArgumentParser:
 def main() -> None:
     args = parser().parse_args()
     if args.print_json:
-        return print_results(json.loads(Path(args.print_json).read_text()))
+        saved = json.loads(Path(args.print_json).read_text())
+        print_results(saved)
+        return print_table_types(saved)
     unknown = set(args.variants.split(",")) - set(VARIANTS)
     if unknown:
         raise SystemExit(f"unknown variant(s) {sorted(unknown)}: choose from {VARIANTS}")
@@ -599,6 +733,7 @@ def main() -> None:
     report["load_avg_at_end"] = os.getloadavg()
     out.write_text(json.dumps(report, indent=2))
     print_results(report)
+    print_table_types(report)
     print(
         f"\nload average at start {report['load_avg_at_start']}, at end {report['load_avg_at_end']}"
     )
