@@ -7,6 +7,7 @@ same cores.
     python benchmarks/bench_iceberg_upsert.py --keys 200000 --hot-keys 10000 --hot-records 200000
     python benchmarks/bench_iceberg_upsert.py --issue-size --spaces large   # the issue's 1M keys
     python benchmarks/bench_iceberg_upsert.py --skip correctness            # throughput only
+    python benchmarks/bench_iceberg_upsert.py --set write.keyed.single.task.max.records=0
     python benchmarks/bench_iceberg_upsert.py --print benchmarks/results/iceberg-upsert-<t>.json
 
 The records and the two key spaces are upsert.py's (JSON {id, seq, payload ~200 B}, Kafka key =
@@ -106,7 +107,7 @@ def lakesink_config(
         "table.ordering.field": "seq",
         "table.bucket.count": buckets,
         "iceberg.write.mode": mode,
-    }
+    } | dict(item.partition("=")[::2] for item in getattr(args, "set", None) or [])
 
 
 def variant_cmd(
@@ -434,6 +435,13 @@ def parser() -> argparse.ArgumentParser:
         "--kill-variants",
         default="lakesink-cow,lakesink-mor,pyiceberg-upsert",
         help="variants SIGKILLed and restarted for the correctness column ('' for none)",
+    )
+    ap.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a lakesink setting for lakesink's variants (repeatable)",
     )
     ap.add_argument("--skip", default="", help="comma-separated: throughput,correctness")
     ap.add_argument("--per-batch", type=int, default=500_000, help="most records per batch")

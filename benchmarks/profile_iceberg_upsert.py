@@ -9,6 +9,7 @@
     python benchmarks/profile_iceberg_upsert.py --mode merge-on-read --space hot
     python benchmarks/profile_iceberg_upsert.py --per-batch 2500    # more, smaller batches
     python benchmarks/profile_iceberg_upsert.py --write-path dataframe
+    python benchmarks/profile_iceberg_upsert.py --set spark.conf=spark.eventLog.enabled=true,...
 
 Prints the table; nothing is kept but benchmarks/results/profile-iceberg-upsert-<time>.json.
 """
@@ -96,6 +97,13 @@ def main() -> None:
     ap.add_argument("--space", choices=("large", "hot"), default="large")
     ap.add_argument("--per-batch", type=int, default=500_000)
     ap.add_argument("--write-path", choices=("auto", "direct", "dataframe"), default="auto")
+    ap.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a lakesink setting for the run (repeatable): spark.conf=spark.eventLog.enabled=true",
+    )
     ap.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     args, rest = ap.parse_known_args()
     if args.child:
@@ -112,6 +120,9 @@ def main() -> None:
             broker.bootstrap_servers, topic, work / "warehouse", buckets, args.mode, bargs
         )
         cfg["write.path"] = args.write_path
+        for item in args.set:
+            key, _, value = item.partition("=")
+            cfg[key] = value
         (work / "warehouse").mkdir()
         cmd = [sys.executable, __file__, "--child", json.dumps(cfg), str(topic.records)]
         res, mon, _ = run_child(cmd, name="profile")

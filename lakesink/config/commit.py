@@ -6,6 +6,7 @@ from __future__ import annotations
 from lakesink.config.parsers import (
     Key,
     choice,
+    non_negative_int,
     optional_str,
     positive_float,
     positive_int,
@@ -31,6 +32,16 @@ COMMIT_KEYS: tuple[Key, ...] = (
         "transform.sql or transform.python is set, table.partition.date.from names a column "
         "that is not a timestamp or date, or write.operation upsert or cdc writes a Hudi table "
         "or has errors.deadletter.table; transform.arrow runs on either path).",
+    ),
+    Key(
+        "write.keyed.single.task.max.records",
+        non_negative_int,
+        20_000,
+        "Writes by key on the direct path: a batch of at most this many records is read, "
+        "folded and written by one Spark task (one stage, no shuffle), a larger one by the "
+        "two-stage job over every core. Each task and stage is a fixed cost (the JVM's "
+        "scheduling, a Python worker's task start) that outweighs a small batch's own work; "
+        "0: always two stages.",
     ),
     Key(
         "commit.mode",

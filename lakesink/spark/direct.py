@@ -344,6 +344,10 @@ def write_direct_batch(
     per_task = cfg["kafka.max.records.per.task"]
     pieces = task_pieces(ranges, per_task)
     if isinstance(task.rows, KeyedTaskTarget):  # a table of keys: the rows shuffled by group
+        if single_keyed_task(pieces, cfg["write.keyed.single.task.max.records"]):
+            # a small batch: one task reads, folds and writes every bucket (no shuffle stage)
+            (status,) = _run_tasks(spark, task, pieces, tasks=1)
+            return {ROWS: [] if status.rows is None else [status.rows], DEAD_LETTERS: []}
         return {ROWS: _run_keyed_tasks(spark, task, task.rows, pieces, per_task), DEAD_LETTERS: []}
     statuses = _run_tasks(spark, task, pieces)
     return {
@@ -496,15 +500,27 @@ def _run_keyed_tasks(
     return [s.rows for s in map(TaskStatuses.from_json, rows) if s.rows is not None]
 
 
+def single_keyed_task(pieces: Sequence[OffsetRange], max_records: int) -> bool:
+    """Whether a batch written by key takes one task (`write.keyed.single.task.max.records`):
+    it has pieces and at most `max_records` offsets. Its task is the only writer, so every
+    bucket still has one writer; what it saves is the second stage and three of the four
+    tasks of the two-stage job on two cores, each a fixed cost a small batch cannot pay off."""
+    return bool(pieces) and sum(p.end - p.start for p in pieces) <= max_records
+
+
 def _run_tasks(
-    spark: SparkSession, task: DirectTask, pieces: list[OffsetRange]
+    spark: SparkSession, task: DirectTask, pieces: list[OffsetRange], tasks: int = 0
 ) -> list[TaskStatuses]:
+    """One job of `tasks` tasks over the pieces (0: one task per piece)."""
     if not pieces:
         return []
     sc = spark.sparkContext
-    sc.setJobDescription(f"lakesink: read, decode and write {len(pieces)} Kafka range(s)")
+    tasks = tasks or len(pieces)
+    sc.setJobDescription(
+        f"lakesink: read, decode and write {len(pieces)} Kafka range(s) in {tasks} task(s)"
+    )
     try:
-        rows = sc.parallelize(pieces, len(pieces)).mapPartitions(task).collect()
+        rows = sc.parallelize(pieces, tasks).mapPartitions(task).collect()
     finally:
         sc.setJobDescription(None)  # type: ignore[arg-type]  # None clears it
     return [TaskStatuses.from_json(r) for r in rows]

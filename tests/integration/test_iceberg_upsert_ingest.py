@@ -52,7 +52,8 @@ def _duckdb_rows(metadata_location: str) -> pa.Table:
         con.close()
 
 
-# each mode on one write path: the direct path's keyed job, and the DataFrame path's shuffle
+# each mode on one write path: the direct path's two-stage keyed job (its one-task job of a
+# small batch runs in the crash, async and Debezium tests), and the DataFrame path's shuffle
 @pytest.mark.parametrize(
     ("mode", "write_path"), [("copy-on-write", "dataframe"), ("merge-on-read", "auto")]
 )
@@ -80,6 +81,7 @@ def test_a_change_stream_lands_in_an_iceberg_table_of_keys_that_every_reader_rea
         kafka__max__records__per__batch=60,
         iceberg__write__mode=mode,
         write__path=write_path,
+        write__keyed__single__task__max__records=0,  # batches of 60: two stages all the same
     )
     run_ingestion(cfg, spark)
     table = open_iceberg_table(cfg.settings, create=False)

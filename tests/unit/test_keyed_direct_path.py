@@ -33,11 +33,13 @@ from lakesink.formats.task import KeyedTaskTarget
 from lakesink.protocol.offsets import OffsetRange, TopicPartition
 from lakesink.protocol.write_status import WriteStatus
 from lakesink.spark.direct import (
+    DirectTask,
     KeyedReadTask,
     KeyedWriteTask,
     TaskStatuses,
     _writer_of,
     read_groups,
+    single_keyed_task,
     uses_direct_path,
 )
 
@@ -78,7 +80,7 @@ def test_a_forced_direct_path_for_writes_by_key_is_refused_where_it_cannot_serve
 
 
 class Pieces:
-    """Stands in for `DirectTask`: the rows of a task's pieces, decoded."""
+    """Stands in for `DirectTask` in the read stage: the rows of a task's pieces, decoded."""
 
     def __init__(self, batches: Sequence[pa.RecordBatch]) -> None:
         self.batches = batches
@@ -159,3 +161,66 @@ def test_read_tasks_gather_small_pieces_and_keep_every_piece_once(
     assert len(groups) == min(len(pieces), wanted)
     # eight small Kafka partitions on two cores: two read tasks, not eight
     assert len(read_groups(pieces[:8], 10_000, 2)) == min(2, len(pieces))
+
+
+class OneTask(DirectTask):
+    """The one task of a small batch written by key (`single_keyed_task`): `DirectTask` with the
+    keyed target as its rows' table, its pieces' rows given decoded."""
+
+    def __init__(self, target: KeyedTaskTarget, batches: Sequence[pa.RecordBatch]) -> None:
+        schema = pa.schema([])
+        super().__init__(
+            "",
+            "",
+            rows=target,
+            dead_letters=None,
+            dead_letter_table=False,
+            rows_schema=schema,
+            dead_letter_schema=schema,
+            required=(),
+        )
+        self.batches = batches
+
+    def rows_of(
+        self, pieces: Any, failed: list[Any], *, keep: bool = True
+    ) -> Iterator[pa.RecordBatch]:
+        yield from self.batches
+
+
+@pytest.mark.parametrize("mode", [COPY_ON_WRITE, MERGE_ON_READ])
+@settings(max_examples=4, deadline=None)
+@given(
+    batches=st.lists(st.lists(versions, min_size=1, max_size=12), min_size=1, max_size=3),
+    buckets=st.integers(1, 5),
+)
+def test_a_small_batch_in_one_task_reads_back_as_the_fold(
+    mode: str, batches: list[list[tuple[int, int, int | None, int]]], buckets: int
+) -> None:
+    """The one-task job of a small batch writes every bucket in its one writer: committed batch
+    after batch, the table is the dict fold of every version, in both modes."""
+    offsets = Offsets()
+    rows = [[offsets.row(k, op, ts, p) for k, op, ts, p in batch] for batch in batches]
+    with tempfile.TemporaryDirectory() as tmp:
+        table = open_table(Path(tmp) / "wh", buckets, "ts", mode=mode)
+        coordinator = writer(table)
+        for n, batch in enumerate(rows, start=1):
+            data = changes(batch)
+            t = coordinator.begin_batch(n, ranges_of(data))
+            assert t is not None
+            target = plugin_for("iceberg").task_target(coordinator, t.value, 0)
+            assert isinstance(target, KeyedTaskTarget)
+            (out,) = OneTask(target, data.to_batches(max_chunksize=4))([])
+            status = TaskStatuses.from_json(out).rows
+            assert status is not None and status.records_read == data.num_rows
+            complete(coordinator, t, n, data, [status])
+            assert table_rows(table) == reference(rows[:n], "ts")
+
+
+def test_a_batch_takes_one_task_up_to_the_limit_of_its_offsets() -> None:
+    def pieces(*spans: int) -> list[OffsetRange]:
+        return [OffsetRange(TopicPartition("t", p), 5, 5 + n) for p, n in enumerate(spans)]
+
+    assert single_keyed_task(pieces(3, 4, 3), 10)  # 10 offsets over three Kafka partitions
+    assert not single_keyed_task(pieces(3, 4, 4), 10)
+    assert not single_keyed_task(pieces(1), 0)  # 0: always the two-stage job
+    assert not single_keyed_task([], 10)  # no pieces: no job at all

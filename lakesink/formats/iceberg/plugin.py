@@ -39,8 +39,16 @@ class IcebergPlugin:
     tasks_write_data_files = True
     keyed_writes_by_task = True
     cli_commands = ("iceberg",)
-    # the writers of IcebergTarget and IcebergUpsertTarget
-    task_modules = ("lakesink.formats.iceberg.datafiles", "lakesink.formats.iceberg.upsert")
+    # the writers of IcebergTarget and IcebergUpsertTarget; the table metadata's parser (a
+    # task's first `parsed_metadata`) and pandas, which pyarrow imports at a task's first
+    # ChunkedArray.to_numpy (the key checks of rows written by key): each 0.2-0.5 s of a
+    # worker's first batch, inside the timed batches of a run whose batches are one task each
+    task_modules = (
+        "lakesink.formats.iceberg.datafiles",
+        "lakesink.formats.iceberg.upsert",
+        "pyiceberg.table.metadata",
+        "pandas",
+    )
 
     def check_options(self, settings: Settings) -> None:
         """A dead-letter table must be a table name (of the same catalog), not a path."""
