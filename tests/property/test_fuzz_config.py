@@ -88,6 +88,7 @@ def _valid_or_config_error(load: object) -> None:
 @example({"kafka.max.records.per.batch": float("inf")})
 @example({"heartbeat.interval.s": float("nan")})
 @example({"table.version": float("inf")})
+@example({"route.dynamic.allow": [[]]})  # "[[]]": Python warns of a possible nested set
 def test_build_config_with_any_values_gives_config_or_config_error(raw: dict[str, object]) -> None:
     _valid_or_config_error(lambda: build_config({**BASE, **raw}))
     _valid_or_config_error(lambda: build_config(raw))
