@@ -19,12 +19,12 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 import pytest
 from iceberg_tables import ROWS, ingest, s3_options
-from s3_faults import FaultProxy, Request
+from s3_faults import Drop, FaultProxy, Request
 from s3_server import S3Server
 
 from lakesink.config import build_config
 from lakesink.formats import plugin_for
-from lakesink.formats.hudi.concurrency.lock import LOCK_DIR
+from lakesink.formats.hudi.concurrency.lock import LOCK_DIR, FileLockProvider
 from lakesink.formats.hudi.coordinator import HudiCoordinator
 from lakesink.formats.hudi.table.config import TableConfig
 from lakesink.formats.hudi.table.files import base_file_name, new_file_id
@@ -42,6 +42,7 @@ from lakesink.formats.iceberg.table import IcebergTable
 from lakesink.protocol.offsets import OffsetRange, TopicPartition
 from lakesink.protocol.write_status import FileWrite, WriteStatus
 from lakesink.spark.pipeline import make_control
+from lakesink.storage import open_storage
 
 pytestmark = pytest.mark.integration
 
@@ -151,6 +152,23 @@ def test_one_commit_lists_the_timeline_once_per_lock_hold_and_no_data_folder(
         TopicPartition("t", p): 30 for p in range(PARTITIONS)
     }
     assert len(HudiTable.open(store).timeline().completed()) == 3
+
+
+def test_a_lease_create_whose_response_is_lost_is_taken_as_the_holders(
+    s3_server: S3Server, s3_bucket: str, proxy: FaultProxy
+) -> None:
+    """The lease file's create (If-None-Match: *) lands but its response is lost: the client's
+    retry meets 412 on the lease just written. The lock reads it back, finds its own bytes and
+    holds the lease (it used to wait out its own lease as someone else's)."""
+    keys = s3_server.storage_config()
+    keys["storage.s3.endpoint"] = proxy.endpoint_url
+    store = open_storage(f"s3://{s3_bucket}/locked", keys)
+    provider = FileLockProvider(store, "w", lease_s=30, auto_renew=False)
+    lost = proxy.inject(Drop(after_forward=True), method="PUT", path=r"\.lease$")
+    lease = provider.acquire(timeout_s=5)
+    assert lost.spent and lease.seq == 1
+    lease.check()
+    provider.release(lease)
 
 
 def test_an_iceberg_commit_writes_each_metadata_object_in_one_put(

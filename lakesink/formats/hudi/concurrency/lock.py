@@ -429,10 +429,17 @@ class FileLockProvider:
         if not exclusive:
             self.storage.write(f"{LOCK_DIR}/{name}", data)
             return True
+        key = f"{LOCK_DIR}/{name}"
         try:
-            self.storage.create(f"{LOCK_DIR}/{name}", data)
+            self.storage.create(key, data)
         except ObjectExistsError:
-            return False
+            # A store client retries a create whose response was lost and meets its own object
+            # (412): the same bytes (a lease carries a random token) are this create's, else
+            # the holder would wait out its own lease as if another had taken it.
+            try:
+                return self.storage.read(key) == data
+            except (OSError, StorageError):
+                return False
         return True
 
     def _write_local(
