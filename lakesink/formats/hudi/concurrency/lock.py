@@ -196,8 +196,6 @@ class FileLease:
         self._lost: str | None = None
         self._renewer: threading.Thread | None = None
         self._stop = threading.Event()
-        # when (provider's clock) a listing after this lease's create showed it the newest
-        self.verified_at = provider.clock()
 
     @property
     def owner(self) -> str:
@@ -224,14 +222,15 @@ class FileLease:
                 f"it expires at {self._expires_at:.3f} and only {self._expires_at - now:.3f}s "
                 f"are left (safety margin {margin}s)"
             )
-        # A successor is only taken once this lease ran out by the contender's clock. Within the
-        # safety margin of the listing that showed this lease the newest (a short hold: begin,
-        # or a commit's view and publish), a contender's clock would have to run ahead of ours
-        # by the whole lease less two margins (20 s of 30) to have taken over: the clock check
-        # above decides, with no request. Later (a long hold, a stalled writer) the store is
-        # asked: leases are numbered one after the other, so lease seq+1 is the one to look
-        # for (one HEAD, no LIST), and a lease file that is gone was pruned behind newer ones.
-        if now - self.verified_at < p.safety_margin_s:
+        # A successor is only taken once this lease ran out by the contender's clock, and the
+        # listing after this lease's create showed no newer one. Within the safety margin of
+        # the lease's start (a short hold: begin, or a commit's view and publish), a
+        # contender's clock would have to run ahead of ours by the lease less the margin (25 s
+        # of 30) to have taken over: the clock check above decides, with no request. Later (a
+        # long hold, a stalled writer) the store is asked: leases are numbered one after the
+        # other, so lease seq+1 is the one to look for (one HEAD, no LIST), and a lease file
+        # that is gone was pruned behind newer ones.
+        if now - self.record.acquired_at < p.safety_margin_s:
             return None
         if p.storage.exists(p._lease_key(self.seq + 1)):
             return f"lease {self.seq + 1} was taken after it"
