@@ -1,7 +1,9 @@
 """What one streaming commit asks of an object store: the Coordinator drives batches on a table
 on the test S3 server (moto over HTTP), each request seen by the fault proxy (no faults). The
 timeline is listed once per lock hold (begin; commit: the view, plus the post-publish check for
-a racing publisher), an instant's markers twice (reconcile, delete), no data folder ever, the
+a racing publisher), an instant's markers once (reconcile; the deletion after publishing
+deletes the keys listed then), a lock hold costs its lease (create, the listing that proves it
+the newest) and its release and nothing more, no data folder ever, the
 commit the previous batch published is not read back, and the tasks are handed the schema from
 begin's listing (no task lists the timeline for it) and the partitions known to exist (no task
 asks for their `.hoodie_partition_metadata`)."""
@@ -13,15 +15,16 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 import pytest
 from iceberg_tables import ROWS, ingest, s3_options
-from s3_faults import FaultProxy, Request
+from s3_faults import Drop, FaultProxy, Request
 from s3_server import S3Server
 
 from lakesink.config import build_config
 from lakesink.formats import plugin_for
+from lakesink.formats.hudi.concurrency.lock import LOCK_DIR, FileLockProvider
 from lakesink.formats.hudi.coordinator import HudiCoordinator
 from lakesink.formats.hudi.table.config import TableConfig
 from lakesink.formats.hudi.table.files import base_file_name, new_file_id
@@ -39,11 +42,12 @@ from lakesink.formats.iceberg.table import IcebergTable
 from lakesink.protocol.offsets import OffsetRange, TopicPartition
 from lakesink.protocol.write_status import FileWrite, WriteStatus
 from lakesink.spark.pipeline import make_control
+from lakesink.storage import open_storage
 
 pytestmark = pytest.mark.integration
 
 PARTITIONS = 4
-LOCK_LISTINGS_PER_HOLD = 3  # the lease lock: before and after taking it, at release
+LOCK_LISTINGS_PER_HOLD = 1  # the lease lock: after creating the lease that follows its last
 
 
 @pytest.fixture
@@ -123,14 +127,19 @@ def test_one_commit_lists_the_timeline_once_per_lock_hold_and_no_data_folder(
     print("LIST requests of one commit:", json.dumps(figures))  # the figures the docs quote
     assert begin_lists[timeline] == 1, figures
     assert complete_lists[timeline] == 2, figures  # the view; the check for a racing publisher
-    assert complete_lists[MARKER_ROOT] == 2, figures  # reconcile; delete after publishing
+    assert complete_lists[MARKER_ROOT] == 1, figures  # reconcile (delete: the keys listed)
     listed = set(begin_lists) | set(complete_lists)
     assert all(folder.startswith(".hoodie") for folder in listed), figures  # no data folders
     lock_lists = begin_lists[".hoodie/.lakesink/lock"] + complete_lists[".hoodie/.lakesink/lock"]
-    assert lock_lists <= 2 * LOCK_LISTINGS_PER_HOLD, figures
-    assert sum(begin_lists.values()) + sum(complete_lists.values()) <= (
-        2 * LOCK_LISTINGS_PER_HOLD + 1 + 2 + 2
+    assert lock_lists == 2 * LOCK_LISTINGS_PER_HOLD, figures
+    assert sum(begin_lists.values()) + sum(complete_lists.values()) == (
+        2 * LOCK_LISTINGS_PER_HOLD + 1 + 2 + 1
     ), figures
+    # the two lock holds of a batch of this table's only writer: each creates the lease after
+    # the one it released last (no listing before, no HEAD of the released or newer leases,
+    # none for a young lease's check) and writes its release
+    lock_ops = Counter(r.op for r in began + completed if LOCK_DIR in unquote(r.target))
+    assert lock_ops == Counter({"PUT": 4, "LIST": 2}), lock_ops
     # the conflict check asks no timeline file's write time: the previous commit completed in
     # the snapshot this instant began on
     heads = [r.target for r in completed if r.op == "HEAD" and f"/{timeline}/" in r.target]
@@ -143,6 +152,23 @@ def test_one_commit_lists_the_timeline_once_per_lock_hold_and_no_data_folder(
         TopicPartition("t", p): 30 for p in range(PARTITIONS)
     }
     assert len(HudiTable.open(store).timeline().completed()) == 3
+
+
+def test_a_lease_create_whose_response_is_lost_is_taken_as_the_holders(
+    s3_server: S3Server, s3_bucket: str, proxy: FaultProxy
+) -> None:
+    """The lease file's create (If-None-Match: *) lands but its response is lost: the client's
+    retry meets 412 on the lease just written. The lock reads it back, finds its own bytes and
+    holds the lease (it used to wait out its own lease as someone else's)."""
+    keys = s3_server.storage_config()
+    keys["storage.s3.endpoint"] = proxy.endpoint_url
+    store = open_storage(f"s3://{s3_bucket}/locked", keys)
+    provider = FileLockProvider(store, "w", lease_s=30, auto_renew=False)
+    lost = proxy.inject(Drop(after_forward=True), method="PUT", path=r"\.lease$")
+    lease = provider.acquire(timeout_s=5)
+    assert lost.spent and lease.seq == 1
+    lease.check()
+    provider.release(lease)
 
 
 def test_an_iceberg_commit_writes_each_metadata_object_in_one_put(

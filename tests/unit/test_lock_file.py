@@ -168,6 +168,47 @@ def test_stale_contender_recreating_a_pruned_lease_does_not_win(tmp_path: Path) 
     holder.check()
 
 
+def test_the_acquire_after_a_release_creates_the_next_lease_before_listing(
+    tmp_path: Path,
+) -> None:
+    clock = FakeClock()
+    p = provider(tmp_path, "w1", clock)
+    p.release(p.acquire(0))
+    listings: list[int] = []
+    real = p._names
+    p._names = lambda: listings.append(1) or real()  # type: ignore[method-assign]
+    lease = p.acquire(0)
+    assert lease.seq == 2 and len(listings) == 1  # the listing that proves it the newest
+    lease.check()
+
+
+def test_the_next_number_taken_by_another_writer_meanwhile_is_waited_for(tmp_path: Path) -> None:
+    clock = FakeClock()
+    p = provider(tmp_path, "w1", clock)
+    p.release(p.acquire(0))
+    q = provider(tmp_path, "w2", clock)
+    held = q.acquire(0)
+    assert held.seq == 2
+    assert p.try_acquire() is None  # its create of lease 2 fails; lease 2 is held
+    q.release(held)
+    again = p.try_acquire()
+    assert again is not None and again.seq == 3
+
+
+def test_a_successor_is_looked_up_once_the_lease_is_older_than_the_safety_margin(
+    tmp_path: Path,
+) -> None:
+    clock = FakeClock()
+    lease = provider(tmp_path, "w1", clock, safety_margin_s=5).acquire(0)
+    # a contender whose clock runs 31 s ahead takes lease 2 at once
+    ahead = FakeClock(clock.now + 31)
+    assert provider(tmp_path, "w2", ahead).acquire(0).seq == 2
+    lease.check()  # a young lease: the holder's clock decides, no request
+    clock.now += 5
+    with pytest.raises(LockError, match="lease 2 was taken after it"):
+        lease.check()
+
+
 def test_unreadable_lease_file_counts_as_held_for_one_lease_from_its_mtime(tmp_path: Path) -> None:
     clock = FakeClock()
     lock_dir = tmp_path / LOCK_DIR

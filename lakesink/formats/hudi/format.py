@@ -21,7 +21,7 @@ from lakesink.formats.hudi.instants import complete_instant
 from lakesink.formats.hudi.table.archive import is_archived_completed
 from lakesink.formats.hudi.table.delta_upsert import delta_writes
 from lakesink.formats.hudi.table.hudi_table import HudiTable
-from lakesink.formats.hudi.table.markers import delete_markers_soon, list_marked_files
+from lakesink.formats.hudi.table.markers import delete_markers_soon, marked_files, marker_key
 from lakesink.formats.hudi.table.merge_on_read import encode_delta_commit
 from lakesink.formats.hudi.table.metadata import CommitMetadata
 from lakesink.formats.hudi.table.rollback import delete_leftovers, rollback
@@ -121,6 +121,8 @@ class HudiFormat:
         # the completed file `prepare_publish` encoded before the lock, for `publish` (with the
         # change it encodes: `publish` uses it for that very change only)
         self._encoded: tuple[TableChange, EncodedCommit] | None = None
+        # the marker keys `stage` listed, for `finish` to delete without listing them again
+        self._markers: tuple[InstantTime, list[str]] | None = None
 
     @property
     def name(self) -> str:
@@ -176,7 +178,9 @@ class HudiFormat:
         t = instant_time
         storage = self.table.storage
         kept = set(files)
-        marked = set(list_marked_files(storage, t.value))
+        keys = storage.list_keys(marker_key(t))
+        self._markers = (t, keys)
+        marked = set(marked_files(t, keys))
         missing = kept - marked
         if missing:
             raise CommitError(
@@ -286,7 +290,9 @@ class HudiFormat:
         # After the lock, in the background: a crash before they are gone leaves the markers of
         # a completed instant, which nothing reads; the writer's next start deletes them
         # (`delete_completed_markers`).
-        delete_markers_soon(self.table.storage, instant_time.value)
+        listed, self._markers = self._markers, None
+        keys = listed[1] if listed is not None and listed[0] == instant_time else None
+        delete_markers_soon(self.table.storage, instant_time.value, keys)
 
     def rollback(self, instant_time: InstantTime) -> bool:
         """True when a pending instant was rolled back (False: it was gone already, and

@@ -223,9 +223,16 @@ class FileLease:
                 f"it expires at {self._expires_at:.3f} and only {self._expires_at - now:.3f}s "
                 f"are left (safety margin {margin}s)"
             )
-        # Leases are numbered one after the other and a successor is only taken once this one
-        # ran out, so lease seq+1 is the one to look for: one HEAD, no LIST (the newest-lease
-        # listing was done when this lease was taken).
+        # A successor is only taken once this lease ran out by the contender's clock, and the
+        # listing after this lease's create showed no newer one. Within the safety margin of
+        # the lease's start (a short hold: begin, or a commit's view and publish), a
+        # contender's clock would have to run ahead of ours by the lease less the margin (25 s
+        # of 30) to have taken over: the clock check above decides, with no request. Later (a
+        # long hold, a stalled writer) the store is asked: leases are numbered one after the
+        # other, so lease seq+1 is the one to look for (one HEAD, no LIST), and a lease file
+        # that is gone was pruned behind newer ones.
+        if now - self.record.acquired_at < p.safety_margin_s:
+            return None
         if p.storage.exists(p._lease_key(self.seq + 1)):
             return f"lease {self.seq + 1} was taken after it"
         if not p.storage.exists(p._lease_key(self.seq)):
@@ -337,6 +344,9 @@ class FileLockProvider:
         self.lock_dir = f"{self.storage.uri}/{LOCK_DIR}"
         """The lease folder as a path or URI, for messages."""
         self._renewal_etags: dict[int, str] = {}
+        # the lease this provider released last: the next acquire tries the number after it
+        # first (no listing before the create), the steady case of one writer per table
+        self._released_seq: int | None = None
         self.owner = owner
         self.lease_s = lease_s
         self.safety_margin_s = margin
@@ -355,11 +365,17 @@ class FileLockProvider:
         return self.storage.list_names(LOCK_DIR)  # names only: no stat per lease file
 
     def _seqs(self) -> list[int]:
-        return sorted(int(m.group(1)) for n in self._names() if (m := _LEASE_RE.match(n)))
+        return self._listing()[0]
+
+    def _listing(self) -> tuple[list[int], frozenset[int]]:
+        """(lease numbers, sorted; those with a release file), from one listing."""
+        names = self._names()
+        released = frozenset(int(n.split(".", 1)[0]) for n in names if n.endswith(".released"))
+        return sorted(int(m.group(1)) for n in names if (m := _LEASE_RE.match(n))), released
 
     def _newer_than(self, seq: int) -> int | None:
-        if self.storage.exists(self._lease_key(seq + 1)):
-            return seq + 1
+        # One LIST (it also answers whether seq+1 exists): a lease newer than a name just
+        # created can only exist if that name was taken before and pruned
         newer = [s for s in self._seqs() if s > seq]
         return newer[-1] if newer else None
 
@@ -387,9 +403,6 @@ class FileLockProvider:
         except (ObjectNotFoundError, ValueError, KeyError, TypeError):
             return None
 
-    def _is_released(self, seq: int) -> bool:
-        return self.storage.exists(f"{LOCK_DIR}/{seq:012d}.released")
-
     def lease_expiry(self, seq: int) -> float | None:
         """When lease `seq` runs out, taking renewals into account (None if no such lease)."""
         rec = self.read_lease(seq)
@@ -416,10 +429,17 @@ class FileLockProvider:
         if not exclusive:
             self.storage.write(f"{LOCK_DIR}/{name}", data)
             return True
+        key = f"{LOCK_DIR}/{name}"
         try:
-            self.storage.create(f"{LOCK_DIR}/{name}", data)
+            self.storage.create(key, data)
         except ObjectExistsError:
-            return False
+            # A store client retries a create whose response was lost and meets its own object
+            # (412): the same bytes (a lease carries a random token) are this create's, else
+            # the holder would wait out its own lease as if another had taken it.
+            try:
+                return self.storage.read(key) == data
+            except (OSError, StorageError):
+                return False
         return True
 
     def _write_local(
@@ -468,15 +488,28 @@ class FileLockProvider:
     # acquiring
 
     def try_acquire(self) -> FileLease | None:
-        """One attempt: the lease if the lock was free, else None. Never waits."""
-        seqs = self._seqs()
+        """One attempt: the lease if the lock was free, else None. Never waits.
+
+        After this provider released lease n, it first tries to create n+1 without listing
+        (one PUT, then the listing that proves it the newest): n+1 exists if anyone took the
+        lock since, and then the create fails and the usual attempt follows. Mutual exclusion
+        rests on the create either way: a name is created once."""
+        last, self._released_seq = self._released_seq, None
+        if last is not None:
+            lease = self._take(last + 1)
+            if lease is not None:
+                return lease
+        seqs, released = self._listing()
         if seqs:
             newest = seqs[-1]
-            if not self._is_released(newest):
+            if newest not in released:  # the listing names the release files too: no HEAD
                 expiry = self.lease_expiry(newest)
                 if expiry is not None and self.clock() < expiry:
                     return None
-        next_seq = seqs[-1] + 1 if seqs else 1
+        return self._take(seqs[-1] + 1 if seqs else 1)
+
+    def _take(self, next_seq: int) -> FileLease | None:
+        """Create lease `next_seq`; the lease if it was created and is the newest."""
         now = self.clock()
         rec = LeaseRecord(next_seq, self.owner, uuid.uuid4().hex, now, now + self.lease_s)
         if not self._write_atomic(f"{next_seq:012d}.lease", rec.to_json(), exclusive=True):
@@ -520,6 +553,7 @@ class FileLockProvider:
             return
         lease._stop_renewer()
         lease._released = True
+        self._released_seq = lease.seq
         # Contenders look only at the newest lease's release file, so this one is written
         # whether or not a newer lease took over (no LIST to find out), and without fsync: a
         # release lost in a crash only makes contenders wait for the lease's expiry, and the

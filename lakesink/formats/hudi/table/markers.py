@@ -62,18 +62,35 @@ def create_marker(
 
 def list_marked_files(table: Storage | str | Path, instant_time: InstantTime | str) -> list[str]:
     """Relative paths (from the table base) of every file the instant's markers name, sorted."""
+    return marked_files(instant_time, as_storage(table).list_keys(marker_key(instant_time)))
+
+
+def marked_files(instant_time: InstantTime | str, keys: Iterable[str]) -> list[str]:
+    """The files named by `keys`, the listing of the instant's marker folder, sorted."""
     d = marker_key(instant_time)
     out: list[str] = []
-    for key in as_storage(table).list_keys(d):
+    for key in keys:
         for suffix in _SUFFIXES:
             if key.endswith(suffix):
                 out.append(key[len(d) + 1 : -len(suffix)])
     return sorted(out)
 
 
-def delete_markers(table: Storage | str | Path, instant_time: InstantTime | str) -> None:
-    """Remove the instant's marker folder (no error if it is gone already)."""
-    as_storage(table).delete_prefix(marker_key(instant_time))
+def delete_markers(
+    table: Storage | str | Path,
+    instant_time: InstantTime | str,
+    keys: list[str] | None = None,
+) -> None:
+    """Remove the instant's marker folder (no error if it is gone already). `keys`: the
+    folder's listing taken before (when the instant's files were reconciled): on an object
+    store those keys are deleted without listing again; a marker a straggling task attempt
+    created after that listing stays, and the writer's next start deletes it
+    (`delete_completed_markers`)."""
+    storage = as_storage(table)
+    if keys is not None and not storage.is_local:
+        storage.delete_many(keys)
+    else:
+        storage.delete_prefix(marker_key(instant_time))
 
 
 # A completed instant's markers are deleted by one background thread, off the batch's path: at
@@ -94,7 +111,9 @@ def _forget_the_parents_deleter() -> None:
 os.register_at_fork(after_in_child=_forget_the_parents_deleter)
 
 
-def delete_markers_soon(table: Storage | str | Path, instant_time: InstantTime | str) -> None:
+def delete_markers_soon(
+    table: Storage | str | Path, instant_time: InstantTime | str, keys: list[str] | None = None
+) -> None:
     """`delete_markers` in the background, for a COMPLETED instant only (nothing reads its
     markers; a pending instant's rollback needs them). `wait_for_marker_deletions` waits."""
     global _deleter
@@ -102,7 +121,7 @@ def delete_markers_soon(table: Storage | str | Path, instant_time: InstantTime |
     with _deleter_guard:
         if _deleter is None:
             _deleter = ThreadPoolExecutor(1, thread_name_prefix="lakesink-markers")
-        job = _deleter.submit(delete_markers, storage, t)
+        job = _deleter.submit(delete_markers, storage, t, keys)
     job.add_done_callback(lambda done: _log_failure(done, t))
 
 
