@@ -11,8 +11,11 @@ at `published`, and first read by the reader at `visible`:
     spark   = started - planned     Spark between planning and running the batch
     begin   = begun - started       the instants begin (and, async, the wait for the last one)
     write   = written - begun       the batch's Spark job: read, decode, write the files
-    commit  = published - written   reconcile and publish
+    commit  = published - written   reconcile, lock and publish
     reader  = visible - published   the reader's poll interval and its read
+
+(a batch's `after` step, its inline table services after publishing, is on no record's path of
+its own batch: the next batch waits for it, so it shows in that batch's records' `kafka`.)
 
 whose sum is exactly visible - a. Pure logic, no I/O: unit-tested in
 tests/unit/test_freshness_breakdown.py."""
@@ -47,6 +50,7 @@ class Batch:
     written: float
     published: float
     ranges: Mapping[int, tuple[int, int]]
+    after: float = 0.0  # seconds after publishing (inline table services): the next batch waits
 
     def step_seconds(self) -> dict[str, float]:
         return {
@@ -99,6 +103,7 @@ def batch_from(
         written,
         published,
         dict(ranges),
+        steps.get("after", 0.0),
     )
 
 
@@ -181,6 +186,13 @@ def summarize(
     out["batches"] = len(carried)
     out["batch_s"] = {"p50": _quantile(durations, 0.5), "max": durations[-1]}
     out["batch_records"] = {"p50": int(_quantile(sizes, 0.5)), "max": sizes[-1]}
+    after = sorted(x.after for x in carried)
+    out["after_s"] = {
+        "p50": _quantile(after, 0.5),
+        "max": after[-1],
+        "total": sum(after),
+        "over_1s": sum(1 for x in after if x > 1.0),
+    }
     return out
 
 
@@ -203,5 +215,12 @@ def format_summary(summary: Mapping[str, object]) -> str:
         lines.append(
             f"  a batch, planned to published: p50 {bs['p50']:.2f} s, max {bs['max']:.2f} s; "
             f"records a batch: p50 {br['p50']:,}, max {br['max']:,}"
+        )
+    af = summary.get("after_s")
+    if isinstance(af, dict):
+        lines.append(
+            f"  after publishing (inline table services; the next batch waits): p50 "
+            f"{af['p50']:.2f} s, max {af['max']:.2f} s, {af['total']:.1f} s in all, "
+            f"{af['over_1s']} batches over 1 s"
         )
     return "\n".join(lines)

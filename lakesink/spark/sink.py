@@ -216,17 +216,20 @@ class BatchSteps:
     started: float  # the sink got the batch
     begun: float  # every table's instant began
     written: float  # the tasks' files are written
-    published: float  # the commit is published (commit.mode=async: handed to the committer)
+    published: float  # the main table's commit is published (async: handed to the committer)
+    finished: float  # the sink is done: the post-commit hooks (inline table services) ran
 
     def durations(self) -> dict[str, float]:
         """Seconds per step: `spark` (offset log → the sink got the batch: Spark's own work
-        between planning and running it), `begin`, `write`, `commit`."""
+        between planning and running it), `begin`, `write`, `commit` (reconcile, lock,
+        publish), `after` (the post-commit hooks: the inline table services)."""
         spark = {} if self.planned is None else {"spark": max(0.0, self.started - self.planned)}
         return {
             **spark,
             "begin": self.begun - self.started,
             "write": self.written - self.begun,
             "commit": self.published - self.written,
+            "after": self.finished - self.published,
         }
 
 
@@ -431,14 +434,18 @@ class CommittingSink:
         )
         if DEAD_LETTERS in outcomes:
             self._count_dead_letters(statuses[DEAD_LETTERS], ranges)
+        outcome = self._batch_outcome(batch_id, outcomes)
+        finished = time.time()
+        published = outcome.published_at if outcome is not None else 0.0
         self._steps = BatchSteps(
             planned=offset_log_time(self.cfg.checkpoint_location, batch_id),
             started=self._started_at,
             begun=begun,
             written=written,
-            published=time.time(),
+            published=published if written <= published <= finished else finished,
+            finished=finished,
         )
-        return self._batch_outcome(batch_id, outcomes)
+        return outcome
 
     # The steps a many-table sink (lakesink.spark.routing) does its own way.
 

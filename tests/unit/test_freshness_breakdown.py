@@ -71,6 +71,7 @@ def test_a_progress_line_gives_the_batch_back() -> None:
         begun=published - 1.47,
         written=published - 0.2,
         published=published,
+        finished=published + 2.5,
     )
     line = (
         f"batch 7: instant 20261128070102345  +50,000 rec  total 1,000  9 rec/s{steps_text(steps)}"
@@ -79,16 +80,21 @@ def test_a_progress_line_gives_the_batch_back() -> None:
     assert parsed is not None
     batch_id, records, secs, at = parsed
     assert (batch_id, records) == (7, 50_000)
-    assert secs == pytest.approx({"spark": 0.08, "begin": 0.03, "write": 1.27, "commit": 0.2})
+    assert secs == pytest.approx(
+        {"spark": 0.08, "begin": 0.03, "write": 1.27, "commit": 0.2, "after": 2.5}
+    )
     assert at == pytest.approx(published, abs=0.001)
     b = batch_from(batch_id, records, secs, at, {0: (0, 10)})
     assert b.planned == pytest.approx(steps.planned, abs=0.02)
     assert b.written == pytest.approx(steps.written, abs=0.011)
+    assert b.after == pytest.approx(2.5)
     assert parse_progress("batch 1: instant 1  +3 rec  total 3  1 rec/s", near=published) is None
 
 
 def test_an_unknown_planning_time_leaves_the_spark_step_out() -> None:
-    steps = BatchSteps(planned=None, started=10.0, begun=10.5, written=12.0, published=12.25)
-    assert steps.durations() == {"begin": 0.5, "write": 1.5, "commit": 0.25}
+    steps = BatchSteps(
+        planned=None, started=10.0, begun=10.5, written=12.0, published=12.25, finished=12.5
+    )
+    assert steps.durations() == {"begin": 0.5, "write": 1.5, "commit": 0.25, "after": 0.25}
     assert "spark" not in steps_text(steps) and "commit 0.25 s" in steps_text(steps)
     assert steps_text(None) == ""
