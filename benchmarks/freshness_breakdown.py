@@ -51,6 +51,7 @@ class Batch:
     published: float
     ranges: Mapping[int, tuple[int, int]]
     after: float = 0.0  # seconds after publishing (inline table services): the next batch waits
+    publish: float = 0.0  # of `commit`, the publish (lock, checks, write)
 
     def step_seconds(self) -> dict[str, float]:
         return {
@@ -104,6 +105,7 @@ def batch_from(
         published,
         dict(ranges),
         steps.get("after", 0.0),
+        steps.get("publish", 0.0),
     )
 
 
@@ -186,6 +188,14 @@ def summarize(
     out["batches"] = len(carried)
     out["batch_s"] = {"p50": _quantile(durations, 0.5), "max": durations[-1]}
     out["batch_records"] = {"p50": int(_quantile(sizes, 0.5)), "max": sizes[-1]}
+    pubs = sorted(x.publish for x in carried)
+    rest = sorted(x.published - x.written - x.publish for x in carried)
+    out["publish_s"] = {
+        "p50": _quantile(pubs, 0.5),
+        "max": pubs[-1],
+        "rest_p50": _quantile(rest, 0.5),
+        "rest_max": rest[-1],
+    }
     after = sorted(x.after for x in carried)
     out["after_s"] = {
         "p50": _quantile(after, 0.5),
@@ -215,6 +225,13 @@ def format_summary(summary: Mapping[str, object]) -> str:
         lines.append(
             f"  a batch, planned to published: p50 {bs['p50']:.2f} s, max {bs['max']:.2f} s; "
             f"records a batch: p50 {br['p50']:,}, max {br['max']:,}"
+        )
+    pub = summary.get("publish_s")
+    if isinstance(pub, dict):
+        lines.append(
+            f"  of a batch's commit, the publish (lock, checks, write): p50 {pub['p50']:.2f} s, "
+            f"max {pub['max']:.2f} s; the rest (reconcile, schema): p50 {pub['rest_p50']:.2f} s, "
+            f"max {pub['rest_max']:.2f} s"
         )
     af = summary.get("after_s")
     if isinstance(af, dict):

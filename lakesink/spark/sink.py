@@ -218,17 +218,20 @@ class BatchSteps:
     written: float  # the tasks' files are written
     published: float  # the main table's commit is published (async: handed to the committer)
     finished: float  # the sink is done: the post-commit hooks (inline table services) ran
+    publish_s: float = 0.0  # of `commit`, the main table's publish: the lock, its checks, the write
 
     def durations(self) -> dict[str, float]:
         """Seconds per step: `spark` (offset log → the sink got the batch: Spark's own work
         between planning and running it), `begin`, `write`, `commit` (reconcile, lock,
-        publish), `after` (the post-commit hooks: the inline table services)."""
+        publish; `publish`: its lock, checks and write), `after` (the post-commit hooks: the
+        inline table services)."""
         spark = {} if self.planned is None else {"spark": max(0.0, self.started - self.planned)}
         return {
             **spark,
             "begin": self.begun - self.started,
             "write": self.written - self.begun,
             "commit": self.published - self.written,
+            "publish": self.publish_s,  # a part of `commit`, not a step of its own
             "after": self.finished - self.published,
         }
 
@@ -444,6 +447,7 @@ class CommittingSink:
             written=written,
             published=published if written <= published <= finished else finished,
             finished=finished,
+            publish_s=outcome.publish_s if outcome is not None else 0.0,
         )
         return outcome
 

@@ -81,7 +81,7 @@ def test_a_progress_line_gives_the_batch_back() -> None:
     batch_id, records, secs, at = parsed
     assert (batch_id, records) == (7, 50_000)
     assert secs == pytest.approx(
-        {"spark": 0.08, "begin": 0.03, "write": 1.27, "commit": 0.2, "after": 2.5}
+        {"spark": 0.08, "begin": 0.03, "write": 1.27, "commit": 0.2, "publish": 0.0, "after": 2.5}
     )
     assert at == pytest.approx(published, abs=0.001)
     b = batch_from(batch_id, records, secs, at, {0: (0, 10)})
@@ -95,6 +95,12 @@ def test_an_unknown_planning_time_leaves_the_spark_step_out() -> None:
     steps = BatchSteps(
         planned=None, started=10.0, begun=10.5, written=12.0, published=12.25, finished=12.5
     )
-    assert steps.durations() == {"begin": 0.5, "write": 1.5, "commit": 0.25, "after": 0.25}
+    assert steps.durations() == {
+        "begin": 0.5,
+        "write": 1.5,
+        "commit": 0.25,
+        "publish": 0.0,
+        "after": 0.25,
+    }
     assert "spark" not in steps_text(steps) and "commit 0.25 s" in steps_text(steps)
     assert steps_text(None) == ""
