@@ -657,6 +657,17 @@ def one_trigger(
         inside = [b for b in batches if b.published >= measured_from]
         result["breakdown"] = summarize(partitions, offsets, appended, visible, batches)
         result["breakdown"]["batches_in_window"] = len(inside)
+        result["batch_steps"] = [  # every batch's steps, to look at one
+            {
+                "batch": b.batch_id,
+                "records": b.records,
+                "published": round(b.published, 3),
+                **{k: round(v, 3) for k, v in b.step_seconds().items()},
+                "publish": b.publish,
+                "after": b.after,
+            }
+            for b in batches
+        ]
         print(format_summary(result["breakdown"]))
     print(
         f"CPU s over the {window:.1f} s of production ({result['cores_busy']} cores busy; "

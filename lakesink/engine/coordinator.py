@@ -396,7 +396,6 @@ class Coordinator:
             prepared.records,
             prepared.files,
             result.publish_s,
-            result.published_at,
         )
         return BatchOutcome(
             prepared.batch_id,
@@ -405,6 +404,7 @@ class Coordinator:
             prepared.records,
             prepared.files,
             result.publish_s,
+            result.published_at,
         )
 
     def check_precommit(self, prepared: PreparedCommit) -> None:
