@@ -27,6 +27,16 @@ the newest metadata file).
 last; the lowest over `--formats`) and produces at half of it. `--store s3` puts lakesink's
 tables in a bucket of a local S3 server (moto over HTTP, the tests' `s3_server.py`; the Iceberg
 catalog stays in SQLite on local disk); the peers run on local disk only.
+
+The profile of each lakesink run (printed, and in the JSON): every record's freshness split by
+the steps of the batch that carried it (freshness_breakdown.py: waiting in Kafka for the batch
+to be planned, Spark until the batch reached lakesink's sink, begin, write, commit, the reader),
+from the progress lines (each batch's steps and publish time) and Spark's offset log; CPU
+seconds per process over the production window (lakesink's driver, JVM, JIT, Python workers
+and source, the broker, the producer, this process: the reader). The reader reads only what
+the commits since its last poll added (`--full-reads`: the whole table, as before); the
+producer runs in a process of its own. `--per-batch` and `--ingest KEY=VALUE,...` set lakesink
+keys for the measured runs (not for the max-rate measurement).
 """
 
 from __future__ import annotations
@@ -100,8 +110,8 @@ class HudiIncremental:
     next ones an incremental query over (the newest completion time read, the newest now].
     hudi-rs ranges incremental queries of a layout-2 table by completion time, which its
     timeline does not hand out: on local disk the reader lists `.hoodie/timeline` for them;
-    on an object store it starts from the newest instant time read instead, so each poll reads
-    the newest commit again (the same records: noted once)."""
+    on an object store it starts from the newest instant time read instead, so a poll after a
+    new commit reads the one before it again (the same records: noted once)."""
 
     def __init__(self, table: str, storage_options: dict[str, str] | None = None) -> None:
         self.table, self.storage_options = table, storage_options
@@ -131,7 +141,7 @@ class HudiIncremental:
             builder = builder.with_storage_options(dict(self.storage_options))
         table = builder.build()
         latest = table.get_timeline().get_latest_commit_timestamp()
-        if not latest:
+        if not latest or (not local and latest == self.last):  # nothing completed since
             return None
         options = hudi.HudiReadOptions(projection=COLUMNS)
         if self.last is None:
