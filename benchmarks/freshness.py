@@ -704,7 +704,8 @@ def print_table(results: list[dict[str, Any]]) -> None:
 def _keys(text: str) -> dict[str, Any]:
     """`KEY=VALUE,...` as lakesink keys (a value that parses as JSON is taken as such)."""
     out: dict[str, Any] = {}
-    for item in filter(None, text.split(",")):
+    # a comma starts the next key only before `KEY=`: a list value keeps its commas
+    for item in filter(None, re.split(r",(?=[\w.]+=)", text)):
         key, sep, value = item.partition("=")
         if not sep:
             raise SystemExit(f"--ingest: {item!r} is not KEY=VALUE")
