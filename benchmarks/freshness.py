@@ -536,23 +536,53 @@ def _own_cpu() -> float:
     return t.user + t.system
 
 
-def _batches_of(log_path: Path, checkpoint: Path, near: float) -> list[Any]:
-    """The writer's published batches (freshness_breakdown.Batch) from its progress lines and
-    Spark's offset log."""
-    from freshness_breakdown import batch_from, parse_progress
+class OffsetLogKeeper(threading.Thread):
+    """Keeps each batch's planned ranges from Spark's offset log while the writer runs: Spark
+    deletes the logs of all but its last 100 batches (`minBatchesToRetain`)."""
 
-    from lakesink.spark.sink import planned_ranges
+    def __init__(self, checkpoint: Path) -> None:
+        super().__init__(daemon=True)
+        self.checkpoint = checkpoint
+        self.ranges: dict[int, dict[int, tuple[int, int]]] = {}
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        while not self.stopping.wait(1.0):
+            self.collect()
+
+    def collect(self) -> None:
+        from lakesink.errors import LakesinkError
+        from lakesink.spark.sink import planned_ranges
+
+        try:
+            names = os.listdir(self.checkpoint / "offsets")
+        except OSError:
+            return
+        for name in names:
+            if not name.isdigit() or int(name) in self.ranges:
+                continue
+            try:
+                planned = planned_ranges(self.checkpoint, int(name))
+            except (LakesinkError, ValueError):  # being written or already deleted
+                continue
+            self.ranges[int(name)] = {r.partition.partition: (r.start, r.end) for r in planned}
+
+
+def _batches_of(
+    log_path: Path, ranges: dict[int, dict[int, tuple[int, int]]], near: float
+) -> list[Any]:
+    """The writer's published batches (freshness_breakdown.Batch) from its progress lines and
+    the ranges kept from Spark's offset log (a batch whose ranges were not kept is left out:
+    its records count as unmatched)."""
+    from freshness_breakdown import batch_from, parse_progress
 
     batches = []
     for line in log_path.read_text(errors="replace").splitlines():
         parsed = parse_progress(line, near)
-        if parsed is None:
+        if parsed is None or parsed[0] not in ranges:
             continue
         batch_id, records, steps, published = parsed
-        ranges = {
-            r.partition.partition: (r.start, r.end) for r in planned_ranges(checkpoint, batch_id)
-        }
-        batches.append(batch_from(batch_id, records, steps, published, ranges))
+        batches.append(batch_from(batch_id, records, steps, published, ranges[batch_id]))
     return batches
 
 
@@ -603,6 +633,8 @@ def one_trigger(
         else DeltaReader(tmp / name / "table", args.poll)
     )
     reader.start()
+    keeper = OffsetLogKeeper(tmp / f"{name}-checkpoint")
+    keeper.start()
     monitors: dict[str, Any] = {}
     with ExitStack() as stack:
         monitors["writer"] = stack.enter_context(TreeMonitor(writer.pid, 0.5))
@@ -632,6 +664,9 @@ def one_trigger(
         finally:
             reader.stopping.set()
             reader.join()
+            keeper.stopping.set()
+            keeper.join()
+            keeper.collect()
             os.killpg(writer.pid, signal.SIGTERM)
             try:
                 writer.wait(60)
@@ -663,7 +698,7 @@ def one_trigger(
         **(_percentiles(fresh) if fresh else {}),
     }
     if kind == "lakesink":
-        batches = _batches_of(Path(log.name), tmp / f"{name}-checkpoint", time.time())
+        batches = _batches_of(Path(log.name), keeper.ranges, time.time())
         inside = [b for b in batches if b.published >= measured_from]
         result["breakdown"] = summarize(partitions, offsets, appended, visible, batches)
         result["breakdown"]["batches_in_window"] = len(inside)
