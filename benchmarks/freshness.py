@@ -165,12 +165,26 @@ class IcebergIncremental:
     def __init__(self, load: Callable[[], Any]) -> None:
         self.load = load  # the pyiceberg Table now, None before it exists
         self.last: int | None = None
+        # a local table's metadata folder and its mtime when last loaded: every commit adds a
+        # metadata file there, so an unchanged folder spares loading the table from the catalog
+        self.metadata_dir: Path | None = None
+        self.metadata_mtime = 0
 
     def __call__(self) -> pa.Table | None:
         import pyarrow.parquet as pq
         from pyiceberg.manifest import ManifestEntryStatus
 
+        mtime = 0
+        if self.metadata_dir is not None:
+            mtime = self.metadata_dir.stat().st_mtime_ns
+            if mtime == self.metadata_mtime:
+                return None
         table = self.load()
+        if table is not None and self.metadata_dir is None:
+            location = table.location().removeprefix("file://")
+            if "://" not in location and (Path(location) / "metadata").is_dir():
+                self.metadata_dir = Path(location) / "metadata"
+                mtime = self.metadata_dir.stat().st_mtime_ns
         current = None if table is None else table.current_snapshot()
         if current is None or current.snapshot_id == self.last:
             return None
@@ -193,6 +207,7 @@ class IcebergIncremental:
                     with table.io.new_input(entry.data_file.file_path).open() as f:
                         pieces.append(pq.read_table(f, columns=COLUMNS))
         self.last = current.snapshot_id
+        self.metadata_mtime = mtime
         return pa.concat_tables(pieces) if pieces else None
 
 
