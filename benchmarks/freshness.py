@@ -27,6 +27,16 @@ the newest metadata file).
 last; the lowest over `--formats`) and produces at half of it. `--store s3` puts lakesink's
 tables in a bucket of a local S3 server (moto over HTTP, the tests' `s3_server.py`; the Iceberg
 catalog stays in SQLite on local disk); the peers run on local disk only.
+
+The profile of each lakesink run (printed, and in the JSON): every record's freshness split by
+the steps of the batch that carried it (freshness_breakdown.py: waiting in Kafka for the batch
+to be planned, Spark until the batch reached lakesink's sink, begin, write, commit, the reader),
+from the progress lines (each batch's steps and publish time) and Spark's offset log; CPU
+seconds per process over the production window (lakesink's driver, JVM, JIT, Python workers
+and source, the broker, the producer, this process: the reader). The reader reads only what
+the commits since its last poll added (`--full-reads`: the whole table, as before); the
+producer runs in a process of its own. `--per-batch` and `--ingest KEY=VALUE,...` set lakesink
+keys for the measured runs (not for the max-rate measurement).
 """
 
 from __future__ import annotations
@@ -46,6 +56,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -93,6 +104,125 @@ def pyiceberg_rows(settings: Any) -> pa.Table | None:
     return table.scan(selected_fields=tuple(COLUMNS)).to_arrow()
 
 
+class HudiIncremental:
+    """hudi-rs reading only what commits completed since its last poll added, so that a poll's
+    cost follows the new data, not the table's size: the first poll reads the snapshot, the
+    next ones an incremental query over (the newest completion time read, the newest now].
+    hudi-rs ranges incremental queries of a layout-2 table by completion time, which its
+    timeline does not hand out: on local disk the reader lists `.hoodie/timeline` for them;
+    on an object store it starts from the newest instant time read instead, so a poll after a
+    new commit reads the one before it again (the same records: noted once)."""
+
+    def __init__(self, table: str, storage_options: dict[str, str] | None = None) -> None:
+        self.table, self.storage_options = table, storage_options
+        self.last: str | None = None
+
+    def _newest_completion(self) -> str | None:
+        """The newest completion time on a local table's timeline (`<instant>_<completion>.
+        <action>` files), None if none completed."""
+        done = [
+            name.split(".", 1)[0].split("_", 1)[1]
+            for name in os.listdir(Path(self.table) / ".hoodie" / "timeline")
+            if "_" in name.split(".", 1)[0] and not name.endswith((".requested", ".inflight"))
+        ]
+        return max(done, default=None)
+
+    def __call__(self) -> pa.Table | None:
+        import hudi
+
+        local = "://" not in self.table
+        if local and not (Path(self.table) / ".hoodie" / "hoodie.properties").exists():
+            return None
+        newest = self._newest_completion() if local else None
+        if local and (newest is None or newest == self.last):
+            return None
+        builder = hudi.HudiTableBuilder.from_base_uri(self.table)
+        if self.storage_options:
+            builder = builder.with_storage_options(dict(self.storage_options))
+        table = builder.build()
+        latest = table.get_timeline().get_latest_commit_timestamp()
+        if not latest or (not local and latest == self.last):  # nothing completed since
+            return None
+        options = hudi.HudiReadOptions(projection=COLUMNS)
+        if self.last is None:
+            options = options.with_as_of_timestamp(latest)
+        else:
+            options = options.with_query_type(hudi.HudiQueryType.Incremental).with_start_timestamp(
+                self.last
+            )
+            if newest is not None:
+                options = options.with_end_timestamp(newest)
+        batches = table.read(options)
+        self.last = newest if local else latest
+        return pa.Table.from_batches(batches) if batches else None
+
+
+class IcebergIncremental:
+    """pyiceberg reading only the data files that snapshots committed since its last poll
+    added (from their manifests; a `replace` snapshot, the inline compaction, rewrites rows
+    already read and is passed over), each Parquet file read through the table's FileIO."""
+
+    def __init__(self, load: Callable[[], Any]) -> None:
+        self.load = load  # the pyiceberg Table now, None before it exists
+        self.last: int | None = None
+        # a local table's metadata folder and its mtime when last loaded: every commit adds a
+        # metadata file there, so an unchanged folder spares loading the table from the catalog
+        self.metadata_dir: Path | None = None
+        self.metadata_mtime = 0
+
+    def __call__(self) -> pa.Table | None:
+        import pyarrow.parquet as pq
+        from pyiceberg.manifest import ManifestEntryStatus
+
+        mtime = 0
+        if self.metadata_dir is not None:
+            mtime = self.metadata_dir.stat().st_mtime_ns
+            if mtime == self.metadata_mtime:
+                return None
+        table = self.load()
+        if table is not None and self.metadata_dir is None:
+            location = table.location().removeprefix("file://")
+            if "://" not in location and (Path(location) / "metadata").is_dir():
+                self.metadata_dir = Path(location) / "metadata"
+                mtime = self.metadata_dir.stat().st_mtime_ns
+        current = None if table is None else table.current_snapshot()
+        if current is None or current.snapshot_id == self.last:
+            return None
+        new = []
+        snap = current
+        while snap is not None and snap.snapshot_id != self.last:
+            new.append(snap)
+            parent = snap.parent_snapshot_id
+            snap = table.snapshot_by_id(parent) if parent is not None else None
+        pieces = []
+        for snap in reversed(new):
+            if snap.summary is not None and snap.summary.operation.value == "replace":
+                continue
+            for manifest in snap.manifests(table.io):
+                if manifest.added_snapshot_id != snap.snapshot_id:
+                    continue
+                for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
+                    if entry.status != ManifestEntryStatus.ADDED:
+                        continue
+                    with table.io.new_input(entry.data_file.file_path).open() as f:
+                        pieces.append(pq.read_table(f, columns=COLUMNS))
+        self.last = current.snapshot_id
+        self.metadata_mtime = mtime
+        return pa.concat_tables(pieces) if pieces else None
+
+
+def lakesink_iceberg_table(settings: Any) -> Any:
+    """lakesink's Iceberg table through pyiceberg (the catalog asked again), None before it
+    exists."""
+    from lakesink.errors import LakesinkError
+    from lakesink.formats.iceberg.format import open_iceberg_table
+
+    try:
+        return open_iceberg_table(settings, create=False).pyiceberg
+    except LakesinkError:  # not created yet
+        return None
+
+
 def hadoop_iceberg_rows(warehouse: Path) -> pa.Table | None:
     """The Spark + Iceberg peer's table (a Hadoop catalog): the newest metadata file is the
     table; None before it exists."""
@@ -106,15 +236,68 @@ def hadoop_iceberg_rows(warehouse: Path) -> pa.Table | None:
     return table.scan(selected_fields=tuple(COLUMNS)).to_arrow()
 
 
+class Seen:
+    """When each (partition, offset) was first read and its append time, in arrays indexed by
+    offset (a dict of tens of millions of records would not fit)."""
+
+    def __init__(self) -> None:
+        self.appended: dict[int, np.ndarray] = {}  # epoch µs, -1: not seen
+        self.visible: dict[int, np.ndarray] = {}  # epoch s, NaN: not seen
+        self.count = 0
+
+    def note(
+        self, partitions: np.ndarray, offsets: np.ndarray, appended_us: np.ndarray, at: float
+    ) -> None:
+        for p in np.unique(partitions):
+            mask = partitions == p
+            o, a = offsets[mask], appended_us[mask]
+            vis = self.visible.get(int(p))
+            need = int(o.max()) + 1
+            if vis is None or len(vis) < need:
+                size = max(need, 2 * (0 if vis is None else len(vis)))
+                grown = np.full(size, np.nan)
+                app = np.full(size, -1, dtype=np.int64)
+                if vis is not None:
+                    grown[: len(vis)] = vis
+                    app[: len(vis)] = self.appended[int(p)]
+                self.visible[int(p)], self.appended[int(p)] = grown, app
+                vis = grown
+            new = np.isnan(vis[o])
+            if not new.any():
+                continue
+            # a row read twice in one poll is the same record, with the same append time
+            self.count += len(np.unique(o[new]))
+            vis[o[new]] = at
+            self.appended[int(p)][o[new]] = a[new]
+
+    def records(self, since: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(partitions, offsets, appended s, visible s) of the records seen that were appended
+        at or after `since`."""
+        ps, os_, aps, vs = [], [], [], []
+        for p, vis in self.visible.items():
+            app = self.appended[p]
+            keep = (~np.isnan(vis)) & (app >= since * 1e6)
+            o = np.flatnonzero(keep)
+            ps.append(np.full(len(o), p, dtype=np.int64))
+            os_.append(o)
+            aps.append(app[o] / 1e6)
+            vs.append(vis[o])
+        if not ps:
+            empty = np.array([], dtype=np.float64)
+            return empty.astype(np.int64), empty.astype(np.int64), empty, empty
+        return np.concatenate(ps), np.concatenate(os_), np.concatenate(aps), np.concatenate(vs)
+
+
 class Reader(threading.Thread):
     """Polls the table with `read`; notes when each (partition, offset) is first read."""
 
     def __init__(self, read: Callable[[], pa.Table | None], poll_s: float) -> None:
         super().__init__(daemon=True)
         self.read, self.poll_s = read, poll_s
-        self.seen: dict[tuple[int, int], tuple[float, float]] = {}  # -> (appended, visible)
+        self.seen = Seen()
         self.polls = 0
         self.read_s = 0.0
+        self.max_read_s = 0.0
         self.stopping = threading.Event()
 
     def run(self) -> None:
@@ -125,24 +308,23 @@ class Reader(threading.Thread):
             except Exception:  # a table mid-creation: the next poll reads it
                 rows = None
             now = time.time()
-            if rows is not None:
-                self.polls += 1
-                self.read_s += now - start
+            self.polls += 1
+            self.read_s += now - start
+            self.max_read_s = max(self.max_read_s, now - start)
+            if rows is not None and rows.num_rows:
                 self._note(rows, now)
             self.stopping.wait(max(0.0, self.poll_s - (time.time() - start)))
 
     def _note(self, rows: pa.Table, visible: float) -> None:
         appended = pc.cast(
             pc.cast(rows["kafka_timestamp"], pa.timestamp("us", tz="UTC")), pa.int64()
-        ).to_pylist()
-        for p, o, t in zip(
-            rows["kafka_partition"].to_pylist(),
-            rows["kafka_offset"].to_pylist(),
-            appended,
-            strict=True,
-        ):
-            if (p, o) not in self.seen:
-                self.seen[(p, o)] = (t / 1e6, visible)
+        )
+        self.seen.note(
+            rows["kafka_partition"].to_numpy().astype(np.int64),
+            rows["kafka_offset"].to_numpy().astype(np.int64),
+            appended.to_numpy(),
+            visible,
+        )
 
 
 class DeltaReader(threading.Thread):
@@ -153,9 +335,10 @@ class DeltaReader(threading.Thread):
         super().__init__(daemon=True)
         from peers import PeerEnv
 
-        self.seen: dict[tuple[int, int], tuple[float, float]] = {}
+        self.seen = Seen()
         self.polls = 0
         self.read_s = 0.0
+        self.max_read_s = 0.0
         self.stopping = threading.Event()
         python = PeerEnv.for_mode("delta").python
         self.process = subprocess.Popen(
@@ -171,8 +354,9 @@ class DeltaReader(threading.Thread):
                 continue
             _, visible, rows = line.split(" ", 2)
             self.polls += 1
-            for p, o, t in json.loads(rows):
-                self.seen.setdefault((p, o), (t / 1e6, float(visible)))
+            got = np.array(json.loads(rows), dtype=np.int64).reshape(-1, 3)
+            if len(got):
+                self.seen.note(got[:, 0], got[:, 1], got[:, 2], float(visible))
 
     def join(self, timeout: float | None = None) -> None:
         self.process.terminate()
@@ -181,26 +365,60 @@ class DeltaReader(threading.Thread):
 
 
 def _produce(bootstrap: str, topic: str, count: int, rate: float) -> float:
-    """`count` records at `rate` per second, spread over the topic's partitions by the client;
-    returns when the last is acknowledged."""
+    """`count` records at `rate` per second (inf: as fast as the client takes them), spread
+    over the topic's partitions by the client (no key); returns when the last is acknowledged.
+    Cheap on purpose, to leave the cores to what is measured: no clock read or key per
+    record; every millisecond or so it hands the client the records that are due."""
     from confluent_kafka import Producer
 
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "acks": "all"})
+    producer = Producer(
+        {"bootstrap.servers": bootstrap, "linger.ms": 5, "acks": "all", "batch.size": 262_144}
+    )
+    produce, poll = producer.produce, producer.poll
     start = time.time()
-    for i in range(count):
-        due = start + i / rate  # rate inf: as fast as the client takes them
-        delay = due - time.time()
-        if delay > 0:
-            time.sleep(delay)
-        while True:
-            try:
-                producer.produce(topic, value=PAYLOAD, key=str(i).encode())
-                break
-            except BufferError:  # the client's queue is full (an unlimited rate): let it drain
-                producer.poll(0.05)
-        producer.poll(0)
+    sent = 0
+    while sent < count:
+        due = count if rate == float("inf") else min(count, int((time.time() - start) * rate) + 1)
+        if due <= sent:
+            time.sleep(0.001)
+            continue
+        for _ in range(due - sent):
+            while True:
+                try:
+                    produce(topic, PAYLOAD)
+                    break
+                except BufferError:  # the client's queue is full: let it drain
+                    poll(0.05)
+        sent = due
+        poll(0)
     producer.flush(60)
     return time.time()
+
+
+def _produce_into(bootstrap: str, topic: str, count: int, rate: float, done: Any) -> None:
+    done.put(_produce(bootstrap, topic, count, rate))
+
+
+def produce_apart(
+    bootstrap: str, topic: str, count: int, rate: float
+) -> tuple[Any, Callable[[], float]]:
+    """`_produce` in a process of its own (its CPU apart from the reader's, no GIL shared):
+    the process, and a wait that returns when its last record was acknowledged."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")
+    done = ctx.Queue()
+    proc = ctx.Process(target=_produce_into, args=(bootstrap, topic, count, rate, done))
+    proc.start()
+
+    def wait() -> float:
+        until = float(done.get())
+        proc.join()
+        if proc.exitcode != 0:
+            raise RuntimeError(f"the producer exited with {proc.exitcode}")
+        return until
+
+    return proc, wait
 
 
 def _start_lakesink(
@@ -211,9 +429,13 @@ def _start_lakesink(
     tmp: Path,
     store: dict[str, Any],
     per_batch: int = 1_000_000,
+    extra: dict[str, Any] | None = None,
+    full_reads: bool = False,
 ) -> tuple[list[str], Callable[[], pa.Table | None]]:
-    """The `lakesink ingest` command for the topic `name`, and how to read its table. `store`:
-    the storage keys and `root` of an S3 bucket, or empty for local disk."""
+    """The `lakesink ingest` command for the topic `name`, and how to read its table (what the
+    commits since the last poll added; `full_reads`: the whole table at each poll). `store`:
+    the storage keys and `root` of an S3 bucket, or empty for local disk; `extra`: more keys
+    (`--ingest`)."""
     from lakesink.config.registry import build_config
 
     root = store.get("root")
@@ -228,6 +450,7 @@ def _start_lakesink(
         "trigger.interval.s": trigger_s,
         "kafka.max.records.per.batch": per_batch,
         **{k: v for k, v in store.items() if k != "root"},
+        **(extra or {}),
     }
     if fmt == "iceberg":
         keys |= {"table.format": "iceberg", "table.name": "events"}
@@ -241,8 +464,12 @@ def _start_lakesink(
     command = [sys.executable, "-m", "lakesink.cli.main", "ingest", "--config", str(conf)]
     if fmt == "hudi":
         options = settings.table_storage().reader_options() if root else None
-        return command, lambda: hudi_rs_rows(table, options)
-    return command, lambda: pyiceberg_rows(settings)
+        if full_reads:
+            return command, lambda: hudi_rs_rows(table, options)
+        return command, HudiIncremental(table, options)
+    if full_reads:
+        return command, lambda: pyiceberg_rows(settings)
+    return command, IcebergIncremental(lambda: lakesink_iceberg_table(settings))
 
 
 def max_rate(
@@ -302,6 +529,78 @@ def _start_peer(
     return command, None
 
 
+def _cpu_window(
+    monitors: dict[str, Any], own: tuple[float, float], t0: float, t1: float
+) -> dict[str, float]:
+    """CPU seconds per process role between t0 and t1: the writer's tree by procmon's roles
+    (`driver`, `jvm`, `jit`, `source`, `pyworkers`), the broker, the producer, and this
+    process (the reader, with the monitors' sampling threads)."""
+    out: dict[str, float] = {}
+    for name, mon in monitors.items():
+        for role, secs in mon.cpu_by_role_between(t0, t1).items():
+            key = name if name != "writer" else f"lakesink {role}"
+            if name != "writer" and role != "driver":
+                key = f"{name} {role}"
+            out[key] = out.get(key, 0.0) + secs
+    out["reader (this process)"] = own[1] - own[0]
+    return {k: round(v, 2) for k, v in sorted(out.items(), key=lambda kv: -kv[1]) if v > 0}
+
+
+def _own_cpu() -> float:
+    t = os.times()
+    return t.user + t.system
+
+
+class OffsetLogKeeper(threading.Thread):
+    """Keeps each batch's planned ranges from Spark's offset log while the writer runs: Spark
+    deletes the logs of all but its last 100 batches (`minBatchesToRetain`)."""
+
+    def __init__(self, checkpoint: Path) -> None:
+        super().__init__(daemon=True)
+        self.checkpoint = checkpoint
+        self.ranges: dict[int, dict[int, tuple[int, int]]] = {}
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        while not self.stopping.wait(1.0):
+            self.collect()
+
+    def collect(self) -> None:
+        from lakesink.errors import LakesinkError
+        from lakesink.spark.sink import planned_ranges
+
+        try:
+            names = os.listdir(self.checkpoint / "offsets")
+        except OSError:
+            return
+        for name in names:
+            if not name.isdigit() or int(name) in self.ranges:
+                continue
+            try:
+                planned = planned_ranges(self.checkpoint, int(name))
+            except (LakesinkError, ValueError):  # being written or already deleted
+                continue
+            self.ranges[int(name)] = {r.partition.partition: (r.start, r.end) for r in planned}
+
+
+def _batches_of(
+    log_path: Path, ranges: dict[int, dict[int, tuple[int, int]]], near: float
+) -> list[Any]:
+    """The writer's published batches (freshness_breakdown.Batch) from its progress lines and
+    the ranges kept from Spark's offset log (a batch whose ranges were not kept is left out:
+    its records count as unmatched)."""
+    from freshness_breakdown import batch_from, parse_progress
+
+    batches = []
+    for line in log_path.read_text(errors="replace").splitlines():
+        parsed = parse_progress(line, near)
+        if parsed is None or parsed[0] not in ranges:
+            continue
+        batch_id, records, steps, published = parsed
+        batches.append(batch_from(batch_id, records, steps, published, ranges[batch_id]))
+    return batches
+
+
 def one_trigger(
     bootstrap: str,
     system: str,
@@ -310,9 +609,13 @@ def one_trigger(
     tmp: Path,
     store: dict[str, Any],
     rate: float,
+    broker_pid: int | None = None,
 ) -> dict[str, Any]:
     """`system`: `lakesink-<format>` or `peer-<delta|hudi|iceberg>` (the peers on local disk
     only); `rate`: records per second."""
+    from freshness_breakdown import format_summary, summarize
+    from procmon import TreeMonitor
+
     from lakesink.kafka.client import create_topic
 
     name = f"fresh-{system}-{str(trigger_s).replace('.', '_')}-{int(time.time())}"
@@ -321,9 +624,20 @@ def one_trigger(
     )
     kind, what = system.split("-", 1)
     if kind == "lakesink":
-        command, read = _start_lakesink(bootstrap, name, what, trigger_s, tmp, store)
+        command, read = _start_lakesink(
+            bootstrap,
+            name,
+            what,
+            trigger_s,
+            tmp,
+            store,
+            args.per_batch,
+            args.ingest_keys,
+            args.full_reads,
+        )
     else:
         command, read = _start_peer(bootstrap, name, what, trigger_s, tmp, args.cores)
+    load_before = os.getloadavg()
     log = open(tmp / f"{name}.log", "w")  # noqa: SIM115 - the process writes it until stopped
     writer = subprocess.Popen(
         command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=HERE
@@ -334,43 +648,93 @@ def one_trigger(
         else DeltaReader(tmp / name / "table", args.poll)
     )
     reader.start()
-    try:
-        _produce(bootstrap, name, WARM_UP_RECORDS, 1000.0)
-        deadline = time.time() + 300
-        while len(reader.seen) < WARM_UP_RECORDS:
-            if writer.poll() is not None or time.time() > deadline:
-                tail = Path(log.name).read_text(errors="replace")[-3000:]
-                raise RuntimeError(f"{system} never showed its warm-up; its log ends:\n{tail}")
-            time.sleep(0.2)
-        measured_from = time.time()
-        count = int(rate * args.seconds)
-        produced_until = _produce(bootstrap, name, count, rate)
-        deadline = time.time() + 120
-        while len(reader.seen) < WARM_UP_RECORDS + count and time.time() < deadline:
-            time.sleep(0.2)
-    finally:
-        reader.stopping.set()
-        reader.join()
-        os.killpg(writer.pid, signal.SIGTERM)
+    keeper = OffsetLogKeeper(tmp / f"{name}-checkpoint")
+    keeper.start()
+    monitors: dict[str, Any] = {}
+    with ExitStack() as stack:
+        monitors["writer"] = stack.enter_context(TreeMonitor(writer.pid, 0.5))
+        if broker_pid is not None:
+            monitors["broker"] = stack.enter_context(TreeMonitor(broker_pid, 0.5))
         try:
-            writer.wait(60)
-        except subprocess.TimeoutExpired:
-            os.killpg(writer.pid, signal.SIGKILL)
-            writer.wait()
-        log.close()
-    fresh = [v - a for a, v in reader.seen.values() if a >= measured_from]
-    return {
+            _produce(bootstrap, name, WARM_UP_RECORDS, 1000.0)
+            deadline = time.time() + 300
+            while reader.seen.count < WARM_UP_RECORDS:
+                if writer.poll() is not None or time.time() > deadline:
+                    tail = Path(log.name).read_text(errors="replace")[-3000:]
+                    raise RuntimeError(f"{system} never showed its warm-up; its log ends:\n{tail}")
+                time.sleep(0.2)
+            count = int(rate * args.seconds)
+            polls_before, read_s_before = reader.polls, reader.read_s
+            producer, wait = produce_apart(bootstrap, name, count, rate)
+            monitors["producer"] = stack.enter_context(TreeMonitor(producer.pid, 0.5))
+            measured_from = time.time()
+            own = [_own_cpu(), 0.0]
+            produced_until = wait()
+            own[1] = _own_cpu()
+            window_polls = reader.polls - polls_before
+            window_read_s = reader.read_s - read_s_before
+            deadline = time.time() + 120
+            while reader.seen.count < WARM_UP_RECORDS + count and time.time() < deadline:
+                time.sleep(0.2)
+        finally:
+            reader.stopping.set()
+            reader.join()
+            keeper.stopping.set()
+            keeper.join()
+            keeper.collect()
+            os.killpg(writer.pid, signal.SIGTERM)
+            try:
+                writer.wait(60)
+            except subprocess.TimeoutExpired:
+                os.killpg(writer.pid, signal.SIGKILL)
+                writer.wait()
+            log.close()
+    load_after = os.getloadavg()
+    window = produced_until - measured_from
+    cpu = _cpu_window(monitors, (own[0], own[1]), measured_from, produced_until)
+    partitions, offsets, appended, visible = reader.seen.records(measured_from)
+    fresh = list(visible - appended)
+    result: dict[str, Any] = {
         "system": system,
         "trigger_s": trigger_s,
         "rate": rate,
         "store": "s3" if store else "local",
         "produced": count,
         "visible": len(fresh),
-        "production_s": produced_until - measured_from,
+        "production_s": window,
         "polls": reader.polls,
-        "mean_read_s": reader.read_s / max(1, reader.polls),
+        "mean_read_s": window_read_s / max(1, window_polls),
+        "max_read_s": reader.max_read_s,
+        "load_before": load_before,
+        "load_after": load_after,
+        "cpu_s": cpu,
+        "cores_busy": round(sum(cpu.values()) / window, 2) if window > 0 else None,
+        "ingest_keys": args.ingest_keys,
         **(_percentiles(fresh) if fresh else {}),
     }
+    if kind == "lakesink":
+        batches = _batches_of(Path(log.name), keeper.ranges, time.time())
+        inside = [b for b in batches if b.published >= measured_from]
+        result["breakdown"] = summarize(partitions, offsets, appended, visible, batches)
+        result["breakdown"]["batches_in_window"] = len(inside)
+        result["batch_steps"] = [  # every batch's steps, to look at one
+            {
+                "batch": b.batch_id,
+                "records": b.records,
+                "published": round(b.published, 3),
+                **{k: round(v, 3) for k, v in b.step_seconds().items()},
+                "publish": b.publish,
+                "after": b.after,
+            }
+            for b in batches
+        ]
+        print(format_summary(result["breakdown"]))
+    print(
+        f"CPU s over the {window:.1f} s of production ({result['cores_busy']} cores busy; "
+        f"load {load_before[0]:.1f} -> {load_after[0]:.1f}): "
+        + ", ".join(f"{k} {v}" for k, v in cpu.items())
+    )
+    return result
 
 
 def print_table(results: list[dict[str, Any]]) -> None:
@@ -385,6 +749,21 @@ def print_table(results: list[dict[str, Any]]) -> None:
             f"{r.get('p99', float('nan')):>6.2f} {r.get('max', float('nan')):>6.2f} "
             f"{r['mean_read_s']:>6.3f}"
         )
+
+
+def _keys(text: str) -> dict[str, Any]:
+    """`KEY=VALUE,...` as lakesink keys (a value that parses as JSON is taken as such)."""
+    out: dict[str, Any] = {}
+    # a comma starts the next key only before `KEY=`: a list value keeps its commas
+    for item in filter(None, re.split(r",(?=[\w.]+=)", text)):
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise SystemExit(f"--ingest: {item!r} is not KEY=VALUE")
+        try:
+            out[key.strip()] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key.strip()] = value
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -411,8 +790,27 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--peer-triggers", default="1,0", help="the peers' triggers, s")
     parser.add_argument("--cores", type=int, default=2, help="the peers' Spark local[N]")
+    parser.add_argument(
+        "--per-batch",
+        type=int,
+        default=1_000_000,
+        help="lakesink's kafka.max.records.per.batch in the measured runs",
+    )
+    parser.add_argument(
+        "--ingest",
+        default="",
+        help="more lakesink keys for the measured runs, KEY=VALUE,... (values as JSON where "
+        "they parse, else text): e.g. commit.mode=async",
+    )
+    parser.add_argument(
+        "--full-reads",
+        action="store_true",
+        help="lakesink's reader reads the whole table at each poll (default: only what the "
+        "commits since its last poll added)",
+    )
     parser.add_argument("--json", type=Path, help="write the results here too")
     args = parser.parse_args(argv)
+    args.ingest_keys = _keys(args.ingest)
     # a SIGTERM (timeout, kill) unwinds like Ctrl-C: the writers, readers and broker are stopped
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     from lakesink.kafka.kafka_server import local_broker
@@ -454,7 +852,9 @@ def main(argv: list[str] | None = None) -> int:
         ]
         for system, trigger in runs:
             results.append(
-                one_trigger(broker.bootstrap_servers, system, trigger, args, tmp, store, rate)
+                one_trigger(
+                    broker.bootstrap_servers, system, trigger, args, tmp, store, rate, broker.pid
+                )
             )
             print_table(results[-1:])
     print(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import signal
 import sys
 import threading
+import time
 from typing import TYPE_CHECKING
 
 from lakesink.config import LakesinkConfig
@@ -13,6 +14,17 @@ from lakesink.spark.pipeline import IngestionResult, Progress
 
 if TYPE_CHECKING:
     from lakesink.protocol.offsets import TopicPartition
+    from lakesink.spark.sink import BatchSteps
+
+
+def steps_text(steps: BatchSteps | None) -> str:
+    """The progress line's tail on where the batch's time went: seconds per step and the
+    wall-clock time (local, to the millisecond) at which it was published."""
+    if steps is None:
+        return ""
+    took = ", ".join(f"{name} {secs:.2f} s" for name, secs in steps.durations().items())
+    at = time.strftime("%H:%M:%S", time.localtime(steps.published))
+    return f"  ({took}; published {at}.{int(steps.published * 1000) % 1000:03d})"
 
 
 def progress_printer() -> object:
@@ -23,7 +35,7 @@ def progress_printer() -> object:
         o = p.outcome
         line = (
             f"batch {o.batch_id}: instant {o.instant_time}  +{o.records:,} rec  "
-            f"total {p.total_records:,}  {p.records_per_s:,.0f} rec/s{lag}"
+            f"total {p.total_records:,}  {p.records_per_s:,.0f} rec/s{lag}{steps_text(p.steps)}"
         )
         if tty:
             sys.stdout.write("\r\033[K" + line)

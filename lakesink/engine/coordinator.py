@@ -59,6 +59,7 @@ class BatchOutcome:
     records: int = 0
     files: int = 0
     publish_s: float = 0.0
+    published_at: float = 0.0  # time.time() when it was published (0: not known here)
 
 
 @dataclass(frozen=True, slots=True)
@@ -403,6 +404,7 @@ class Coordinator:
             prepared.records,
             prepared.files,
             result.publish_s,
+            result.published_at,
         )
 
     def check_precommit(self, prepared: PreparedCommit) -> None:

@@ -92,6 +92,7 @@ class CommitResult:
     published: bool  # False: the commit was on the table already (a replay or a landed retry)
     publish_s: float = 0.0
     instant: Instant | None = None  # the completed instant (Hudi)
+    published_at: float = 0.0  # time.time() when it was published, before the hooks ran
 
 
 class TableTransaction:
@@ -250,6 +251,7 @@ class TableTransaction:
                 what=f"publish of {t}",
             )
         publish_s = time.perf_counter() - started
+        published_at = time.time()
         self._move(TxState.COMMITTED)
         if self.metrics is not None:
             self.metrics.record_commit(publish_s, time.time())
@@ -265,6 +267,7 @@ class TableTransaction:
             published=True,
             publish_s=publish_s,
             instant=done if isinstance(done, Instant) else None,
+            published_at=published_at,
         )
 
     def complete(self, content: bytes) -> object:

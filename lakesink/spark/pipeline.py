@@ -41,7 +41,7 @@ from lakesink.spark.registry_columns import (
 from lakesink.spark.replay_check import rewind_to
 from lakesink.spark.routing import RoutedTable, RoutingSink, check_routes_cover
 from lakesink.spark.session import check_workers_import_lakesink
-from lakesink.spark.sink import CommittingSink, analyze_rows, load_transform
+from lakesink.spark.sink import BatchSteps, CommittingSink, analyze_rows, load_transform
 from lakesink.spark.source import (
     CONFIG_OPTION,
     SECRETS_OPTION,
@@ -72,6 +72,7 @@ class Progress:
     total_records: int
     elapsed_s: float
     lag: int | None  # records behind the high watermarks, when known
+    steps: BatchSteps | None = None  # when the batch's steps ended
 
     @property
     def records_per_s(self) -> float:
@@ -469,7 +470,15 @@ class Ingestion:
             if self.monitor is not None:
                 self.monitor.committed_changed()
             if self.on_progress:
-                self.on_progress(Progress(outcome, sink.stats.records, elapsed, self._lag(target)))
+                self.on_progress(
+                    Progress(
+                        outcome,
+                        sink.stats.records,
+                        elapsed,
+                        self._lag(target),
+                        sink.stats.last_steps,
+                    )
+                )
 
         sink.on_batch = on_batch
         interval = "0 seconds" if once else f"{self.cfg['trigger.interval.s']} seconds"

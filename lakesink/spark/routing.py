@@ -226,6 +226,7 @@ class RoutingSink(CommittingSink):
             records=sum(o.records for o in published),
             files=sum(o.files for o in published),
             publish_s=sum(o.publish_s for o in published),
+            published_at=max(o.published_at for o in published),
         )
 
     def _write_tables(

@@ -66,6 +66,14 @@ def planned_ranges(checkpoint: Path, batch_id: int) -> list[OffsetRange]:
     return offset_to_ranges(json.loads(sources[0]))
 
 
+def offset_log_time(checkpoint: Path, batch_id: int) -> float | None:
+    """When Spark planned batch `batch_id`: its offset log's modification time (None if gone)."""
+    try:
+        return (checkpoint / "offsets" / str(batch_id)).stat().st_mtime
+    except OSError:
+        return None
+
+
 class ArrowTransformStep:
     """`transform.arrow` on a DataFrame (the DataFrame path): the function applied with
     `mapInArrow` to the batch's rows. The driver plans it once (`plan`: the function called on
@@ -199,6 +207,35 @@ class BatchFailedError(LakesinkError):
     """What Spark sees of a failed batch; the pipeline raises the batch's own exception."""
 
 
+@dataclass(frozen=True, slots=True)
+class BatchSteps:
+    """Wall-clock times (`time.time()`) of one batch's steps on the driver, for the progress
+    line and the freshness benchmark's breakdown of a record's wait."""
+
+    planned: float | None  # Spark wrote the batch's offset log (None: its time unknown)
+    started: float  # the sink got the batch
+    begun: float  # every table's instant began
+    written: float  # the tasks' files are written
+    published: float  # the main table's commit is published (async: handed to the committer)
+    finished: float  # the sink is done: the post-commit hooks (inline table services) ran
+    publish_s: float = 0.0  # of `commit`, the main table's publish: the lock, its checks, the write
+
+    def durations(self) -> dict[str, float]:
+        """Seconds per step: `spark` (offset log → the sink got the batch: Spark's own work
+        between planning and running it), `begin`, `write`, `commit` (reconcile, lock,
+        publish; `publish`: its lock, checks and write), `after` (the post-commit hooks: the
+        inline table services)."""
+        spark = {} if self.planned is None else {"spark": max(0.0, self.started - self.planned)}
+        return {
+            **spark,
+            "begin": self.begun - self.started,
+            "write": self.written - self.begun,
+            "commit": self.published - self.written,
+            "publish": self.publish_s,  # a part of `commit`, not a step of its own
+            "after": self.finished - self.published,
+        }
+
+
 @dataclass
 class BatchStats:
     batches: int = 0
@@ -206,6 +243,7 @@ class BatchStats:
     dead_letters: int = 0  # rows committed to the dead-letter table
     last_outcome: BatchOutcome | None = None
     last_batch_s: float = 0.0
+    last_steps: BatchSteps | None = None
 
 
 class CommittingSink:
@@ -254,6 +292,8 @@ class CommittingSink:
         # Spans cut off this batch at a restart, the broker's log end having moved back below
         # them (spark/replay_check.py): recorded in the main table's commit
         self.lost: tuple[OffsetRange, ...] = ()
+        self._started_at = 0.0  # time.time() when the batch running now reached the sink
+        self._steps: BatchSteps | None = None  # the last published batch's steps
 
     @property
     def partition_fields(self) -> tuple[str, ...]:
@@ -311,6 +351,8 @@ class CommittingSink:
 
     def _run_batch(self, batch_df: DataFrame, batch_id: int) -> None:
         started = time.perf_counter()
+        self._started_at = time.time()
+        self._steps = None
         self._rows_by_table = {}
         ranges = planned_ranges(self.cfg.checkpoint_location, batch_id)
         self.lost = lost_spans(self.cfg.checkpoint_location, batch_id)
@@ -326,6 +368,7 @@ class CommittingSink:
         self.stats.records += outcome.records
         self.stats.last_outcome = outcome
         self.stats.last_batch_s = time.perf_counter() - started
+        self.stats.last_steps = self._steps
         if self.metrics is not None:
             self.metrics.record_batch("published", self.stats.last_batch_s)
             for role, per_topic in self._rows_by_table.items():
@@ -373,11 +416,13 @@ class CommittingSink:
         instants = self.tables.begin(batch_id, ranges)
         if not any(instants.values()):
             return None
+        begun = time.time()
         try:
             statuses = self._write_tables(batch_df, ranges, instants)
         except BaseException:
             self.tables.abort(batch_id, instants)
             raise
+        written = time.time()
         self._rows_by_table = {
             role: rows_per_topic(written, ranges)
             for role, written in self._row_statuses(statuses).items()
@@ -392,7 +437,19 @@ class CommittingSink:
         )
         if DEAD_LETTERS in outcomes:
             self._count_dead_letters(statuses[DEAD_LETTERS], ranges)
-        return self._batch_outcome(batch_id, outcomes)
+        outcome = self._batch_outcome(batch_id, outcomes)
+        finished = time.time()
+        published = outcome.published_at if outcome is not None else 0.0
+        self._steps = BatchSteps(
+            planned=offset_log_time(self.cfg.checkpoint_location, batch_id),
+            started=self._started_at,
+            begun=begun,
+            written=written,
+            published=published if written <= published <= finished else finished,
+            finished=finished,
+            publish_s=outcome.publish_s if outcome is not None else 0.0,
+        )
+        return outcome
 
     # The steps a many-table sink (lakesink.spark.routing) does its own way.
 

@@ -5,6 +5,7 @@ on a local Hudi table, the coordinator's state agrees with the pre-commit mark o
 
 from __future__ import annotations
 
+import time
 from itertools import product
 from pathlib import Path
 from typing import cast
@@ -104,7 +105,10 @@ def test_sync_batch_goes_begun_prepared_published(tmp_path: Path) -> None:
     assert c.batch_state(t) is BatchState.PREPARED and not c.is_precommitted(t)
     with pytest.raises(InternalError, match="from prepared to prepared"):
         c.precommit(t, 0, [OffsetRange(P0, 0, 5)], statuses, _schema())
-    assert c.commit(prepared).instant_time == t
+    before = time.time()
+    outcome = c.commit(prepared)
+    assert outcome.instant_time == t
+    assert before <= outcome.published_at <= time.time()  # when it was published, for the steps
     assert c.batch_state(t) is None  # over: the record is gone
     assert [i.time for i in table.timeline().completed_data_instants()] == [t]
 

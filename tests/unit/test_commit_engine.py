@@ -181,7 +181,13 @@ def test_transaction_begin_stage_commit_publishes_once_and_runs_hooks(tmp_path: 
     table = _table(tmp_path)
     control = RecordingControl()
     hooked: list[InstantTime] = []
-    tx = TableTransaction(HudiFormat(table), control, writer_id="w", hooks=(hooked.append,))
+    hooked_at: list[float] = []
+
+    def hook(t: InstantTime) -> None:
+        hooked.append(t)
+        hooked_at.append(time.time())
+
+    tx = TableTransaction(HudiFormat(table), control, writer_id="w", hooks=(hook,))
     t = tx.begin()
     assert tx.state is TxState.ACTIVE and t.value in control.beating
     assert [i.time for i in table.timeline().inflight_or_requested()] == [t]
@@ -194,6 +200,7 @@ def test_transaction_begin_stage_commit_publishes_once_and_runs_hooks(tmp_path: 
     result = tx.commit(_metadata((kept,), offsets), (unchanged,))
     assert result.published and tx.state is TxState.COMMITTED
     assert hooked == [t] and control.beating == set()
+    assert 0 < result.published_at <= hooked_at[0]  # published, then the hooks ran
     assert committed_offsets(table, "w") == offsets
     again = TableTransaction.resume(HudiFormat(table), control, t, writer_id="w").commit(
         _metadata((kept,), offsets)
