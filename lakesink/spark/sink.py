@@ -416,13 +416,13 @@ class CommittingSink:
         instants = self.tables.begin(batch_id, ranges)
         if not any(instants.values()):
             return None
-        begun = time.time()
+        begun_at = time.time()
         try:
             statuses = self._write_tables(batch_df, ranges, instants)
         except BaseException:
             self.tables.abort(batch_id, instants)
             raise
-        written = time.time()
+        written_at = time.time()
         self._rows_by_table = {
             role: rows_per_topic(written, ranges)
             for role, written in self._row_statuses(statuses).items()
@@ -443,9 +443,9 @@ class CommittingSink:
         self._steps = BatchSteps(
             planned=offset_log_time(self.cfg.checkpoint_location, batch_id),
             started=self._started_at,
-            begun=begun,
-            written=written,
-            published=published if written <= published <= finished else finished,
+            begun=begun_at,
+            written=written_at,
+            published=published if written_at <= published <= finished else finished,
             finished=finished,
             publish_s=outcome.publish_s if outcome is not None else 0.0,
         )

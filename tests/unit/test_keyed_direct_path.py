@@ -6,7 +6,7 @@ writers' statuses, committed, read back as the plain dict fold of every version 
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -108,6 +108,29 @@ def run_two_stages(
     return out
 
 
+def _batches_read_back_as_the_fold(
+    mode: str,
+    batches: list[list[tuple[int, int, int | None, int]]],
+    buckets: int,
+    write: Callable[[KeyedTaskTarget, pa.Table], list[Any]],
+) -> None:
+    """Each batch begun, written by `write` (its tasks' write statuses) and committed: after
+    every batch the table is the dict fold of every version so far."""
+    offsets = Offsets()
+    rows = [[offsets.row(k, op, ts, p) for k, op, ts, p in batch] for batch in batches]
+    with tempfile.TemporaryDirectory() as tmp:
+        table = open_table(Path(tmp) / "wh", buckets, "ts", mode=mode)
+        coordinator = writer(table)
+        for n, batch in enumerate(rows, start=1):
+            data = changes(batch)
+            t = coordinator.begin_batch(n, ranges_of(data))
+            assert t is not None
+            target = plugin_for("iceberg").task_target(coordinator, t.value, 0)
+            assert isinstance(target, KeyedTaskTarget)
+            complete(coordinator, t, n, data, write(target, data))
+            assert table_rows(table) == reference(rows[:n], "ts")
+
+
 @pytest.mark.parametrize("mode", [COPY_ON_WRITE, MERGE_ON_READ])
 @settings(max_examples=4, deadline=None)
 @given(
@@ -123,26 +146,18 @@ def test_the_two_stages_read_back_as_the_fold_and_give_each_bucket_one_writer(
     tasks: int,
     pieces: int,
 ) -> None:
-    offsets = Offsets()
-    rows = [[offsets.row(k, op, ts, p) for k, op, ts, p in batch] for batch in batches]
-    with tempfile.TemporaryDirectory() as tmp:
-        table = open_table(Path(tmp) / "wh", buckets, "ts", mode=mode)
-        coordinator = writer(table)
-        for n, batch in enumerate(rows, start=1):
-            data = changes(batch)
-            t = coordinator.begin_batch(n, ranges_of(data))
-            assert t is not None
-            target = plugin_for("iceberg").task_target(coordinator, t.value, 0)
-            assert isinstance(target, KeyedTaskTarget)
-            # the batch's rows spread over `pieces` read tasks, a few record batches each
-            reads: list[list[pa.RecordBatch]] = [[] for _ in range(pieces)]
-            for i, b in enumerate(data.to_batches(max_chunksize=4)):
-                reads[i % pieces].append(b)
-            statuses = run_two_stages(target, reads, tasks)
-            assert sum(s.records_read for s in statuses) == data.num_rows
-            # no bucket reached two writers (the commit refuses that, CommitError)
-            complete(coordinator, t, n, data, statuses)
-            assert table_rows(table) == reference(rows[:n], "ts")
+
+    def two_stages(target: KeyedTaskTarget, data: pa.Table) -> list[Any]:
+        # the batch's rows spread over `pieces` read tasks, a few record batches each
+        reads: list[list[pa.RecordBatch]] = [[] for _ in range(pieces)]
+        for i, b in enumerate(data.to_batches(max_chunksize=4)):
+            reads[i % pieces].append(b)
+        statuses = run_two_stages(target, reads, tasks)
+        assert sum(s.records_read for s in statuses) == data.num_rows
+        # no bucket reached two writers (the commit refuses that, CommitError)
+        return statuses
+
+    _batches_read_back_as_the_fold(mode, batches, buckets, two_stages)
 
 
 @given(
@@ -198,22 +213,14 @@ def test_a_small_batch_in_one_task_reads_back_as_the_fold(
 ) -> None:
     """The one-task job of a small batch writes every bucket in its one writer: committed batch
     after batch, the table is the dict fold of every version, in both modes."""
-    offsets = Offsets()
-    rows = [[offsets.row(k, op, ts, p) for k, op, ts, p in batch] for batch in batches]
-    with tempfile.TemporaryDirectory() as tmp:
-        table = open_table(Path(tmp) / "wh", buckets, "ts", mode=mode)
-        coordinator = writer(table)
-        for n, batch in enumerate(rows, start=1):
-            data = changes(batch)
-            t = coordinator.begin_batch(n, ranges_of(data))
-            assert t is not None
-            target = plugin_for("iceberg").task_target(coordinator, t.value, 0)
-            assert isinstance(target, KeyedTaskTarget)
-            (out,) = OneTask(target, data.to_batches(max_chunksize=4))([])
-            status = TaskStatuses.from_json(out).rows
-            assert status is not None and status.records_read == data.num_rows
-            complete(coordinator, t, n, data, [status])
-            assert table_rows(table) == reference(rows[:n], "ts")
+
+    def one_task(target: KeyedTaskTarget, data: pa.Table) -> list[Any]:
+        (out,) = OneTask(target, data.to_batches(max_chunksize=4))([])
+        status = TaskStatuses.from_json(out).rows
+        assert status is not None and status.records_read == data.num_rows
+        return [status]
+
+    _batches_read_back_as_the_fold(mode, batches, buckets, one_task)
 
 
 def test_a_batch_takes_one_task_up_to_the_limit_of_its_offsets() -> None:
