@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Resolve Debezium's PostgreSQL connector and Apache Kafka Connect's standalone worker (the change
+# Resolve Debezium's PostgreSQL connector and Debezium's embedded engine (the change
 # events of the change-data-capture tests) with Maven into the cache: jars in
 # $LAKESINK_CACHE/debezium/lib, Maven's local repository in $LAKESINK_CACHE/debezium/m2 — a folder
 # of its own, not the $LAKESINK_CACHE/maven that setup-kafka.sh and setup-iceberg-*.sh share:
@@ -11,4 +11,4 @@ set -euo pipefail
 
 setup_jars jvm/debezium/pom.xml "$CACHE/debezium/lib" "$CACHE/debezium/m2" runtime
 require_jar "$CACHE/debezium/lib" "debezium-connector-postgres-*.jar" "Debezium connector jar"
-require_jar "$CACHE/debezium/lib" "connect-runtime-*.jar" "Kafka Connect runtime jar"
+require_jar "$CACHE/debezium/lib" "debezium-embedded-*.jar" "Debezium embedded engine jar"

@@ -59,8 +59,8 @@ finish() {
 # after another, since Maven 3.8 does not lock it against a second Maven
 in_background jars bash -c 'bash scripts/setup-kafka.sh && bash scripts/setup-iceberg-reader.sh \
   && bash scripts/setup-iceberg-rest.sh'
-# Java Hudi (pyspark 3.5, Hudi Spark bundle) for the interop tests, then Kafka Connect with
-# Debezium's PostgreSQL connector for the change-data-capture tests, then Apicurio Registry for the
+# Java Hudi (pyspark 3.5, Hudi Spark bundle) for the interop tests, then Debezium's embedded engine
+# and PostgreSQL connector for the change-data-capture tests, then Apicurio Registry for the
 # schema registry tests: Maven repositories of their own
 in_background interop bash -c 'bash scripts/setup-interop.sh && bash scripts/setup-debezium.sh \
   && bash scripts/setup-registry.sh'

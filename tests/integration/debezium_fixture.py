@@ -1,29 +1,32 @@
-"""Debezium's PostgreSQL connector in Apache Kafka Connect's standalone worker, for tests.
+"""Debezium's PostgreSQL connector in Debezium's embedded engine, feeding Apache Kafka, for tests.
 
-A `ConnectWorker` runs `org.apache.kafka.connect.cli.ConnectStandalone` from the jars that
-`scripts/setup-debezium.sh` resolves into `$LAKESINK_CACHE/debezium/lib` (override:
-`$LAKESINK_DEBEZIUM_LIB`): one JVM, one or more `DebeziumConnector`s against one PostgreSQL
-(`PostgresSource`; the cluster needs `wal_level=logical`: `pg_fixture.LOGICAL_DECODING`) and one
-bootstrap server (the session's Apache Kafka). Nothing is compiled: the worker and the connector
-are configured by properties files written into the worker's folder, beside its offsets file
-(`offsets.dat`, so a restart resumes where the last run stopped) and its log (`connect.log`).
+An `EmbeddedDebezium` runs `jvm/debezium/DebeziumToKafka.java` (launched from source: Java compiles
+the single-file program at start) on the jars that `scripts/setup-debezium.sh` resolves into
+`$LAKESINK_CACHE/debezium/lib` (override: `$LAKESINK_DEBEZIUM_LIB`): one JVM, one embedded engine
+per `DebeziumConnector` against one PostgreSQL (`PostgresSource`; the cluster needs
+`wal_level=logical`: `pg_fixture.LOGICAL_DECODING`), and one Kafka producer to one bootstrap
+server (the session's Apache Kafka) that sends every change event, as the JSON converter writes
+it, to the topic the connector names. A batch's offsets count as processed once Kafka
+acknowledged it. The engines are configured by properties files written into the process's
+folder, beside their offsets files (`offsets-<connector>.dat`, so a restart resumes where the
+last run stopped) and the log (`debezium.log`).
 
     connectors = [DebeziumConnector("cdc", "cdc", tables=("public.customers",))]
-    with ConnectWorker(tmp_path / "connect", bootstrap, source, connectors) as w:
-        w.wait_streaming()  # the initial snapshot is in Kafka, changes from now on stream
+    with EmbeddedDebezium(tmp_path / "debezium", bootstrap, source, connectors) as d:
+        d.wait_streaming()  # the initial snapshot is in Kafka, changes from now on stream
         ...                 # run SQL; read the topics `cdc.public.<table>`
 
 Each connector has its own replication slot and publication (`publication.autocreate.mode=
 filtered`: the publication names only its tables), `plugin.name=pgoutput`,
-`decimal.handling.mode=string`, and JSON converters for key and value, with or without the
+`decimal.handling.mode=string`, and the JSON converter for key and value, with or without the
 `schema`/`payload` wrapper (`schemas_enable`). `wait_streaming` watches the log for the line
 Debezium's coordinator writes when the snapshot has ended and streaming begins ("Starting
-streaming", on a thread named after the connector's topic prefix); a worker that exits, or a task
-that fails, ends the wait with the log's tail.
+streaming", on a thread named after the connector's topic prefix); a process that exits, or an
+engine that stops with an error, ends the wait with the log's tail.
 
-Stopping is by the worker's PID (SIGTERM: Connect stops the tasks and flushes the offsets; SIGKILL
+Stopping is by the process's PID (SIGTERM: the engines stop and flush their offsets; SIGKILL
 after a timeout). The replication slots stay in the database (`slot.drop.on.stop` is false) so a
-restarted worker resumes; a throw-away cluster takes them with it.
+restarted process resumes; a throw-away cluster takes them with it.
 """
 
 from __future__ import annotations
@@ -40,32 +43,25 @@ from types import TracebackType
 from typing import Self
 
 from lakesink.errors import ConfigError, LakesinkError
-from lakesink.kafka.broker_process import free_port
 from lakesink.kafka.kafka_server import cache_dir, java_binary
 
 LIB_ENV = "LAKESINK_DEBEZIUM_LIB"
-"""Environment variable naming the folder of the worker's and connector's jars."""
+"""Environment variable naming the folder of the engine's and connector's jars."""
 
 CONNECTOR_CLASS = "io.debezium.connector.postgresql.PostgresConnector"
-JSON_CONVERTER = "org.apache.kafka.connect.json.JsonConverter"
-STANDALONE_MAIN = "org.apache.kafka.connect.cli.ConnectStandalone"
-LOG_FILE_NAME = "connect.log"
-OFFSETS_FILE_NAME = "offsets.dat"
+ENGINE_SOURCE = Path(__file__).resolve().parents[2] / "jvm" / "debezium" / "DebeziumToKafka.java"
+"""The embedded engine's program, launched from source."""
+LOG_FILE_NAME = "debezium.log"
 
 STREAMING_LINE = "Starting streaming"
 """What Debezium's change-event-source coordinator logs once the snapshot has ended."""
 
-FAILURE_LINES = (
-    "Task threw an uncaught and unrecoverable exception",
-    "Failed to create connector",
-    "Stopping due to error",
-)
-"""Log lines of Kafka Connect that mean a connector or its task will not run."""
+FAILURE_LINES = ("Debezium engine stopped with an error",)
+"""What DebeziumToKafka.java prints when an engine stops with an error (it then exits)."""
 
-# A worker lives for one test or one capture: the JIT's first tier and the serial collector
-# spend far less CPU on a short life (as the suite's Spark drivers do). Connect's own chatter
-# (the config dumps, the clients, Jetty) is kept to warnings; Debezium's INFO lines are what
-# `wait_streaming` reads.
+# The process lives for one test or one capture: the JIT's first tier and the serial collector
+# spend far less CPU on a short life (as the suite's Spark drivers do). The Kafka clients'
+# chatter is kept to warnings; Debezium's INFO lines are what `wait_streaming` reads.
 JVM_OPTIONS: tuple[str, ...] = (
     "-Xms64m",
     "-Xmx512m",
@@ -77,23 +73,22 @@ JVM_OPTIONS: tuple[str, ...] = (
     "-Dorg.slf4j.simpleLogger.dateTimeFormat=yyyy-MM-dd'T'HH:mm:ss.SSS",
     "-Dorg.slf4j.simpleLogger.log.org.apache.kafka.clients=warn",
     "-Dorg.slf4j.simpleLogger.log.org.apache.kafka.common=warn",
-    "-Dorg.slf4j.simpleLogger.log.org.eclipse.jetty=warn",
-    "-Dorg.slf4j.simpleLogger.log.org.glassfish=warn",
+    "-Dorg.slf4j.simpleLogger.log.org.apache.kafka.connect=warn",
 )
 
 
-class ConnectWorkerError(LakesinkError):
-    """The Kafka Connect worker or one of its Debezium connectors did not start or failed."""
+class DebeziumError(LakesinkError):
+    """The embedded Debezium process or one of its connectors did not start or failed."""
 
 
 def debezium_lib_dir() -> Path:
-    """The folder of the worker's and connector's jars; a ConfigError saying how to get them."""
+    """The folder of the engine's and connector's jars; a ConfigError saying how to get them."""
     override = os.environ.get(LIB_ENV)
     lib = Path(override) if override else cache_dir() / "debezium" / "lib"
-    needed = ("debezium-connector-postgres-*.jar", "connect-runtime-*.jar")
+    needed = ("debezium-connector-postgres-*.jar", "debezium-embedded-*.jar")
     if not all(any(lib.glob(pattern)) for pattern in needed):
         raise ConfigError(
-            f"Debezium's PostgreSQL connector and Kafka Connect's runtime are not in {lib}: run "
+            f"Debezium's PostgreSQL connector and embedded engine are not in {lib}: run "
             f"scripts/setup-debezium.sh (needs Java 17 and Maven), or set ${LIB_ENV} to a folder "
             "that holds them"
         )
@@ -117,7 +112,7 @@ class DebeziumConnector:
     """One Debezium PostgreSQL connector: its topics are `<topic_prefix>.<schema>.<table>`."""
 
     name: str
-    """The connector's name in the worker (and the default slot and publication names)."""
+    """The connector's engine name (and the default slot and publication names)."""
     topic_prefix: str
     tables: tuple[str, ...] = ()
     """`schema.table` names captured (`table.include.list`); empty: every table."""
@@ -132,8 +127,8 @@ class DebeziumConnector:
         # replication slot names: lower-case letters, digits and underscores only
         return re.sub(r"[^a-z0-9_]", "_", self.name.lower())
 
-    def config(self, source: PostgresSource) -> dict[str, str]:
-        """The connector's properties for `source`."""
+    def config(self, source: PostgresSource, offsets_file: Path) -> dict[str, str]:
+        """The engine's properties for `source`, its offsets kept in `offsets_file`."""
         schemas = "true" if self.schemas_enable else "false"
         config = {
             "name": self.name,
@@ -151,10 +146,12 @@ class DebeziumConnector:
             "publication.autocreate.mode": "filtered",
             "snapshot.mode": self.snapshot_mode,
             "decimal.handling.mode": "string",
-            "key.converter": JSON_CONVERTER,
+            # the engine's JSON format is Kafka Connect's JSON converter, configured per side
             "key.converter.schemas.enable": schemas,
-            "value.converter": JSON_CONVERTER,
             "value.converter.schemas.enable": schemas,
+            "offset.storage": "org.apache.kafka.connect.storage.FileOffsetBackingStore",
+            "offset.storage.file.filename": str(offsets_file),
+            "offset.flush.interval.ms": "1000",
         }
         if self.tables:
             config["table.include.list"] = ",".join(re.escape(t) for t in self.tables)
@@ -167,8 +164,8 @@ def _properties_text(values: Mapping[str, str]) -> str:
     return "".join(f"{k}={v.replace(chr(92), chr(92) * 2)}\n" for k, v in values.items())
 
 
-class ConnectWorker:
-    """A Kafka Connect standalone worker process running Debezium connectors (module doc)."""
+class EmbeddedDebezium:
+    """A JVM running Debezium's embedded engine, one per connector, into Kafka (module doc)."""
 
     def __init__(
         self,
@@ -181,7 +178,7 @@ class ConnectWorker:
         stop_timeout_s: float = 30.0,
     ) -> None:
         if not connectors:
-            raise ConfigError("a Connect worker needs at least one connector")
+            raise ConfigError("embedded Debezium needs at least one connector")
         names = [c.name for c in connectors]
         if len(set(names)) != len(names):
             raise ConfigError(f"connector names must differ: {names}")
@@ -191,16 +188,14 @@ class ConnectWorker:
         self.connectors = tuple(connectors)
         self.jvm_options = tuple(jvm_options)
         self.stop_timeout_s = stop_timeout_s
-        self.rest_port = free_port()
         self._proc: subprocess.Popen[bytes] | None = None
 
     @property
     def log_path(self) -> Path:
         return self.work_dir / LOG_FILE_NAME
 
-    @property
-    def offsets_path(self) -> Path:
-        return self.work_dir / OFFSETS_FILE_NAME
+    def offsets_path(self, connector: DebeziumConnector) -> Path:
+        return self.work_dir / f"offsets-{connector.slot_name}.dat"
 
     @property
     def pid(self) -> int | None:
@@ -210,39 +205,28 @@ class ConnectWorker:
     def running(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
 
-    def worker_properties(self) -> dict[str, str]:
-        """The standalone worker's properties (the connectors override the converters)."""
-        return {
-            "bootstrap.servers": self.bootstrap_servers,
-            "key.converter": JSON_CONVERTER,
-            "value.converter": JSON_CONVERTER,
-            "offset.storage.file.filename": str(self.offsets_path),
-            "offset.flush.interval.ms": "1000",
-            # the REST API is not used, but the worker always serves it: loopback, a free port
-            "listeners": f"http://127.0.0.1:{self.rest_port}",
-            # the jars are on the class path and declare their plugins to the ServiceLoader:
-            # no reflective scan of 70 jars at every start
-            "plugin.discovery": "service_load",
-            "task.shutdown.graceful.timeout.ms": "5000",
-        }
+    def producer_properties(self) -> dict[str, str]:
+        """The Kafka producer's properties (DebeziumToKafka.java adds acks=all, idempotence)."""
+        return {"bootstrap.servers": self.bootstrap_servers, "linger.ms": "5"}
 
     def command(self) -> list[str]:
-        """The worker's command line, its properties files written."""
+        """The process's command line, its properties files written."""
         self.work_dir.mkdir(parents=True, exist_ok=True)
-        worker = self.work_dir / "worker.properties"
-        worker.write_text(_properties_text(self.worker_properties()))
+        producer = self.work_dir / "producer.properties"
+        producer.write_text(_properties_text(self.producer_properties()))
         files = []
         for connector in self.connectors:
             path = self.work_dir / f"connector-{connector.slot_name}.properties"
-            path.write_text(_properties_text(connector.config(self.source)))
+            config = connector.config(self.source, self.offsets_path(connector))
+            path.write_text(_properties_text(config))
             files.append(str(path))
         classpath = str(debezium_lib_dir() / "*")
         java = str(java_binary())
-        head = [java, *JVM_OPTIONS, *self.jvm_options, "-cp", classpath, STANDALONE_MAIN]
-        return [*head, str(worker), *files]
+        head = [java, *JVM_OPTIONS, *self.jvm_options, "-cp", classpath, str(ENGINE_SOURCE)]
+        return [*head, str(producer), *files]
 
     def start(self) -> Self:
-        """Start the worker (its connectors begin their snapshots at once)."""
+        """Start the process (its connectors begin their snapshots at once)."""
         if self.running:
             return self
         cmd = self.command()
@@ -274,36 +258,36 @@ class ConnectWorker:
         return any(STREAMING_LINE in line and tag in line for line in log_text.splitlines())
 
     def wait_streaming(self, timeout_s: float = 120.0) -> None:
-        """Wait until every connector has ended its snapshot and streams; a ConnectWorkerError
-        with the log's tail if the worker exits, a task fails or the time runs out."""
+        """Wait until every connector has ended its snapshot and streams; a DebeziumError
+        with the log's tail if the process exits, an engine fails or the time runs out."""
         deadline = time.monotonic() + timeout_s
         while True:
             text = self.log_text()
             failed = next((line for line in FAILURE_LINES if line in text), None)
             if failed is not None:
-                raise ConnectWorkerError(
+                raise DebeziumError(
                     f"a Debezium connector failed ({failed!r}); last log lines of "
                     f"{self.log_path}:\n{self.log_tail()}"
                 )
             if not self.running:
                 code = None if self._proc is None else self._proc.returncode
-                raise ConnectWorkerError(
-                    f"the Kafka Connect worker exited with code {code}; last log lines of "
+                raise DebeziumError(
+                    f"the embedded Debezium process exited with code {code}; last log lines of "
                     f"{self.log_path}:\n{self.log_tail()}"
                 )
             waiting = [c.name for c in self.connectors if not self._streaming(c, text)]
             if not waiting:
                 return
             if time.monotonic() > deadline:
-                raise ConnectWorkerError(
+                raise DebeziumError(
                     f"connectors {waiting} did not start streaming within {timeout_s:.0f} s; "
                     f"last log lines of {self.log_path}:\n{self.log_tail()}"
                 )
             time.sleep(0.2)
 
     def stop(self) -> None:
-        """SIGTERM to the worker's PID (the tasks stop, the offsets are flushed), SIGKILL if it
-        has not exited within the timeout."""
+        """SIGTERM to the process's PID (the engines stop, their offsets are flushed), SIGKILL
+        if it has not exited within the timeout."""
         proc, self._proc = self._proc, None
         if proc is None or proc.poll() is not None:
             return
@@ -315,7 +299,7 @@ class ConnectWorker:
             proc.wait(timeout=self.stop_timeout_s)
 
     def kill(self) -> None:
-        """SIGKILL to the worker's PID, as a crash would (offsets since the last flush are lost,
+        """SIGKILL to the process's PID, as a crash would (offsets since the last flush are lost,
         so a restart sends those changes again)."""
         proc, self._proc = self._proc, None
         if proc is not None and proc.poll() is None:

@@ -1,10 +1,10 @@
 """A database's change stream landed as a current-state table: Debezium's PostgreSQL connector
-(Kafka Connect's standalone worker) streams inserts, updates, deletes, TOASTed values left
-alone, a primary-key change and a transaction over two tables from a real PostgreSQL into the
-test's Apache Kafka; lakesink ingests the topics with `write.operation=cdc` into tables of each
-kind (`FORMATS`: a Hudi copy-on-write table of each topic, a Hudi merge-on-read table of the
-customers compacted inline every 2 deltacommits, an Iceberg table of keys of the customers; one
-connector and its topics serve all), and each table equals `SELECT *` of the database row by
+(in Debezium's embedded engine, which sends to Kafka) streams inserts, updates, deletes, TOASTed
+values left alone, a primary-key change and a transaction over two tables from a real PostgreSQL
+into the test's Apache Kafka; lakesink ingests the topics with `write.operation=cdc` into tables
+of each kind (`FORMATS`: a Hudi copy-on-write table of each topic, a Hudi merge-on-read table of
+the customers compacted inline every 2 deltacommits, an Iceberg table of keys of the customers;
+one connector and its topics serve all), and each table equals `SELECT *` of the database row by
 row, read with hudi-rs and lakesink's own reader (Hudi) or pyiceberg (Iceberg), after the first
 ingestion (the merge-on-read table: compacted slices with log files over them) and again after
 more changes and a restart (compacted again); then the fold audit passes (for Iceberg it also
@@ -26,8 +26,8 @@ import pyarrow as pa
 import pytest
 from integration.conftest import audit_config, ingest_config, run_ingestion
 from integration.debezium_fixture import (
-    ConnectWorker,
     DebeziumConnector,
+    EmbeddedDebezium,
     PostgresSource,
     debezium_lib_dir,
 )
@@ -265,8 +265,8 @@ def test_debezium_change_stream_lands_as_the_databases_current_rows(
         )
         if name in names
     ]
-    with ConnectWorker(tmp_path / "connect", kafka_bootstrap, source, [connector]) as worker:
-        worker.wait_streaming(timeout_s=180)
+    with EmbeddedDebezium(tmp_path / "debezium", kafka_bootstrap, source, [connector]) as debezium:
+        debezium.wait_streaming(timeout_s=180)
         run_sql(dsn, FIRST_CHANGES, marker=900)
         wait_for_key(kafka_bootstrap, customers_topic, 900)
         for name, columns, cfg in tables:
@@ -279,7 +279,7 @@ def test_debezium_change_stream_lands_as_the_databases_current_rows(
         for name, columns, cfg in tables:
             run_ingestion(cfg, spark)
             assert_table_equals_database(dsn, name, cfg, columns)
-        assert worker.running
+        assert debezium.running
     # lakesink verify's fold audit: each table equals the fold of its committed records
     for name, _, cfg in tables:
         report = audit_config(cfg)
