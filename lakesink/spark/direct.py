@@ -349,7 +349,9 @@ def write_direct_batch(
             # a small batch: one task reads, folds and writes every bucket (no shuffle stage)
             (status,) = _run_tasks(spark, task, pieces, tasks=1)
             return {ROWS: [] if status.rows is None else [status.rows], DEAD_LETTERS: []}
-        return {ROWS: _run_keyed_tasks(spark, task, task.rows, pieces, per_task), DEAD_LETTERS: []}
+        prefold = cfg["write.keyed.prefold.max.distinct"]
+        written = _run_keyed_tasks(spark, task, task.rows, pieces, per_task, prefold)
+        return {ROWS: written, DEAD_LETTERS: []}
     statuses = _run_tasks(spark, task, pieces)
     return {
         ROWS: [s.rows for s in statuses if s.rows is not None],
@@ -383,9 +385,10 @@ def _relaxed(schema: pa.Schema, required: Sequence[str]) -> pa.Schema:
 
 
 PREFOLD_MAX_DISTINCT = 0.75
-"""A read task pre-folds its rows when its first key column holds at most this share of
-distinct values: below it the fold hands on at most that share (fewer with every repeat); above
-it the sort would cost more than the rows it saves on the shuffle (a cold key space)."""
+"""`write.keyed.prefold.max.distinct`'s default: a read task pre-folds its rows when its first
+key column holds at most this share of distinct values (a count, no sort): below it the fold
+hands on at most that share of the rows; above it the fold's sort would cost about what it
+saves on the shuffle (a cold key space)."""
 TALLY_METADATA = b"lakesink.read_tally"
 """Schema metadata of a pre-folded IPC stream: the `ReadTally` of the records its read task read
 (on the task's first stream; a zero tally on the others), which its writer counts instead."""
@@ -592,10 +595,11 @@ def _run_keyed_tasks(
     target: KeyedTaskTarget,
     pieces: list[OffsetRange],
     per_task: int,
+    max_distinct: float = PREFOLD_MAX_DISTINCT,
 ) -> list[WriteStatus]:
-    """One job of two stages: the pieces read and split by group (`read_groups`), then one
-    writer task per core rewriting whole groups (as the DataFrame path's shuffle hands them
-    out)."""
+    """One job of two stages: the pieces read, pre-folded where their keys repeat
+    (`max_distinct`) and split by group (`read_groups`), then one writer task per core
+    rewriting whole groups (as the DataFrame path's shuffle hands them out)."""
     if not pieces:
         return []
     sc = spark.sparkContext
@@ -608,7 +612,7 @@ def _run_keyed_tasks(
     try:
         rows = (
             sc.parallelize(groups, len(groups))
-            .mapPartitions(KeyedReadTask(task, target, tasks))
+            .mapPartitions(KeyedReadTask(task, target, tasks, max_distinct))
             .partitionBy(tasks, _writer_of)
             .mapPartitions(KeyedWriteTask(target))
             .collect()
