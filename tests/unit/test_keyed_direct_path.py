@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_direct_path_choice import _cfg
-from test_hudi_upsert import reference, versions
+from test_hudi_upsert import CHANGES, reference, versions
 from test_iceberg_upsert import (
     Offsets,
     changes,
@@ -30,6 +30,7 @@ from lakesink.errors import ConfigError
 from lakesink.formats import plugin_for
 from lakesink.formats.iceberg.keyed import COPY_ON_WRITE, MERGE_ON_READ
 from lakesink.formats.task import KeyedTaskTarget
+from lakesink.protocol.mutation import UNAVAILABLE_COLUMN
 from lakesink.protocol.offsets import OffsetRange, TopicPartition
 from lakesink.protocol.write_status import WriteStatus
 from lakesink.spark.direct import (
@@ -244,6 +245,67 @@ def test_a_small_batch_in_one_task_reads_back_as_the_fold(
         return [status]
 
     _batches_read_back_as_the_fold(mode, batches, buckets, one_task)
+
+
+TOAST = pa.schema([*CHANGES, (UNAVAILABLE_COLUMN, pa.list_(pa.string()))])
+
+
+@pytest.mark.parametrize("mode", [COPY_ON_WRITE, MERGE_ON_READ])
+@settings(max_examples=4, deadline=None)
+@given(
+    batches=st.lists(
+        st.lists(st.tuples(versions, st.booleans()), min_size=1, max_size=12),
+        min_size=1,
+        max_size=3,
+    ),
+    buckets=st.integers(1, 3),
+    tasks=st.integers(1, 2),
+    pieces=st.integers(1, 3),
+)
+def test_prefolded_read_tasks_with_unavailable_values_write_what_one_task_writes(
+    mode: str,
+    batches: list[list[tuple[tuple[int, int, int | None, int], bool]]],
+    buckets: int,
+    tasks: int,
+    pieces: int,
+) -> None:
+    """A change stream whose versions leave `v` out (TOAST, `unavailable`): the two-stage job
+    with every read task pre-folding writes, batch after batch, the table the one-task job
+    (no pre-fold: every version in one fold) writes, in both modes."""
+    offsets = Offsets()
+    rows = [
+        [
+            {
+                **offsets.row(k, op, ts, p),
+                **({"v": None, UNAVAILABLE_COLUMN: ["v"]} if gone else {}),
+            }
+            for (k, op, ts, p), gone in batch
+        ]
+        for batch in batches
+    ]
+    with tempfile.TemporaryDirectory() as tmp:
+        tables = [open_table(Path(tmp) / name, buckets, "ts", mode=mode) for name in "ab"]
+        coordinators = [writer(table) for table in tables]
+        for n, batch in enumerate(rows, start=1):
+            data = pa.Table.from_pylist(batch, schema=TOAST)
+            for coordinator, prefold in zip(coordinators, (True, False), strict=True):
+                t = coordinator.begin_batch(n, ranges_of(data))
+                assert t is not None
+                target = plugin_for("iceberg").task_target(coordinator, t.value, 0)
+                assert isinstance(target, KeyedTaskTarget)
+                if prefold:
+                    reads: list[list[pa.RecordBatch]] = [[] for _ in range(pieces)]
+                    for i, b in enumerate(data.to_batches(max_chunksize=3)):
+                        reads[i % pieces].append(b)
+                    statuses = run_two_stages(target, reads, tasks, 1.0)
+                else:
+                    (out,) = OneTask(target, data.to_batches())([])
+                    status = TaskStatuses.from_json(out).rows
+                    assert status is not None
+                    statuses = [status]
+                assert sum(s.records_read for s in statuses) == data.num_rows
+                complete(coordinator, t, n, data, statuses)
+            assert table_rows(tables[0]) == table_rows(tables[1])
 
 
 def test_a_batch_takes_one_task_up_to_the_limit_of_its_offsets() -> None:
