@@ -12,10 +12,10 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from test_direct_path_choice import _cfg
-from test_hudi_upsert import CHANGES, reference, versions
+from test_hudi_upsert import CHANGES, UPDATE, reference, versions
 from test_iceberg_upsert import (
     Offsets,
     changes,
@@ -261,6 +261,13 @@ TOAST = pa.schema([*CHANGES, (UNAVAILABLE_COLUMN, pa.list_(pa.string()))])
     buckets=st.integers(1, 3),
     tasks=st.integers(1, 2),
     pieces=st.integers(1, 3),
+)
+# a key's winner leaves `v` out; the task's earlier version of it carries `v`
+@example(
+    batches=[[((1, UPDATE, 1, 0), False), ((1, UPDATE, 2, 0), True)]],
+    buckets=1,
+    tasks=1,
+    pieces=1,
 )
 def test_prefolded_read_tasks_with_unavailable_values_write_what_one_task_writes(
     mode: str,
