@@ -469,7 +469,8 @@ class KeyedReadTask:
             return None
         if keep.all():
             return None
-        return keep | newest_of_each_partition(rows)
+        newest = newest_of_each_partition(rows)
+        return None if newest is None else keep | newest
 
     def _split(self, batch: pa.RecordBatch, tally: ReadTally | None) -> Iterator[tuple[int, bytes]]:
         """`batch` split by writer task, each part an IPC stream (`tally`: a pre-folded
@@ -491,7 +492,8 @@ class KeyedReadTask:
 
 def newest_of_each_partition(rows: pa.Table) -> Any:
     """A boolean numpy mask of one row per Kafka topic and partition holding its newest
-    `kafka_timestamp` (none where the rows lack a coordinate column or a timestamp)."""
+    `kafka_timestamp` (none where the rows lack a coordinate column or a timestamp); None when
+    the timestamps are not of a timestamp or integer type (a transformation's)."""
     import numpy as np
     import pyarrow.compute as pc
 
@@ -505,10 +507,12 @@ def newest_of_each_partition(rows: pa.Table) -> Any:
     )
     partition = pc.fill_null(rows.column("kafka_partition"), -1)
     stamp = rows.column("kafka_timestamp")
+    if not (pa.types.is_timestamp(stamp.type) or pa.types.is_integer(stamp.type)):
+        return None
     valid = pc.is_valid(stamp).to_numpy(zero_copy_only=False)
     if not valid.any():
         return newest
-    ms = pc.fill_null(pc.cast(pc.cast(stamp, pa.timestamp("us")), pa.int64()), 0)
+    ms = pc.fill_null(pc.cast(stamp, pa.int64()), 0)  # in the column's own unit
     t, p, m = (
         np.asarray(x.to_numpy(zero_copy_only=False), dtype=np.int64) for x in (topic, partition, ms)
     )

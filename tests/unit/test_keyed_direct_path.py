@@ -340,3 +340,15 @@ def test_the_newest_record_of_each_kafka_partition_is_handed_on() -> None:
     assert not newest_of_each_partition(rows.drop_columns(["kafka_timestamp"])).any()
     nulls = rows.set_column(2, "kafka_timestamp", pa.nulls(7, ms))
     assert not newest_of_each_partition(nulls).any()
+    integers = rows.set_column(2, "kafka_timestamp", pa.array([5, 9, 1, 7, None, 3, 2], "int64"))
+    assert newest_of_each_partition(integers).tolist() == [
+        False,
+        True,
+        True,
+        True,
+        False,
+        True,
+        False,
+    ]
+    text = rows.set_column(2, "kafka_timestamp", rows.column(2).cast(pa.string()))
+    assert newest_of_each_partition(text) is None  # no pre-fold: the writer reads them as given
