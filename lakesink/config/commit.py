@@ -6,6 +6,7 @@ from __future__ import annotations
 from lakesink.config.parsers import (
     Key,
     choice,
+    fraction,
     non_negative_int,
     optional_str,
     positive_float,
@@ -42,6 +43,17 @@ COMMIT_KEYS: tuple[Key, ...] = (
         "two-stage job over every core. Each task and stage is a fixed cost (the JVM's "
         "scheduling, a Python worker's task start) that outweighs a small batch's own work; "
         "0: always two stages.",
+    ),
+    Key(
+        "write.keyed.prefold.max.distinct",
+        fraction,
+        0.75,
+        "Writes by key on the direct path, two-stage job: a read task folds its records by key "
+        "before the shuffle (a map-side combine: of each key it hands on the versions from its "
+        "last delete or complete version up, and each Kafka partition's newest record) when "
+        "its records' first key column has at most this share of distinct values. A hot key "
+        "space then shuffles about one row per key instead of every record; a cold one is "
+        "handed on as read, unsorted. 0: never; 1: always.",
     ),
     Key(
         "commit.mode",

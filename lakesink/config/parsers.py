@@ -86,6 +86,13 @@ def positive_float(v: Any) -> float:
     return x
 
 
+def fraction(v: Any) -> float:
+    x = float(v)
+    if not 0 <= x <= 1:  # also refuses nan
+        raise ValueError("expected a number from 0 to 1")
+    return x
+
+
 def non_negative_int(v: Any) -> int:
     n = whole_number(v, "expected 0 or a positive whole number")
     if n < 0:

@@ -32,7 +32,7 @@ float key columns are compared by value (NaN never equals NaN).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -51,6 +51,7 @@ __all__ = [
     "fold_by_key",
     "fold_by_key_reference",
     "merge_over",
+    "prefold_mask",
 ]
 PARTITION_COLUMN = "kafka_partition"
 OFFSET_COLUMN = "kafka_offset"
@@ -109,9 +110,23 @@ def fold_by_key(
         unavailable_column,
     )
     cols.check(rows)
-    n = rows.num_rows
-    if n == 0:
+    if rows.num_rows == 0:
         return rows
+    order, same_as_next = _ranked(rows, cols)
+    last_of_group = np.append(~same_as_next, True)
+    winners = np.flatnonzero(last_of_group)  # positions in sorted order
+    winners = winners[np.argsort(order[winners], kind="stable")]  # input order of winners
+    result = rows.take(order[winners])
+    if cols.unavailable in rows.column_names:
+        result = _fill_unavailable(rows, cols, order, same_as_next, winners, result)
+    return result
+
+
+def _ranked(rows: pa.Table, cols: FoldColumns) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+    """The rows' positions sorted by key, then by rank under the rule (lowest first), and for
+    each sorted position but the last whether the next one holds the same key (`rows` not
+    empty)."""
+    n = rows.num_rows
     index = pa.array(np.arange(n, dtype=np.int64))
     # A null ordering value orders lowest: the validity column sorts before the value, so the
     # value's own null placement never matters (nulls of key columns only need to be adjacent).
@@ -131,13 +146,68 @@ def fold_by_key(
         equal = pc.fill_null(pc.equal(a, b), False)
         both_null = pc.and_(pc.is_null(a), pc.is_null(b))
         same_as_next &= pc.or_(equal, both_null).to_numpy(zero_copy_only=False)
-    last_of_group = np.append(~same_as_next, True)
-    winners = np.flatnonzero(last_of_group)  # positions in sorted order
-    winners = winners[np.argsort(order[winners], kind="stable")]  # input order of winners
-    result = rows.take(order[winners])
-    if cols.unavailable in rows.column_names:
-        result = _fill_unavailable(rows, cols, order, same_as_next, winners, result)
-    return result
+    return order, same_as_next
+
+
+def prefold_mask(
+    rows: pa.Table,
+    key_columns: Sequence[str],
+    ordering_column: str | None,
+    *,
+    partition_column: str = PARTITION_COLUMN,
+    offset_column: str = OFFSET_COLUMN,
+    operation_column: str = OPERATION_COLUMN,
+    unavailable_column: str = UNAVAILABLE_COLUMN,
+) -> np.ndarray[Any, Any]:
+    """Which of `rows` (one part of a batch: a read task's records) the fold of the whole batch
+    can need: a map-side combine before the rows are shuffled to the task that folds them.
+
+    Per key, the versions from its highest-ranked *full stop* upwards, where a full stop is a
+    delete or a version with no unavailable value. A version below a full stop of the same part
+    never wins (the full stop ranks above it) and is never looked back at for an unavailable
+    value (the look-back from any version above stops at the full stop: it carries every value,
+    or it is a delete, past which nothing is taken). So the fold of any set of versions that
+    holds these rows equals the fold with the rest too, whatever the other parts hold and
+    whichever ranks their versions have: the parts can be folded apart, then together.
+
+    Folding each part to its winners instead is wrong with unavailable values: a part's winner
+    would take a value from its own earlier version where a version of another part ranks in
+    between (the TOAST rule is not associative), so the versions above the full stop stay
+    as they are, unfolded. Without the operation column no version is a delete; without the
+    unavailable column every version is a full stop, and only each key's winner stays. The
+    same columns as `fold_by_key` are checked (RecordError)."""
+    cols = FoldColumns(
+        tuple(key_columns),
+        ordering_column,
+        partition_column,
+        offset_column,
+        operation_column,
+        unavailable_column,
+    )
+    names = set(rows.column_names)
+    has_operation = cols.operation in names  # without it, a stream of upserts
+    # the columns the fold reads are checked as it checks them, the operation only if there
+    (cols if has_operation else replace(cols, operation=cols.offset)).check(rows)
+    n = rows.num_rows
+    keep = np.zeros(n, dtype=bool)
+    if n == 0:
+        return keep
+    order, same_as_next = _ranked(rows, cols)
+    take = pa.array(order)
+    if cols.unavailable in names:  # stop: a version with every value (in sorted order)
+        lists = rows.column(cols.unavailable).combine_chunks().take(take)
+        stop = pc.fill_null(pc.list_value_length(lists), 0).to_numpy(zero_copy_only=False) == 0
+    else:
+        stop = np.ones(n, dtype=bool)
+    if has_operation:  # and a delete
+        ops = rows.column(cols.operation).take(take).to_numpy(zero_copy_only=False)
+        stop |= ops == _DELETE
+    positions = np.arange(n)
+    starts = np.flatnonzero(np.concatenate(([True], ~same_as_next)))
+    last_stop = np.maximum.reduceat(np.where(stop, positions, -1), starts)  # -1: none
+    group = np.cumsum(np.concatenate(([0], ~same_as_next)))
+    keep[order[positions >= last_stop[group]]] = True
+    return keep
 
 
 def _fill_unavailable(

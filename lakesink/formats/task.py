@@ -64,3 +64,15 @@ class KeyedTaskTarget(TaskTarget, Protocol):
         """The group of each row of `batch` (int32, the same for every row of a group, in
         every task and attempt)."""
         ...
+
+
+@runtime_checkable
+class FoldingTaskTarget(KeyedTaskTarget, Protocol):
+    """A keyed target whose writer folds each group's rows by key under lakesink's ordering
+    rule (`lakesink.engine.fold`): a read task may hand on only the versions that fold can need
+    (`prefold_mask`), which cuts the rows shuffled when a batch repeats its keys."""
+
+    @property
+    def fold_key(self) -> tuple[tuple[str, ...], str | None]:
+        """The key columns and the ordering column (None: none) the writer folds by."""
+        ...

@@ -51,6 +51,7 @@ if TYPE_CHECKING:
 
     from lakesink.spark.arrow_transform import ArrowTransform
     from lakesink.spark.batch import BatchTables, Instants
+    from lakesink.spark.task_writer import ReadTally
 
 log = logging.getLogger(__name__)
 
@@ -348,7 +349,9 @@ def write_direct_batch(
             # a small batch: one task reads, folds and writes every bucket (no shuffle stage)
             (status,) = _run_tasks(spark, task, pieces, tasks=1)
             return {ROWS: [] if status.rows is None else [status.rows], DEAD_LETTERS: []}
-        return {ROWS: _run_keyed_tasks(spark, task, task.rows, pieces, per_task), DEAD_LETTERS: []}
+        prefold = cfg["write.keyed.prefold.max.distinct"]
+        written = _run_keyed_tasks(spark, task, task.rows, pieces, per_task, prefold)
+        return {ROWS: written, DEAD_LETTERS: []}
     statuses = _run_tasks(spark, task, pieces)
     return {
         ROWS: [s.rows for s in statuses if s.rows is not None],
@@ -381,35 +384,150 @@ def _relaxed(schema: pa.Schema, required: Sequence[str]) -> pa.Schema:
     return pa.schema([f if f.name in required else f.with_nullable(True) for f in schema])
 
 
+PREFOLD_MAX_DISTINCT = 0.75
+"""`write.keyed.prefold.max.distinct`'s default: a read task pre-folds its rows when its first
+key column holds at most this share of distinct values (a count, no sort): below it the fold
+hands on at most that share of the rows; above it the fold's sort would cost about what it
+saves on the shuffle (a cold key space)."""
+TALLY_METADATA = b"lakesink.read_tally"
+"""Schema metadata of a pre-folded IPC stream: the `ReadTally` of the records its read task read
+(on the task's first stream; a zero tally on the others), which its writer counts instead."""
+
+
 class KeyedReadTask:
     """Stage one of a batch written by key on the direct path (`RDD.mapPartitions`): reads and
-    decodes its pieces as `DirectTask` does, and yields each batch's rows split by the writer
-    task their group goes to (`group % tasks`), as (task, Arrow IPC stream) pairs for the
-    shuffle: every row of a group reaches one writer, which rewrites the group (a bucket)."""
+    decodes its pieces as `DirectTask` does, and yields its rows split by the writer task their
+    group goes to (`group % tasks`), as (task, Arrow IPC stream) pairs for the shuffle: every row
+    of a group reaches one writer, which rewrites the group (a bucket).
 
-    def __init__(self, task: DirectTask, target: KeyedTaskTarget, tasks: int) -> None:
+    A map-side combine: when the target's writer folds by key (`FoldingTaskTarget`) and the
+    task's rows repeat their keys (`PREFOLD_MAX_DISTINCT`), the task hands on only the versions
+    the writer's fold can need (`lakesink.engine.fold.prefold_mask`: on a hot key space about
+    one row per key instead of every record), plus each Kafka partition's newest record (the
+    table's valid-through timestamp is the newest record written), and the streams carry the
+    count of the records read (`TALLY_METADATA`): the batch's records, metrics and progress
+    line stay the records read, not the rows shuffled."""
+
+    def __init__(
+        self,
+        task: DirectTask,
+        target: KeyedTaskTarget,
+        tasks: int,
+        max_distinct: float = PREFOLD_MAX_DISTINCT,
+    ) -> None:
         self.task = task
         self.target = target
         self.tasks = tasks
+        self.max_distinct = max_distinct
 
     def __call__(self, groups: Iterable[Sequence[OffsetRange]]) -> Iterator[tuple[int, bytes]]:
-        import numpy as np
-
+        from lakesink.spark.task_writer import ReadTally
         from lakesink.spark.worker_gc import freeze_worker_heap
 
         freeze_worker_heap()
         pieces = [piece for group in groups for piece in group]
-        for batch in self.task.rows_of(pieces, []):
-            groups = self.target.group_ids(batch).to_numpy(zero_copy_only=False)
-            writers = np.asarray(groups, dtype=np.int64) % self.tasks
-            for writer in np.unique(writers):
-                yield int(writer), ipc_bytes(batch.filter(pa.array(writers == writer)))
+        batches = list(self.task.rows_of(pieces, []))
+        try:
+            rows = pa.Table.from_batches(batches) if batches else None
+        except pa.ArrowInvalid:  # batches of different schemas: the writer says why
+            rows = None
+        keep = None if rows is None else self.prefold(rows)
+        if rows is None or keep is None:  # handed on as read
+            for batch in batches:
+                yield from self._split(batch, None)
+            return
+        tally: ReadTally | None = ReadTally.of(batches)
+        for batch in rows.filter(pa.array(keep)).combine_chunks().to_batches():
+            for pair in self._split(batch, tally):
+                tally = ReadTally()  # counted once, on the task's first stream
+                yield pair
+
+    def prefold(self, rows: pa.Table) -> Any:
+        """The rows to hand on (a boolean numpy mask), or None: all of them, as read. Rows the
+        writer refuses (a null key, a missing column) are handed on whole, so that its error
+        names the same record."""
+        import pyarrow.compute as pc
+
+        from lakesink.engine.fold import OFFSET_COLUMN, PARTITION_COLUMN, prefold_mask
+        from lakesink.errors import RecordError
+        from lakesink.formats.task import FoldingTaskTarget
+
+        if not isinstance(self.target, FoldingTaskTarget) or rows.num_rows < 2:
+            return None
+        key, ordering = self.target.fold_key
+        needed = [*key, PARTITION_COLUMN, OFFSET_COLUMN, *([ordering] if ordering else [])]
+        if any(c not in rows.column_names for c in needed):
+            return None
+        if any(rows.column(k).null_count for k in key):
+            return None
+        distinct = pc.count_distinct(rows.column(key[0])).as_py()
+        if distinct > self.max_distinct * rows.num_rows:
+            return None
+        try:
+            keep = prefold_mask(rows, key, ordering)
+        except RecordError:
+            return None
+        if keep.all():
+            return None
+        newest = newest_of_each_partition(rows)
+        return None if newest is None else keep | newest
+
+    def _split(self, batch: pa.RecordBatch, tally: ReadTally | None) -> Iterator[tuple[int, bytes]]:
+        """`batch` split by writer task, each part an IPC stream (`tally`: a pre-folded
+        task's, on its first stream; a zero one on the rest)."""
+        import numpy as np
+
+        from lakesink.spark.task_writer import ReadTally
+
+        groups = self.target.group_ids(batch).to_numpy(zero_copy_only=False)
+        writers = np.asarray(groups, dtype=np.int64) % self.tasks
+        for writer in np.unique(writers):
+            part = batch.filter(pa.array(writers == writer))
+            if tally is not None:
+                meta = {**(part.schema.metadata or {}), TALLY_METADATA: tally.to_json()}
+                part = part.replace_schema_metadata(meta)
+                tally = ReadTally()  # counted once
+            yield int(writer), ipc_bytes(part)
+
+
+def newest_of_each_partition(rows: pa.Table) -> Any:
+    """A boolean numpy mask of one row per Kafka topic and partition holding its newest
+    `kafka_timestamp` (none where the rows lack a coordinate column or a timestamp); None when
+    the timestamps are not of a timestamp or integer type (a transformation's)."""
+    import numpy as np
+    import pyarrow.compute as pc
+
+    n = rows.num_rows
+    newest = np.zeros(n, dtype=bool)
+    names = ("kafka_topic", "kafka_partition", "kafka_timestamp")
+    if not all(c in rows.column_names for c in names):
+        return newest
+    topic = pc.fill_null(
+        rows.column("kafka_topic").combine_chunks().dictionary_encode().indices, -1
+    )
+    partition = pc.fill_null(rows.column("kafka_partition"), -1)
+    stamp = rows.column("kafka_timestamp")
+    if not (pa.types.is_timestamp(stamp.type) or pa.types.is_integer(stamp.type)):
+        return None
+    valid = pc.is_valid(stamp).to_numpy(zero_copy_only=False)
+    if not valid.any():
+        return newest
+    ms = pc.fill_null(pc.cast(stamp, pa.int64()), 0)  # in the column's own unit
+    t, p, m = (
+        np.asarray(x.to_numpy(zero_copy_only=False), dtype=np.int64) for x in (topic, partition, ms)
+    )
+    order = np.lexsort((m, valid, p, t))  # last of each (topic, partition): its newest
+    last = np.append((t[order][1:] != t[order][:-1]) | (p[order][1:] != p[order][:-1]), True)
+    ends = order[last]
+    newest[ends[valid[ends]]] = True
+    return newest
 
 
 class KeyedWriteTask:
     """Stage two of a batch written by key on the direct path: the rows of its groups (Arrow
     IPC streams from `KeyedReadTask`) into the format's keyed writer; yields one
-    `TaskStatuses` as JSON, as `DirectTask` does."""
+    `TaskStatuses` as JSON, as `DirectTask` does. A stream a read task pre-folded counts as the
+    records it stands for (`TALLY_METADATA`)."""
 
     def __init__(self, target: KeyedTaskTarget) -> None:
         self.target = target
@@ -418,15 +536,22 @@ class KeyedWriteTask:
         from pyspark import TaskContext
 
         from lakesink.faults import task_fault
-        from lakesink.spark.task_writer import TableOutput, task_attempt
+        from lakesink.spark.task_writer import ReadTally, TableOutput, task_attempt
         from lakesink.spark.worker_gc import freeze_worker_heap
 
         freeze_worker_heap()
         ctx = TaskContext.get()
         out = TableOutput(self.target, task_attempt(ctx))
         for _, data in shuffled:
-            for batch in pa.ipc.open_stream(data):
-                out.write(batch)
+            stream = pa.ipc.open_stream(data)
+            meta = dict(stream.schema.metadata or {})
+            tally = meta.pop(TALLY_METADATA, None)
+            for batch in stream:
+                if tally is None:
+                    out.write(batch)
+                    continue
+                out.write(batch.replace_schema_metadata(meta or None), ReadTally.from_json(tally))
+                tally = ReadTally().to_json()  # one stream's tally, counted once
         status = out.close()
         if ctx is not None:  # a test fault: this attempt fails after its files are whole
             task_fault(ctx.attemptNumber())
@@ -474,10 +599,11 @@ def _run_keyed_tasks(
     target: KeyedTaskTarget,
     pieces: list[OffsetRange],
     per_task: int,
+    max_distinct: float = PREFOLD_MAX_DISTINCT,
 ) -> list[WriteStatus]:
-    """One job of two stages: the pieces read and split by group (`read_groups`), then one
-    writer task per core rewriting whole groups (as the DataFrame path's shuffle hands them
-    out)."""
+    """One job of two stages: the pieces read, pre-folded where their keys repeat
+    (`max_distinct`) and split by group (`read_groups`), then one writer task per core
+    rewriting whole groups (as the DataFrame path's shuffle hands them out)."""
     if not pieces:
         return []
     sc = spark.sparkContext
@@ -490,7 +616,7 @@ def _run_keyed_tasks(
     try:
         rows = (
             sc.parallelize(groups, len(groups))
-            .mapPartitions(KeyedReadTask(task, target, tasks))
+            .mapPartitions(KeyedReadTask(task, target, tasks, max_distinct))
             .partitionBy(tasks, _writer_of)
             .mapPartitions(KeyedWriteTask(target))
             .collect()

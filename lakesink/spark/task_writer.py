@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -37,6 +38,36 @@ def task_attempt(ctx: TaskContext | None) -> TaskAttempt:
     return TaskAttempt(partition, stage, number, f"{stage}.{partition}.{number}")
 
 
+@dataclass(frozen=True, slots=True)
+class ReadTally:
+    """What `TableOutput` counts of rows it is given (records, and rows and Arrow bytes per
+    topic), counted where they were read when what reaches the writer is fewer rows."""
+
+    records: int = 0
+    topics: Mapping[str, tuple[int, int]] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, batches: Iterable[pa.RecordBatch]) -> ReadTally:
+        records = 0
+        topics: dict[str, tuple[int, int]] = {}
+        for batch in batches:
+            records += batch.num_rows
+            for topic, (n, nbytes) in topic_counts(batch).items():
+                had = topics.get(topic, (0, 0))
+                topics[topic] = (had[0] + n, had[1] + nbytes)
+        return cls(records, topics)
+
+    def to_json(self) -> str:
+        return json.dumps({"records": self.records, "topics": self.topics})
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> ReadTally:
+        raw = json.loads(text)
+        return cls(
+            int(raw["records"]), {t: (int(n), int(b)) for t, (n, b) in raw["topics"].items()}
+        )
+
+
 class TableOutput:
     """One table's writer inside a task attempt: the format's writer, and the rows and Arrow
     bytes it was given per Kafka topic (`TOPICS_EXTRA`)."""
@@ -48,10 +79,13 @@ class TableOutput:
         self.records = 0
         self.topics: dict[str, list[int]] = {}
 
-    def write(self, batch: pa.RecordBatch) -> None:
+    def write(self, batch: pa.RecordBatch, tally: ReadTally | None = None) -> None:
+        """Write `batch`; count its rows, or `tally` instead: the records a read task read
+        where `batch` holds what its pre-fold kept of them (lakesink.spark.direct)."""
         self.writer.write(batch)
-        self.records += batch.num_rows
-        for topic, (n, nbytes) in topic_counts(batch).items():
+        counted = topic_counts(batch) if tally is None else tally.topics
+        self.records += batch.num_rows if tally is None else tally.records
+        for topic, (n, nbytes) in counted.items():
             had = self.topics.setdefault(topic, [0, 0])
             had[0] += n
             had[1] += nbytes

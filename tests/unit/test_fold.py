@@ -20,6 +20,7 @@ from lakesink.engine.fold import (
     fold_by_key,
     fold_by_key_reference,
     merge_over,
+    prefold_mask,
 )
 from lakesink.errors import RecordError
 from lakesink.protocol.mutation import RowOperation
@@ -312,3 +313,85 @@ def test_merge_without_unavailable_column_and_missing_columns() -> None:
     assert merge_over(stored, incoming, ["id"], "o").num_rows == 1
     with pytest.raises(RecordError, match=f"no column '{OP}'"):
         merge_over(stored, incoming.drop_columns([OP]), ["id"], "o")
+
+
+# --- the pre-fold of a batch's parts (a map-side combine) ---------------------------------
+
+
+def by_key(t: pa.Table) -> list[dict[str, Any]]:
+    """The rows in key order (the fold keeps input order, which the shuffle does not)."""
+    return sorted(t.to_pylist(), key=lambda r: (r["id"] is not None, r["id"]))
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    stored_rows(),
+    versions(),
+    st.sampled_from(["o", None]),
+    st.lists(st.integers(0, 3), min_size=18, max_size=18),
+    st.permutations(range(4)),
+)
+def test_folding_the_prefolded_parts_equals_folding_every_version(
+    stored: list[dict[str, Any]],
+    rows: list[dict[str, Any]],
+    ordering: str | None,
+    part_of: list[int],
+    arrival: list[int],
+) -> None:
+    """A batch's records split into parts by their Kafka coordinates (a record in one read
+    task; the same record twice stays in one part), each part pre-folded, the parts handed on in
+    any order: the fold is the plain fold of every version (winners, unavailable values,
+    deletes), and merging it over stored rows the same as merging every version."""
+    t = table(rows)
+
+    def part(r: dict[str, Any]) -> int:
+        return part_of[r["kafka_offset"] * 3 + r["kafka_partition"]]
+
+    parts = [[i for i, r in enumerate(rows) if part(r) == p] for p in arrival]
+    kept = []
+    for indexes in parts:
+        part = t.take(pa.array(indexes, pa.int64()))
+        mask = prefold_mask(part, ["id"], ordering)
+        if not any(r[UNAVAILABLE] for r in part.to_pylist()):  # each key's winner only
+            assert mask.sum() == len({r["id"] for r in part.to_pylist()})
+        kept.append(part.filter(pa.array(mask)))
+    folded = pa.concat_tables(kept)
+    assert folded.num_rows <= t.num_rows
+    expected = fold_by_key_reference(t, ["id"], ordering)
+    assert by_key(fold_by_key(folded, ["id"], ordering)) == by_key(expected)
+    s = table(stored, STORED)
+    assert as_dict(merge_over(s, folded, ["id"], ordering)) == as_dict(
+        merge_over(s, t, ["id"], ordering)
+    )
+
+
+def test_a_prefold_keeps_the_versions_above_a_parts_last_full_stop() -> None:
+    # Part one: w=4 at o=4, then w unavailable at o=5; part two: w=2 at o=2, w unavailable at
+    # o=6. The winner (o=6) looks back past o=5 (w unavailable) to o=4: w=4. Part two folded to
+    # its winner with w filled from its own earlier version would win with w=2.
+    one = table([version(1, 4, 0, w=4), version(1, 5, 1, unavailable=["w"])])
+    two = table(
+        [version(1, 2, 0, w=2, partition=1), version(1, 6, 1, unavailable=["w"], partition=1)]
+    )
+    assert prefold_mask(one, ["id"], "o").tolist() == [True, True]
+    assert prefold_mask(two, ["id"], "o").tolist() == [True, True]
+    ((winner,),) = [fold_by_key(pa.concat_tables([one, two]), ["id"], "o").to_pylist()]
+    assert (winner["o"], winner["w"]) == (6, 4)
+    # a delete or a version with every value is a full stop: nothing below it is handed on
+    three = table(
+        [
+            version(2, 1, 0, w=1),
+            version(2, 2, 1, DELETE),
+            version(2, 3, 2, unavailable=["w"]),
+            version(3, 1, 3, w=1),
+            version(3, 2, 4, w=2),
+            version(3, 0, 5, unavailable=["w"]),  # ranks lowest: below the full stop
+        ]
+    )
+    assert prefold_mask(three, ["id"], "o").tolist() == [False, True, True, False, True, False]
+    # a stream of upserts (no operation column) and no unavailable column: the winners
+    plain = three.drop_columns([OP, UNAVAILABLE])
+    assert prefold_mask(plain, ["id"], "o").tolist() == [False, False, True, False, True, False]
+    assert prefold_mask(plain.slice(0, 0), ["id"], "o").tolist() == []
+    with pytest.raises(RecordError, match="no column 'nope'"):
+        prefold_mask(plain, ["nope"], "o")

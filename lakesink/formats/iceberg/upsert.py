@@ -86,6 +86,12 @@ class IcebergUpsertTarget:
         """The bucket of each row: a task gets whole buckets."""
         return bucket_ids(batch, self.layout, self.context)
 
+    @property
+    def fold_key(self) -> tuple[tuple[str, ...], str | None]:
+        """The key and ordering the writer folds by (`merge_over`): a
+        `lakesink.formats.task.FoldingTaskTarget`, the read tasks may pre-fold."""
+        return self.layout.key, self.layout.ordering
+
     def open(self, attempt: TaskAttempt) -> IcebergUpsertWriter:
         return IcebergUpsertWriter(self, attempt)
 
