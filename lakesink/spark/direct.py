@@ -83,8 +83,6 @@ def routed_direct_obstacle(cfg: LakesinkConfig) -> str | None:
         return "route.dynamic.field names its tables from each batch's rows on a Spark DataFrame"
     for spec, table in cfg.table_configs():
         where = f"table {spec.name}"
-        if table["write.path"] == "dataframe":
-            return f"{where} has write.path=dataframe"
         if table["write.operation"] != "append":
             return f"{where} has write.operation={table['write.operation']} (appends only)"
         for key in ("transform.sql", "transform.python", "transform.arrow"):

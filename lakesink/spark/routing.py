@@ -530,7 +530,9 @@ def route_mask(batch: pa.RecordBatch | pa.Table, route: Route) -> pa.Array:
 def _arrow_field_text(batch: pa.RecordBatch | pa.Table, name: str) -> pa.Array:
     if name == KAFKA_KEY_FIELD:
         keys = batch.column(KAFKA_KEY_FIELD).to_pylist()
-        return pa.array([None if k is None else k.decode("utf-8", "replace") for k in keys])
+        # typed: a batch whose keys are all null is still text (else Arrow's null type)
+        texts = [None if k is None else k.decode("utf-8", "replace") for k in keys]
+        return pa.array(texts, pa.string())
     if name.startswith(HEADER_PREFIX):
         header = name[len(HEADER_PREFIX) :]
         values = []
