@@ -42,6 +42,7 @@ from lakesink.spark.batch import DEAD_LETTERS, BatchTable, BatchTables, Instants
 from lakesink.spark.direct import (
     DirectTask,
     dead_letter_batch,
+    read_groups,
     routed_direct_obstacle,
     task_pieces,
 )
@@ -387,19 +388,23 @@ class RoutingSink(CommittingSink):
             )
         routes = {name: t.spec.route for name, t in self.routed.items()}
         task = RoutedDirectTask(reader, tables, dead, routes, self.default_table)
-        pieces = task_pieces(ranges, self.cfg["kafka.max.records.per.task"])
+        per_task = self.cfg["kafka.max.records.per.task"]
+        pieces = task_pieces(ranges, per_task)
         statuses: dict[str, list[WriteStatus]] = {t.name: [] for t in tables}
         if dead is not None:
             statuses[DEAD_LETTERS] = []
         if not pieces:
             return statuses
         sc = spark.sparkContext
+        # the pieces gathered into as few tasks as keep every core busy (`read_groups`): a
+        # table per topic means a piece per table, and each task is a fixed cost
+        groups = read_groups(pieces, per_task, max(1, sc.defaultParallelism))
         sc.setJobDescription(
             f"lakesink: read, decode, route and write {len(pieces)} Kafka range(s) into "
-            f"{len(statuses)} table(s)"
+            f"{len(statuses)} table(s) in {len(groups)} task(s)"
         )
         try:
-            results = sc.parallelize(pieces, len(pieces)).mapPartitions(task).collect()
+            results = sc.parallelize(groups, len(groups)).mapPartitions(task).collect()
         finally:
             sc.setJobDescription(None)  # type: ignore[arg-type]  # None clears it
         untaken: list[tuple[str, int, int]] = []
@@ -682,13 +687,14 @@ def _skip_below(
 
 class RoutedDirectTask:
     """Routing on the direct task path (`RDD.mapPartitions`, `RoutingSink._write_direct`):
-    reads and decodes the ranges of its Spark partition once (`reader`, a `DirectTask`'s
-    reading), routes each Arrow batch (`route_split`) and writes every table's rows from
-    its own committed offset on (`skip_below`, as `BatchTables(skip_committed=True)` begins it),
-    the records that fail to decode and those no route takes into the dead-letter table (`dead`,
-    None: no instant there). A table's writer opens on its first row: a table no row of this
-    task reaches gets no status from it. Yields one JSON object: the statuses by table, and
-    the first record no route takes when there is nowhere to put it (`untaken`, else None)."""
+    reads and decodes the Kafka ranges of its Spark partition once (a group of the batch's
+    pieces, `read_groups`; `reader`: a `DirectTask`'s reading), routes each Arrow batch
+    (`route_split`) and writes every table's rows from its own committed offset on
+    (`skip_below`, as `BatchTables(skip_committed=True)` begins it), the records that fail to
+    decode and those no route takes into the dead-letter table (`dead`, None: no instant
+    there). A table's writer opens on its first row: a table no row of this task reaches gets
+    no status from it. Yields one JSON object: the statuses by table, and the first record no
+    route takes when there is nowhere to put it (`untaken`, else None)."""
 
     def __init__(
         self,
@@ -704,7 +710,7 @@ class RoutedDirectTask:
         self.routes = dict(routes)
         self.default = default
 
-    def __call__(self, pieces: Iterable[OffsetRange]) -> Iterator[str]:
+    def __call__(self, groups: Iterable[Sequence[OffsetRange]]) -> Iterator[str]:
         from pyspark import TaskContext
 
         from lakesink.faults import task_fault
@@ -713,6 +719,7 @@ class RoutedDirectTask:
         freeze_worker_heap()
         ctx = TaskContext.get()
         attempt = task_attempt(ctx)
+        pieces = [piece for group in groups for piece in group]
         outputs: dict[str, TableOutput] = {}
 
         def write(table: FannedTable, rows: pa.RecordBatch) -> None:

@@ -37,6 +37,7 @@ from lakesink.errors import LakesinkError
 from lakesink.formats.hudi.audit import hudi_rs_batches
 from lakesink.kafka.producer import produce_values
 from lakesink.metrics import value_of
+from lakesink.spark.direct import uses_direct_path
 from lakesink.spark.pipeline import Ingestion
 from lakesink.spark.table_offsets import all_table_configs
 
@@ -150,14 +151,24 @@ def topics(kafka_bootstrap: str, topic_factory: Callable[[str], str]) -> Topics:
 
 
 def test_a_record_no_route_takes_fails_the_batch_without_a_default(
-    kafka_bootstrap: str, topics: Topics, tmp_path: Path, spark: Any
+    kafka_bootstrap: str,
+    topics: Topics,
+    tmp_path: Path,
+    spark: Any,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     cfg = _config(kafka_bootstrap, topics, tmp_path)
     values = {k: v for k, v in cfg.values.items() if k != "route.default"}
     tables = {n: t for n, t in cfg["tables"].items() if n != "rest"}
     strict = build_config({**values, "tables": tables})
+    caplog.set_level("INFO", logger="lakesink.spark.routing")
     with pytest.raises(LakesinkError, match=r"matches no table's route; set route.default"):
         run_ingestion(strict, spark)
+    # dynamic tables: the batches take the DataFrame path, and the ingestion says why
+    assert not uses_direct_path(strict)
+    assert any(
+        "take the DataFrame path: route.dynamic.field" in r.getMessage() for r in caplog.records
+    )
     from lakesink.spark.table_offsets import all_table_configs, committed_offsets_of
 
     # the dynamic Hudi tables the batch named were created before it failed, and are found
@@ -415,7 +426,7 @@ def test_routed_tables_on_the_direct_path_each_take_their_rows_from_their_own_of
     later = build_config({**base, **europe, **rest, **to_topic})
     shutil.rmtree(later.checkpoint_location)
     run_ingestion(later, spark)
-    assert not [r.message for r in caplog.records if "DataFrame path" in r.message]
+    assert not [r for r in caplog.records if "DataFrame path" in r.getMessage()]
 
     def eu(i: int) -> bool:
         return REGIONS[i % 4].startswith("eu-")

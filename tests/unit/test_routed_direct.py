@@ -286,7 +286,7 @@ def test_a_routed_task_writes_each_table_its_routes_rows_from_its_own_offset_on(
     task = RoutedDirectTask(
         _Reader(batches, broken, dead_table), tables, dead, table_routes, default
     )
-    (out,) = list(task(()))
+    (out,) = list(task([[]]))
     import json
 
     result = json.loads(out)
