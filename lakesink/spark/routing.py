@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import reduce
 from typing import Any
 
@@ -709,6 +709,7 @@ class RoutedDirectTask:
         self.dead = dead
         self.routes = dict(routes)
         self.default = default
+        self._takers: dict[str, frozenset[str]] = {}  # per topic, the routes taking it
 
     def __call__(self, groups: Iterable[Sequence[OffsetRange]]) -> Iterator[str]:
         from pyspark import TaskContext
@@ -733,8 +734,13 @@ class RoutedDirectTask:
         untaken_at: list[Any] | None = None
         failed: list[Any] = []
         for batch in self.reader.rows_of(pieces, failed):
-            masks, untaken = route_split(batch, self.routes, self.default)
+            # only the routes that can take the batch's topics (a range's batch has one):
+            # with a table per topic, one route a batch rather than every table's
+            routes = self._routes_for(pc.unique(batch.column("kafka_topic")).to_pylist())
+            masks, untaken = route_split(batch, routes, self.default)
             for table in self.tables:
+                if table.name not in masks:
+                    continue  # its route takes none of these topics
                 rows = batch.filter(_after_committed(batch, masks[table.name], table.skip_below))
                 if rows.num_rows:
                     write(table, with_required(rows, table.required))
@@ -756,6 +762,23 @@ class RoutedDirectTask:
         if ctx is not None:  # a test fault: this attempt fails after its files are whole
             task_fault(ctx.attemptNumber())
         yield json.dumps({"statuses": statuses, "untaken": untaken_at})
+
+    def _routes_for(self, topics: Sequence[str]) -> dict[str, Route]:
+        """The routes whose topic test takes one of `topics` (evaluated as `route_mask` does,
+        once per topic), and route.default's: the others' masks are all false, so leaving
+        them out changes no table's rows and not the rows no route takes."""
+        names: set[str] = set() if self.default is None else {self.default}
+        for topic in topics:
+            takers = self._takers.get(topic)
+            if takers is None:
+                one = pa.table({"kafka_topic": pa.array([topic], pa.string())})
+                takers = self._takers[topic] = frozenset(
+                    name
+                    for name, route in self.routes.items()
+                    if route_mask(one, replace(route, field=None, regex=None))[0].as_py()
+                )
+            names |= takers
+        return {name: route for name, route in self.routes.items() if name in names}
 
 
 _COORDINATES = ("kafka_topic", "kafka_partition", "kafka_offset")
