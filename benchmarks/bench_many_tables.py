@@ -63,9 +63,11 @@ def one_ingestion(
     cores: int,
     parallelism: int,
     delay_s: float = 0.0,
+    write_path: str = "auto",
 ) -> dict[str, Any]:
     n = len(topics)
     cfg = base_config(bootstrap, max(1, n * events // BATCHES), cores)
+    cfg["write.path"] = write_path
     cfg["commit.tables.parallelism"] = parallelism
     cfg["commit.publish.delay.s"] = delay_s
     cfg["kafka.topics"] = ",".join(topics)
@@ -79,6 +81,10 @@ def one_ingestion(
     steady_batches = max(1, row["batches"] - 1)
     row["steady_cpu_ms_per_table_commit"] = 1e3 * row["steady_cpu_s"] / (n * steady_batches)
     row["steady_wall_ms_per_table_commit"] = 1e3 * row["steady_s"] / (n * steady_batches)
+    row["steady_cpu_ms_per_table_commit_by_role"] = {
+        role: round(1e3 * secs / (n * steady_batches), 1)
+        for role, secs in row["steady_cpu_by_role_s"].items()
+    }
     return row
 
 
@@ -128,6 +134,13 @@ def main() -> None:
         help="commit.publish.delay.s of the one ingestion: seconds each table commit waits, "
         "to model a store's latency (an object store's requests)",
     )
+    ap.add_argument(
+        "--write-path",
+        choices=("auto", "dataframe"),
+        default="auto",
+        help="write.path of the one ingestion: auto routes on the direct task path where the "
+        "tables allow it (these do), dataframe on the DataFrame fan-out (the before)",
+    )
     args = ap.parse_args()
     import subprocess
 
@@ -143,6 +156,7 @@ def main() -> None:
         "cores": args.cores,
         "commit_parallelism": args.commit_parallelism,
         "publish_delay_s": args.publish_delay,
+        "write_path": args.write_path,
     }
     try:
         for n in (int(x) for x in args.tables.split(",")):
@@ -158,6 +172,7 @@ def main() -> None:
                     args.cores,
                     args.commit_parallelism,
                     args.publish_delay,
+                    args.write_path,
                 )
             }
             if n <= args.separate_up_to:
@@ -186,6 +201,12 @@ def print_row(n: int, row: dict[str, Any], events: int) -> None:
         f"{one['table_commits'] / one['wall_s']:6.1f} table commits/s, steady "
         f"{one['steady_cpu_ms_per_table_commit']:6.1f} ms CPU and "
         f"{one['steady_wall_ms_per_table_commit']:6.1f} ms wall per table commit ({ok})",
+        flush=True,
+    )
+    roles = one["steady_cpu_ms_per_table_commit_by_role"]
+    print(
+        "       steady CPU per table commit by role: "
+        + ", ".join(f"{role} {ms:.1f} ms" for role, ms in sorted(roles.items())),
         flush=True,
     )
     sep = row.get("separate")

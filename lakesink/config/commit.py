@@ -32,7 +32,11 @@ COMMIT_KEYS: tuple[Key, ...] = (
         "Spark DataFrame, needed by transform.sql and transform.python), or auto (direct unless "
         "transform.sql or transform.python is set, table.partition.date.from names a column "
         "that is not a timestamp or date, or write.operation upsert or cdc writes a Hudi table "
-        "or has errors.deadletter.table; transform.arrow runs on either path).",
+        "or has errors.deadletter.table; transform.arrow runs on either path). Many tables "
+        "(tables.<name>.*) take the direct path when every table appends without a "
+        "transformation or date partition of its own and no table is dynamic: one job's tasks "
+        "read each Kafka range once and write every table's rows; else their batches go "
+        "through the DataFrame, the reason logged.",
     ),
     Key(
         "write.keyed.single.task.max.records",

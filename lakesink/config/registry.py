@@ -692,9 +692,11 @@ def _check_tables(cfg: LakesinkConfig) -> None:
             "commit.mode=async commits one table; with tables set commit.mode=sync (each "
             "table commits its batch in turn)"
         )
-    if cfg["write.path"] == "direct":
+    if cfg["write.path"] == "direct" and cfg["route.dynamic.field"]:
         raise ConfigError(
-            "write.path=direct writes one table; with tables set write.path=auto or dataframe"
+            "write.path=direct cannot route to dynamic tables (route.dynamic.field: their "
+            "names come from each batch's rows on a Spark DataFrame); set write.path=auto or "
+            "dataframe"
         )
     if cfg["route.dynamic.field"]:
         try:

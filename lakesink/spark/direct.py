@@ -65,12 +65,47 @@ def uses_direct_path(cfg: LakesinkConfig) -> bool:
     `table.partition.date.from` (if set) naming a timestamp or date column of the rows. A forced
     direct path that cannot give the DataFrame path's rows is a ConfigError."""
     choice = cfg["write.path"]
-    if choice == "dataframe" or cfg["tables"]:  # many tables: routed on the DataFrame
+    if choice == "dataframe":
         return False
-    why_not = _direct_path_obstacle(cfg)
+    why_not = routed_direct_obstacle(cfg) if cfg["tables"] else _direct_path_obstacle(cfg)
     if choice == "direct" and why_not:
         raise ConfigError(f"write.path=direct is not possible: {why_not}; set write.path=auto")
     return why_not is None
+
+
+def routed_direct_obstacle(cfg: LakesinkConfig) -> str | None:
+    """Why the batches of a many-table ingestion (`tables.<name>.*`) cannot take the direct
+    path (None: they can, lakesink.spark.routing's `RoutedDirectTask`): its tasks give every
+    table the same decoded rows, so no table may transform or date-partition its rows, write by
+    key or ask for the DataFrame path; dynamic tables are named by the batch's rows, which the
+    DataFrame reads before any table begins; and the tasks match the routes' regexes in Arrow
+    (RE2 syntax). The rows' types are checked by the sink (`RoutingSink`)."""
+    if cfg["route.dynamic.field"]:
+        return "route.dynamic.field names its tables from each batch's rows on a Spark DataFrame"
+    for spec, table in cfg.table_configs():
+        where = f"table {spec.name}"
+        if table["write.operation"] != "append":
+            return f"{where} has write.operation={table['write.operation']} (appends only)"
+        for key in ("transform.sql", "transform.python", "transform.arrow"):
+            if table[key]:
+                return f"{where} has {key} (the tables share one decoding of the rows)"
+        if table["table.partition.date.from"]:
+            return f"{where} has table.partition.date.from (the tables share the rows as read)"
+        route = spec.route
+        for pattern in (route.topic_pattern, route.regex):
+            if pattern is not None and not _re2_compiles(pattern):
+                return f"{where}'s route regex {pattern!r} is not RE2 syntax (Arrow's regexes)"
+    return None
+
+
+def _re2_compiles(pattern: str) -> bool:
+    import pyarrow.compute as pc
+
+    try:
+        pc.match_substring_regex(pa.array(["x"], pa.string()), f"^(?:{pattern})$")
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return False
+    return True
 
 
 def _direct_path_obstacle(cfg: LakesinkConfig) -> str | None:

@@ -426,7 +426,11 @@ class Ingestion:
         dead_letters = self._dead_letter_coordinator()
         if self.routed:
             return RoutingSink(
-                self.cfg, self.routed, dead_letters, open_dynamic=self.open_dynamic_table
+                self.cfg,
+                self.routed,
+                dead_letters,
+                open_dynamic=self.open_dynamic_table,
+                direct=direct,
             )
         return CommittingSink(
             self.cfg,

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
 from functools import reduce
 from typing import Any
 
@@ -32,13 +32,20 @@ from lakesink.config import LakesinkConfig
 from lakesink.config.tables import HEADER_PREFIX, KAFKA_KEY_FIELD, Route, TableSpec
 from lakesink.engine.coordinator import BatchOutcome, Coordinator
 from lakesink.engine.schema import TableSchema
-from lakesink.errors import LakesinkError
+from lakesink.errors import ConfigError, LakesinkError
 from lakesink.formats import FormatPlugin
 from lakesink.formats.task import TaskTarget
 from lakesink.protocol.commit import Verdict
 from lakesink.protocol.offsets import OffsetRange
 from lakesink.protocol.write_status import WriteStatus
 from lakesink.spark.batch import DEAD_LETTERS, BatchTable, BatchTables, Instants
+from lakesink.spark.direct import (
+    DirectTask,
+    dead_letter_batch,
+    read_groups,
+    routed_direct_obstacle,
+    task_pieces,
+)
 from lakesink.spark.sink import (
     CommittingSink,
     commit_schema_of,
@@ -137,8 +144,12 @@ class RoutingSink(CommittingSink):
         dead_letters: Coordinator | None = None,
         *,
         open_dynamic: Callable[[str], RoutedTable] | None = None,
+        direct: bool = False,
     ) -> None:
-        """`open_dynamic(name)`: creates dynamic table `name` (`route.dynamic.*`)."""
+        """`open_dynamic(name)`: creates dynamic table `name` (`route.dynamic.*`); `direct`:
+        the batches' tasks read, route and write the rows (`RoutedDirectTask`) when the
+        tables' rows allow it (`_direct_obstacle`), else the DataFrame fan-out, its reason
+        logged once."""
         first = tables[0]
         super().__init__(cfg, first.coordinator, None, dead_letters)
         self.dead_letter_coordinator = dead_letters
@@ -150,6 +161,39 @@ class RoutingSink(CommittingSink):
         # names that are tables of the tables section under another name: never dynamic
         self._not_dynamic: set[str] = set()
         self._set_tables(tables)
+        if direct:
+            why_not = self._direct_obstacle()
+            if why_not is not None and cfg["write.path"] == "direct":
+                raise ConfigError(
+                    f"write.path=direct is not possible: {why_not}; set write.path=auto"
+                )
+            if why_not is not None:
+                log.info("the routed tables take the DataFrame path: %s", why_not)
+            self.direct = why_not is None
+        elif cfg["write.path"] != "dataframe":
+            log.info("the routed tables take the DataFrame path: %s", routed_direct_obstacle(cfg))
+
+    def _direct_obstacle(self) -> str | None:
+        """Why the tasks cannot route this ingestion's rows (None: they can): the tables' rows
+        differ, or a route's field is of a type whose text Arrow and Spark write differently
+        (`DIRECT_ROUTE_TYPES`)."""
+        tables = list(self.routed.values())
+        schema = tables[0].output_schema
+        for table in tables:
+            if table.output_schema != schema:
+                return f"table {table.name}'s rows differ from table {tables[0].name}'s"
+            field = table.spec.route.field
+            if field is None or field == KAFKA_KEY_FIELD or field.startswith(HEADER_PREFIX):
+                continue
+            if field not in schema.fieldNames():
+                return f"table {table.name}'s route.field {field!r} is not a column of the rows"
+            kind = schema[field].dataType.typeName()
+            if kind not in DIRECT_ROUTE_TYPES:
+                return (
+                    f"table {table.name}'s route.field {field!r} is a {kind} column; the tasks "
+                    f"route by {', '.join(DIRECT_ROUTE_TYPES)} columns"
+                )
+        return None
 
     def _set_tables(self, tables: Sequence[RoutedTable]) -> None:
         """The tables every batch writes: the dead letters first, then by name."""
@@ -167,6 +211,8 @@ class RoutingSink(CommittingSink):
     def _commit_batch_once(
         self, batch_df: DataFrame, batch_id: int, ranges: list[OffsetRange]
     ) -> BatchOutcome | None:
+        if self.direct:  # the tasks read Kafka: the DataFrame is not read
+            return super()._commit_batch_once(batch_df, batch_id, ranges)
         # the batch is read once: the names of dynamic tables, then every table's rows
         cached = batch_df.persist()
         try:
@@ -234,7 +280,10 @@ class RoutingSink(CommittingSink):
     ) -> dict[str, list[WriteStatus]]:
         """Each begun table's rows written by its own task writers; the records no route
         takes to route.default, the dead-letter table, or a RoutingError before any write.
-        `batch_df` is persisted (`_commit_batch_once`): each job reads it, not Kafka."""
+        `batch_df` is persisted (`_commit_batch_once`): each job reads it, not Kafka. On the
+        direct path one job's tasks do it all (`_write_direct`)."""
+        if self.direct:
+            return self._write_direct(batch_df, ranges, instants)
         dead_table = DEAD_LETTERS in self.tables
         good = (
             batch_df.where(F.col(ERROR_COLUMN).isNull()).drop(ERROR_COLUMN, RAW_VALUE_COLUMN)
@@ -256,6 +305,12 @@ class RoutingSink(CommittingSink):
             dead = dead_letters_of(batch_df)
             if self.default_table is None:
                 dead = dead.unionByName(self._untaken_dead_letters(batch_df, untaken))
+            # a dead-letter table ahead of the others skips what it has, as they do
+            after = _rows_from(
+                _skip_below(self.tables.ranges_of(self.tables[DEAD_LETTERS], ranges), ranges)
+            )
+            if after is not None:
+                dead = dead.where(after)
             statuses[DEAD_LETTERS] = self._write(
                 self.tables[DEAD_LETTERS].coordinator, dead, dead_instant
             )
@@ -277,6 +332,91 @@ class RoutingSink(CommittingSink):
             if after is not None:
                 rows = rows.where(after)
             statuses[name] = self._write_table(table, rows, instant)
+        return statuses
+
+    def _write_direct(
+        self, batch_df: DataFrame, ranges: list[OffsetRange], instants: Instants
+    ) -> dict[str, list[WriteStatus]]:
+        """One Spark job whose tasks read and decode each piece of the batch's ranges once and
+        write every begun table's rows (`RoutedDirectTask`); a record no route takes, with no
+        route.default and no dead-letter table, is a RoutingError after the job (the begun
+        instants are aborted, their files with them)."""
+        from pyspark.sql.pandas.types import from_arrow_schema
+
+        from lakesink.spark.direct import _relaxed, dead_letter_rows, spark_arrow_schema
+        from lakesink.spark.source import encode_config, encode_secrets
+
+        spark = batch_df.sparkSession
+        first = next(iter(self.routed.values()))
+        schema = spark_arrow_schema(spark, first.output_schema)
+        required = tuple(f.name for f in first.output_schema.fields if not f.nullable)
+        dead_schema = spark_arrow_schema(spark, from_arrow_schema(dead_letter_rows(self.cfg)))
+        reader = DirectTask(
+            encode_config(self.cfg),
+            encode_secrets(self.cfg),
+            rows=None,
+            dead_letters=None,
+            dead_letter_table=DEAD_LETTERS in self.tables,
+            rows_schema=_relaxed(schema, required),
+            dead_letter_schema=dead_schema,
+            required=(),  # restored per table, on the rows it takes (`with_required`)
+        )
+        tables = []
+        for name, table in self.routed.items():
+            instant = instants.get(name)
+            if instant is None:
+                continue
+            size = table.cfg["table.target.file.size.bytes"]
+            tables.append(
+                FannedTable(
+                    name,
+                    table.plugin.task_target(table.coordinator, instant.value, size),
+                    required,
+                    _skip_below(self.tables.ranges_of(self.tables[name], ranges), ranges),
+                )
+            )
+        dead = None
+        dead_instant = instants.get(DEAD_LETTERS)
+        if dead_instant is not None:
+            coordinator = self.tables[DEAD_LETTERS].coordinator
+            size = self.cfg["table.target.file.size.bytes"]
+            dead = FannedTable(
+                DEAD_LETTERS,
+                self.plugin.task_target(coordinator, dead_instant.value, size),
+                (),
+                _skip_below(self.tables.ranges_of(self.tables[DEAD_LETTERS], ranges), ranges),
+            )
+        routes = {name: t.spec.route for name, t in self.routed.items()}
+        task = RoutedDirectTask(reader, tables, dead, routes, self.default_table)
+        per_task = self.cfg["kafka.max.records.per.task"]
+        pieces = task_pieces(ranges, per_task)
+        statuses: dict[str, list[WriteStatus]] = {t.name: [] for t in tables}
+        if dead is not None:
+            statuses[DEAD_LETTERS] = []
+        if not pieces:
+            return statuses
+        sc = spark.sparkContext
+        # the pieces gathered into as few tasks as keep every core busy (`read_groups`): a
+        # table per topic means a piece per table, and each task is a fixed cost
+        groups = read_groups(pieces, per_task, max(1, sc.defaultParallelism))
+        sc.setJobDescription(
+            f"lakesink: read, decode, route and write {len(pieces)} Kafka range(s) into "
+            f"{len(statuses)} table(s) in {len(groups)} task(s)"
+        )
+        try:
+            results = sc.parallelize(groups, len(groups)).mapPartitions(task).collect()
+        finally:
+            sc.setJobDescription(None)  # type: ignore[arg-type]  # None clears it
+        untaken: list[tuple[str, int, int]] = []
+        for text in results:
+            result = json.loads(text)
+            for name, status in result["statuses"].items():
+                statuses[name].append(WriteStatus.from_json(status))
+            if result["untaken"] is not None:
+                untaken.append(tuple(result["untaken"]))
+        if untaken:
+            topic, partition, offset = min(untaken)
+            raise RoutingError(_untaken_message(topic, partition, offset))
         return statuses
 
     def _fans_out(self, table: RoutedTable) -> bool:
@@ -319,19 +459,13 @@ class RoutingSink(CommittingSink):
         found = first.limit(1).collect()
         if found:
             topic, partition, offset = found[0]
-            raise RoutingError(
-                f"record {topic}:{partition}@{offset} matches no table's route; set "
-                "route.default to a table, or errors.tolerance=all with "
-                "errors.deadletter.table to keep such records as dead letters"
-            )
+            raise RoutingError(_untaken_message(topic, partition, offset))
 
     @staticmethod
     def _untaken_dead_letters(cached: DataFrame, untaken: Column) -> DataFrame:
         """The decoded records no route takes, as dead letters with the reason."""
         rows = cached.where(F.col(ERROR_COLUMN).isNull() & untaken)
-        return dead_letters_of(
-            rows.withColumn(ERROR_COLUMN, F.lit("no table's route matches this record"))
-        )
+        return dead_letters_of(rows.withColumn(ERROR_COLUMN, F.lit(UNTAKEN_REASON)))
 
     def _write_table(self, table: RoutedTable, rows: DataFrame, instant: Any) -> list[WriteStatus]:
         prepared = prepare_rows(rows, table.cfg, table.transform, table.partition_fields)
@@ -356,6 +490,22 @@ class RoutingSink(CommittingSink):
             statuses,
             lambda: rows_arrow(df, table.output_schema),
         )
+
+
+def _untaken_message(topic: str, partition: int, offset: int) -> str:
+    return (
+        f"record {topic}:{partition}@{offset} matches no table's route; set "
+        "route.default to a table, or errors.tolerance=all with "
+        "errors.deadletter.table to keep such records as dead letters"
+    )
+
+
+UNTAKEN_REASON = "no table's route matches this record"
+"""The error of a dead letter no table's route takes."""
+
+DIRECT_ROUTE_TYPES = ("string", "byte", "short", "integer", "long", "boolean")
+"""The Spark types of a route.field the direct path's tasks route by: their text is the same in
+Arrow and in Spark (a float's or a timestamp's is not: those batches take the DataFrame)."""
 
 
 def check_routes_cover(tables: Sequence[RoutedTable], topics: Sequence[str]) -> None:
@@ -385,7 +535,9 @@ def route_mask(batch: pa.RecordBatch | pa.Table, route: Route) -> pa.Array:
 def _arrow_field_text(batch: pa.RecordBatch | pa.Table, name: str) -> pa.Array:
     if name == KAFKA_KEY_FIELD:
         keys = batch.column(KAFKA_KEY_FIELD).to_pylist()
-        return pa.array([None if k is None else k.decode("utf-8", "replace") for k in keys])
+        # typed: a batch whose keys are all null is still text (else Arrow's null type)
+        texts = [None if k is None else k.decode("utf-8", "replace") for k in keys]
+        return pa.array(texts, pa.string())
     if name.startswith(HEADER_PREFIX):
         header = name[len(HEADER_PREFIX) :]
         values = []
@@ -415,6 +567,18 @@ def route_masks(
         own = masks[default]
         masks[default] = untaken if routes[default].takes_everything else pc.or_(own, untaken)
     return masks
+
+
+def route_split(
+    batch: pa.RecordBatch | pa.Table, routes: Mapping[str, Route], default: str | None
+) -> tuple[dict[str, pa.Array], pa.Array]:
+    """Per table the rows of `batch` it takes (`route_masks`), and the rows no table takes:
+    without route.default, the dead letters (or the RoutingError) of the DataFrame path's
+    `untaken`; with it, none."""
+    masks = route_masks(batch, routes, default)
+    if not masks:
+        return masks, pa.array(np.ones(batch.num_rows, bool))
+    return masks, pc.invert(reduce(pc.or_, masks.values()))
 
 
 def routed_coordinates(
@@ -519,3 +683,127 @@ def _skip_below(
         if start != r.start:
             out[(r.partition.topic, r.partition.partition)] = start
     return out
+
+
+class RoutedDirectTask:
+    """Routing on the direct task path (`RDD.mapPartitions`, `RoutingSink._write_direct`):
+    reads and decodes the Kafka ranges of its Spark partition once (a group of the batch's
+    pieces, `read_groups`; `reader`: a `DirectTask`'s reading), routes each Arrow batch
+    (`route_split`) and writes every table's rows from its own committed offset on
+    (`skip_below`, as `BatchTables(skip_committed=True)` begins it), the records that fail to
+    decode and those no route takes into the dead-letter table (`dead`, None: no instant
+    there). A table's writer opens on its first row: a table no row of this task reaches gets
+    no status from it. Yields one JSON object: the statuses by table, and the first record no
+    route takes when there is nowhere to put it (`untaken`, else None)."""
+
+    def __init__(
+        self,
+        reader: DirectTask,
+        tables: Sequence[FannedTable],
+        dead: FannedTable | None,
+        routes: Mapping[str, Route],
+        default: str | None,
+    ) -> None:
+        self.reader = reader
+        self.tables = tuple(tables)
+        self.dead = dead
+        self.routes = dict(routes)
+        self.default = default
+        self._takers: dict[str, frozenset[str]] = {}  # per topic, the routes taking it
+
+    def __call__(self, groups: Iterable[Sequence[OffsetRange]]) -> Iterator[str]:
+        from pyspark import TaskContext
+
+        from lakesink.faults import task_fault
+        from lakesink.spark.worker_gc import freeze_worker_heap
+
+        freeze_worker_heap()
+        ctx = TaskContext.get()
+        attempt = task_attempt(ctx)
+        pieces = [piece for group in groups for piece in group]
+        outputs: dict[str, TableOutput] = {}
+
+        def write(table: FannedTable, rows: pa.RecordBatch) -> None:
+            out = outputs.get(table.name)
+            if out is None:
+                out = outputs[table.name] = TableOutput(table.target, attempt)
+            out.write(rows)
+
+        # no route.default and no dead-letter table: a record no route takes fails the batch
+        refuse = self.default is None and not self.reader.dead_letter_table
+        untaken_at: list[Any] | None = None
+        failed: list[Any] = []
+        for batch in self.reader.rows_of(pieces, failed):
+            # only the routes that can take the batch's topics (a range's batch has one):
+            # with a table per topic, one route a batch rather than every table's
+            routes = self._routes_for(pc.unique(batch.column("kafka_topic")).to_pylist())
+            masks, untaken = route_split(batch, routes, self.default)
+            for table in self.tables:
+                if table.name not in masks:
+                    continue  # its route takes none of these topics
+                rows = batch.filter(_after_committed(batch, masks[table.name], table.skip_below))
+                if rows.num_rows:
+                    write(table, with_required(rows, table.required))
+            if self.default is not None:
+                continue
+            if refuse:
+                if untaken_at is None and pc.any(untaken).as_py():
+                    first = batch.filter(untaken).slice(0, 1).to_pylist()[0]
+                    untaken_at = [first[c] for c in _COORDINATES]
+            elif self.dead is not None:
+                rows = batch.filter(_after_committed(batch, untaken, self.dead.skip_below))
+                if rows.num_rows:
+                    write(self.dead, untaken_dead_letters(rows, self.reader.dead_letter_schema))
+        if self.dead is not None:
+            kept = [f for f in failed if _kept(f.partition, f.offset, self.dead.skip_below)]
+            if kept:
+                write(self.dead, dead_letter_batch(kept, self.reader.dead_letter_schema))
+        statuses = {name: out.close().to_json() for name, out in outputs.items()}
+        if ctx is not None:  # a test fault: this attempt fails after its files are whole
+            task_fault(ctx.attemptNumber())
+        yield json.dumps({"statuses": statuses, "untaken": untaken_at})
+
+    def _routes_for(self, topics: Sequence[str]) -> dict[str, Route]:
+        """The routes whose topic test takes one of `topics` (evaluated as `route_mask` does,
+        once per topic), and route.default's: the others' masks are all false, so leaving
+        them out changes no table's rows and not the rows no route takes."""
+        names: set[str] = set() if self.default is None else {self.default}
+        for topic in topics:
+            takers = self._takers.get(topic)
+            if takers is None:
+                one = pa.table({"kafka_topic": pa.array([topic], pa.string())})
+                takers = self._takers[topic] = frozenset(
+                    name
+                    for name, route in self.routes.items()
+                    if route_mask(one, replace(route, field=None, regex=None))[0].as_py()
+                )
+            names |= takers
+        return {name: route for name, route in self.routes.items() if name in names}
+
+
+_COORDINATES = ("kafka_topic", "kafka_partition", "kafka_offset")
+
+
+def _kept(partition: Any, offset: int, skip_below: Mapping[tuple[str, int], int | None]) -> bool:
+    """Whether the record at `offset` of `partition` is one a table takes by `skip_below`."""
+    key = (partition.topic, partition.partition)
+    if key not in skip_below:
+        return True
+    start = skip_below[key]
+    return start is not None and offset >= start
+
+
+def untaken_dead_letters(rows: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
+    """Decoded rows no route takes as dead letters (`schema`), as the DataFrame path makes
+    them (`_untaken_dead_letters`): their Kafka columns, no raw value (only records that
+    failed to decode keep theirs), the reason."""
+    n = rows.num_rows
+    columns = []
+    for f in schema:
+        if f.name == "kafka_value":
+            columns.append(pa.nulls(n, f.type))
+        elif f.name == "error":
+            columns.append(pa.array([UNTAKEN_REASON] * n, f.type))
+        else:
+            columns.append(rows.column(f.name).cast(f.type))
+    return pa.RecordBatch.from_arrays(columns, schema=schema)

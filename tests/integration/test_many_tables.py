@@ -37,6 +37,7 @@ from lakesink.errors import LakesinkError
 from lakesink.formats.hudi.audit import hudi_rs_batches
 from lakesink.kafka.producer import produce_values
 from lakesink.metrics import value_of
+from lakesink.spark.direct import uses_direct_path
 from lakesink.spark.pipeline import Ingestion
 from lakesink.spark.table_offsets import all_table_configs
 
@@ -150,14 +151,24 @@ def topics(kafka_bootstrap: str, topic_factory: Callable[[str], str]) -> Topics:
 
 
 def test_a_record_no_route_takes_fails_the_batch_without_a_default(
-    kafka_bootstrap: str, topics: Topics, tmp_path: Path, spark: Any
+    kafka_bootstrap: str,
+    topics: Topics,
+    tmp_path: Path,
+    spark: Any,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     cfg = _config(kafka_bootstrap, topics, tmp_path)
     values = {k: v for k, v in cfg.values.items() if k != "route.default"}
     tables = {n: t for n, t in cfg["tables"].items() if n != "rest"}
     strict = build_config({**values, "tables": tables})
+    caplog.set_level("INFO", logger="lakesink.spark.routing")
     with pytest.raises(LakesinkError, match=r"matches no table's route; set route.default"):
         run_ingestion(strict, spark)
+    # dynamic tables: the batches take the DataFrame path, and the ingestion says why
+    assert not uses_direct_path(strict)
+    assert any(
+        "take the DataFrame path: route.dynamic.field" in r.getMessage() for r in caplog.records
+    )
     from lakesink.spark.table_offsets import all_table_configs, committed_offsets_of
 
     # the dynamic Hudi tables the batch named were created before it failed, and are found
@@ -357,3 +368,89 @@ def test_the_routes_spark_and_arrow_forms_take_the_same_rows(spark: Any) -> None
         by_spark = sorted(r["i"] for r in df.where(route_condition(route)).select("i").collect())
         by_arrow = table.filter(route_mask(table, route)).column("i").to_pylist()
         assert by_spark == sorted(by_arrow), route
+
+
+def test_routed_tables_on_the_direct_path_each_take_their_rows_from_their_own_offset(
+    kafka_bootstrap: str,
+    topics: Topics,
+    tmp_path: Path,
+    spark: Any,
+    caplog: pytest.LogCaptureFixture,
+    topic_factory: Callable[[str], str],
+) -> None:
+    """Tables that append the rows as read (no dynamic table, no transformation of their own)
+    take the direct path (spark/routing.py `RoutedDirectTask`): one job's tasks read each Kafka
+    range once and write every table. A record no route takes fails the batch without a
+    default or a dead-letter table, else is a dead letter beside the records that failed to
+    decode; tables added later start at the first offsets while the others skip what they
+    have (no checkpoint: the source starts at the lowest offsets over the tables)."""
+    from lakesink.spark.routing import UNTAKEN_REASON, RoutingError
+
+    dead_path = tmp_path / "dead"
+    base = {
+        "kafka.bootstrap.servers": kafka_bootstrap,
+        "table.format": "hudi",
+        "kafka.topics": ",".join(topics),
+        "value.format": "json",
+        "value.schema": "id BIGINT, region STRING, source STRING, tenant STRING",
+        "kafka.max.records.per.batch": 1000,
+        "writer.id": "routing-direct",
+        "tables.orders.table.path": str(tmp_path / "orders"),
+        "tables.orders.route.topics": topics[0],
+    }
+    europe = {
+        "tables.europe.table.path": str(tmp_path / "warehouse"),
+        "tables.europe.table.format": "iceberg",
+        "tables.europe.table.name": "europe",
+        "tables.europe.route.field": "region",
+        "tables.europe.route.regex": "eu-.*",
+    }
+    caplog.set_level("INFO", logger="lakesink.spark.routing")
+    # no route.default and no dead-letter table: the tasks name the first record no route takes
+    strict = build_config({**base, **europe})
+    assert Ingestion(strict, spark).direct
+    with pytest.raises(RoutingError, match=r"record .*:0@\d+ matches no table's route; set"):
+        run_ingestion(strict, spark)
+    assert all(_committed(t) == {} for _, t in all_table_configs(strict))
+    # the orders table alone, with a dead-letter table: what it does not take is a dead
+    # letter, as are the records that are not JSON
+    produce_values(kafka_bootstrap, topics[1], [b'{"id": not json'] * 3)
+    dead = {"errors.tolerance": "all", "errors.deadletter.table": str(dead_path)}
+    run_ingestion(build_config({**base, **dead}), spark)
+    # more records; europe and a default table added, the records not JSON to a topic: the
+    # new tables start at the first offsets, the orders table after its own
+    for topic in topics:
+        produce_values(kafka_bootstrap, topic, [_value(i, topic) for i in range(PER_TOPIC, 240)])
+    rest = {"tables.rest.table.path": str(tmp_path / "rest"), "route.default": "rest"}
+    to_topic = {"errors.tolerance": "all", "errors.deadletter.topic": topic_factory("dlq")}
+    later = build_config({**base, **europe, **rest, **to_topic})
+    shutil.rmtree(later.checkpoint_location)
+    run_ingestion(later, spark)
+    assert not [r for r in caplog.records if "DataFrame path" in r.getMessage()]
+
+    def eu(i: int) -> bool:
+        return REGIONS[i % 4].startswith("eu-")
+
+    everything = [(topic, i) for topic in topics for i in range(240)]
+    assert _read(later) == {
+        "europe": sorted((t, i) for t, i in everything if eu(i)),
+        "orders": sorted((t, i) for t, i in everything if t == topics[0]),
+        "rest": sorted((t, i) for t, i in everything if t != topics[0] and not eu(i)),
+    }
+    # the dead letters of the second run: what the orders table did not take (offset = id),
+    # and the three records not JSON after them, once each, with their reasons
+    letters = pa.Table.from_batches(hudi_rs_batches(str(dead_path)))
+    got = sorted(
+        zip(
+            letters["kafka_topic"].to_pylist(),
+            letters["kafka_offset"].to_pylist(),
+            [e == UNTAKEN_REASON for e in letters["error"].to_pylist()],
+            strict=True,
+        )
+    )
+    untaken = [(t, i, True) for t in topics[1:] for i in range(PER_TOPIC)]
+    assert got == sorted([*untaken, *((topics[1], PER_TOPIC + k, False) for k in range(3))])
+    # every table at the end of every topic
+    end = {f"{t}:0": 243 if t == topics[1] else 240 for t in topics}
+    for spec, table in all_table_configs(later):
+        assert _committed(table) == end, spec.name

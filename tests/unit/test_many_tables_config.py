@@ -125,8 +125,16 @@ def test_what_many_tables_cannot_combine_with_is_refused() -> None:
         build_config({**BASE, **tables, "route.default": "c"})
     with pytest.raises(ConfigError, match=re.escape("commit.mode=async commits one table")):
         build_config({**BASE, **tables, "commit.mode": "async"})
-    with pytest.raises(ConfigError, match=re.escape("write.path=direct writes one table")):
-        build_config({**BASE, **tables, "write.path": "direct"})
+    with pytest.raises(ConfigError, match=re.escape("write.path=direct cannot route to dynamic")):
+        build_config(
+            {
+                **BASE,
+                **tables,
+                "write.path": "direct",
+                "route.dynamic.field": "region",
+                "route.dynamic.path": "/t/{table}",
+            }
+        )
     with pytest.raises(
         ConfigError, match=re.escape("route.default routes records among the tables")
     ):
