@@ -375,6 +375,7 @@ def test_routed_tables_on_the_direct_path_each_take_their_rows_from_their_own_of
     topics: Topics,
     tmp_path: Path,
     spark: Any,
+    cli: Callable[..., Any],
     caplog: pytest.LogCaptureFixture,
     topic_factory: Callable[[str], str],
 ) -> None:
@@ -383,7 +384,8 @@ def test_routed_tables_on_the_direct_path_each_take_their_rows_from_their_own_of
     range once and write every table. A record no route takes fails the batch without a
     default or a dead-letter table, else is a dead letter beside the records that failed to
     decode; tables added later start at the first offsets while the others skip what they
-    have (no checkpoint: the source starts at the lowest offsets over the tables)."""
+    have (no checkpoint: the source starts at the lowest offsets over the tables), through
+    SIGKILLs before, between and after the tables' commits."""
     from lakesink.spark.routing import UNTAKEN_REASON, RoutingError
 
     dead_path = tmp_path / "dead"
@@ -423,20 +425,34 @@ def test_routed_tables_on_the_direct_path_each_take_their_rows_from_their_own_of
         produce_values(kafka_bootstrap, topic, [_value(i, topic) for i in range(PER_TOPIC, 240)])
     rest = {"tables.rest.table.path": str(tmp_path / "rest"), "route.default": "rest"}
     to_topic = {"errors.tolerance": "all", "errors.deadletter.topic": topic_factory("dlq")}
-    later = build_config({**base, **europe, **rest, **to_topic})
+    small = {"kafka.max.records.per.batch": 150}  # 723 records: 5 batches at least
+    later = build_config({**base, **europe, **rest, **to_topic, **small})
+    assert Ingestion(later, spark).direct
     shutil.rmtree(later.checkpoint_location)
-    run_ingestion(later, spark)
-    assert not [r for r in caplog.records if "DataFrame path" in r.getMessage()]
 
     def eu(i: int) -> bool:
         return REGIONS[i % 4].startswith("eu-")
 
     everything = [(topic, i) for topic in topics for i in range(240)]
-    assert _read(later) == {
+    want = {
         "europe": sorted((t, i) for t, i in everything if eu(i)),
         "orders": sorted((t, i) for t, i in everything if t == topics[0]),
         "rest": sorted((t, i) for t, i in everything if t != topics[0] and not eu(i)),
     }
+    # killed at each point around the tables' commits on the direct path: each run resumes
+    # from the checkpoint, finishes the batch the last kill cut short and dies in its second
+    conf = write_config_file(later, tmp_path / "later.toml")
+    for point in ("before-table-commits", "between-table-commits", "after-table-commits"):
+        killed = cli(
+            ["ingest", "--config", str(conf), "--once"],
+            env={"LAKESINK_CRASH_AT": point, "LAKESINK_CRASH_AFTER_BATCHES": "1"},
+        )
+        assert killed.returncode == -signal.SIGKILL, (point, killed.stdout[-3000:])
+        for name, rows in _read(later).items():  # a part of each table's records, none twice
+            assert len(set(rows)) == len(rows) and set(rows) <= set(want[name]), (point, name)
+    run_ingestion(later, spark)
+    assert not [r for r in caplog.records if "DataFrame path" in r.getMessage()]
+    assert _read(later) == want
     # the dead letters of the second run: what the orders table did not take (offset = id),
     # and the three records not JSON after them, once each, with their reasons
     letters = pa.Table.from_batches(hudi_rs_batches(str(dead_path)))
