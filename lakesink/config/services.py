@@ -81,9 +81,9 @@ SERVICE_KEYS: tuple[Key, ...] = (
         "conflict rules a services command run beside the writer takes, so a long clustering "
         "or rewrite never holds fresh records back; or before: after the commit that made "
         "them due and before the next batch starts (deterministic, for tests). The services of "
-        "tables of keys (write.operation upsert) and of Hudi merge-on-read tables, and Iceberg "
-        "remove-orphan-files under a table.services.orphans.retain.hours of less than 1, "
-        "always run before.",
+        "tables of keys (write.operation upsert) and of Hudi merge-on-read tables, and an "
+        "Iceberg run that includes remove-orphan-files under a "
+        "table.services.orphans.retain.hours of less than 1, always run before.",
     ),
     Key(
         "table.services.clustering.small.file.bytes",

@@ -350,10 +350,10 @@ def iceberg_maintenance_hook(
     the data files of the writer's batches in flight (orphan removal spares them). `runner`
     (`table.services.run=beside`): the actions run on its thread, beside the next batch,
     through a handle of their own on the table (`IcebergTable.twin`: the catalog orders their
-    commits and the writer's as it does two processes'); remove-orphan-files under a window of
-    less than `BESIDE_MIN_ORPHAN_HOURS` stays in the hook (the files a batch's tasks are
-    writing are known to nobody until they report: the window is what spares them). Never
-    raises; None when nothing ran or the run was handed over."""
+    commits and the writer's as it does two processes'); a run with remove-orphan-files under
+    a window of less than `BESIDE_MIN_ORPHAN_HOURS` stays in the hook, whole (the files a
+    batch's tasks are writing are known to nobody until they report: the window is what
+    spares them). Never raises; None when nothing ran or the run was handed over."""
     from lakesink.formats.iceberg.table import CommitOutcome
 
     every = settings.services.inline_every_commits
@@ -363,16 +363,15 @@ def iceberg_maintenance_hook(
     storage = settings.storage
     count = 0
     twin = table.twin() if runner is not None else table
-    keep_before = (ORPHANS,) if options.orphan_older_than_hours < BESIDE_MIN_ORPHAN_HOURS else ()
+    orphans_before = options.orphan_older_than_hours < BESIDE_MIN_ORPHAN_HOURS
 
     def run(actions: Sequence[str]) -> MaintenanceRun | None:
-        if runner is None:
+        if runner is None or (orphans_before and ORPHANS in inline_actions(actions)):
+            # all of them, in their order: orphan removal after the expiry it follows
             return run_on(table, actions)
-        before = [a for a in inline_actions(actions) if a in keep_before]
-        beside = [a for a in inline_actions(actions) if a not in keep_before]
-        if beside:  # one job of each kind waits at most: the later run covers both
-            runner.submit(f"iceberg {','.join(beside)}", lambda: run_on(twin, beside))
-        return run_on(table, before) if before else None
+        # one job of each kind waits at most: the later run covers both
+        runner.submit(f"iceberg {','.join(actions)}", lambda: run_on(twin, actions))
+        return None
 
     def run_on(on: IcebergTable, actions: Sequence[str]) -> MaintenanceRun | None:
         try:
