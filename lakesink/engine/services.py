@@ -14,8 +14,10 @@ The rules:
   queued (coalesced: the services act on the whole table, one later run covers both);
 - a job's failure (raised, or reported in its result's `errors`) is logged and counted
   (`lakesink_table_service_runs{outcome="failed"}`), never raised to a batch;
-- `wait_idle` lets the ingestion's shutdown wait for the run in progress; `close` ends the
-  thread and drops what waits (the next commits make it due again).
+- `wait_idle` lets the ingestion's shutdown wait for the run in progress; `close` drops what
+  waits (the next commits make it due again) and refuses more;
+- the thread lives while there is work: an idle runner holds none (an ingestion that ends
+  leaves nothing behind).
 """
 
 from __future__ import annotations
@@ -52,7 +54,8 @@ def reported_errors(result: object) -> list[str]:
 
 
 class ServicesRunner:
-    """Runs a table's service jobs on a thread of their own, one at a time, in order."""
+    """Runs a table's service jobs on a thread of their own (started for them, ended when
+    none is left), one at a time, in order."""
 
     def __init__(self, table: str, *, metrics: IngestionMetrics | None = None) -> None:
         self.table = table
@@ -71,7 +74,7 @@ class ServicesRunner:
             return self._running is not None or bool(self._waiting)
 
     def submit(self, name: str, job: Job) -> bool:
-        """Hand `job` to the thread (started on first use). False when it was not queued: one
+        """Hand `job` to the thread (started if none runs). False when it was not queued: one
         of the same name waits already (coalesced), or the runner is closed."""
         with self._cond:
             if self._closed:
@@ -122,8 +125,8 @@ class ServicesRunner:
     def _run(self) -> None:
         while True:
             with self._cond:
-                self._cond.wait_for(lambda: self._closed or bool(self._waiting))
-                if self._closed and not self._waiting:
+                if not self._waiting:  # idle: the thread ends, the next submit starts another
+                    self._thread = None
                     return
                 name = next(iter(self._waiting))
                 job = self._waiting.pop(name)

@@ -92,9 +92,19 @@ def test_close_lets_the_run_in_progress_finish_and_drops_what_waits() -> None:
     assert runner.stats.dropped == 1 and not runner.busy
 
 
-def test_an_idle_runner_has_no_thread_and_closes_at_once() -> None:
-    runner = ServicesRunner("t")
+def test_an_idle_runner_holds_no_thread_and_closes_at_once() -> None:
+    runner = ServicesRunner("idle")
     assert runner.wait_idle(0.0) and not runner.busy
+    for _ in range(2):  # a thread for the work, ended when none is left; again for more
+        ran: list[str] = []
+        gate = Gate("a", ran)
+        gate.go.set()
+        assert runner.submit("a", gate)
+        assert runner.wait_idle(WAIT_S) and ran == ["a"]
+        for thread in [t for t in threading.enumerate() if t.name == "lakesink-services-idle"]:
+            thread.join(WAIT_S)
+            assert not thread.is_alive()
+    assert runner.stats.runs == 2
     assert runner.close(0.0)
 
 
