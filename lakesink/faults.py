@@ -20,6 +20,8 @@ Pauses, for races between processes without sleeps: `LAKESINK_PAUSE_AT=<point>[,
 and `LAKESINK_PAUSE_DIR=<dir>` make a process that reaches one of those points (a crash point,
 or `waiting-for-lock`: a table lock it wants is held by another) write `<dir>/<point>.reached`
 and wait until `<dir>/<point>.go` exists; a test orders two processes' steps with the files.
+`clustering-written` (a pause point only): a Hudi clustering wrote its files and is about to
+publish its replacecommit (a batch commits meanwhile when the services run beside the batches).
 """
 
 from __future__ import annotations

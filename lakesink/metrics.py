@@ -155,6 +155,13 @@ METRICS: tuple[MetricSpec, ...] = (
         "Errors that failed a batch or the ingestion, by LakesinkError class.",
     ),
     MetricSpec(
+        "lakesink_table_service_runs",
+        "counter",
+        ("table", "outcome"),
+        "Table service runs beside the batches (table.services.run=beside), by outcome: ok, "
+        "or failed (a service gave up or raised; the batches went on).",
+    ),
+    MetricSpec(
         "lakesink_last_commit_timestamp_seconds",
         "gauge",
         ("table",),
@@ -230,6 +237,7 @@ def table_samples(snapshot: Snapshot, table: str) -> Snapshot:
 BATCH_OUTCOMES = ("published", "skipped")
 """The `outcome` labels of lakesink_batches."""
 ROLLBACK_REASONS = ("batch_failed", "recovery")
+SERVICE_OUTCOMES = ("ok", "failed")
 """The `reason` labels of lakesink_rollbacks."""
 
 
@@ -310,6 +318,7 @@ class IngestionMetrics:
         self.lock_wait = histogram("lakesink_lock_wait_seconds")
         self.pending_epochs = gauge("lakesink_pending_epochs")
         self.rollbacks = counter("lakesink_rollbacks")
+        self.service_runs = counter("lakesink_table_service_runs")
         self.errors = counter("lakesink_errors")
         self.last_commit = gauge("lakesink_last_commit_timestamp_seconds")
         self._start_at_zero(list(topic_names), names, dead_letter_table)
@@ -384,6 +393,9 @@ class IngestionMetrics:
 
     def record_rollback(self, reason: str, count: int = 1) -> None:
         self.rollbacks.labels(table=self.table_label, reason=reason).inc(count)
+
+    def record_service_run(self, *, failed: bool) -> None:
+        self.service_runs.labels(table=self.table_label, outcome=SERVICE_OUTCOMES[failed]).inc()
 
     def record_error(self, error: BaseException) -> None:
         self.errors.labels(type(error).__name__).inc()

@@ -30,6 +30,7 @@ CommitMode = Literal["sync", "async"]
 PendingStoreKind = Literal["sqlite", "postgres"]
 LockProviderName = Literal["filesystem", "postgres", "none"]
 ConflictStrategyName = Literal["file-group", "ingestion-first"]
+ServicesRun = Literal["beside", "before"]
 WriteOperation = Literal["append", "upsert", "cdc"]
 CdcFormat = Literal["debezium", "field"]
 SchemaEvolutionMode = Literal["add-and-widen", "off"]
@@ -277,6 +278,8 @@ class ServiceSettings:
     """[table.services.archive.pack.fan.in]."""
     conflict_strategy: ConflictStrategyName
     """The conflict rule at commit [table.services.conflict.strategy]."""
+    run: ServicesRun = "beside"
+    """Due services run beside the next batch or before it [table.services.run]."""
 
 
 @dataclass(frozen=True, slots=True)

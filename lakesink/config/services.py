@@ -73,6 +73,19 @@ SERVICE_KEYS: tuple[Key, ...] = (
         "(archive is skipped), or Iceberg's own action names.",
     ),
     Key(
+        "table.services.run",
+        choice("beside", "before"),
+        "beside",
+        "When the services table.services.inline names run once due: beside (default) on a "
+        "thread of the writer's driver while the next batches go on, under the table lock and "
+        "conflict rules a services command run beside the writer takes, so a long clustering "
+        "or rewrite never holds fresh records back; or before: after the commit that made "
+        "them due and before the next batch starts (deterministic, for tests). The services of "
+        "tables of keys (write.operation upsert) and of Hudi merge-on-read tables, and an "
+        "Iceberg run that includes remove-orphan-files under a "
+        "table.services.orphans.retain.hours of less than 1, always run before.",
+    ),
+    Key(
         "table.services.clustering.small.file.bytes",
         optional_positive_int,
         None,

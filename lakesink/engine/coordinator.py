@@ -28,6 +28,7 @@ from lakesink.engine.requirements import (
     WriterStillLive,
 )
 from lakesink.engine.schema import TableSchema
+from lakesink.engine.services import ServicesRunner
 from lakesink.engine.transaction import PostCommitHook, TableTransaction, TxState
 from lakesink.errors import InternalError
 from lakesink.faults import crash_point
@@ -123,6 +124,9 @@ class Coordinator:
         self.metrics = metrics
         # Run after each published commit (inline table services, handed in by the pipeline)
         self.post_commit: tuple[PostCommitHook, ...] = tuple(post_commit)
+        # table.services.run=beside: the thread the hooks hand the due services to (the
+        # plugin sets it with the hooks; None: they run in the hook, before the next batch)
+        self.services: ServicesRunner | None = None
         # What the commits say they did (Hudi's operationType): INSERT for appends, UPSERT
         # when the table's rows change by key (the plugin sets it from the table's config)
         self.operation_type = "INSERT"
@@ -419,6 +423,12 @@ class Coordinator:
                 hook(t)
             except Exception:
                 log.exception("table %s: post-commit hook after %s failed", self.name, t)
+
+    def wait_for_services(self, timeout_s: float | None = None) -> bool:
+        """Wait for the services running beside the batches (`self.services`) to finish
+        what runs and waits; True at once when none do. The ingestion's end waits here, so a
+        stopped writer leaves no service half done (an abandoned one is rolled back later)."""
+        return self.services is None or self.services.wait_idle(timeout_s)
 
     def mark_precommitted(self, t: InstantTime) -> None:
         """The batch of instant `t` is durable in the pending store (PREPARED → PRECOMMITTED):

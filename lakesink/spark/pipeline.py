@@ -61,6 +61,9 @@ log = logging.getLogger(__name__)
 
 FINISH_BATCH_TIMEOUT_S = 60.0
 SPARK_POLLING_DELAY = "spark.sql.streaming.pollingDelay"  # Spark's wait after an empty trigger
+# The end of an ingestion waits this long for the table services running beside its batches
+# (table.services.run=beside); one still running then is abandoned as a crash would leave it
+SERVICES_AT_END_S = 120.0
 RECHECK_IDLE_S = 5.0  # `--once`: how often an idle wait asks the broker what is left to read
 
 
@@ -227,6 +230,7 @@ class Ingestion:
         # where one coordinator is asked (lag readings)
         self.routed = self._open_routed_tables(query_id, topic_ids) if cfg["tables"] else []
         self.dynamic: list[RoutedTable] = []  # dynamic tables this run created
+        self._services_of: list[Coordinator] = []  # whose services the end waits for
         self.monitor: LagMonitor | None = None  # lag readings while metrics are served
         self.liveness: WriterLiveness | None = None  # renewed while run() runs
         if self.routed:
@@ -372,8 +376,23 @@ class Ingestion:
             if committer is not None:
                 committer.close()
                 committer.store.close()
+            self._wait_for_services()
             if self.liveness is not None:
                 self.liveness.stop(handover=True)
+
+    def _wait_for_services(self) -> None:
+        """The ingestion ends: let the services running beside the batches finish (dynamic
+        tables created since `make_sink` included), before a standby may take over."""
+        for coordinator in {
+            id(c): c for c in (*self._services_of, *self._table_coordinators())
+        }.values():
+            if not coordinator.wait_for_services(SERVICES_AT_END_S):
+                log.warning(
+                    "table %s: services still running %.0f s after the ingestion ended; left "
+                    "to finish on their own (a process exit abandons them: rolled back later)",
+                    coordinator.name,
+                    SERVICES_AT_END_S,
+                )
 
     def start_commits(self, committer: AsyncCommitter | None) -> None:
         """Claim the writer id and recover before the first new batch: roll back unfinished
@@ -424,6 +443,7 @@ class Ingestion:
         """The `foreachBatch` function of this ingestion (after `start_commits`); `direct`:
         over lakesink's own source stream, tasks write without the DataFrame (spark/direct.py)."""
         dead_letters = self._dead_letter_coordinator()
+        self._services_of = [*self._table_coordinators(), *([dead_letters] if dead_letters else [])]
         if self.routed:
             return RoutingSink(
                 self.cfg,

@@ -329,6 +329,60 @@ def test_inline_hook_runs_the_configured_actions_every_n_commits(local: Backend)
     assert len(live_files(table)) == 1
 
 
+def test_inline_hook_beside_hands_the_run_to_the_runner_and_the_writer_commits_on(
+    local: Backend,
+) -> None:
+    """table.services.run=beside: the due rewrite and expiry run on the runner's thread through
+    a handle of their own; the writer's handle, stale after the rewrite, still commits every
+    row once. A run with orphan removal and no safety window stays in the hook, whole."""
+    from lakesink.engine.services import ServicesRunner
+
+    table = local.table("db.events")
+    keys_of = {
+        "kafka.bootstrap.servers": "127.0.0.1:9",
+        "kafka.topics": "events",
+        "value.format": "raw",
+        "table.path": local.settings.warehouse,
+        "table.format": "iceberg",
+        "table.services.inline.every.commits": "2",
+        "table.services.inline": "cluster,expire-snapshots",
+    }
+    cfg = load_config(None, keys_of)
+    assert cfg.settings.services.run == "beside"
+    runner = ServicesRunner("events")
+    hook = maint.iceberg_maintenance_hook(table, cfg.settings, runner=runner)
+    assert hook(ingest(table, "wa", [R(P0, 0, 2)])) is None  # not due
+    assert not runner.busy
+    assert hook(ingest(table, "wa", [R(P0, 2, 4)])) is None  # due: handed to the runner
+    assert runner.wait_idle(60)
+    assert (runner.stats.runs, runner.stats.failed) == (1, 0)
+    current = local.table("db.events").pyiceberg.current_snapshot()
+    assert current is not None and current.summary is not None
+    assert current.summary[KEY_MAINTENANCE] == "rewrite-data-files"  # by the runner's handle
+    # the writer's handle still shows the table before the rewrite; it commits on
+    assert hook(ingest(table, "wa", [R(P0, 4, 6)])) is None
+    assert runner.close(60)
+    assert keys(local.table("db.events")) == expected(R(P0, 0, 6))
+    assert local.table("db.events").committed_offsets("wa").next_offsets == {P0: 6}
+    assert len(live_files(local.table("db.events"))) == 2  # the rewritten file and a new one
+
+    unsafe = load_config(
+        None,
+        {
+            **keys_of,
+            "table.services.inline": "cluster,clean",
+            "table.services.orphans.retain.hours": "0",
+        },
+    )
+    runner = ServicesRunner("events")
+    hook = maint.iceberg_maintenance_hook(table, unsafe.settings, runner=runner)
+    assert hook(ingest(table, "wa", [R(P0, 6, 8)])) is None
+    done = hook(ingest(table, "wa", [R(P0, 8, 10)]))
+    assert done is not None and done.rewrite is not None and done.orphans is not None
+    assert done.errors == [] and not runner.busy and runner.stats.runs == 0
+    assert keys(local.table("db.events")) == expected(R(P0, 0, 10))
+
+
 def test_cli_runs_each_action_on_the_configured_table(
     tmp_path: Path, cli: Callable[..., Any]
 ) -> None:

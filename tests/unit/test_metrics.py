@@ -266,6 +266,7 @@ def test_metrics_about_a_table_carry_its_name_and_the_ingestions_own_carry_none(
         "lakesink_lock_wait_seconds",
         "lakesink_pending_epochs",
         "lakesink_rollbacks",
+        "lakesink_table_service_runs",
         "lakesink_last_commit_timestamp_seconds",
     }
     # a table's samples: its own and the ingestion's, none of the other table's

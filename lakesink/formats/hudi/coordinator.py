@@ -11,6 +11,7 @@ import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from lakesink.engine.coordinator import Coordinator
+from lakesink.engine.services import ServicesRunner
 from lakesink.engine.transaction import PostCommitHook
 from lakesink.formats.hudi import writer_state as keys
 from lakesink.formats.hudi.conflicts import MtimeCache
@@ -106,7 +107,15 @@ class HudiCoordinator(Coordinator):
             topic_ids=topic_ids,
             metrics=metrics,
         )
-        hook = inline_services_hook(table, settings, control, coordinator.begun_on)
+        if (
+            settings.services.run == "beside"
+            and table.config.bucket_count is None  # appends: they never conflict (seed 003)
+            and table.config.table_type != "MERGE_ON_READ"  # compaction stays before
+        ):
+            coordinator.services = ServicesRunner(table.config.name, metrics=metrics)
+        hook = inline_services_hook(
+            table, settings, control, coordinator.begun_on, runner=coordinator.services
+        )
         coordinator.post_commit = (hook,)
         return coordinator
 

@@ -364,8 +364,11 @@ class IcebergFormat:
     def in_flight_files(self) -> list[str]:
         """The data files of this writer's transactions begun and not yet finished or rolled
         back: orphan removal must spare them."""
-        deletes = [d.path for r in self._rewrites.values() for d in getattr(r, "deletes", ())]
-        return [f.path for files in self._files.values() for f in files] + deletes
+        # copies first: the services' thread (table.services.run=beside) asks while the batch's
+        # thread adds to them
+        rewrites, written = list(self._rewrites.values()), list(self._files.values())
+        deletes = [d.path for r in rewrites for d in list(getattr(r, "deletes", ()))]
+        return [f.path for files in written for f in list(files)] + deletes
 
     @property
     def name(self) -> str:

@@ -216,12 +216,22 @@ class IcebergPlugin:
         """`table`: the opened `IcebergTable`. `control` goes unused: the catalog's commit is
         the fence. Inline maintenance runs after commits; orphan removal spares the writer's
         batches in flight."""
+        from lakesink.engine.services import ServicesRunner
         from lakesink.formats.iceberg.coordinator import IcebergCoordinator
+        from lakesink.formats.iceberg.keyed import layout_of
         from lakesink.formats.iceberg.services import iceberg_maintenance_hook
 
         table_format = self.table_format(table)
+        keyed = layout_of(table_format.table.pyiceberg.metadata, table_format.name) is not None
+        # beside the next batch for appends only: a table of keys' rewrite racing its row
+        # deltas would make batches conflict (their buckets), so its services stay before
+        runner = (
+            ServicesRunner(table_format.name, metrics=metrics)
+            if settings.services.run == "beside" and not keyed
+            else None
+        )
         maintenance = iceberg_maintenance_hook(
-            table_format.table, settings, in_flight=table_format.in_flight_files
+            table_format.table, settings, in_flight=table_format.in_flight_files, runner=runner
         )
         coordinator = IcebergCoordinator(
             table_format,
@@ -234,9 +244,8 @@ class IcebergPlugin:
             publish_delay_s=publish_delay_s,
         )
         coordinator.schema_evolution = settings.table.evolution
-        from lakesink.formats.iceberg.keyed import layout_of
-
-        if layout_of(table_format.table.pyiceberg.metadata, table_format.name) is not None:
+        coordinator.services = runner
+        if keyed:
             # a table of keys: each batch overwrites the buckets it touches; one that lost a
             # bucket to a concurrent commit is written again (the sink's conflict retry)
             coordinator.operation_type = "UPSERT"

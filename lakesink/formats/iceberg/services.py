@@ -37,6 +37,7 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
+from lakesink.engine.services import ServicesRunner
 from lakesink.errors import CommitError, ConfigError
 from lakesink.formats.iceberg.errors import LostToConcurrentCommitError
 from lakesink.formats.iceberg.replan import commit_replanned
@@ -340,13 +341,19 @@ def iceberg_maintenance_hook(
     settings: Settings,
     *,
     in_flight: Callable[[], Collection[str]] | None = None,
+    runner: ServicesRunner | None = None,
 ) -> Callable[[AppendResult | InstantTime], MaintenanceRun | None]:
     """The post-commit hook for inline maintenance: after every `table.services.inline.every.
     commits` commits that landed (counted in this process), run `table.services.inline`'s
     actions. The engine calls it with the instant time of a commit it published; called with
     an `IcebergTable` commit result, only a new snapshot counts (not a replay). `in_flight`:
-    the data files of the writer's batches in flight (orphan removal spares them). Never
-    raises; None when nothing ran."""
+    the data files of the writer's batches in flight (orphan removal spares them). `runner`
+    (`table.services.run=beside`): the actions run on its thread, beside the next batch,
+    through a handle of their own on the table (`IcebergTable.twin`: the catalog orders their
+    commits and the writer's as it does two processes'); a run with remove-orphan-files under
+    a window of less than `BESIDE_MIN_ORPHAN_HOURS` stays in the hook, whole (the files a
+    batch's tasks are writing are known to nobody until they report: the window is what
+    spares them). Never raises; None when nothing ran or the run was handed over."""
     from lakesink.formats.iceberg.table import CommitOutcome
 
     every = settings.services.inline_every_commits
@@ -355,11 +362,21 @@ def iceberg_maintenance_hook(
     options = IcebergMaintenanceOptions.from_settings(settings)
     storage = settings.storage
     count = 0
+    twin = table.twin() if runner is not None else table
+    orphans_before = options.orphan_older_than_hours < BESIDE_MIN_ORPHAN_HOURS
 
     def run(actions: Sequence[str]) -> MaintenanceRun | None:
+        if runner is None or (orphans_before and ORPHANS in inline_actions(actions)):
+            # all of them, in their order: orphan removal after the expiry it follows
+            return run_on(table, actions)
+        # one job of each kind waits at most: the later run covers both
+        runner.submit(f"iceberg {','.join(actions)}", lambda: run_on(twin, actions))
+        return None
+
+    def run_on(on: IcebergTable, actions: Sequence[str]) -> MaintenanceRun | None:
         try:
             done = run_iceberg_maintenance(
-                table, options, actions, storage_options=storage, in_flight=in_flight
+                on, options, actions, storage_options=storage, in_flight=in_flight
             )
         except Exception:  # never fail a published commit
             log.exception("table %s: inline maintenance failed", table.name)
@@ -375,13 +392,15 @@ def iceberg_maintenance_hook(
         landed = isinstance(result, InstantTime) or result.outcome is CommitOutcome.COMMITTED
         if not landed:
             return None
-        done = None
+        done, due = None, False
         if every > 0:
             count += 1
             if count >= every:
-                count = 0
+                count, due = 0, True
                 done = run(which)
-        if deletes_at <= 0 or (done is not None and REWRITE in which):
+        if deletes_at <= 0 or (
+            due and (done is not None or runner is not None) and REWRITE in which
+        ):
             return done  # no trigger, or the scheduled run applied the deletes (or gave up)
         deletes = live_delete_files(table)
         if deletes is not None and deletes >= deletes_at:
@@ -393,6 +412,11 @@ def iceberg_maintenance_hook(
         return done
 
     return hook
+
+
+BESIDE_MIN_ORPHAN_HOURS = 1.0
+"""remove-orphan-files runs beside the batches only with a window at least this long: a batch
+takes seconds, a window of an hour spares its files by a wide margin."""
 
 
 def live_delete_files(table: IcebergTable) -> int | None:

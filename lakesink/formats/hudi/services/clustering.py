@@ -23,6 +23,7 @@ from lakesink.engine.requirements import NoConflicts, WriterStillLive
 from lakesink.engine.schema import TableSchema
 from lakesink.engine.transaction import TableTransaction, TxState
 from lakesink.errors import LakesinkError, UnsupportedTableError
+from lakesink.faults import pause_point
 from lakesink.formats.hudi.conflicts import (
     CLUSTERING_PLANS,
     concurrent_operations,
@@ -265,6 +266,7 @@ def execute_clustering(
                 schema=TableSchema.from_text(schema or (tx.format.schema() or "")),
                 extra={WRITER_ID_KEY: SERVICES_WRITER_ID},
             )
+            pause_point("clustering-written")  # a test-only hook: a batch commits meanwhile
             done = tx.commit(metadata, (WriterStillLive(control, t), NoConflicts(ours, rules)))
     except _NothingLeft:
         return ClusteringResult(None, skipped=skip)

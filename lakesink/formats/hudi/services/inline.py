@@ -5,7 +5,9 @@ runs clean and archive every N deltacommits; clustering is skipped there (a merg
 table's file groups are its buckets: compaction rewrites them).
 
 The hook runs after a commit was published: a failing service is logged and never fails the
-commit (the batch is already in the table); the next run tries again.
+commit (the batch is already in the table); the next run tries again. With a runner
+(`table.services.run=beside`) the hook only decides that the services are due (and records the
+run, as inline) and hands the run to the runner's thread: the next batch does not wait for it.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from lakesink.engine.services import ServicesRunner
 from lakesink.errors import ConfigError, LakesinkError
 from lakesink.formats.hudi.control import CommitControl
 from lakesink.formats.hudi.instants import SERVICES_DIR
@@ -159,9 +162,11 @@ def after_commit(
     *,
     begun_on: Timeline | None = None,
     last_run: LastRun | None = None,
+    runner: ServicesRunner | None = None,
 ) -> InlineResult | None:
     """After the writer published `instant_time`: run the services when N commits passed since
-    the last run (`commits_since_last_run`). Never raises."""
+    the last run (`commits_since_last_run`); with a `runner`, hand the run to its thread (None
+    returned). Never raises."""
     try:
         compacted = None
         if table.config.table_type == "MERGE_ON_READ":
@@ -173,6 +178,9 @@ def after_commit(
         table.storage.write(str(LAST_RUN_FILE), instant_time.value.encode())
         if last_run is not None:
             last_run.set(instant_time)
+        if runner is not None and compacted is None:  # beside the next batch (never on MOR)
+            runner.submit("services", lambda: run_inline_services(table, settings, control))
+            return None
         result = run_inline_services(table, settings, control)
         if compacted is not None:
             result.compaction = compacted.compaction
@@ -204,15 +212,24 @@ def inline_services_hook(
     settings: Settings,
     control: CommitControl,
     begun_on: Callable[[InstantTime], Timeline | None] | None = None,
+    *,
+    runner: ServicesRunner | None = None,
 ) -> Callable[[InstantTime], InlineResult | None]:
     """The post-commit hook a writer's commits run: `after_commit` with this table's config.
-    `begun_on(t)`: the timeline instant `t` began on, when the writer kept it."""
+    `begun_on(t)`: the timeline instant `t` began on, when the writer kept it. `runner`: the
+    services run on its thread, beside the next batch (`table.services.run=beside`)."""
     last_run = LastRun()
 
     def hook(instant_time: InstantTime) -> InlineResult | None:
         listed = begun_on(instant_time) if begun_on is not None else None
         return after_commit(
-            table, settings, control, instant_time, begun_on=listed, last_run=last_run
+            table,
+            settings,
+            control,
+            instant_time,
+            begun_on=listed,
+            last_run=last_run,
+            runner=runner,
         )
 
     return hook
