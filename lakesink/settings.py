@@ -35,6 +35,11 @@ WriteOperation = Literal["append", "upsert", "cdc"]
 CdcFormat = Literal["debezium", "field"]
 SchemaEvolutionMode = Literal["add-and-widen", "off"]
 
+DEFAULT_CLUSTERING_MAX_BYTES = 1024 * 1024 * 1024
+"""One clustering reads at most this many bytes of small files per partition (1 GiB): it holds
+a partition's chosen rows in memory at once, and Arrow's string columns overflow past 2 GiB in
+one array, so an unbounded plan over a partition that outgrew that failed at every run."""
+
 DEFAULT_OP_VALUES = "I=insert,U=update,D=delete"
 """The default of cdc.op.values: the one-letter operation codes of AWS DMS's `Op` column and
 Oracle GoldenGate's `op_type`."""
@@ -268,6 +273,8 @@ class ServiceSettings:
     """Clustering rewrites base files smaller than this [...clustering.small.file.bytes]."""
     clustering_min_files: int
     """A partition needs this many small files to be clustered [...clustering.min.files]."""
+    clustering_max_bytes: int
+    """One clustering reads at most this many bytes per partition [...clustering.max.bytes]."""
     archive_min_instants: int
     """[table.services.archive.min.instants]."""
     archive_max_instants: int

@@ -8,6 +8,7 @@ import argparse
 from typing import TYPE_CHECKING, Any
 
 from lakesink.console import emit_json, say
+from lakesink.settings import DEFAULT_CLUSTERING_MAX_BYTES
 
 if TYPE_CHECKING:
     from lakesink.formats.backfill import BackfillResult
@@ -53,6 +54,12 @@ def add_parser(sub: Any) -> None:
             cmd.add_argument("--small-file-bytes", type=int, default=100 * 1024 * 1024)
             cmd.add_argument("--target-file-bytes", type=int, default=128 * 1024 * 1024)
             cmd.add_argument("--min-files", type=int, default=2)
+            cmd.add_argument(
+                "--max-bytes",
+                type=int,
+                default=DEFAULT_CLUSTERING_MAX_BYTES,
+                help="the most bytes of small files rewritten per partition, oldest first",
+            )
             cmd.add_argument("--partition", action="append", default=None)
             cmd.add_argument(
                 "--strategy", choices=("file-group", "ingestion-first"), default="file-group"

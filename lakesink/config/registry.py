@@ -332,6 +332,7 @@ def settings_of(cfg: LakesinkConfig, *, with_dead_letter_table: bool = True) -> 
                 cfg["table.target.file.size.bytes"],
             ),
             clustering_min_files=cfg["table.services.clustering.min.files"],
+            clustering_max_bytes=cfg["table.services.clustering.max.bytes"],
             archive_min_instants=cfg["table.services.archive.min.instants"],
             archive_max_instants=cfg["table.services.archive.max.instants"],
             archive_pack_files=cfg["table.services.archive.pack.files"],

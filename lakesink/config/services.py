@@ -13,6 +13,7 @@ from lakesink.config.parsers import (
     positive_int,
     str_list,
 )
+from lakesink.settings import DEFAULT_CLUSTERING_MAX_BYTES
 
 DEFAULT_INLINE_EVERY_COMMITS = 10
 """Inline services are on by default (a streaming writer otherwise leaves many small files and a
@@ -98,6 +99,14 @@ SERVICE_KEYS: tuple[Key, ...] = (
         positive_int,
         2,
         "Clustering rewrites a partition only if it has at least this many small files.",
+    ),
+    Key(
+        "table.services.clustering.max.bytes",
+        positive_int,
+        DEFAULT_CLUSTERING_MAX_BYTES,
+        "One clustering rewrites at most this many bytes of small files per partition, the "
+        "oldest first (the rest wait for the next run): it holds them in memory at once. Hudi "
+        "tables.",
     ),
     Key(
         "table.services.archive.min.instants",

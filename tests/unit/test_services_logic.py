@@ -75,6 +75,27 @@ def test_clustering_picks_small_files_outside_pending_plans() -> None:
     assert {p: [x.file_id for x in v] for p, v in chosen.items()} == {"p": ["a", "b"]}
 
 
+def test_clustering_takes_the_oldest_small_files_up_to_its_bytes_per_partition() -> None:
+    def s(fid: str, size: int, n: int, part: str = "p") -> FileSlice:
+        return FileSlice(part, fid, t(n), f"{part}/{fid}", size, 1)
+
+    latest = [s("new", 40, 5), s("old", 40, 1), s("mid", 40, 3), s("q1", 90, 1, "q")]
+    latest += [s("q2", 90, 2, "q"), s("r1", 30, 1, "r"), s("r2", 30, 2, "r")]
+
+    def chosen(max_bytes: int) -> dict[str, list[str]]:
+        opts = ClusteringOptions(small_file_bytes=100, min_files=2, max_bytes=max_bytes)
+        return {
+            p: [x.file_id for x in v] for p, v in choose_slices(latest, frozenset(), opts).items()
+        }
+
+    # p: the two oldest fit in 100 bytes, the newest waits; q: one file alone is not worth a
+    # rewrite; r: both fit
+    assert chosen(100) == {"p": ["old", "mid"], "r": ["r1", "r2"]}
+    assert chosen(1000) == {"p": ["old", "mid", "new"], "q": ["q1", "q2"], "r": ["r1", "r2"]}
+    # a first file over the cap is still taken (it cannot be split), and nothing after it
+    assert chosen(10) == {}
+
+
 def storage_of(entries: list[tuple[Instant, CommitMetadata]]) -> dict[str, InstantTime]:
     return {w.path: i.time for i, md in entries for w in md.writes}
 

@@ -210,6 +210,7 @@ def _service(tbl: Any, args: argparse.Namespace, access: StorageAccess) -> int:
             small_file_bytes=args.small_file_bytes,
             target_file_bytes=args.target_file_bytes,
             min_files=args.min_files,
+            max_bytes=args.max_bytes,
             partitions=tuple(args.partition) if args.partition else None,
         )
         c = cluster(tbl, control, options, strategy_named(args.strategy))

@@ -49,6 +49,7 @@ from lakesink.protocol.conflicts import (
     Phase,
 )
 from lakesink.protocol.instant import Action, Instant, InstantTime
+from lakesink.settings import DEFAULT_CLUSTERING_MAX_BYTES
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +64,9 @@ class ClusteringOptions:
     """Output files roll over at about this size."""
     min_files: int = 2
     """A partition is clustered only with at least this many small files."""
+    max_bytes: int = DEFAULT_CLUSTERING_MAX_BYTES
+    """At most this many bytes of small files per partition, the oldest first (they are read
+    into memory at once; past 2 GiB Arrow's string arrays overflow)."""
     partitions: tuple[str, ...] | None = None
     """Only these partitions (None: all)."""
 
@@ -110,7 +114,8 @@ def choose_slices(
     excluded: frozenset[FileGroupId],
     options: ClusteringOptions,
 ) -> dict[str, tuple[FileSlice, ...]]:
-    """Pure: the small slices per partition worth rewriting (oldest first)."""
+    """Pure: the small slices per partition worth rewriting, the oldest first, as many as fit
+    in `options.max_bytes` (at least one: a single file over the cap is read alone)."""
     by_partition: dict[str, list[FileSlice]] = {}
     for s in latest:
         if options.partitions is not None and s.partition_path not in options.partitions:
@@ -121,11 +126,18 @@ def choose_slices(
         ) in excluded or s.file_size_bytes >= options.small_file_bytes:
             continue
         by_partition.setdefault(s.partition_path, []).append(s)
-    return {
-        p: tuple(sorted(ss, key=lambda s: (s.instant_time, s.file_id)))
-        for p, ss in sorted(by_partition.items())
-        if len(ss) >= options.min_files
-    }
+    chosen: dict[str, tuple[FileSlice, ...]] = {}
+    for p, ss in sorted(by_partition.items()):
+        taken: list[FileSlice] = []
+        total = 0
+        for s in sorted(ss, key=lambda s: (s.instant_time, s.file_id)):
+            if taken and total + s.file_size_bytes > options.max_bytes:
+                break
+            taken.append(s)
+            total += s.file_size_bytes
+        if len(taken) >= options.min_files:
+            chosen[p] = tuple(taken)
+    return chosen
 
 
 def schedule_clustering(

@@ -63,6 +63,7 @@ def clustering_options(settings: Settings) -> ClusteringOptions:
         small_file_bytes=settings.services.clustering_small_file_bytes,
         target_file_bytes=settings.table.target_file_size_bytes,
         min_files=settings.services.clustering_min_files,
+        max_bytes=settings.services.clustering_max_bytes,
     )
 
 
