@@ -35,10 +35,11 @@ WriteOperation = Literal["append", "upsert", "cdc"]
 CdcFormat = Literal["debezium", "field"]
 SchemaEvolutionMode = Literal["add-and-widen", "off"]
 
-DEFAULT_CLUSTERING_MAX_BYTES = 1024 * 1024 * 1024
-"""One clustering reads at most this many bytes of small files per partition (1 GiB): it holds
-a partition's chosen rows in memory at once, and Arrow's string columns overflow past 2 GiB in
-one array, so an unbounded plan over a partition that outgrew that failed at every run."""
+DEFAULT_CLUSTERING_MAX_BYTES = 512 * 1024 * 1024
+"""One clustering reads at most this many bytes of small files per partition (512 MiB): it
+holds a partition's chosen rows in memory at once and sorts them, and Arrow's string columns
+overflow past 2 GiB in one array (the files are compressed: their rows take several times their
+bytes), so an unbounded plan over a partition that outgrew that failed at every run."""
 
 DEFAULT_OP_VALUES = "I=insert,U=update,D=delete"
 """The default of cdc.op.values: the one-letter operation codes of AWS DMS's `Op` column and

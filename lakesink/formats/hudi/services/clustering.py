@@ -66,7 +66,7 @@ class ClusteringOptions:
     """A partition is clustered only with at least this many small files."""
     max_bytes: int = DEFAULT_CLUSTERING_MAX_BYTES
     """At most this many bytes of small files per partition, the oldest first (they are read
-    into memory at once; past 2 GiB Arrow's string arrays overflow)."""
+    into memory at once; past 2 GiB of rows Arrow's string arrays overflow)."""
     partitions: tuple[str, ...] | None = None
     """Only these partitions (None: all)."""
 
