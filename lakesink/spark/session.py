@@ -27,6 +27,11 @@ SESSION_DEFAULTS = {
     "spark.sql.adaptive.enabled": "false",
     "spark.driver.memory": "2g",
     "spark.ui.showConsoleProgress": "false",
+    # A Python worker (the Kafka source's planner included) that cannot connect back and
+    # authenticate within Spark's default 15 s fails the query: seen on a 2-core machine under
+    # load (the packaging check's demo beside the test suite). Waiting longer costs nothing when
+    # the JVM answers at once.
+    "spark.python.authenticate.socketTimeout": "120s",
     # Stay on loopback: lakesink never needs another interface.
     "spark.driver.host": "127.0.0.1",
     "spark.driver.bindAddress": "127.0.0.1",
