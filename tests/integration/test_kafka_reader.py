@@ -109,6 +109,12 @@ def test_batches_respect_batch_size_and_stats(
     assert (stats.records_read, stats.records_emitted, stats.position) == (2000, 2000, 2100)
 
 
+def _recent_whole_second_ms() -> int:
+    """A record timestamp an hour old: older ones fall to the broker's 7-day time retention,
+    which the test broker checks every second, so they could vanish before they are read."""
+    return (int(time.time()) - 3600) * 1000
+
+
 def test_empty_range_reads_nothing_without_contacting_the_broker() -> None:
     r = OffsetRange(TopicPartition("whatever", 0), 5, 5)
     assert list(read_range("127.0.0.1:1", r, deserializer=RawDeserializer())) == []
@@ -119,13 +125,14 @@ def test_keys_headers_and_timestamps_land_in_metadata_columns(
 ) -> None:
     topic = topic_factory("meta")
     create_topic(kafka_bootstrap, topic, 1)
+    base_ms = _recent_whole_second_ms()
     produce_values(
         kafka_bootstrap,
         topic,
         [b"a", None, b"c"],
         keys=[b"k1", None, b"k3"],
         headers=[[("h", b"1"), ("h", b"2")], None, [("x", b"")]],
-        timestamps_ms=[1_700_000_000_000, 1_700_000_000_001, 1_700_000_000_002],
+        timestamps_ms=[base_ms, base_ms + 1, base_ms + 2],
     )
     t = _read_all(kafka_bootstrap, OffsetRange(TopicPartition(topic, 0), 0, 3))
     rows = t.to_pylist()
@@ -133,7 +140,7 @@ def test_keys_headers_and_timestamps_land_in_metadata_columns(
     assert [r["kafka_key"] for r in rows] == [b"k1", None, b"k3"]
     assert rows[0]["kafka_headers"] == [{"key": "h", "value": b"1"}, {"key": "h", "value": b"2"}]
     assert rows[1]["kafka_headers"] in (None, [])
-    assert rows[0]["kafka_timestamp"].timestamp() == 1_700_000_000.0
+    assert rows[0]["kafka_timestamp"].timestamp() == base_ms / 1000
     assert rows[2]["kafka_topic"] == topic and rows[2]["kafka_partition"] == 0
 
 
@@ -142,7 +149,7 @@ def test_offsets_for_times_finds_first_record_at_or_after(
 ) -> None:
     topic = topic_factory("times")
     create_topic(kafka_bootstrap, topic, 1)
-    base = 1_700_000_000_000
+    base = _recent_whole_second_ms()
     produce_values(
         kafka_bootstrap, topic, [b"x"] * 5, timestamps_ms=[base + 10 * i for i in range(5)]
     )
