@@ -117,15 +117,34 @@ class HudiIncremental:
         self.table, self.storage_options = table, storage_options
         self.last: str | None = None
 
-    def _newest_completion(self) -> str | None:
-        """The newest completion time on a local table's timeline (`<instant>_<completion>.
-        <action>` files), None if none completed."""
-        done = [
-            name.split(".", 1)[0].split("_", 1)[1]
-            for name in os.listdir(Path(self.table) / ".hoodie" / "timeline")
-            if "_" in name.split(".", 1)[0] and not name.endswith((".requested", ".inflight"))
-        ]
-        return max(done, default=None)
+    def _completed(self) -> list[tuple[str, str]]:
+        """A local table's completed instants as (completion time, action), oldest first, from
+        the `<instant>_<completion>.<action>` names in `.hoodie/timeline`."""
+        done = []
+        for name in os.listdir(Path(self.table) / ".hoodie" / "timeline"):
+            stem, _, action = name.partition(".")
+            if "_" in stem and "." not in action:  # not .requested / .inflight
+                done.append((stem.split("_", 1)[1], action))
+        return sorted(done)
+
+    def _ranges(self, completed: list[tuple[str, str]]) -> list[tuple[str, str]]:
+        """The (after, through] completion ranges to read since the last poll: the runs of
+        commits between clusterings. A clustering (a replace commit) rewrites rows already read;
+        reading its files again would make this reader's poll, not the table, the tail (as a
+        streaming reader skips clustering: Flink's `read.streaming.skip_clustering`)."""
+        ranges, start, end = [], self.last or "", None
+        for completion, action in completed:
+            if completion <= (self.last or ""):
+                continue
+            if action in REWRITE_ACTIONS:
+                if end is not None:
+                    ranges.append((start, end))
+                start, end = completion, None
+            else:
+                end = completion
+        if end is not None:
+            ranges.append((start, end))
+        return ranges
 
     def __call__(self) -> pa.Table | None:
         import hudi
@@ -133,7 +152,8 @@ class HudiIncremental:
         local = "://" not in self.table
         if local and not (Path(self.table) / ".hoodie" / "hoodie.properties").exists():
             return None
-        newest = self._newest_completion() if local else None
+        completed = self._completed() if local else []
+        newest = completed[-1][0] if completed else None
         if local and (newest is None or newest == self.last):
             return None
         builder = hudi.HudiTableBuilder.from_base_uri(self.table)
@@ -144,17 +164,23 @@ class HudiIncremental:
         if not latest or (not local and latest == self.last):  # nothing completed since
             return None
         options = hudi.HudiReadOptions(projection=COLUMNS)
+        incremental = options.with_query_type(hudi.HudiQueryType.Incremental)
         if self.last is None:
-            options = options.with_as_of_timestamp(latest)
+            batches = table.read(options.with_as_of_timestamp(latest))
+        elif not local:
+            batches = table.read(incremental.with_start_timestamp(self.last))
         else:
-            options = options.with_query_type(hudi.HudiQueryType.Incremental).with_start_timestamp(
-                self.last
-            )
-            if newest is not None:
-                options = options.with_end_timestamp(newest)
-        batches = table.read(options)
+            batches = []
+            for after, through in self._ranges(completed):
+                batches += table.read(
+                    incremental.with_start_timestamp(after).with_end_timestamp(through)
+                )
         self.last = newest if local else latest
         return pa.Table.from_batches(batches) if batches else None
+
+
+REWRITE_ACTIONS = ("replacecommit", "clustercommit")
+"""Timeline actions that rewrite rows already in the table (Hudi's clustering)."""
 
 
 class IcebergIncremental:
