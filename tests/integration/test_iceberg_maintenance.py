@@ -332,9 +332,10 @@ def test_inline_hook_runs_the_configured_actions_every_n_commits(local: Backend)
 def test_inline_hook_beside_hands_the_run_to_the_runner_and_the_writer_commits_on(
     local: Backend,
 ) -> None:
-    """table.services.run=beside: the due rewrite and expiry run on the runner's thread through
-    a handle of their own; the writer's handle, stale after the rewrite, still commits every
-    row once. A run with orphan removal and no safety window stays in the hook, whole."""
+    """table.services.run=beside: the due rewrite and expiry run in the services' process
+    (handed over by the runner's thread) on a handle of their own; the writer's handle, stale
+    after the rewrite, still commits every row once. A run with orphan removal and no safety
+    window stays in the hook, whole."""
     from lakesink.engine.services import ServicesRunner
 
     table = local.table("db.events")
@@ -344,6 +345,8 @@ def test_inline_hook_beside_hands_the_run_to_the_runner_and_the_writer_commits_o
         "value.format": "raw",
         "table.path": local.settings.warehouse,
         "table.format": "iceberg",
+        "iceberg.namespace": "db",  # the services' process opens the table of the settings
+        "table.name": "events",
         "table.services.inline.every.commits": "2",
         "table.services.inline": "cluster,expire-snapshots",
     }

@@ -37,6 +37,7 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
+from lakesink.engine.service_process import ServiceProcess
 from lakesink.engine.services import ServicesRunner
 from lakesink.errors import CommitError, ConfigError
 from lakesink.formats.iceberg.errors import LostToConcurrentCommitError
@@ -348,9 +349,11 @@ def iceberg_maintenance_hook(
     actions. The engine calls it with the instant time of a commit it published; called with
     an `IcebergTable` commit result, only a new snapshot counts (not a replay). `in_flight`:
     the data files of the writer's batches in flight (orphan removal spares them). `runner`
-    (`table.services.run=beside`): the actions run on its thread, beside the next batch,
-    through a handle of their own on the table (`IcebergTable.twin`: the catalog orders their
-    commits and the writer's as it does two processes'); a run with remove-orphan-files under
+    (`table.services.run=beside`): its thread hands the actions to a process of their own
+    (`ServiceProcess`, which opens the table of `settings`: pyiceberg's pure-Python work on a
+    thread of the driver held the interpreter's lock the batches' commits need), beside the
+    next batch; the catalog orders their commits and the writer's as it does any two
+    processes'. A run with remove-orphan-files under
     a window of less than `BESIDE_MIN_ORPHAN_HOURS` stays in the hook, whole (the files a
     batch's tasks are writing are known to nobody until they report: the window is what
     spares them). Never raises; None when nothing ran or the run was handed over."""
@@ -362,15 +365,20 @@ def iceberg_maintenance_hook(
     options = IcebergMaintenanceOptions.from_settings(settings)
     storage = settings.storage
     count = 0
-    twin = table.twin() if runner is not None else table
     orphans_before = options.orphan_older_than_hours < BESIDE_MIN_ORPHAN_HOURS
+    process = ServiceProcess(f"table {table.name}") if runner is not None else None
+
+    def beside(actions: Sequence[str]) -> MaintenanceRun:
+        assert process is not None
+        spared = tuple(in_flight()) if in_flight is not None else ()
+        return process.call(run_maintenance_here, settings, tuple(actions), spared)
 
     def run(actions: Sequence[str]) -> MaintenanceRun | None:
         if runner is None or (orphans_before and ORPHANS in inline_actions(actions)):
             # all of them, in their order: orphan removal after the expiry it follows
             return run_on(table, actions)
         # one job of each kind waits at most: the later run covers both
-        runner.submit(f"iceberg {','.join(actions)}", lambda: run_on(twin, actions))
+        runner.submit(f"iceberg {','.join(actions)}", lambda: beside(actions))
         return None
 
     def run_on(on: IcebergTable, actions: Sequence[str]) -> MaintenanceRun | None:
@@ -412,6 +420,40 @@ def iceberg_maintenance_hook(
         return done
 
     return hook
+
+
+_here: tuple[Settings, IcebergTable] | None = None
+"""The table the services' process opened last, with the settings it was opened from."""
+
+
+def run_maintenance_here(
+    settings: Settings, actions: Sequence[str], in_flight: Collection[str]
+) -> MaintenanceRun:
+    """`actions` on the Iceberg table of `settings`, in the services' process of its writer
+    (`table.services.run=beside`; `ServiceProcess`): the table is opened once and refreshed
+    for each run; its commits meet the writer's at the catalog, as two processes' do.
+    `in_flight`: the writer's batches' data files when the run was handed over."""
+    from lakesink.formats.iceberg.format import open_iceberg_table
+
+    global _here
+    if _here is not None and _here[0] == settings:
+        table = _here[1]
+        table.refresh()
+    else:
+        table = open_iceberg_table(settings, create=False)
+        _here = (settings, table)
+    done = run_iceberg_maintenance(
+        table,
+        IcebergMaintenanceOptions.from_settings(settings),
+        actions,
+        storage_options=settings.storage,
+        in_flight=lambda: in_flight,
+    )
+    log.info(
+        "table %s: maintenance beside the batches ran %s%s", table.name, ", ".join(actions),
+        f" ({len(done.errors)} given up: {'; '.join(done.errors)})" if done.errors else "",
+    )  # fmt: skip
+    return done
 
 
 BESIDE_MIN_ORPHAN_HOURS = 1.0

@@ -331,17 +331,6 @@ class IcebergTable:
         """The pyiceberg Table (scans, inspection)."""
         return self._table
 
-    def twin(self) -> IcebergTable:
-        """Another handle on this table: the same catalog, a view of the metadata of its own.
-        A thread that commits beside this handle's (the services, `table.services.run=
-        beside`) refreshes its own view; the catalog's compare-and-swap orders the two
-        handles' commits as it does two processes'."""
-        other = IcebergTable(
-            self._catalog, self._table, max_attempts=self._max_attempts, sleep=self._sleep
-        )
-        other.rows, other.aliases = self.rows, self.aliases
-        return other
-
     def refresh(self) -> None:
         """Reload the table's current metadata from the catalog."""
         self._table = _load(self._catalog, self._table.name())
