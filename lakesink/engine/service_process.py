@@ -87,11 +87,13 @@ class ServiceProcess:
         if self._child is not None and self._child.poll() is None:
             return self._child
         level = logging.getLogger("lakesink").getEffectiveLevel()
+        # the child imports what this process can (lakesink from a notebook's sys.path too)
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
         self._child = subprocess.Popen(
             [sys.executable, "-m", __name__, str(level), str(self.idle_s), self.name],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
-            env=os.environ.copy(),
+            env=env,
         )
         self.started += 1
         log.info("%s: services' process started (pid %d)", self.name, self._child.pid)
