@@ -266,6 +266,8 @@ class ServiceSettings:
     """The cleaner also keeps what commits of this many hours need [...clean.retain.hours]."""
     orphans_retain_hours: float
     """Iceberg: unreferenced files younger than this survive [...orphans.retain.hours]."""
+    orphans_every_hours: float
+    """Iceberg: inline orphan removal at most once per this many hours [...orphans.every.hours]."""
     inline_every_commits: int
     """Run the inline services after every N commits; 0: never [...inline.every.commits]."""
     inline: tuple[str, ...]

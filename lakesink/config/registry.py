@@ -325,6 +325,7 @@ def settings_of(cfg: LakesinkConfig, *, with_dead_letter_table: bool = True) -> 
             clean_retain_commits=cfg["table.services.clean.retain.commits"],
             clean_retain_hours=cfg["table.services.clean.retain.hours"],
             orphans_retain_hours=float(cfg["table.services.orphans.retain.hours"]),
+            orphans_every_hours=float(cfg["table.services.orphans.every.hours"]),
             inline_every_commits=cfg["table.services.inline.every.commits"],
             inline=tuple(cfg["table.services.inline"]),
             clustering_small_file_bytes=small_file_bytes(

@@ -20,6 +20,11 @@ DEFAULT_INLINE_EVERY_COMMITS = 10
 growing timeline), every 10 commits: often enough to bound both, rarely enough that their cost
 spreads over many commits."""
 
+DEFAULT_ORPHANS_EVERY_HOURS = 1.0
+"""Inline orphan removal at most hourly: against a 3-day window an hour's delay is nothing, and
+each run reads every retained snapshot's manifests (at 90,000 records/s every 10 commits, it
+kept most of a core busy)."""
+
 SMALL_FILE_FRACTION = 0.75
 """Unset `table.services.clustering.small.file.bytes`: this fraction of the target file size."""
 
@@ -56,6 +61,16 @@ SERVICE_KEYS: tuple[Key, ...] = (
         "or committing survive: keep it longer than any writer's batch takes.",
     ),
     Key(
+        "table.services.orphans.every.hours",
+        non_negative_float,
+        DEFAULT_ORPHANS_EVERY_HOURS,
+        "Iceberg tables: inline remove-orphan-files runs at most once per this many hours in a "
+        "writer process (its first due run always runs); 0: at every inline run. It reads "
+        "every retained snapshot's manifests, a cost that grows with the table, while only "
+        "files older than table.services.orphans.retain.hours (3 days) can go: more frequent "
+        "runs find next to nothing new.",
+    ),
+    Key(
         "table.services.inline.every.commits",
         non_negative_int,
         DEFAULT_INLINE_EVERY_COMMITS,
@@ -78,7 +93,8 @@ SERVICE_KEYS: tuple[Key, ...] = (
         choice("beside", "before"),
         "beside",
         "When the services table.services.inline names run once due: beside (default) on a "
-        "thread of the writer's driver while the next batches go on, under the table lock and "
+        "thread of the writer's driver (an Iceberg table's in a process of their own, started "
+        "by the writer) while the next batches go on, under the table lock and "
         "conflict rules a services command run beside the writer takes, so a long clustering "
         "or rewrite never holds fresh records back; or before: after the commit that made "
         "them due and before the next batch starts (deterministic, for tests). The services of "

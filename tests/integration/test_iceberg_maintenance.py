@@ -329,6 +329,33 @@ def test_inline_hook_runs_the_configured_actions_every_n_commits(local: Backend)
     assert len(live_files(table)) == 1
 
 
+def test_inline_orphan_removal_runs_at_most_once_per_its_interval(local: Backend) -> None:
+    """table.services.orphans.every.hours: the first due run removes orphans, the next ones
+    within the interval skip it (the other actions still run); 0 removes them at every run."""
+    table = local.table("db.events")
+    keys_of = {
+        "kafka.bootstrap.servers": "127.0.0.1:9",
+        "kafka.topics": "events",
+        "value.format": "raw",
+        "table.path": local.settings.warehouse,
+        "table.format": "iceberg",
+        "table.services.inline.every.commits": "1",
+        "table.services.inline": "expire-snapshots,remove-orphan-files",
+        "table.services.run": "before",
+    }
+    hourly = load_config(None, keys_of).settings
+    assert hourly.services.orphans_every_hours == 1.0  # the default
+    hook = maint.iceberg_maintenance_hook(table, hourly)
+    ran = [hook(ingest(table, "wa", [R(P0, i, i + 1)])) for i in range(3)]
+    assert [r is not None and r.expire is not None for r in ran] == [True] * 3
+    assert [r is not None and r.orphans is not None for r in ran] == [True, False, False]
+    always = load_config(None, {**keys_of, "table.services.orphans.every.hours": "0"})
+    hook = maint.iceberg_maintenance_hook(table, always.settings)
+    ran = [hook(ingest(table, "wa", [R(P0, i, i + 1)])) for i in range(3, 5)]
+    assert [r is not None and r.orphans is not None for r in ran] == [True, True]
+    assert keys(table) == expected(R(P0, 0, 5))
+
+
 def test_inline_hook_beside_hands_the_run_to_the_runner_and_the_writer_commits_on(
     local: Backend,
 ) -> None:

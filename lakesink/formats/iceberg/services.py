@@ -366,6 +366,8 @@ def iceberg_maintenance_hook(
     storage = settings.storage
     count = 0
     orphans_before = options.orphan_older_than_hours < BESIDE_MIN_ORPHAN_HOURS
+    orphans_every_s = settings.services.orphans_every_hours * 3600.0
+    orphans_last: float | None = None  # when this process last ran (or handed over) them
     process = ServiceProcess(f"table {table.name}") if runner is not None else None
 
     def beside(actions: Sequence[str]) -> MaintenanceRun:
@@ -395,6 +397,18 @@ def iceberg_maintenance_hook(
         )  # fmt: skip
         return done
 
+    def due_actions() -> tuple[str, ...]:
+        """`which`, less remove-orphan-files while it ran within table.services.orphans.every.
+        hours."""
+        nonlocal orphans_last
+        if ORPHANS not in which:
+            return which
+        now = time.monotonic()
+        if orphans_last is not None and now - orphans_last < orphans_every_s:
+            return tuple(a for a in which if a != ORPHANS)
+        orphans_last = now
+        return which
+
     def hook(result: AppendResult | InstantTime) -> MaintenanceRun | None:
         nonlocal count
         landed = isinstance(result, InstantTime) or result.outcome is CommitOutcome.COMMITTED
@@ -405,7 +419,8 @@ def iceberg_maintenance_hook(
             count += 1
             if count >= every:
                 count, due = 0, True
-                done = run(which)
+                actions = due_actions()
+                done = run(actions) if actions else None
         if deletes_at <= 0 or (
             due and (done is not None or runner is not None) and REWRITE in which
         ):
