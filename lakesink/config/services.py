@@ -22,8 +22,9 @@ spreads over many commits."""
 
 DEFAULT_ORPHANS_EVERY_HOURS = 1.0
 """Inline orphan removal at most hourly: against a 3-day window an hour's delay is nothing, and
-each run reads every retained snapshot's manifests (at 90,000 records/s every 10 commits, it
-kept most of a core busy)."""
+each run lists the table and reads every retained snapshot's manifests (inline every 10
+commits over five minutes at ~90,000 records/s it held batches up to 3 s: p99 4.16 s against
+0.97 s without it, benchmarks/README.md, session 10)."""
 
 SMALL_FILE_FRACTION = 0.75
 """Unset `table.services.clustering.small.file.bytes`: this fraction of the target file size."""

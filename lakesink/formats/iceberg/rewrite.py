@@ -127,19 +127,34 @@ def _read_rows(table: Table, files: Sequence[DataFile]) -> Any:
     return scan.to_table([FileScanTask(f) for f in files])
 
 
-def _write_rows(table: Table, rows: Any, target_file_bytes: int) -> list[DataFile]:
-    """Write `rows` as data files of the table cut at `target_file_bytes`."""
+ONE_FILE = str(2**62)
+"""pyiceberg's write.target-file-size-bytes for "never cut": see `_write_rows`."""
+
+
+def _write_rows(
+    table: Table, rows: Any, size_on_disk: int, target_file_bytes: int
+) -> list[DataFile]:
+    """Write `rows` (read from files of `size_on_disk` bytes) as data files of the table of
+    about `target_file_bytes` each: cut into equal slices by the size on disk. pyiceberg would
+    cut by the Arrow batches' sizes in memory (`nbytes`: several times the compressed size,
+    and the whole shared buffer for a slice), which wrote ~1 MB files out of 37 small ones:
+    still small, so every later run rewrote the whole table again."""
     from pyiceberg.io.pyarrow import _dataframe_to_data_files
 
     metadata = table.metadata.model_copy(
         update={
-            "properties": {
-                **table.metadata.properties,
-                "write.target-file-size-bytes": str(target_file_bytes),
-            }
+            "properties": {**table.metadata.properties, "write.target-file-size-bytes": ONE_FILE}
         }
     )
-    files = list(_dataframe_to_data_files(metadata, rows, table.io, write_uuid=uuid.uuid4()))
+    pieces = max(1, min(rows.num_rows, -(-size_on_disk // target_file_bytes)))
+    step = -(-rows.num_rows // pieces) if rows.num_rows else 0
+    files = [
+        f
+        for start in range(0, rows.num_rows, step or 1)
+        for f in _dataframe_to_data_files(
+            metadata, rows.slice(start, step), table.io, write_uuid=uuid.uuid4()
+        )
+    ]
     for f in files:
         f.spec_id = metadata.default_spec_id
     return files
@@ -212,7 +227,7 @@ def replace_files(
                     f"{g.record_count}; nothing was rewritten"
                 )
             rows += data.num_rows
-            added.extend(_write_rows(table, data, options.target_file_bytes))
+            added.extend(_write_rows(table, data, g.size_bytes, options.target_file_bytes))
         from pyiceberg.table.snapshots import Operation
 
         tx = transaction(table)

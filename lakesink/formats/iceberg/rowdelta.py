@@ -563,7 +563,8 @@ def apply_position_deletes(
             data = scan.to_table(group)  # the deletes applied by pyiceberg's reader
             rows += data.num_rows
             if data.num_rows:
-                added.extend(_write_rows(table, data, target_file_bytes))
+                on_disk = sum(int(t.file.file_size_in_bytes) for t in group)
+                added.extend(_write_rows(table, data, on_disk, target_file_bytes))
         tx = transaction(table)
         producer = _row_delta_type()(
             operation=Operation.OVERWRITE, transaction=tx, io=table.io,
