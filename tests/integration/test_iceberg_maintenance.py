@@ -323,19 +323,29 @@ def test_maintenance_while_a_writer_appends_loses_and_duplicates_nothing(
     assert len(live_files(fresh)) == 2  # one file per partition after the last rewrite
 
 
+def hook_keys(local: Backend, **more: str) -> dict[str, str]:
+    """An ingestion's keys for the table `db.events` of `local` (the services' process opens
+    the table of the settings), with `more`."""
+    return {
+        "kafka.bootstrap.servers": "127.0.0.1:9",
+        "kafka.topics": "events",
+        "value.format": "raw",
+        "table.path": local.settings.warehouse,
+        "table.format": "iceberg",
+        "iceberg.namespace": "db",
+        "table.name": "events",
+        **more,
+    }
+
+
 def test_inline_hook_runs_the_configured_actions_every_n_commits(local: Backend) -> None:
     table = local.table("db.events")
     cfg = load_config(
         None,
-        {
-            "kafka.bootstrap.servers": "127.0.0.1:9",
-            "kafka.topics": "events",
-            "value.format": "raw",
-            "table.path": local.settings.warehouse,
-            "table.format": "iceberg",
-            "table.services.inline.every.commits": "2",
-            "table.services.inline": "cluster",
-        },
+        hook_keys(
+            local,
+            **{"table.services.inline.every.commits": "2", "table.services.inline": "cluster"},
+        ),
     )
     hook = maint.iceberg_maintenance_hook(table, cfg.settings)
     ran = [hook(ingest(table, "wa", [R(P0, i * 2, i * 2 + 2)])) for i in range(4)]
@@ -352,16 +362,14 @@ def test_inline_orphan_removal_runs_at_most_once_per_its_interval(local: Backend
     """table.services.orphans.every.hours: the first due run removes orphans, the next ones
     within the interval skip it (the other actions still run); 0 removes them at every run."""
     table = local.table("db.events")
-    keys_of = {
-        "kafka.bootstrap.servers": "127.0.0.1:9",
-        "kafka.topics": "events",
-        "value.format": "raw",
-        "table.path": local.settings.warehouse,
-        "table.format": "iceberg",
-        "table.services.inline.every.commits": "1",
-        "table.services.inline": "expire-snapshots,remove-orphan-files",
-        "table.services.run": "before",
-    }
+    keys_of = hook_keys(
+        local,
+        **{
+            "table.services.inline.every.commits": "1",
+            "table.services.inline": "expire-snapshots,remove-orphan-files",
+            "table.services.run": "before",
+        },
+    )
     hourly = load_config(None, keys_of).settings
     assert hourly.services.orphans_every_hours == 1.0  # the default
     hook = maint.iceberg_maintenance_hook(table, hourly)
@@ -385,17 +393,13 @@ def test_inline_hook_beside_hands_the_run_to_the_runner_and_the_writer_commits_o
     from lakesink.engine.services import ServicesRunner
 
     table = local.table("db.events")
-    keys_of = {
-        "kafka.bootstrap.servers": "127.0.0.1:9",
-        "kafka.topics": "events",
-        "value.format": "raw",
-        "table.path": local.settings.warehouse,
-        "table.format": "iceberg",
-        "iceberg.namespace": "db",  # the services' process opens the table of the settings
-        "table.name": "events",
-        "table.services.inline.every.commits": "2",
-        "table.services.inline": "cluster,expire-snapshots",
-    }
+    keys_of = hook_keys(
+        local,
+        **{
+            "table.services.inline.every.commits": "2",
+            "table.services.inline": "cluster,expire-snapshots",
+        },
+    )
     cfg = load_config(None, keys_of)
     assert cfg.settings.services.run == "beside"
     runner = ServicesRunner("events")
