@@ -83,7 +83,7 @@ def resolve_secret(raw: Any, environ: Mapping[str, str] | None = None) -> Secret
         value = env[name]
         source = f"{ENV_PREFIX}{name}"
     elif text.startswith(FILE_PREFIX):
-        path = Path(text[len(FILE_PREFIX) :].strip()).expanduser()
+        path = expand_user(text[len(FILE_PREFIX) :].strip())
         try:
             value = path.read_text()
         except OSError as e:
@@ -153,11 +153,21 @@ def parse_secret(v: Any) -> Secret | None:
     return resolve_secret(v)
 
 
+def expand_user(text: str) -> Path:
+    """`text` as a path with `~` and `~user` expanded; ValueError (not Python's RuntimeError)
+    when it names a user without a home directory."""
+    try:
+        return Path(text).expanduser()
+    except RuntimeError:
+        user = text.split("/", 1)[0]
+        raise ValueError(f"{text}: {user} names no user's home directory") from None
+
+
 def parse_file(v: Any) -> str | None:
     """A path of a readable file (certificates, keys), checked when the config is loaded."""
     if v is None or str(v).strip() == "":
         return None
-    path = Path(str(v).strip()).expanduser()
+    path = expand_user(str(v).strip())
     try:
         is_file = path.is_file()
     except (OSError, ValueError) as e:  # a name too long for the file system, a NUL byte

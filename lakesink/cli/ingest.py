@@ -129,6 +129,7 @@ def check_local_paths(cfg: LakesinkConfig) -> None:
     from pathlib import Path
 
     from lakesink.errors import ConfigError
+    from lakesink.security import expand_user
     from lakesink.storage import LocalStorage, is_remote_uri, open_storage
 
     paths = [(key, cfg[key]) for key in ("table.path", "errors.deadletter.table")]
@@ -139,11 +140,15 @@ def check_local_paths(cfg: LakesinkConfig) -> None:
             continue
         storage = open_storage(str(value)) if key != "checkpoint.location" else None
         path = storage.root if isinstance(storage, LocalStorage) else Path(str(value))
-        existing = path.expanduser()
+        try:
+            expanded = expand_user(str(path))
+        except ValueError as e:
+            raise ConfigError(f"{key}={value}: {e}") from None
+        existing = expanded
         while not existing.exists() and existing.parent != existing:
             existing = existing.parent
         if existing.exists() and not existing.is_dir():
-            where = "is" if existing == path.expanduser() else f"lies under {existing}, which is"
+            where = "is" if existing == expanded else f"lies under {existing}, which is"
             raise ConfigError(
                 f"{key}={value} {where} a file, not a directory: name a directory (a missing "
                 "one is created)"

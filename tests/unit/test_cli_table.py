@@ -133,3 +133,26 @@ def test_ingest_refuses_a_table_path_that_is_a_file_before_kafka_or_spark(
     assert err[0].startswith(f"lakesink: error: table.path={table} ")
     assert "a file, not a directory" in err[0] and (str(afile) in err[0])
     assert afile.read_bytes() == b"not a table"
+
+
+def test_a_path_under_an_unknown_users_home_is_one_line_naming_the_key(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from lakesink.cli import ingest
+
+    def no_brokers(*args: object) -> None:
+        raise AssertionError("the brokers were asked before the paths were checked")
+
+    monkeypatch.setattr(ingest, "check_brokers", no_brokers)
+    sets = {
+        "kafka.bootstrap.servers": "127.0.0.1:1",
+        "kafka.topics": "t",
+        "value.format": "raw",
+        "table.path": "/tmp/lakesink-unused-table",
+        "checkpoint.location": "~lakesink-no-such-user/cp",
+    }
+    code = main(["ingest", "--once", *(a for k, v in sets.items() for a in ("--set", f"{k}={v}"))])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1, err
+    assert err[0].startswith("lakesink: error: checkpoint.location=~lakesink-no-such-user/cp: ")
+    assert "names no user's home directory" in err[0]
