@@ -169,6 +169,7 @@ def test_inline_maintenance_after_every_commit_keeps_every_record_once_and_no_or
         table__services__clustering__small__file__bytes=1 << 20,
         table__services__clean__retain__hours=1e-7,
         table__services__orphans__retain__hours=0,
+        table__services__orphans__every__hours=0,  # at every run, not at most hourly
     )
     first = run_ingestion(cfg, spark)
     assert first.records == 30 and first.batches == 1
