@@ -107,21 +107,32 @@ def pyiceberg_rows(settings: Any) -> pa.Table | None:
 class HudiIncremental:
     """hudi-rs reading only what commits completed since its last poll added, so that a poll's
     cost follows the new data, not the table's size: the first poll reads the snapshot, the
-    next ones an incremental query over (the newest completion time read, the newest now].
+    next ones incremental queries over (the newest completion time read, the newest now].
     hudi-rs ranges incremental queries of a layout-2 table by completion time, which its
-    timeline does not hand out: on local disk the reader lists `.hoodie/timeline` for them;
-    on an object store it starts from the newest instant time read instead, so a poll after a
-    new commit reads the one before it again (the same records: noted once)."""
+    timeline does not hand out: the reader lists `.hoodie/timeline` for them (on an object
+    store through lakesink's storage: one LIST a poll)."""
 
-    def __init__(self, table: str, storage_options: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        table: str,
+        storage_options: dict[str, str] | None = None,
+        storage: Any = None,
+    ) -> None:
         self.table, self.storage_options = table, storage_options
+        self.storage = storage  # lakesink's Storage of a table on an object store
         self.last: str | None = None
 
+    def _timeline_names(self) -> list[str]:
+        if self.storage is not None:
+            return list(self.storage.list_names(".hoodie/timeline"))
+        folder = Path(self.table) / ".hoodie" / "timeline"
+        return os.listdir(folder) if folder.is_dir() else []
+
     def _completed(self) -> list[tuple[str, str]]:
-        """A local table's completed instants as (completion time, action), oldest first, from
-        the `<instant>_<completion>.<action>` names in `.hoodie/timeline`."""
+        """The table's completed instants as (completion time, action), oldest first, from the
+        `<instant>_<completion>.<action>` names in `.hoodie/timeline`."""
         done = []
-        for name in os.listdir(Path(self.table) / ".hoodie" / "timeline"):
+        for name in self._timeline_names():
             stem, _, action = name.partition(".")
             if "_" in stem and "." not in action:  # not .requested / .inflight
                 done.append((stem.split("_", 1)[1], action))
@@ -149,33 +160,28 @@ class HudiIncremental:
     def __call__(self) -> pa.Table | None:
         import hudi
 
-        local = "://" not in self.table
-        if local and not (Path(self.table) / ".hoodie" / "hoodie.properties").exists():
-            return None
-        completed = self._completed() if local else []
+        completed = self._completed()
         newest = completed[-1][0] if completed else None
-        if local and (newest is None or newest == self.last):
+        if newest is None or newest == self.last:
             return None
         builder = hudi.HudiTableBuilder.from_base_uri(self.table)
         if self.storage_options:
             builder = builder.with_storage_options(dict(self.storage_options))
         table = builder.build()
-        latest = table.get_timeline().get_latest_commit_timestamp()
-        if not latest or (not local and latest == self.last):  # nothing completed since
-            return None
         options = hudi.HudiReadOptions(projection=COLUMNS)
-        incremental = options.with_query_type(hudi.HudiQueryType.Incremental)
         if self.last is None:
+            latest = table.get_timeline().get_latest_commit_timestamp()
+            if not latest:
+                return None
             batches = table.read(options.with_as_of_timestamp(latest))
-        elif not local:
-            batches = table.read(incremental.with_start_timestamp(self.last))
         else:
+            incremental = options.with_query_type(hudi.HudiQueryType.Incremental)
             batches = []
             for after, through in self._ranges(completed):
                 batches += table.read(
                     incremental.with_start_timestamp(after).with_end_timestamp(through)
                 )
-        self.last = newest if local else latest
+        self.last = newest
         return pa.Table.from_batches(batches) if batches else None
 
 
@@ -492,7 +498,7 @@ def _start_lakesink(
         options = settings.table_storage().reader_options() if root else None
         if full_reads:
             return command, lambda: hudi_rs_rows(table, options)
-        return command, HudiIncremental(table, options)
+        return command, HudiIncremental(table, options, settings.table_storage() if root else None)
     if full_reads:
         return command, lambda: pyiceberg_rows(settings)
     return command, IcebergIncremental(lambda: lakesink_iceberg_table(settings))
