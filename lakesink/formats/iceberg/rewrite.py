@@ -146,11 +146,13 @@ def _write_rows(
             "properties": {**table.metadata.properties, "write.target-file-size-bytes": ONE_FILE}
         }
     )
+    if not rows.num_rows:
+        return []
     pieces = max(1, min(rows.num_rows, -(-size_on_disk // target_file_bytes)))
-    step = -(-rows.num_rows // pieces) if rows.num_rows else 0
+    step = -(-rows.num_rows // pieces)
     files = [
         f
-        for start in range(0, rows.num_rows, step or 1)
+        for start in range(0, rows.num_rows, step)
         for f in _dataframe_to_data_files(
             metadata, rows.slice(start, step), table.io, write_uuid=uuid.uuid4()
         )

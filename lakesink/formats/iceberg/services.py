@@ -378,23 +378,20 @@ def iceberg_maintenance_hook(
     def run(actions: Sequence[str]) -> MaintenanceRun | None:
         if runner is None or (orphans_before and ORPHANS in inline_actions(actions)):
             # all of them, in their order: orphan removal after the expiry it follows
-            return run_on(table, actions)
+            return run_here(actions)
         # one job of each kind waits at most: the later run covers both
         runner.submit(f"iceberg {','.join(actions)}", lambda: beside(actions))
         return None
 
-    def run_on(on: IcebergTable, actions: Sequence[str]) -> MaintenanceRun | None:
+    def run_here(actions: Sequence[str]) -> MaintenanceRun | None:
         try:
             done = run_iceberg_maintenance(
-                on, options, actions, storage_options=storage, in_flight=in_flight
+                table, options, actions, storage_options=storage, in_flight=in_flight
             )
         except Exception:  # never fail a published commit
             log.exception("table %s: inline maintenance failed", table.name)
             return None
-        log.info(
-            "table %s: inline maintenance ran %s%s", table.name, ", ".join(actions),
-            f" ({len(done.errors)} given up: {'; '.join(done.errors)})" if done.errors else "",
-        )  # fmt: skip
+        _log_run(table.name, "inline maintenance", actions, done)
         return done
 
     def due_actions() -> tuple[str, ...]:
@@ -464,11 +461,13 @@ def run_maintenance_here(
         storage_options=settings.storage,
         in_flight=lambda: in_flight,
     )
-    log.info(
-        "table %s: maintenance beside the batches ran %s%s", table.name, ", ".join(actions),
-        f" ({len(done.errors)} given up: {'; '.join(done.errors)})" if done.errors else "",
-    )  # fmt: skip
+    _log_run(table.name, "maintenance beside the batches", actions, done)
     return done
+
+
+def _log_run(table: str, what: str, actions: Sequence[str], done: MaintenanceRun) -> None:
+    given_up = f" ({len(done.errors)} given up: {'; '.join(done.errors)})" if done.errors else ""
+    log.info("table %s: %s ran %s%s", table, what, ", ".join(actions), given_up)
 
 
 BESIDE_MIN_ORPHAN_HOURS = 1.0
