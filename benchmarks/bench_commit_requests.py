@@ -9,10 +9,12 @@ recovery and the table's creation cancelled out. Requests on data files (`.parqu
 multipart uploads of base and data files) are counted apart from the metadata requests (timeline,
 markers, lock, heartbeats, Iceberg metadata, manifests), and so are the writes of the writer's
 liveness file, which a clock renews (`periodic`: they depend on the run's length, not on its
-commits).
+commits). Hudi takes the lease lock on the store (`lock.provider=filesystem`); the variant
+`hudi-pglock` takes it in a PostgreSQL server the benchmark starts (Debian's, on loopback, as
+the tests do): what a Hudi commit asks of the store when the lock lives elsewhere.
 
     python benchmarks/bench_commit_requests.py [--batches 4] [--partitions 2]
-        [--formats hudi,iceberg] [--json benchmarks/results/commit_requests.json]
+        [--formats hudi,iceberg,hudi-pglock] [--json benchmarks/results/commit_requests.json]
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import json
 import sys
 import tempfile
 from collections import Counter
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
@@ -35,6 +38,7 @@ from s3_server import S3Server  # noqa: E402
 OPS = ("LIST", "GET", "HEAD", "PUT", "POST", "DELETE")
 RECORDS_PER_BATCH = 200
 FORMATS = ("hudi", "iceberg")
+VARIANTS = (*FORMATS, "hudi-pglock")
 
 
 def _key(r: Request, bucket: str) -> str:
@@ -95,6 +99,7 @@ def one_run(
     spark: Any,
     partitions: int,
     tmp: Path,
+    postgres_dsn: str | None = None,
 ) -> tuple[dict[str, Counter[str]], int]:
     """Ingest `batches` batches into a fresh table through the proxy; its requests and commits."""
     from lakesink.config import build_config
@@ -118,6 +123,10 @@ def one_run(
         "lock.provider": "filesystem",
         **keys,
     }
+    if fmt == "hudi-pglock":
+        assert postgres_dsn is not None
+        raw["lock.provider"] = "postgres"
+        raw["postgres.dsn"] = postgres_dsn
     if fmt == "iceberg":
         raw["table.format"] = "iceberg"
         raw["table.name"] = "events"
@@ -163,8 +172,20 @@ def run(batches: int, partitions: int, formats: tuple[str, ...]) -> dict[str, An
     from lakesink.kafka.kafka_server import local_broker
     from lakesink.spark.session import get_spark
 
+    unknown = sorted(set(formats) - set(VARIANTS))
+    if unknown:
+        raise SystemExit(f"--formats: unknown {', '.join(unknown)}; valid: {', '.join(VARIANTS)}")
     results: dict[str, Any] = {}
-    with tempfile.TemporaryDirectory(prefix="lakesink-bench-requests-") as tmp:
+    with ExitStack() as stack:
+        tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="lakesink-bench-requests-"))
+        postgres_dsn = None
+        if "hudi-pglock" in formats:
+            from integration.pg_fixture import start_postgres
+
+            (Path(tmp) / "pg").mkdir()
+            pg = start_postgres(Path(tmp) / "pg")
+            stack.callback(pg.stop)
+            postgres_dsn = pg.dsn
         broker = local_broker("kafka", data_dir=Path(tmp) / "broker")
         broker.start()
         spark = get_spark("local[2]", {"spark.sql.shuffle.partitions": "2"})
@@ -177,6 +198,7 @@ def run(batches: int, partitions: int, formats: tuple[str, ...]) -> dict[str, An
                     "spark": spark,
                     "partitions": partitions,
                     "tmp": Path(tmp),
+                    "postgres_dsn": postgres_dsn,
                 }
                 for fmt in formats:
                     results[fmt] = steady(fmt, batches, **kw)

@@ -497,8 +497,8 @@ class Soak:
 
     def services_config(self) -> dict[str, Any]:
         """With --services-every N: inline clean, cluster and archive every N commits, keeping
-        few instants and packing the archive in small packs, so that archival and packing run
-        (and are crashed into) often."""
+        few instants and packing the archive in small packs, and clustering size tiers of two
+        files, so that archival, packing and clustering run (and are crashed into) often."""
         if self.args.services_every <= 0:
             return {}
         if self.iceberg:  # expire (keeping each writer's newest) and rewrite small files
@@ -507,6 +507,7 @@ class Soak:
                 "table.services.clean.retain.hours": 0.002,  # snapshots older than 7 s
                 "table.services.clustering.small.file.bytes": 10_000_000,
                 "table.services.clustering.min.files": 2,
+                "table.services.clustering.tier.ratio": 2,  # size tiers, filled quickly
             }
         return {
             "table.services.inline.every.commits": self.args.services_every,
@@ -515,6 +516,7 @@ class Soak:
             "table.services.archive.max.instants": 8,
             "table.services.archive.pack.files": 12,
             "table.services.archive.pack.fan.in": 3,
+            "table.services.clustering.tier.ratio": 2,  # size tiers, filled quickly
         }
 
     # -- faults ------------------------------------------------------------------------------

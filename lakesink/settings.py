@@ -36,6 +36,10 @@ CdcFormat = Literal["debezium", "field"]
 SchemaEvolutionMode = Literal["add-and-widen", "off"]
 
 DEFAULT_CLUSTERING_MAX_BYTES = 512 * 1024 * 1024
+DEFAULT_CLUSTERING_TIER_RATIO = 8
+"""Inline clustering and rewrite take small files a size tier at a time, tiers 8x apart
+(`engine.tiers`): a streamed byte is rewritten about twice before it leaves the small files,
+not once per run (4.5 times at 90,000 records/s, benchmarks/README.md, session 13)."""
 """One clustering reads at most this many bytes of small files per partition (512 MiB): it
 holds a partition's chosen rows in memory at once and sorts them, and Arrow's string columns
 overflow past 2 GiB in one array (the files are compressed: their rows take several times their
@@ -290,6 +294,8 @@ class ServiceSettings:
     """The conflict rule at commit [table.services.conflict.strategy]."""
     run: ServicesRun = "beside"
     """Due services run beside the next batch or before it [table.services.run]."""
+    clustering_tier_ratio: int = DEFAULT_CLUSTERING_TIER_RATIO
+    """Inline clustering takes small files a size tier at a time [...clustering.tier.ratio]."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -340,6 +340,7 @@ def settings_of(cfg: LakesinkConfig, *, with_dead_letter_table: bool = True) -> 
             archive_pack_fan_in=cfg["table.services.archive.pack.fan.in"],
             conflict_strategy=cfg["table.services.conflict.strategy"],
             run=cfg["table.services.run"],
+            clustering_tier_ratio=cfg["table.services.clustering.tier.ratio"],
         ),
         storage=options_from_config(cfg.values),
         mutation=MutationSettings(

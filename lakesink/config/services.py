@@ -13,7 +13,7 @@ from lakesink.config.parsers import (
     positive_int,
     str_list,
 )
-from lakesink.settings import DEFAULT_CLUSTERING_MAX_BYTES
+from lakesink.settings import DEFAULT_CLUSTERING_MAX_BYTES, DEFAULT_CLUSTERING_TIER_RATIO
 
 DEFAULT_INLINE_EVERY_COMMITS = 10
 """Inline services are on by default (a streaming writer otherwise leaves many small files and a
@@ -38,6 +38,13 @@ def small_file_bytes(configured: int | None, target_file_bytes: int) -> int:
         if configured is not None
         else max(1, int(target_file_bytes * SMALL_FILE_FRACTION))
     )
+
+
+def tier_ratio(v: object) -> int:
+    n = non_negative_int(v)
+    if n == 1:
+        raise ValueError("expected 0 (no tiers) or a whole number of at least 2")
+    return n
 
 
 SERVICE_KEYS: tuple[Key, ...] = (
@@ -116,6 +123,19 @@ SERVICE_KEYS: tuple[Key, ...] = (
         positive_int,
         2,
         "Clustering rewrites a partition only if it has at least this many small files.",
+    ),
+    Key(
+        "table.services.clustering.tier.ratio",
+        tier_ratio,
+        DEFAULT_CLUSTERING_TIER_RATIO,
+        "Inline clustering (Hudi) and rewrite-data-files (Iceberg) take a partition's small "
+        "files by size tier, tiers this many times apart below table.target.file.size.bytes "
+        "(and one tier for the smallest), a tier once it holds this many files (and "
+        "table.services.clustering.min.files): under a stream a byte is then rewritten a few "
+        "times, not once per run, and a partition keeps fewer than this many small files per "
+        "tier between runs. 0: every small file of a partition at every run (the most "
+        "compact table, the most rewriting). `lakesink table cluster` and `lakesink iceberg "
+        "rewrite-data-files` take every small file.",
     ),
     Key(
         "table.services.clustering.max.bytes",

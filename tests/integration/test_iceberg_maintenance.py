@@ -25,6 +25,7 @@ import pytest
 from iceberg_tables import Backend, expected, ingest, keys, write
 
 from lakesink.config import load_config
+from lakesink.engine.tiers import size_tier
 from lakesink.formats.iceberg import rewrite as rewrite_module
 from lakesink.formats.iceberg import services as maint
 from lakesink.formats.iceberg.catalog import CatalogSettings
@@ -114,6 +115,31 @@ def test_rewrite_writes_one_file_per_group_by_size_on_disk_not_in_memory(local: 
     assert (result.files_before, result.files_after, result.rows) == (4, 1, 8000)
     assert len(live_files(table)) == 1
     assert keys(table) == expected(R(P0, 0, 8000))
+
+
+def test_a_tiered_rewrite_takes_only_the_size_tiers_holding_enough_files(local: Backend) -> None:
+    """With a tier ratio (the inline runs) a rewrite takes the files of a size tier together
+    once it holds `ratio` of them; the lone small files of another tier wait (`engine.tiers`),
+    and a rewrite without tiers (by hand) takes them all."""
+    table = local.table("db.events")
+    for i in range(4):
+        ingest(table, "wa", [R(P0, i * 2000, i * 2000 + 2000)])
+    for i in range(2):
+        ingest(table, "wa", [R(P0, 8000 + i, 8001 + i)])
+    sizes = [int(t.file.file_size_in_bytes) for t in table.pyiceberg.scan().plan_files()]
+    # the four large files in tier 1 (a sixteenth to a quarter of the target: together they
+    # fit one target-size file), the two one-row files lower
+    target = 16 * sorted(sizes)[-4]
+    tiers = [size_tier(s, target, 4) for s in sizes]
+    assert tiers.count(1) == 4 and max(sizes) < target // 4
+    tiered = RewriteOptions(target, target, tier_ratio=4)
+    result = maint.rewrite_data_files(table, tiered)
+    assert (result.files_before, result.files_after, result.rows) == (4, 1, 8000)
+    assert len(live_files(table)) == 3
+    assert maint.rewrite_data_files(table, tiered).snapshot_id is None  # 3 files, 2 tiers
+    assert maint.rewrite_data_files(table, RewriteOptions(target, target)).files_before == 3
+    assert len(live_files(table)) == 1
+    assert keys(table) == expected(R(P0, 0, 8002))
 
 
 def _racing(
@@ -325,8 +351,10 @@ def test_maintenance_while_a_writer_appends_loses_and_duplicates_nothing(
 
 def hook_keys(local: Backend, **more: str) -> dict[str, str]:
     """An ingestion's keys for the table `db.events` of `local` (the services' process opens
-    the table of the settings), with `more`."""
+    the table of the settings), with `more`; rewrites take every small file (no size tiers: the
+    tests' few files would never fill one)."""
     return {
+        "table.services.clustering.tier.ratio": "0",
         "kafka.bootstrap.servers": "127.0.0.1:9",
         "kafka.topics": "events",
         "value.format": "raw",

@@ -167,6 +167,7 @@ def test_inline_maintenance_after_every_commit_keeps_every_record_once_and_no_or
         table__services__inline__every__commits=1,
         table__services__inline="cluster,clean",
         table__services__clustering__small__file__bytes=1 << 20,
+        table__services__clustering__tier__ratio=0,  # every small file at every run
         table__services__clean__retain__hours=1e-7,
         table__services__orphans__retain__hours=0,
         table__services__orphans__every__hours=0,  # at every run, not at most hourly
@@ -283,6 +284,7 @@ def test_inline_rewrite_that_keeps_losing_gives_up_without_failing_the_batch(
             "table.services.inline.every.commits": "2",
             "table.services.inline": "cluster",
             "table.services.clustering.small.file.bytes": str(1 << 20),
+            "table.services.clustering.tier.ratio": "0",
         },
     )
     lost: list[int] = []

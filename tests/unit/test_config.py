@@ -122,6 +122,8 @@ def test_checked_in_reference_is_current() -> None:
         ("table.version", 8.5, "6 or 8"),
         ("table.version", "8.5", "6 or 8"),
         ("table.services.inline.every.commits", 0.5, "0 or a positive whole number"),
+        ("table.services.clustering.tier.ratio", 1, "0 (no tiers) or a whole number of at least 2"),
+        ("table.services.clustering.tier.ratio", -8, "0 or a positive whole number"),
     ],
 )
 def test_integer_key_refuses_a_non_integral_value_naming_key_value_and_what_is_valid(

@@ -90,12 +90,13 @@ def test_options_come_from_the_table_services_keys() -> None:
                 "table.services.clustering.small.file.bytes": "1000",
                 "table.services.clustering.min.files": "3",
                 "table.target.file.size.bytes": "5000",
+                "table.services.clustering.tier.ratio": "4",
             }
         ),
     )
     options = IcebergMaintenanceOptions.from_settings(cfg.settings)
     assert options.expire_older_than_hours == 6.0
-    assert options.rewrite == RewriteOptions(1000, 5000, 3)
+    assert options.rewrite == RewriteOptions(1000, 5000, 3, tier_ratio=4)
     unset = IcebergMaintenanceOptions.from_settings(load_config(None, base_config()).settings)
     assert unset.expire_older_than_hours == DEFAULT_EXPIRE_HOURS
 

@@ -91,7 +91,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
             "target_file_bytes": args.target_file_bytes,
             "min_files": args.min_files,
         }
-        rw = replace(rw, **{k: v for k, v in given.items() if v is not None})
+        # by hand: every small file, not a size tier at a time as the inline runs take them
+        rw = replace(rw, tier_ratio=0, **{k: v for k, v in given.items() if v is not None})
         r = m.rewrite_data_files(table, rw)
         info = {
             "table": table.name,

@@ -27,6 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from lakesink.engine.tiers import tiered_selection
 from lakesink.errors import ConfigError, CorruptTableError, UnsupportedTableError
 from lakesink.extras import require
 from lakesink.formats.iceberg.on_base import transaction
@@ -52,6 +53,9 @@ class RewriteOptions:
     """The size the rewritten files are cut at (Iceberg's write.target-file-size-bytes)."""
     min_files: int = 2
     """A partition is rewritten only when it has at least this many small files."""
+    tier_ratio: int = 0
+    """Only files of one size tier together, a tier once it has this many (`engine.tiers`);
+    0: every small file of a partition at once (a rewrite by hand)."""
 
     def __post_init__(self) -> None:
         for name in ("small_file_bytes", "target_file_bytes"):
@@ -59,6 +63,8 @@ class RewriteOptions:
                 raise ConfigError(f"rewrite {name} must be > 0, got {getattr(self, name)}")
         if self.min_files < 2:
             raise ConfigError(f"rewrite min_files must be >= 2, got {self.min_files}")
+        if self.tier_ratio == 1 or self.tier_ratio < 0:
+            raise ConfigError(f"rewrite tier_ratio must be 0 or >= 2, got {self.tier_ratio}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,8 +86,9 @@ class RewriteGroup:
 
 def plan_rewrite(table: Table, options: RewriteOptions) -> list[RewriteGroup]:
     """The groups of the current snapshot's small data files worth rewriting: per partition of
-    the default spec, files under the threshold, bin-packed up to the target size, bins of two
-    files or more. A table with delete files is refused (lakesink writes none)."""
+    the default spec, files under the threshold (of the tiers due, with a tier ratio),
+    bin-packed up to the target size, bins of two files or more. A table with delete files is
+    refused (lakesink writes none)."""
     require("pyiceberg", "Iceberg tables")
     if table.metadata.current_snapshot_id is None:
         return []
@@ -100,9 +107,17 @@ def plan_rewrite(table: Table, options: RewriteOptions) -> list[RewriteGroup]:
         by_partition.setdefault(key, []).append(f)
     groups: list[RewriteGroup] = []
     for key, files in sorted(by_partition.items(), key=lambda kv: repr(kv[0])):
+        files.sort(key=lambda f: f.file_path)
+        sizes = [int(f.file_size_in_bytes) for f in files]
+        taken = tiered_selection(
+            sizes,
+            target=options.target_file_bytes,
+            ratio=options.tier_ratio,
+            min_files=options.min_files,
+        )
+        files = [files[i] for i in taken]
         if len(files) < options.min_files:
             continue
-        files.sort(key=lambda f: f.file_path)
         current: list[DataFile] = []
         size = 0
         for f in files:

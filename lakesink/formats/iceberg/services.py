@@ -106,6 +106,7 @@ class IcebergMaintenanceOptions:
                 small_file_bytes=settings.services.clustering_small_file_bytes,
                 target_file_bytes=settings.table.target_file_size_bytes,
                 min_files=max(2, settings.services.clustering_min_files),
+                tier_ratio=settings.services.clustering_tier_ratio,
             ),
         )
 

@@ -21,6 +21,7 @@ import pyarrow.parquet as pq
 
 from lakesink.engine.requirements import NoConflicts, WriterStillLive
 from lakesink.engine.schema import TableSchema
+from lakesink.engine.tiers import tiered_selection
 from lakesink.engine.transaction import TableTransaction, TxState
 from lakesink.errors import LakesinkError, UnsupportedTableError
 from lakesink.faults import pause_point
@@ -69,6 +70,9 @@ class ClusteringOptions:
     into memory at once; past 2 GiB of rows Arrow's string arrays overflow)."""
     partitions: tuple[str, ...] | None = None
     """Only these partitions (None: all)."""
+    tier_ratio: int = 0
+    """Only files of one size tier together, a tier once it has this many (`engine.tiers`);
+    0: every small file of a partition (a clustering by hand)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,8 +118,9 @@ def choose_slices(
     excluded: frozenset[FileGroupId],
     options: ClusteringOptions,
 ) -> dict[str, tuple[FileSlice, ...]]:
-    """Pure: the small slices per partition worth rewriting, the oldest first, as many as fit
-    in `options.max_bytes` (at least one: a single file over the cap is read alone)."""
+    """Pure: the small slices per partition worth rewriting (of the tiers due, with a tier
+    ratio), the oldest first, as many as fit in `options.max_bytes` (at least one: a single
+    file over the cap is read alone)."""
     by_partition: dict[str, list[FileSlice]] = {}
     for s in latest:
         if options.partitions is not None and s.partition_path not in options.partitions:
@@ -130,7 +135,14 @@ def choose_slices(
     for p, ss in sorted(by_partition.items()):
         taken: list[FileSlice] = []
         total = 0
-        for s in sorted(ss, key=lambda s: (s.instant_time, s.file_id)):
+        oldest_first = sorted(ss, key=lambda s: (s.instant_time, s.file_id))
+        due = tiered_selection(
+            [s.file_size_bytes for s in oldest_first],
+            target=options.target_file_bytes,
+            ratio=options.tier_ratio,
+            min_files=options.min_files,
+        )
+        for s in (oldest_first[i] for i in due):
             if taken and total + s.file_size_bytes > options.max_bytes:
                 break
             taken.append(s)

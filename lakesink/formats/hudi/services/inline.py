@@ -64,6 +64,7 @@ def clustering_options(settings: Settings) -> ClusteringOptions:
         target_file_bytes=settings.table.target_file_size_bytes,
         min_files=settings.services.clustering_min_files,
         max_bytes=settings.services.clustering_max_bytes,
+        tier_ratio=settings.services.clustering_tier_ratio,
     )
 
 
