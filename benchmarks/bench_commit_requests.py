@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 import tempfile
 from collections import Counter
@@ -182,8 +183,8 @@ def run(batches: int, partitions: int, formats: tuple[str, ...]) -> dict[str, An
         if "hudi-pglock" in formats:
             from integration.pg_fixture import start_postgres
 
-            (Path(tmp) / "pg").mkdir()
-            pg = start_postgres(Path(tmp) / "pg")
+            pg = start_postgres()  # a folder of its own: the postgres user reads it
+            stack.callback(shutil.rmtree, pg.base_dir, ignore_errors=True)
             stack.callback(pg.stop)
             postgres_dsn = pg.dsn
         broker = local_broker("kafka", data_dir=Path(tmp) / "broker")

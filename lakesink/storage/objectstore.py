@@ -407,6 +407,10 @@ class ObjectStoreStorage(Storage):
                         max_attempts=max(1, o.max_retries)
                     ),
                     "check_directory_existence_before_creation": False,
+                    # an upload begins when the first part is full, so a file smaller than a
+                    # part (a streaming batch's) is one PUT, not create + part + complete; an
+                    # error of the store then surfaces at a write or the close, not the open
+                    "allow_delayed_open": True,
                 }
                 if o.region:  # else pyarrow resolves it like the AWS SDK does
                     kwargs["region"] = o.region

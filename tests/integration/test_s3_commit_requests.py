@@ -17,9 +17,10 @@ from dataclasses import replace
 from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlsplit
 
+import pyarrow as pa
 import pytest
 from iceberg_tables import ROWS, ingest, s3_options
-from s3_faults import Drop, FaultProxy, Request
+from s3_faults import Drop, Error, FaultProxy, Request
 from s3_server import S3Server
 
 from lakesink.config import build_config
@@ -35,7 +36,7 @@ from lakesink.formats.hudi.table.markers import (
     wait_for_marker_deletions,
 )
 from lakesink.formats.hudi.table.timeline import timeline_key
-from lakesink.formats.hudi.table.writer import HudiTaskTarget
+from lakesink.formats.hudi.table.writer import BaseFileWriter, HudiTaskTarget
 from lakesink.formats.iceberg.catalog import CatalogSettings, open_catalog
 from lakesink.formats.iceberg.schema import parse_partition_spec
 from lakesink.formats.iceberg.table import IcebergTable
@@ -43,6 +44,7 @@ from lakesink.protocol.offsets import OffsetRange, TopicPartition
 from lakesink.protocol.write_status import FileWrite, WriteStatus
 from lakesink.spark.pipeline import make_control
 from lakesink.storage import open_storage
+from lakesink.storage.base import StorageError
 
 pytestmark = pytest.mark.integration
 
@@ -171,6 +173,30 @@ def test_a_lease_create_whose_response_is_lost_is_taken_as_the_holders(
     provider.release(lease)
 
 
+def test_a_small_hudi_base_file_is_one_put_and_a_refused_one_a_storage_error(
+    s3_server: S3Server, s3_bucket: str, proxy: FaultProxy
+) -> None:
+    """A task's base file smaller than one part is a single PUT (the upload opens lazily: no
+    multipart create, part and complete, nothing asked before); a store that refuses it fails
+    the close with a StorageError naming the file."""
+    options = replace(s3_options(s3_server), endpoint=proxy.endpoint_url)
+    store = open_storage(f"s3://{s3_bucket}/tbl", options)
+    table = HudiTable.create(store, TableConfig("t", ("id",), (), version=8))
+    rows = pa.table({"id": pa.array([1, 2, 3], pa.int64()), "v": ["a", "b", "c"]})
+    at = len(proxy.requests)
+    writer = BaseFileWriter(table, "", "20260101000000001", "0-1-0", partition_exists=True)
+    writer.write(rows)
+    (written,) = writer.close()
+    data = Counter(r.op for r in proxy.requests[at:] if r.target.split("?")[0].endswith(".parquet"))
+    assert data == Counter({"PUT": 1}), data
+    assert store.head(written.path) is not None
+    proxy.inject(Error(403, "AccessDenied"), method="PUT", path=r"\.parquet$", times=10)
+    refused = BaseFileWriter(table, "", "20260101000000002", "0-1-0", partition_exists=True)
+    refused.write(rows)
+    with pytest.raises(StorageError, match=r"cannot write .*\.parquet of s3://"):
+        refused.close()
+
+
 def test_an_iceberg_commit_writes_each_metadata_object_in_one_put(
     s3_server: S3Server, s3_bucket: str, proxy: FaultProxy, tmp_path: Path
 ) -> None:
@@ -195,3 +221,6 @@ def test_an_iceberg_commit_writes_each_metadata_object_in_one_put(
     print("metadata requests of one Iceberg append:", dict(metadata))
     assert metadata["PUT"] == 3 and metadata["POST"] == 0, metadata
     assert metadata["HEAD"] == 0 and metadata["GET"] <= 1, metadata
+    # its data file, smaller than a part: one PUT, its length the bytes written (no HEAD)
+    data = Counter(r.op for r in proxy.requests[at:] if r.target.split("?")[0].endswith(".parquet"))
+    assert data == Counter({"PUT": 1}), data

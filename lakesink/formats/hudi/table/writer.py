@@ -36,6 +36,7 @@ from lakesink.protocol.instant import InstantTime
 from lakesink.protocol.write_status import FileWrite
 from lakesink.settings import SchemaEvolutionMode
 from lakesink.storage import Storage
+from lakesink.storage.base import StorageError
 
 if TYPE_CHECKING:
     from lakesink.formats.task import TaskAttempt
@@ -435,8 +436,13 @@ class BaseFileWriter:
         size = self._file.tell()
         if self.table.is_local:
             os.fsync(self._file.fileno())
-        self._file.close()  # on an object store the object appears whole here
         rel = self._rel_path(self._file_name)
+        try:
+            self._file.close()  # on an object store the object appears whole here
+        except OSError as e:  # an upload opened lazily reports the store's refusal here
+            raise StorageError(
+                f"cannot write {rel} of {self.table.uri}: {str(e).splitlines()[0]}"
+            ) from None
         if is_rolled_back(self.table, self.instant_time):
             # hudi-rs would read this file of an instant that is no longer on the timeline
             self.table.storage.delete(rel)
