@@ -155,8 +155,9 @@ def _classes() -> dict[str, type]:
             state["_stores"] = {}
             return state
 
-    class WholeObjectFile(OutputFile):
-        """An object written in one PUT when its stream is closed; its length known afterwards."""
+    class _StoreOutputFile(OutputFile):
+        """An object of lakesink's store written by this process: its length is the bytes
+        written once its stream closed (pyarrow's file asks a HEAD)."""
 
         def __init__(
             self, location: str, store: ObjectStoreStorage, key: str, file_io: PyArrowFileIO
@@ -180,6 +181,9 @@ def _classes() -> dict[str, type]:
 
         def to_input_file(self) -> InputFile:
             return self._io.new_input(self.location)
+
+    class WholeObjectFile(_StoreOutputFile):
+        """An object written in one PUT when its stream is closed."""
 
         def create(self, overwrite: bool = False) -> OutputStream:
             return _WholeObjectStream(self, overwrite)
@@ -197,32 +201,9 @@ def _classes() -> dict[str, type]:
                 _remember(self.location, data)
             self._written = len(data)
 
-    class StreamedDataFile(OutputFile):
-        """A data file streamed to the store (one PUT when it is smaller than a part); its
-        length is the bytes written (pyarrow's file asks a HEAD)."""
-
-        def __init__(
-            self, location: str, store: ObjectStoreStorage, key: str, file_io: PyArrowFileIO
-        ) -> None:
-            super().__init__(location)
-            self._store = store
-            self._key = key
-            self._io = file_io
-            self._written: int | None = None
-
-        def __len__(self) -> int:
-            if self._written is not None:
-                return self._written
-            meta = self._store.head(self._key)
-            if meta is None:
-                raise FileNotFoundError(f"Cannot get file info, file not found: {self.location}")
-            return meta.size
-
-        def exists(self) -> bool:
-            return self._store.exists(self._key)
-
-        def to_input_file(self) -> InputFile:
-            return self._io.new_input(self.location)
+    class StreamedDataFile(_StoreOutputFile):
+        """A data file streamed to the store by lakesink's pyarrow filesystem (one PUT when it
+        is smaller than a part)."""
 
         def create(self, overwrite: bool = False) -> OutputStream:
             if not overwrite and self.exists():
