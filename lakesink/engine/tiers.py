@@ -8,9 +8,10 @@ bytes (4.5 at 90,000 records/s, benchmarks/README.md, session 12). With tiers a 
 files of its own size class: tier k holds the files of `target / ratio**(k+1)` up to
 `target / ratio**k` bytes, files under `target / ratio**BOTTOM_TIER` share the bottom tier, and
 a tier is taken once it holds `ratio` files (and `min_files`). A rewrite of `ratio` files of one
-tier writes a file of the tier above, so a byte climbs a tier per rewrite: at most
-`BOTTOM_TIER + 1` rewrites, and a partition keeps fewer than `ratio` small files per tier
-between runs (`lakesink table cluster` / `iceberg rewrite-data-files` take them all).
+tier writes a file of the tier above (unless the bin-packing to the target cuts it), so a byte
+above the bottom tier climbs a tier per rewrite, and a partition keeps about `ratio` small files
+per tier at most between runs (`lakesink table cluster` / `iceberg rewrite-data-files` take
+them all). Bytes in the bottom tier may be rewritten more often, but they are few.
 """
 
 from __future__ import annotations
